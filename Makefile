@@ -1,0 +1,7 @@
+.PHONY: test demo bench lint
+test:  ## set up .venv and run lint, types and tests
+	./scripts/test
+demo:  ## set up .venv and run `tailgate demo`
+	./scripts/demo
+bench: ## the full benchmarks (minutes); numbers go to docs/benchmarks.md by hand
+	.venv/bin/python benchmarks/bench_sim.py

@@ -1,0 +1,52 @@
+"""Process-level setup shared by the CLI commands: event loop choice, logging, signal-aware running."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def run(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
+    """Run ``main(stop_event)`` on uvloop when available; SIGINT/SIGTERM set the event for a clean stop.
+
+    The loop is chosen here, when a command runs, never at import time (importing tailgate has no side
+    effects on the caller's event loop policy).
+    """
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every platform we ship for
+        runner = asyncio.Runner()
+
+    async def wrapper() -> T:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if sys.platform != "win32":
+                loop.add_signal_handler(sig, stop.set)
+        return await main(stop)
+
+    with runner:
+        return runner.run(wrapper())
+
+
+async def wait_for_stop(stop: asyncio.Event, duration: float | None) -> None:
+    """Wait until ``stop`` is set or ``duration`` seconds pass (forever when None)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=duration)

@@ -1,0 +1,174 @@
+"""The ``tailgate`` command line. Commands only parse flags and wire pieces together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tailgate import __version__
+from tailgate._runtime import run, setup_logging, wait_for_stop
+from tailgate.config.loader import ConfigError
+
+console = Console(stderr=True)
+log = logging.getLogger("tailgate")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="tailgate")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(verbose: bool) -> None:
+    """tailgate: keep LLM users from queueing.
+
+    Measure OpenAI-compatible providers honestly and route between them by measured tail latency.
+    """
+    setup_logging(verbose)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    sys.exit(2)
+
+
+@main.command()
+@click.option("--preset", default=None, help="Simulated provider preset (see --list-presets).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Simulator YAML with several providers (each on its own port).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9001,
+    show_default=True,
+    help="Port for --preset (0 picks a free one).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed for pseudo-text, jitter and faults.")
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0.0001, 100),
+    default=None,
+    help="Multiply every preset time (0.1 = ten times faster).",
+)
+@click.option("--model", "models", multiple=True, help="Serve only these model names (repeatable).")
+@click.option(
+    "--control-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Extra port serving /sim/<name>/... for every provider (survives a 'refuse' outage).",
+)
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--list-presets", is_flag=True, help="Print the presets and their parameters, then exit.")
+@click.option("--check", is_flag=True, help="Validate --config and print the providers, then exit.")
+def mock(
+    preset: str | None,
+    config_path: Path | None,
+    port: int,
+    host: str,
+    seed: int | None,
+    time_scale: float | None,
+    models: tuple[str, ...],
+    control_port: int | None,
+    duration: float | None,
+    list_presets: bool,
+    check: bool,
+) -> None:
+    """Run simulated OpenAI-compatible providers (engine model: slots, queue, batching, faults)."""
+    from tailgate.sim.cli_support import preset_table, specs_from_flags
+    from tailgate.sim.cluster import SimCluster
+    from tailgate.sim.config import load_sim_config
+
+    if list_presets:
+        Console().print(preset_table())
+        return
+    if (preset is None) == (config_path is None):
+        _fail("give exactly one of --preset NAME or --config FILE (try --list-presets)")
+    try:
+        if config_path is not None:
+            cfg = load_sim_config(config_path)
+            if seed is not None or time_scale is not None:
+                cfg = cfg.model_copy(
+                    update={k: v for k, v in (("seed", seed), ("time_scale", time_scale)) if v is not None}
+                )
+            specs, ctl = cfg.specs(), control_port if control_port is not None else cfg.control_port
+        else:
+            assert preset is not None
+            specs, ctl = (
+                specs_from_flags(preset, host, port, seed or 0, time_scale or 1.0, models),
+                control_port,
+            )
+    except ConfigError as exc:
+        _fail("invalid simulator config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+        return
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    if check:
+        table = Table("provider", "preset", "port", "models", "faults")
+        for spec in specs:
+            table.add_row(
+                spec.name,
+                spec.preset,
+                str(spec.port or "auto"),
+                ", ".join(spec.models) or "any",
+                str(spec.faults.model_dump(exclude_defaults=True) or "-"),
+            )
+        Console().print(table)
+        return
+
+    async def serve(stop: asyncio.Event) -> None:
+        cluster = SimCluster(specs, host=specs[0].host, control_port=ctl)
+        try:
+            await cluster.start()
+        except OSError as exc:
+            _fail(f"cannot listen: {exc.strerror or exc}")
+        for p in cluster.providers.values():
+            log.info("provider %s (%s) listening on %s", p.name, p.spec.preset, p.url)
+        if cluster.control_url:
+            log.info("control API on %s/sim/<name>/faults", cluster.control_url)
+        try:
+            await wait_for_stop(stop, duration)
+        finally:
+            await cluster.stop()
+
+    run(serve)
+
+
+@main.command()
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="First port for the simulated providers (0 picks free ports).",
+)
+@click.option(
+    "--duration", type=float, default=None, help="Stop after this many seconds (default: until Ctrl-C)."
+)
+@click.option(
+    "--requests",
+    "n_requests",
+    type=click.IntRange(1, 1000),
+    default=5,
+    show_default=True,
+    help="Requests sent to each provider to show it answers.",
+)
+@click.option("--time-scale", type=click.FloatRange(0.0001, 100), default=1.0, show_default=True)
+def demo(port: int, duration: float | None, n_requests: int, time_scale: float) -> None:
+    """Start simulated providers and show that they answer (no keys, no network)."""
+    from tailgate.demo import run_demo
+
+    run(
+        lambda stop: run_demo(
+            stop, port=port, duration=duration, n_requests=n_requests, time_scale=time_scale
+        )
+    )

@@ -1,0 +1,326 @@
+"""The simulated inference engine: batch slots, prefill, continuous-batching decode steps, a FIFO queue.
+
+One engine is one provider's serving capacity. It is driven by a single ticker task: each decode step
+lasts ``step_ms + step_per_seq_ms · (n − 1)`` (× jitter × the provider's current multiplier) for the
+``n`` sequences decoding in it, and at the end of the step every one of them receives one token. So
+10,000 concurrent streams cost one timer per step, not one sleep per token, and queueing appears the
+way it does on a real server: once the slots are full, a request waits in the queue and its time to
+first token grows with the queue (TTFT = queue wait + prefill + first step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from tailgate.sim.presets import EngineParams
+from tailgate.stats import LatencyHistogram
+
+
+class QueueFull(Exception):
+    """The engine's wait queue is at ``queue_limit``; the server answers ``overflow_status``."""
+
+
+class Sequence:
+    """One request inside the engine. The server reads ``out`` and awaits :meth:`wait`."""
+
+    __slots__ = (
+        "_waiter",
+        "admitted_at",
+        "cancelled",
+        "drip_s",
+        "enqueued_at",
+        "extra_delay_s",
+        "finish_reason",
+        "finished_at",
+        "first_token_at",
+        "id",
+        "last_emit",
+        "length_reason",
+        "notify_each",
+        "out",
+        "prompt_tokens",
+        "ready_at",
+        "script",
+        "seed",
+        "stop",
+        "tail",
+        "target",
+    )
+
+    def __init__(
+        self,
+        seq_id: str,
+        *,
+        prompt_tokens: int,
+        target: int,
+        seed: int,
+        script: list[str] | None = None,
+        stop: list[str] | None = None,
+        extra_delay_s: float = 0.0,
+        drip_s: float = 0.0,
+        length_reason: str = "length",
+        notify_each: bool = True,
+    ) -> None:
+        self.id = seq_id
+        self.prompt_tokens = prompt_tokens
+        self.target = target
+        self.seed = seed
+        self.script = script
+        self.stop = stop or None
+        self.extra_delay_s = extra_delay_s
+        self.drip_s = drip_s
+        self.length_reason = length_reason
+        self.notify_each = notify_each
+        """Wake the waiter on every token (streams) or only when finished (non-stream requests)."""
+        """Finish reason when ``target`` is reached: ``length`` for max_tokens, ``stop`` for a natural end."""
+        self.out: list[str] = []
+        self.tail = ""
+        self.enqueued_at = 0.0
+        self.admitted_at = 0.0
+        self.ready_at = 0.0
+        self.first_token_at = 0.0
+        self.finished_at = 0.0
+        self.last_emit = -math.inf
+        self.finish_reason: str | None = None
+        self.cancelled = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    async def wait(self) -> None:
+        """Return once a new token was emitted or the sequence finished."""
+        if self.finish_reason is not None:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+TokenFn = Callable[[int, int], str]
+
+
+class Engine:
+    """Continuous-batching engine with one ticker task (started on first use inside a running loop).
+
+    ``multiplier(now)`` scales step time at each step (latency faults, slow swings); ``time_scale``
+    scales every preset time so tests can run the same shapes 100× faster.
+    """
+
+    def __init__(
+        self,
+        params: EngineParams,
+        *,
+        token_fn: TokenFn,
+        time_scale: float = 1.0,
+        rng: random.Random | None = None,
+        multiplier: Callable[[float], float] | None = None,
+    ) -> None:
+        self.params = params
+        self.time_scale = time_scale
+        self._token_fn = token_fn
+        self._rng = rng or random.Random(0)
+        self._multiplier = multiplier or (lambda _now: 1.0)
+        self._queue: OrderedDict[str, Sequence] = OrderedDict()
+        self._prefilling: dict[str, Sequence] = {}
+        self._decoding: dict[str, Sequence] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._kick: asyncio.Future[None] | None = None
+        self._closed = False
+        self.lateness_ms = LatencyHistogram()
+        """Actual − scheduled end of each decode step, in ms: is the simulator keeping its own time?"""
+        self.steps = 0
+        self.tokens_emitted = 0
+
+    # -- public API --------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> int:
+        return len(self._prefilling) + len(self._decoding)
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def submit(self, seq: Sequence) -> None:
+        """Admit ``seq`` to a free slot or the FIFO queue; raise :class:`QueueFull` past the limit."""
+        if self._closed:
+            raise RuntimeError("engine is closed")
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        seq.enqueued_at = now
+        if self.active < self.params.slots:
+            self._admit(seq, now)
+        elif len(self._queue) < self.params.queue_limit:
+            self._queue[seq.id] = seq
+        else:
+            raise QueueFull(f"queue full ({self.params.queue_limit} waiting, {self.params.slots} slots busy)")
+        if self._task is None:
+            self._task = loop.create_task(self._run(), name="tailgate-sim-engine")
+        self._poke()
+
+    def cancel(self, seq: Sequence) -> None:
+        """Free the slot (or queue place) of a sequence whose client went away."""
+        if seq.done:
+            return
+        seq.cancelled = True
+        seq.finish_reason = "cancelled"
+        if self._queue.pop(seq.id, None) is None and (
+            self._prefilling.pop(seq.id, None) is not None or self._decoding.pop(seq.id, None) is not None
+        ):
+            self._fill_slots(asyncio.get_running_loop().time())
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for seq in [*self._queue.values(), *self._prefilling.values(), *self._decoding.values()]:
+            seq.finish_reason = seq.finish_reason or "cancelled"
+            seq._wake()
+        self._queue.clear()
+        self._prefilling.clear()
+        self._decoding.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Live state for ``/sim/state``."""
+        return {
+            "slots": self.params.slots,
+            "active": self.active,
+            "decoding": len(self._decoding),
+            "queued": len(self._queue),
+            "steps": self.steps,
+            "tokens_emitted": self.tokens_emitted,
+            "lateness_ms": self.lateness_ms.summary(),
+        }
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _admit(self, seq: Sequence, now: float) -> None:
+        seq.admitted_at = now
+        prefill_s = seq.prompt_tokens / self.params.prefill_tps * self.time_scale * self._multiplier(now)
+        seq.ready_at = now + prefill_s + seq.extra_delay_s
+        self._prefilling[seq.id] = seq
+
+    def _fill_slots(self, now: float) -> None:
+        while self._queue and self.active < self.params.slots:
+            _, seq = self._queue.popitem(last=False)
+            self._admit(seq, now)
+
+    def _poke(self) -> None:
+        kick = self._kick
+        if kick is not None and not kick.done():
+            kick.set_result(None)
+
+    async def _sleep_until(self, when: float, *, wakeable: bool) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        handle = loop.call_at(when, _resolve, fut)
+        if wakeable:
+            self._kick = fut
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            if wakeable:
+                self._kick = None
+
+    def _step_seconds(self, n: int, now: float) -> float:
+        p = self.params
+        step_ms = p.step_ms + p.step_per_seq_ms * (n - 1)
+        if p.jitter > 0:
+            step_ms *= self._rng.lognormvariate(0.0, p.jitter)
+        return step_ms / 1000.0 * self.time_scale * self._multiplier(now)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        start: float | None = None
+        while not self._closed:
+            now = loop.time()
+            if self._prefilling:
+                ready = [s for s in self._prefilling.values() if s.ready_at <= now]
+                for seq in ready:
+                    del self._prefilling[seq.id]
+                    self._decoding[seq.id] = seq
+            if not self._decoding:
+                start = None
+                if self._prefilling:
+                    await self._sleep_until(min(s.ready_at for s in self._prefilling.values()), wakeable=True)
+                else:
+                    await self._sleep_until(now + 3600.0, wakeable=True)
+                continue
+            if start is None or start < now - 0.05:
+                # Idle, or far behind: restart the schedule from now instead of bursting to catch up.
+                start = now
+            batch = list(self._decoding.values())
+            deadline = start + self._step_seconds(len(batch), start)
+            if deadline > now:
+                await self._sleep_until(deadline, wakeable=False)
+            now = loop.time()
+            self.lateness_ms.record(max(0.0, (now - deadline) * 1000.0))
+            self.steps += 1
+            self._emit(batch, now)
+            start = deadline
+
+    def _emit(self, batch: list[Sequence], now: float) -> None:
+        freed = False
+        for seq in batch:
+            if seq.done:
+                continue
+            if seq.drip_s and now - seq.last_emit < seq.drip_s:
+                continue
+            index = len(seq.out)
+            script = seq.script
+            if script is not None and index >= len(script):
+                self._finish(seq, "stop", now)
+                freed = True
+                continue
+            token = script[index] if script is not None else self._token_fn(seq.seed, index)
+            if seq.stop is not None:
+                tail = seq.tail + token
+                if any(s in tail for s in seq.stop):
+                    self._finish(seq, "stop", now)
+                    freed = True
+                    continue
+                seq.tail = tail[-64:]
+            seq.out.append(token)
+            seq.last_emit = now
+            self.tokens_emitted += 1
+            if index == 0:
+                seq.first_token_at = now
+            if index + 1 >= seq.target:
+                natural = script is not None and index + 1 >= len(script)
+                self._finish(seq, "stop" if natural else seq.length_reason, now)
+                freed = True
+            elif seq.notify_each:
+                seq._wake()
+        if freed:
+            self._fill_slots(now)
+
+    def _finish(self, seq: Sequence, reason: str, now: float) -> None:
+        seq.finish_reason = reason
+        seq.finished_at = now
+        self._decoding.pop(seq.id, None)
+        seq._wake()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,188 @@
+"""Engine presets: simulated providers shaped like the ones our users measured.
+
+Numbers come from ../shared/FIELD-NOTES.md (a monitoring platform's DeepSeek-V3.2 table): P90 "latency"
+(read as time to first token) and per-request tok/s at modest load. Each preset is documented in
+docs/simulator.md; the table there is generated from :data:`PRESETS` by a test, so it cannot drift.
+
+Model of one provider (see :mod:`tailgate.sim.engine`):
+
+* ``pre_median_s`` / ``pre_sigma``: lognormal time a request spends before it reaches the engine queue
+  (network, the provider's own gateway, tenant scheduling). P90 = median · exp(1.2816 · sigma).
+* ``slots``: sequences decoded together (continuous batching). Requests beyond wait in a FIFO queue of
+  ``queue_limit``; overflow answers ``overflow_status``.
+* ``prefill_tps``: prompt tokens per second while a sequence is being prefilled in its slot.
+* ``step_ms`` + ``step_per_seq_ms`` · (active − 1): one decode step; every decoding sequence gets one token
+  per step, so per-request tok/s = 1000 / step time and falls as the batch grows.
+* ``jitter``: lognormal sigma applied to each step's duration.
+* ``swing``: a slow multiplier on step time and pre-queue time, 1 … ``swing`` over ``swing_period_s``
+  (provider C: fast in snapshots, 3.7× peak/trough over the week).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class EngineParams:
+    """Shape of one simulated provider; all times are before ``time_scale`` is applied."""
+
+    slots: int = 64
+    queue_limit: int = 1024
+    overflow_status: int = 503
+    prefill_tps: float = 8000.0
+    step_ms: float = 10.0
+    step_per_seq_ms: float = 0.02
+    jitter: float = 0.05
+    pre_median_s: float = 0.0
+    pre_sigma: float = 0.0
+    swing: float = 1.0
+    swing_period_s: float = 3600.0
+    default_output_tokens: int = 200
+    max_output_tokens: int = 32768
+    accuracy: float = 0.85
+    embed_ms: float = 5.0
+
+    def with_overrides(self, overrides: dict[str, Any]) -> EngineParams:
+        """A copy with the given fields replaced (unknown names are a programming error upstream)."""
+        return replace(self, **overrides)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+PRESETS: dict[str, tuple[EngineParams, str]] = {
+    "instant": (
+        EngineParams(
+            slots=100_000,
+            queue_limit=100_000,
+            prefill_tps=1e9,
+            step_ms=0.1,
+            step_per_seq_ms=0.0,
+            jitter=0.0,
+            default_output_tokens=20,
+            max_output_tokens=1_000_000,
+            accuracy=1.0,
+            embed_ms=0.0,
+        ),
+        "near-zero latency (0.1 ms steps, no queue): for gateway and load-tester overhead benchmarks",
+    ),
+    "provider-a": (
+        EngineParams(
+            slots=256,
+            queue_limit=4096,
+            prefill_tps=12_000,
+            step_ms=8.4,
+            step_per_seq_ms=0.01,
+            jitter=0.04,
+            pre_median_s=0.72,
+            pre_sigma=0.2,
+            max_output_tokens=131_072,
+            accuracy=0.8333,
+        ),
+        "own GPU cluster: P90 TTFT ≈ 1.0 s, ≈ 117 tok/s, steady under load, 128k output",
+    ),
+    "provider-b": (
+        EngineParams(
+            slots=96,
+            queue_limit=2048,
+            prefill_tps=6000,
+            step_ms=32.0,
+            step_per_seq_ms=0.05,
+            jitter=0.08,
+            pre_median_s=2.9,
+            pre_sigma=0.2,
+            max_output_tokens=32_768,
+            accuracy=0.8384,
+        ),
+        "P90 TTFT ≈ 3.8 s, ≈ 30 tok/s, 32k output",
+    ),
+    "provider-c": (
+        EngineParams(
+            slots=128,
+            queue_limit=2048,
+            prefill_tps=10_000,
+            step_ms=8.6,
+            step_per_seq_ms=0.03,
+            jitter=0.1,
+            pre_median_s=2.2,
+            pre_sigma=0.45,
+            swing=3.7,
+            swing_period_s=3600.0,
+            max_output_tokens=32_768,
+            accuracy=0.8182,
+        ),
+        "fast in a snapshot (≈ 116 tok/s) but swings 3.7× peak/trough over an hour; P90 TTFT up to ≈ 7 s",
+    ),
+    "provider-d": (
+        EngineParams(
+            slots=48,
+            queue_limit=2048,
+            prefill_tps=3000,
+            step_ms=40.0,
+            step_per_seq_ms=0.6,
+            jitter=0.3,
+            pre_median_s=7.5,
+            pre_sigma=0.28,
+            swing=2.0,
+            swing_period_s=3600.0,
+            max_output_tokens=163_840,
+            accuracy=0.8535,
+        ),
+        "largest catalogue, slow: P90 TTFT ≈ 10.8 s, 11–54 tok/s depending on load and hour, 160k output",
+    ),
+    "provider-e": (
+        EngineParams(
+            slots=128,
+            queue_limit=2048,
+            prefill_tps=6000,
+            step_ms=24.0,
+            step_per_seq_ms=0.02,
+            jitter=0.05,
+            pre_median_s=7.6,
+            pre_sigma=0.2,
+            max_output_tokens=32_768,
+            accuracy=0.8131,
+        ),
+        "steady but slow to start: P90 TTFT ≈ 10 s, ≈ 42 tok/s",
+    ),
+    "aggregator": (
+        EngineParams(
+            slots=16,
+            queue_limit=256,
+            overflow_status=429,
+            prefill_tps=4000,
+            step_ms=12.0,
+            step_per_seq_ms=1.5,
+            jitter=0.15,
+            pre_median_s=0.35,
+            pre_sigma=0.25,
+            accuracy=0.82,
+        ),
+        "cheap reseller: fine at low concurrency, but 16 tenant-wide slots; past them requests queue, "
+        "steps slow with every sequence, and the queue overflows into 429s",
+    ),
+    "naive": (
+        EngineParams(
+            slots=1,
+            queue_limit=10_000,
+            prefill_tps=2000,
+            step_ms=25.0,
+            step_per_seq_ms=0.0,
+            jitter=0.05,
+            accuracy=0.8,
+        ),
+        "one sequence at a time (plain per-request generate, no batching): P99 explodes with concurrency",
+    ),
+}
+
+
+def preset(name: str) -> EngineParams:
+    """The engine parameters of a named preset; unknown names list the known ones."""
+    try:
+        return PRESETS[name][0]
+    except KeyError:
+        known = ", ".join(PRESETS)
+        raise ValueError(f"unknown simulator preset {name!r}; known presets: {known}") from None

@@ -1,0 +1,548 @@
+"""The simulated provider's HTTP face: OpenAI endpoints plus ``/sim/*`` control and truth.
+
+Request path, in the order a real provider applies it: outage → stall before headers → auth → rate
+limit → quota → body validation → injected errors → pre-queue latency → engine queue (overflow answers
+``overflow_status``) → prefill → decode steps → response. Every request, success or not, leaves a
+:class:`~tailgate.sim.truth.TruthRecord`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import math
+import random
+import time
+from array import array
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim.engine import QueueFull, Sequence
+from tailgate.sim.provider import SimProvider
+from tailgate.sim.text import estimate_tokens
+from tailgate.sim.truth import TruthRecord
+from tailgate.wire import errors as wire_errors
+from tailgate.wire.errors import WireError
+from tailgate.wire.sse import DONE_FRAME
+from tailgate.wire.types import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    Usage,
+    chat_chunk_bytes,
+    completion_chunk_bytes,
+    decode_request,
+)
+
+PROVIDER_KEY: web.AppKey[SimProvider] = web.AppKey("provider", SimProvider)
+_json = msgspec.json.Encoder()
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class _Abort(Exception):
+    """Drop the connection without a response (disconnect / reset faults)."""
+
+
+def _error_response(err: WireError, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=err.status, body=err.body(), content_type="application/json", headers=headers)
+
+
+def _api_key(request: web.Request) -> str:
+    auth = request.headers.get("Authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+
+
+class _Ctx:
+    """Per-request bookkeeping shared by the chat and completions paths."""
+
+    __slots__ = ("fault", "headers", "rid", "t0", "wall")
+
+    def __init__(self, request: web.Request) -> None:
+        self.t0 = asyncio.get_running_loop().time()
+        self.wall = time.time()
+        self.rid = ""
+        self.fault: str | None = None
+        self.headers: dict[str, str] = {}
+        if (client_rid := request.headers.get("x-request-id")) is not None:
+            self.headers["x-request-id"] = client_rid[:200]
+
+
+class SimHandlers:
+    """The OpenAI-compatible endpoints of one :class:`SimProvider`."""
+
+    def __init__(self, provider: SimProvider) -> None:
+        self.p = provider
+
+    # -- shared pre-checks ------------------------------------------------------------------------
+
+    async def _gate(self, request: web.Request, ctx: _Ctx) -> web.Response | None:
+        """Faults and auth that act before the body is read. Returns a response to send, or None."""
+        p, f = self.p, self.p.faults
+        if f.active:
+            if f.outage:
+                ctx.fault = "outage"
+                if f.outage_mode != "503":
+                    raise _Abort
+                return _error_response(wire_errors.overloaded("Service unavailable (simulated outage)."))
+            if f.stall_headers_s:
+                ctx.fault = "stall_headers"
+                await asyncio.sleep(f.stall_headers_s)
+        key = _api_key(request)
+        if p.spec.api_keys and key not in p.spec.api_keys:
+            return _error_response(wire_errors.authentication_error())
+        if f.active:
+            if f.rate_limit_rps is not None or f.rate_limit_rpm is not None:
+                decision = p.limiter.check(key, f.rate_limit_rps, f.rate_limit_rpm)
+                ctx.headers.update(decision.headers)
+                if not decision.allowed:
+                    ctx.fault = "rate_limit"
+                    err = wire_errors.rate_limited(
+                        "Rate limit reached for requests on this API key. "
+                        f"Retry after {decision.retry_after_s:.2f}s."
+                    )
+                    return _error_response(err, ctx.headers)
+            if f.quota_exhausted:
+                ctx.fault = "quota_exhausted"
+                return _error_response(wire_errors.insufficient_quota(), ctx.headers)
+        return None
+
+    def _injected_error(self, ctx: _Ctx) -> web.Response | None:
+        f = self.p.faults
+        if f.error_rate and self.p.rng.random() < f.error_rate:
+            ctx.fault = "error_rate"
+            status = self.p.rng.choice(f.error_statuses)
+            err = WireError(
+                status,
+                f"Simulated upstream error {status}.",
+                type="server_error" if status >= 500 else "invalid_request_error",
+            )
+            return _error_response(err, ctx.headers)
+        return None
+
+    def _truth(self, ctx: _Ctx, status: int, stream: bool, **fields: Any) -> None:
+        self.p.truth.add(
+            TruthRecord(
+                id=ctx.rid or "-",
+                received_at=ctx.wall,
+                status=status,
+                stream=stream,
+                fault=ctx.fault,
+                **fields,
+            )
+        )
+
+    def _ms(self, ctx: _Ctx, t: float) -> float:
+        return round((t - ctx.t0) * 1000.0, 3)
+
+    # -- chat and completions ---------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completions")
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        ctx = _Ctx(request)
+        try:
+            return await self._generate_inner(request, kind, ctx)
+        except _Abort:
+            if ctx.fault == "outage":  # other aborts recorded their truth before raising
+                self._truth(ctx, 0, False)
+            if request.transport is not None:
+                request.transport.abort()
+            raise web.HTTPServiceUnavailable() from None  # never sent: the transport is gone
+
+    async def _generate_inner(self, request: web.Request, kind: str, ctx: _Ctx) -> web.StreamResponse:
+        p = self.p
+        if (early := await self._gate(request, ctx)) is not None:
+            self._truth(ctx, early.status, False)
+            return early
+        body = await request.read()
+        req: ChatCompletionRequest | CompletionRequest
+        try:
+            if kind == "chat":
+                req = decode_request("chat", body, strict=p.spec.strict_fields)
+            else:
+                req = decode_request("completions", body, strict=p.spec.strict_fields)
+        except WireError as exc:
+            self._truth(ctx, exc.status, False)
+            return _error_response(exc, ctx.headers)
+        stream = bool(req.stream)
+        if p.spec.models and req.model not in p.spec.models:
+            self._truth(ctx, 404, stream)
+            return _error_response(wire_errors.model_not_found(req.model), ctx.headers)
+        if req.n is not None and req.n > 1:
+            self._truth(ctx, 400, stream)
+            err = wire_errors.invalid_request("n > 1 is not supported by this provider.", param="n")
+            return _error_response(err, ctx.headers)
+        if isinstance(req, ChatCompletionRequest):
+            max_tokens = req.max_completion_tokens or req.max_tokens
+            prompt_text = _chat_prompt(req)
+        else:
+            max_tokens = req.max_tokens
+            prompt_text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
+        limit = p.spec.params.max_output_tokens
+        if max_tokens is not None and max_tokens > limit:
+            self._truth(ctx, 400, stream)
+            err = wire_errors.invalid_request(
+                f"max_tokens is too large: {max_tokens}. "
+                f"This model supports at most {limit} completion tokens.",
+                param="max_completion_tokens"
+                if getattr(req, "max_completion_tokens", None)
+                else "max_tokens",
+            )
+            return _error_response(err, ctx.headers)
+        if p.faults.active and (injected := self._injected_error(ctx)) is not None:
+            self._truth(ctx, injected.status, stream)
+            return injected
+
+        rid, seed = p.next_request(req.seed)
+        ctx.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
+        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed)
+        loop = asyncio.get_running_loop()
+        delay = p.pre_queue_delay(loop.time())
+        f = p.faults
+        if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
+            ctx.fault = "spike"
+            delay += f.spike_s
+        if f.active and f.stall_first_token_s:
+            ctx.fault = ctx.fault or "stall_first_token"
+            seq.extra_delay_s = f.stall_first_token_s
+        if f.active and f.slow_drip_s:
+            ctx.fault = ctx.fault or "slow_drip"
+            seq.drip_s = f.slow_drip_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        seq.notify_each = stream
+        try:
+            p.engine.submit(seq)
+        except QueueFull as exc:
+            status = p.spec.params.overflow_status
+            ctx.fault = "queue_full"
+            self._truth(ctx, status, stream)
+            err = (
+                wire_errors.rate_limited(f"Too many requests in flight: {exc}.")
+                if status == 429
+                else wire_errors.overloaded(f"The engine is overloaded: {exc}.")
+            )
+            return _error_response(err, ctx.headers)
+        try:
+            if stream:
+                return await self._stream(request, req, kind, seq, ctx)
+            return await self._unary(request, req, kind, seq, ctx)
+        finally:
+            p.engine.cancel(seq)  # no-op when finished; frees the slot when the client left early
+
+    def _sequence(self, rid: str, prompt_text: str, max_tokens: int | None, seed: int) -> Sequence:
+        p = self.p
+        prompt_tokens = estimate_tokens(prompt_text)
+        script: list[str] | None = None
+        answer = solve(prompt_text[-2000:])
+        if answer is not None:
+            if p.rng.random() >= p.spec.params.accuracy:
+                answer = wrong_answer(answer, p.rng)
+            words = answer.split(" ")
+            script = [words[0], *(" " + w for w in words[1:])]
+        if max_tokens is not None:
+            target, reason = max_tokens, "length"
+        elif script is not None:
+            target, reason = len(script), "stop"
+        else:
+            base = p.spec.params.default_output_tokens
+            target, reason = max(1, round(base * p.rng.uniform(0.5, 1.5))), "stop"
+        return Sequence(
+            rid, prompt_tokens=prompt_tokens, target=target, seed=seed, script=script, length_reason=reason
+        )
+
+    def _faulty_token_index(self, seq: Sequence) -> int | None:
+        f = self.p.faults
+        if f.active and f.malformed_rate and self.p.rng.random() < f.malformed_rate:
+            return max(0, min(seq.target, 8) // 2)
+        return None
+
+    async def _unary(
+        self,
+        request: web.Request,
+        req: ChatCompletionRequest | CompletionRequest,
+        kind: str,
+        seq: Sequence,
+        ctx: _Ctx,
+    ) -> web.StreamResponse:
+        f = self.p.faults
+        cut = f.disconnect_after_tokens if f.active else None
+        while not seq.done:
+            if cut is not None and len(seq.out) >= cut:
+                ctx.fault = "disconnect"
+                self._truth(ctx, 0, False, output_tokens=len(seq.out), prompt_tokens=seq.prompt_tokens)
+                raise _Abort
+            if cut is not None:
+                seq.notify_each = True
+            await seq.wait()
+        text = "".join(seq.out)
+        usage = {
+            "prompt_tokens": seq.prompt_tokens,
+            "completion_tokens": len(seq.out),
+            "total_tokens": seq.prompt_tokens + len(seq.out),
+        }
+        created = int(ctx.wall)
+        if kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": seq.finish_reason,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason}
+            obj = "text_completion"
+        body = _json.encode(
+            {
+                "id": seq.id,
+                "object": obj,
+                "created": created,
+                "model": req.model,
+                "choices": [choice],
+                "usage": usage,
+                "system_fingerprint": "tailgate-sim",
+            }
+        )
+        if self._faulty_token_index(seq) is not None:
+            ctx.fault = "malformed"
+            body = body[: len(body) // 2]
+        now = asyncio.get_running_loop().time()
+        self._truth(
+            ctx,
+            200,
+            False,
+            queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
+            ttft_ms=self._ms(ctx, seq.first_token_at) if seq.out else None,
+            e2e_ms=self._ms(ctx, now),
+            output_tokens=len(seq.out),
+            prompt_tokens=seq.prompt_tokens,
+            finish_reason=seq.finish_reason,
+        )
+        return web.Response(body=body, content_type="application/json", headers=ctx.headers)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        req: ChatCompletionRequest | CompletionRequest,
+        kind: str,
+        seq: Sequence,
+        ctx: _Ctx,
+    ) -> web.StreamResponse:
+        f = self.p.faults
+        loop = asyncio.get_running_loop()
+        chat = kind == "chat"
+        created, model = int(ctx.wall), req.model
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        cut = f.disconnect_after_tokens if f.active else None
+        bad_at = self._faulty_token_index(seq)
+        resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
+        await resp.prepare(request)
+        if chat:  # OpenAI opens with a role-only chunk; by DESIGN.md it does not count as the first token
+            await resp.write(
+                b"data: " + chat_chunk_bytes(seq.id, created, model, "", role="assistant") + b"\n\n"
+            )
+        sent = 0
+        first_at = 0.0
+        last_at = 0.0
+        gaps: list[float] = []
+        while True:
+            end = len(seq.out) if cut is None else min(len(seq.out), cut)
+            if sent < end:
+                frames = []
+                for i in range(sent, end):
+                    if i == bad_at:
+                        ctx.fault = "malformed"
+                        frames.append(
+                            b'data: {"id": "' + seq.id.encode() + b'", "choices": [{"delta": {"cont\n\n'
+                        )
+                    token = seq.out[i]
+                    chunk = (
+                        chat_chunk_bytes(seq.id, created, model, token)
+                        if chat
+                        else completion_chunk_bytes(seq.id, created, model, token)
+                    )
+                    frames.append(b"data: " + chunk + b"\n\n")
+                await resp.write(b"".join(frames))
+                now = loop.time()
+                if sent == 0:
+                    first_at = now
+                else:
+                    gaps.append(round((now - last_at) * 1000.0, 3))
+                gaps.extend([0.0] * (end - sent - 1))  # tokens that left in the same write
+                last_at = now
+                sent = end
+            if cut is not None and sent >= cut:
+                ctx.fault = "disconnect"
+                self._truth(
+                    ctx,
+                    200,
+                    True,
+                    ttft_ms=self._ms(ctx, first_at) if sent else None,
+                    output_tokens=sent,
+                    prompt_tokens=seq.prompt_tokens,
+                    itl_ms=gaps,
+                )
+                raise _Abort
+            if seq.done:
+                break
+            await seq.wait()
+        tail = []
+        if chat:
+            tail.append(
+                b"data: "
+                + chat_chunk_bytes(seq.id, created, model, None, finish_reason=seq.finish_reason)
+                + b"\n\n"
+            )
+        else:
+            tail.append(
+                b"data: "
+                + completion_chunk_bytes(seq.id, created, model, "", finish_reason=seq.finish_reason)
+                + b"\n\n"
+            )
+        if include_usage:
+            usage = Usage(
+                prompt_tokens=seq.prompt_tokens,
+                completion_tokens=len(seq.out),
+                total_tokens=seq.prompt_tokens + len(seq.out),
+            )
+            builder = chat_chunk_bytes if chat else completion_chunk_bytes
+            tail.append(b"data: " + builder(seq.id, created, model, None, usage=usage) + b"\n\n")
+        tail.append(DONE_FRAME)
+        await resp.write(b"".join(tail))
+        await resp.write_eof()
+        now = loop.time()
+        self._truth(
+            ctx,
+            200,
+            True,
+            queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
+            ttft_ms=self._ms(ctx, first_at) if seq.out else None,
+            e2e_ms=self._ms(ctx, now),
+            output_tokens=len(seq.out),
+            prompt_tokens=seq.prompt_tokens,
+            finish_reason=seq.finish_reason,
+            itl_ms=gaps,
+        )
+        return resp
+
+    # -- embeddings, models, health ---------------------------------------------------------------
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        ctx = _Ctx(request)
+        try:
+            if (early := await self._gate(request, ctx)) is not None:
+                self._truth(ctx, early.status, False)
+                return early
+        except _Abort:
+            self._truth(ctx, 0, False)
+            if request.transport is not None:
+                request.transport.abort()
+            raise web.HTTPServiceUnavailable() from None
+        p = self.p
+        try:
+            req = decode_request("embeddings", await request.read(), strict=p.spec.strict_fields)
+        except WireError as exc:
+            self._truth(ctx, exc.status, False)
+            return _error_response(exc, ctx.headers)
+        if p.spec.models and req.model not in p.spec.models:
+            self._truth(ctx, 404, False)
+            return _error_response(wire_errors.model_not_found(req.model), ctx.headers)
+        if p.faults.active and (injected := self._injected_error(ctx)) is not None:
+            self._truth(ctx, injected.status, False)
+            return injected
+        inputs: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
+        if inputs and all(isinstance(x, int) for x in inputs):
+            inputs = [inputs]  # one token list
+        dims = req.dimensions or 256
+        delay = p.spec.params.embed_ms / 1000.0 * p.spec.time_scale * p.multiplier(ctx.t0)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        prompt_tokens = sum(estimate_tokens(x) if isinstance(x, str) else len(x) for x in inputs)
+        data = []
+        for i, item in enumerate(inputs):
+            vector = _embedding(p.spec.seed, str(item), dims)
+            emb: Any = (
+                base64.b64encode(array("f", vector).tobytes()).decode()
+                if req.encoding_format == "base64"
+                else vector
+            )
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        ctx.rid = "emb-" + p.next_request(None)[0]
+        self._truth(
+            ctx,
+            200,
+            False,
+            e2e_ms=self._ms(ctx, asyncio.get_running_loop().time()),
+            prompt_tokens=prompt_tokens,
+        )
+        body = _json.encode(
+            {
+                "object": "list",
+                "data": data,
+                "model": req.model,
+                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            }
+        )
+        return web.Response(body=body, content_type="application/json", headers=ctx.headers)
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        names = self.p.spec.models or (DEFAULT_MODEL,)
+        created = int(self.p.started_at_wall)
+        data = [{"id": m, "object": "model", "created": created, "owned_by": self.p.name} for m in names]
+        return web.Response(
+            body=_json.encode({"object": "list", "data": data}), content_type="application/json"
+        )
+
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        f = self.p.faults
+        if f.outage:
+            return web.json_response({"status": "unavailable", "provider": self.p.name}, status=503)
+        return web.json_response({"status": "ok", "provider": self.p.name})
+
+
+DEFAULT_MODEL = "tailgate-sim"
+
+
+def _chat_prompt(req: ChatCompletionRequest) -> str:
+    parts: list[str] = []
+    for msg in req.messages:
+        content = msg.content
+        if isinstance(content, str):
+            parts.append(content)
+        elif content:
+            parts.extend(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "\n".join(parts)
+
+
+def _embedding(seed: int, text: str, dims: int) -> list[float]:
+    """A deterministic unit vector for ``text`` (same text, same vector)."""
+    digest = hashlib.blake2b(f"{seed}:{text}".encode(), digest_size=8).digest()
+    rng = random.Random(int.from_bytes(digest, "little"))
+    vec = [rng.gauss(0.0, 1.0) for _ in range(dims)]
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+def build_app(provider: SimProvider) -> web.Application:
+    """The aiohttp application of one simulated provider."""
+    from tailgate.sim.control import add_control_routes
+
+    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app[PROVIDER_KEY] = provider
+    h = SimHandlers(provider)
+    app.router.add_post("/v1/chat/completions", h.chat)
+    app.router.add_post("/v1/completions", h.completions)
+    app.router.add_post("/v1/embeddings", h.embeddings)
+    app.router.add_get("/v1/models", h.models)
+    app.router.add_get("/health", h.health)
+    app.router.add_get("/healthz", h.health)
+    add_control_routes(app, provider, prefix="/sim")
+    return app

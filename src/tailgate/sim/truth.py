@@ -1,0 +1,79 @@
+"""Ground truth of recent requests, as the simulator itself timed them.
+
+Times are measured inside the simulator from the moment the request was read (handler start) on the
+event loop's monotonic clock. For streams, ``ttft_ms`` is when the first token-carrying chunk was
+written to the socket and ``itl_ms`` holds every gap between token-carrying writes; for non-stream
+requests ``ttft_ms`` is when the engine decoded the first token and ``e2e_ms`` is when the body was
+handed to the socket. Served at ``GET /sim/truth``; optionally appended to a JSONL file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+
+class TruthRecord(msgspec.Struct, omit_defaults=True):
+    id: str
+    received_at: float
+    """Wall-clock time (Unix seconds) when the request was read."""
+    status: int
+    stream: bool
+    queue_ms: float | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    finish_reason: str | None = None
+    itl_ms: list[float] | None = None
+    fault: str | None = None
+    """Which injected fault shaped this response, if any (``error_rate``, ``disconnect`` …)."""
+    api_key_tail: str | None = None
+
+
+_encoder = msgspec.json.Encoder()
+
+
+class TruthLog:
+    """A bounded ring of :class:`TruthRecord` plus an optional JSONL sink."""
+
+    def __init__(self, size: int = 5000, jsonl: str | Path | None = None) -> None:
+        self._ring: deque[TruthRecord] = deque(maxlen=size)
+        self._file: IO[bytes] | None = Path(jsonl).open("ab") if jsonl is not None else None  # noqa: SIM115
+        self.total = 0
+
+    def add(self, record: TruthRecord) -> None:
+        self._ring.append(record)
+        self.total += 1
+        if self._file is not None:
+            self._file.write(_encoder.encode(record) + b"\n")
+
+    def records(self, limit: int | None = None) -> list[TruthRecord]:
+        items = list(self._ring)
+        return items[-limit:] if limit else items
+
+    def as_json(self, limit: int | None = None) -> bytes:
+        return _encoder.encode({"requests": self.records(limit), "total": self.total})
+
+    def clear(self) -> None:
+        self._ring.clear()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def wall_now() -> float:
+    return time.time()
+
+
+def as_dicts(raw: bytes) -> list[dict[str, Any]]:
+    """Decode a ``/sim/truth`` body into plain dicts (handy in tests and benchmarks)."""
+    data: dict[str, Any] = msgspec.json.decode(raw)
+    requests: list[dict[str, Any]] = data["requests"]
+    return requests

@@ -1,0 +1,99 @@
+"""Shared fixtures: real simulated providers on ephemeral loopback ports, in-loop or in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import pytest
+
+from tailgate.sim.faults import Faults
+from tailgate.sim.presets import preset
+from tailgate.sim.provider import ProviderSpec, SimProvider
+
+T = TypeVar("T")
+SimFactory = Callable[..., Awaitable[SimProvider]]
+
+
+def make_spec(
+    name: str = "instant",
+    *,
+    faults: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
+    **fields: Any,
+) -> ProviderSpec:
+    """A ProviderSpec for a preset on port 0, with optional fault and engine overrides."""
+    params = preset(name)
+    if engine:
+        params = replace(params, **engine)
+    spec = ProviderSpec(name=name, params=params, preset=name, port=0)
+    if faults:
+        spec = replace(spec, faults=Faults.model_validate(faults))
+    return replace(spec, **fields)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimFactory]:
+    """Start simulated providers inside the test's event loop; all are stopped afterwards."""
+    started: list[SimProvider] = []
+
+    async def factory(name: str = "instant", **kwargs: Any) -> SimProvider:
+        provider = SimProvider(make_spec(name, **kwargs))
+        await provider.start()
+        started.append(provider)
+        return provider
+
+    yield factory
+    for provider in started:
+        await provider.stop()
+
+
+class ThreadedSim:
+    """A simulated provider on its own event loop in a background thread (for blocking clients)."""
+
+    def __init__(self, spec: ProviderSpec) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.provider = SimProvider(spec)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="sim", daemon=True)
+        self._thread.start()
+        self.call(self.provider.start())
+
+    def call(self, coro: Awaitable[T]) -> T:
+        async def wrap() -> T:
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(wrap(), self.loop).result(timeout=10)
+
+    def set_faults(self, **faults: Any) -> None:
+        async def apply() -> None:
+            self.provider.set_faults(Faults.model_validate(faults))
+
+        self.call(apply())
+
+    @property
+    def url(self) -> str:
+        return self.provider.url
+
+    def close(self) -> None:
+        self.call(self.provider.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+@pytest.fixture
+def threaded_sim() -> Iterator[Callable[..., ThreadedSim]]:
+    """Factory for :class:`ThreadedSim`; every instance is closed after the test."""
+    made: list[ThreadedSim] = []
+
+    def factory(name: str = "instant", **kwargs: Any) -> ThreadedSim:
+        ts = ThreadedSim(make_spec(name, **kwargs))
+        made.append(ts)
+        return ts
+
+    yield factory
+    for ts in made:
+        ts.close()
