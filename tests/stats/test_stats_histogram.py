@@ -169,6 +169,12 @@ def test_dict_schema_is_versioned_and_delta_encoded() -> None:
     h.record(3.0, count=2)
     h.record(5.0)
     assert h.to_dict()["buckets"] == [3, 2, 2, 1]
+    # The documented index for v >= 4096: (s << 11) + (v >> s), s = v.bit_length() - 12.
+    v = 1_000_003
+    s = v.bit_length() - 12
+    big = LatencyHistogram(unit=1.0)
+    big.record(float(v))
+    assert big.to_dict()["buckets"] == [(s << 11) + (v >> s), 1]
 
 
 @pytest.mark.parametrize(
@@ -212,6 +218,17 @@ def test_record_rejects_negative_nan_and_inf(bad: float) -> None:
     with pytest.raises(ValueError, match="finite and >= 0"):
         h.record_many([1.0, bad])
     assert h.count == 1  # record_many keeps the values before the bad one, like a loop would
+
+
+def test_record_rejects_values_beyond_float_range_in_units() -> None:
+    """A finite value that overflows when divided by the unit raises ValueError, not OverflowError."""
+    h = LatencyHistogram()
+    with pytest.raises(ValueError, match="too large"):
+        h.record(1e307)
+    with pytest.raises(ValueError, match="too large"):
+        h.record_many([1e307])
+    h.record(1e300)  # huge but representable: buckets are unbounded Python ints
+    assert h.percentile(50) == 1e300
 
 
 def test_record_count_semantics() -> None:

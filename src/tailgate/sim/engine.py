@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import math
 import random
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -122,6 +123,8 @@ class Engine:
     scales every preset time so tests can run the same shapes 100× faster.
     """
 
+    EARLY_WAKE_S = 0.0015
+
     def __init__(
         self,
         params: EngineParams,
@@ -130,8 +133,10 @@ class Engine:
         time_scale: float = 1.0,
         rng: random.Random | None = None,
         multiplier: Callable[[float], float] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.params = params
+        self._clock = clock
         self.time_scale = time_scale
         self._token_fn = token_fn
         self._rng = rng or random.Random(0)
@@ -162,7 +167,7 @@ class Engine:
         if self._closed:
             raise RuntimeError("engine is closed")
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = self._clock()
         seq.enqueued_at = now
         if self.active < self.params.slots:
             self._admit(seq, now)
@@ -183,7 +188,7 @@ class Engine:
         if self._queue.pop(seq.id, None) is None and (
             self._prefilling.pop(seq.id, None) is not None or self._decoding.pop(seq.id, None) is not None
         ):
-            self._fill_slots(asyncio.get_running_loop().time())
+            self._fill_slots(self._clock())
 
     async def close(self) -> None:
         self._closed = True
@@ -230,9 +235,10 @@ class Engine:
             kick.set_result(None)
 
     async def _sleep_until(self, when: float, *, wakeable: bool) -> None:
+        """Sleep until ``when`` on the engine clock; a wakeable sleep ends early on :meth:`submit`."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        handle = loop.call_at(when, _resolve, fut)
+        handle = loop.call_later(max(0.0, when - self._clock()), _resolve, fut)
         if wakeable:
             self._kick = fut
         try:
@@ -242,6 +248,23 @@ class Engine:
             if wakeable:
                 self._kick = None
 
+    async def _sleep_until_step(self, deadline: float, step_s: float) -> None:
+        """Wake at ``deadline`` as exactly as the machine allows.
+
+        Event-loop timers are only millisecond-precise (epoll and libuv round timeouts to whole ms),
+        which alone makes every step up to ~1 ms late. So the timer is set a little early, and the
+        last stretch is a short blocking sleep. That stretch is capped at 10% of the step (and 1.5 ms),
+        so the loop is never held long and sub-millisecond steps (``instant``) never block at all.
+        """
+        early = min(self.EARLY_WAKE_S, 0.1 * step_s)
+        if deadline - early > self._clock():
+            await self._sleep_until(deadline - early, wakeable=False)
+        remaining = deadline - self._clock()
+        if 0.0 < remaining <= 2 * early:
+            time.sleep(remaining)  # noqa: ASYNC251 - bounded sub-ms wait, see docstring
+        elif remaining > 0.0:
+            await self._sleep_until(deadline, wakeable=False)
+
     def _step_seconds(self, n: int, now: float) -> float:
         p = self.params
         step_ms = p.step_ms + p.step_per_seq_ms * (n - 1)
@@ -250,10 +273,10 @@ class Engine:
         return step_ms / 1000.0 * self.time_scale * self._multiplier(now)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock = self._clock
         start: float | None = None
         while not self._closed:
-            now = loop.time()
+            now = clock()
             if self._prefilling:
                 ready = [s for s in self._prefilling.values() if s.ready_at <= now]
                 for seq in ready:
@@ -270,10 +293,11 @@ class Engine:
                 # Idle, or far behind: restart the schedule from now instead of bursting to catch up.
                 start = now
             batch = list(self._decoding.values())
-            deadline = start + self._step_seconds(len(batch), start)
+            step_s = self._step_seconds(len(batch), start)
+            deadline = start + step_s
             if deadline > now:
-                await self._sleep_until(deadline, wakeable=False)
-            now = loop.time()
+                await self._sleep_until_step(deadline, step_s)
+            now = clock()
             self.lateness_ms.record(max(0.0, (now - deadline) * 1000.0))
             self.steps += 1
             self._emit(batch, now)

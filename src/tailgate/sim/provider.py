@@ -83,7 +83,7 @@ class SimProvider:
         from tailgate.sim.server import build_app  # the app needs the provider; the provider owns the app
 
         loop = asyncio.get_running_loop()
-        self.started_at = loop.time()
+        self.started_at = time.perf_counter()
         self.started_at_wall = time.time()
         # handler_cancellation: a client that goes away cancels its handler at once, which frees the
         # engine slot (the handlers release it in `finally`) instead of decoding for nobody.

@@ -61,7 +61,7 @@ class _Ctx:
     __slots__ = ("fault", "headers", "rid", "t0", "wall")
 
     def __init__(self, request: web.Request) -> None:
-        self.t0 = asyncio.get_running_loop().time()
+        self.t0 = time.perf_counter()
         self.wall = time.time()
         self.rid = ""
         self.fault: str | None = None
@@ -204,7 +204,7 @@ class SimHandlers:
         ctx.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
         seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed)
         loop = asyncio.get_running_loop()
-        delay = p.pre_queue_delay(loop.time())
+        delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
         if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
             ctx.fault = "spike"
@@ -314,7 +314,7 @@ class SimHandlers:
         if self._faulty_token_index(seq) is not None:
             ctx.fault = "malformed"
             body = body[: len(body) // 2]
-        now = asyncio.get_running_loop().time()
+        now = time.perf_counter()
         self._truth(
             ctx,
             200,
@@ -371,7 +371,7 @@ class SimHandlers:
                     )
                     frames.append(b"data: " + chunk + b"\n\n")
                 await resp.write(b"".join(frames))
-                now = loop.time()
+                now = time.perf_counter()
                 if sent == 0:
                     first_at = now
                 else:
@@ -418,7 +418,7 @@ class SimHandlers:
         tail.append(DONE_FRAME)
         await resp.write(b"".join(tail))
         await resp.write_eof()
-        now = loop.time()
+        now = time.perf_counter()
         self._truth(
             ctx,
             200,
@@ -480,7 +480,7 @@ class SimHandlers:
             ctx,
             200,
             False,
-            e2e_ms=self._ms(ctx, asyncio.get_running_loop().time()),
+            e2e_ms=self._ms(ctx, time.perf_counter()),
             prompt_tokens=prompt_tokens,
         )
         body = _json.encode(

@@ -11,14 +11,7 @@ Buckets live in a dict ``index -> count``: an empty or small histogram is tiny, 
 O(buckets used), and the index is dense and monotone in the value, so serialized deltas are
 small integers.
 
-Serialized form (``to_dict``; ``to_bytes`` is the same mapping in msgpack)::
-
-    {"version": 1, "unit": 0.001, "count": 3, "total": 12.5, "min": 0.5, "max": 9.0,
-     "buckets": [d0, c0, d1, c1, ...]}
-
-``buckets`` is a flat list of pairs in ascending index order: ``d`` is the index minus the
-previous pair's index (the first is the index itself), ``c`` the count (>= 1). ``min``/``max``
-are ``null`` when ``count`` is 0. A reader must reject a ``version`` it does not know.
+The serialized form is documented in ``tailgate.stats._schema``.
 """
 
 from __future__ import annotations
@@ -29,61 +22,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
 from operator import sub
-from typing import Any, TypedDict
+from typing import Any
 
 import msgspec
 
-__all__ = ["HistogramDict", "LatencyHistogram", "Summary"]
+from tailgate.stats._schema import VERSION, HistogramDict, HistogramWire, Summary
+
+__all__ = ["LatencyHistogram"]
 
 _SUB_BITS = 11  # 2048 sub-buckets per power of two: HdrHistogram's 3 significant digits
 _EXACT_LIMIT = 1 << (_SUB_BITS + 1)  # 4096: below this each integer is its own bucket
 _EXACT_BITS = _SUB_BITS + 1
 _INF = math.inf
-_VERSION = 1
-
-
-class Summary(TypedDict):
-    """The percentile set every report shows; the key names are a contract."""
-
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    max: float
-    mean: float
-    count: int
-
-
-class HistogramDict(TypedDict):
-    """The JSON-able form of a histogram (schema in the module docstring)."""
-
-    version: int
-    unit: float
-    count: int
-    total: float
-    min: float | None
-    max: float | None
-    buckets: list[int]
-
-
-class _Wire(msgspec.Struct):
-    # Decoding through a typed struct gives path-precise type errors for free; the semantic
-    # checks (counts add up, min <= max, ...) follow in LatencyHistogram._from_wire.
-    version: int
-    unit: float
-    count: int
-    total: float
-    min: float | None
-    max: float | None
-    buckets: list[int]
-
-
-def _index(v: int) -> int:
-    """Bucket index of the quantized value ``v`` (the same arithmetic record() inlines)."""
-    if v < _EXACT_LIMIT:
-        return v
-    s = v.bit_length() - _EXACT_BITS
-    return (s << _SUB_BITS) + (v >> s)
 
 
 def _midpoint(index: int) -> float:
@@ -143,7 +93,10 @@ class LatencyHistogram:
                 raise ValueError(f"count must be >= 0, got {count!r}")
             if count == 0:
                 return
-        v = int(value / self._unit + 0.5)
+        try:  # free in 3.11 unless raised: value / unit may overflow to inf for a tiny unit
+            v = int(value / self._unit + 0.5)
+        except OverflowError:
+            raise ValueError(f"cannot record {value!r}: too large for unit {self._unit!r}") from None
         if v >= _EXACT_LIMIT:
             s = v.bit_length() - _EXACT_BITS
             v = (s << _SUB_BITS) + (v >> s)
@@ -167,7 +120,10 @@ class LatencyHistogram:
             for value in values:
                 if not 0.0 <= value < _INF:
                     raise ValueError(f"cannot record {value!r}: values must be finite and >= 0")
-                v = int(value / unit + 0.5)
+                try:
+                    v = int(value / unit + 0.5)
+                except OverflowError:
+                    raise ValueError(f"cannot record {value!r}: too large for unit {unit!r}") from None
                 if v >= _EXACT_LIMIT:
                     s = v.bit_length() - _EXACT_BITS
                     v = (s << _SUB_BITS) + (v >> s)
@@ -304,7 +260,7 @@ class LatencyHistogram:
 
     # -- serialization ---------------------------------------------------------------------
 
-    def _to_wire(self) -> _Wire:
+    def _to_wire(self) -> HistogramWire:
         counts = self._counts
         indexes = sorted(counts)  # never holds zeros: every write adds a positive count
         flat = [0, 0] * len(indexes)
@@ -312,8 +268,8 @@ class LatencyHistogram:
         flat[0::2] = map(sub, indexes, [0, *indexes[:-1]])
         flat[1::2] = map(counts.__getitem__, indexes)
         empty = self._count == 0
-        return _Wire(
-            version=_VERSION,
+        return HistogramWire(
+            version=VERSION,
             unit=self._unit,
             count=self._count,
             total=self._total,
@@ -323,9 +279,9 @@ class LatencyHistogram:
         )
 
     @classmethod
-    def _from_wire(cls, w: _Wire) -> LatencyHistogram:
-        if w.version != _VERSION:
-            raise ValueError(f"unsupported histogram version {w.version!r} (this reader knows {_VERSION})")
+    def _from_wire(cls, w: HistogramWire) -> LatencyHistogram:
+        if w.version != VERSION:
+            raise ValueError(f"unsupported histogram version {w.version!r} (this reader knows {VERSION})")
         h = cls(w.unit)
         flat = w.buckets
         if len(flat) % 2:
@@ -335,7 +291,7 @@ class LatencyHistogram:
         # checked with C-level min() rather than a Python loop, as histograms hold ~10^4 buckets.
         if deltas and (deltas[0] < 0 or min(deltas[1:], default=1) <= 0 or min(counts) <= 0):
             raise ValueError("histogram buckets are invalid: deltas must increase the index, counts be >= 1")
-        h._counts.update(zip(accumulate(deltas), counts))
+        h._counts.update(zip(accumulate(deltas), counts, strict=True))
         n = sum(counts)
         if n != w.count:
             raise ValueError(f"histogram buckets hold {n} values but count says {w.count}")
@@ -353,7 +309,7 @@ class LatencyHistogram:
         return h
 
     def to_dict(self) -> HistogramDict:
-        """The versioned JSON-able form (schema in the module docstring)."""
+        """The versioned JSON-able form (schema in ``tailgate.stats._schema``)."""
         w = self._to_wire()
         return HistogramDict(
             version=w.version,
@@ -369,7 +325,7 @@ class LatencyHistogram:
     def from_dict(cls, data: Mapping[str, Any]) -> LatencyHistogram:
         """Rebuild from ``to_dict()`` output; malformed data raises ``ValueError``."""
         # msgspec.ValidationError is a ValueError subclass, so type errors surface as one too.
-        return cls._from_wire(msgspec.convert(data, _Wire))
+        return cls._from_wire(msgspec.convert(data, HistogramWire))
 
     def to_bytes(self) -> bytes:
         """``to_dict()`` encoded as msgpack."""
@@ -379,7 +335,7 @@ class LatencyHistogram:
     def from_bytes(cls, data: bytes) -> LatencyHistogram:
         """Rebuild from ``to_bytes()`` output; malformed data raises ``ValueError``."""
         try:
-            wire = msgspec.msgpack.decode(data, type=_Wire)
+            wire = msgspec.msgpack.decode(data, type=HistogramWire)
         except msgspec.DecodeError as exc:  # also covers ValidationError
             raise ValueError(f"invalid histogram bytes: {exc}") from exc
         return cls._from_wire(wire)

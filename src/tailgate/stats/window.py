@@ -106,13 +106,27 @@ class SlidingWindow:
 
     # -- writing ---------------------------------------------------------------------------
 
+    def _write_slot(self) -> int:
+        # _slot(_epoch(_now())) inlined for the write paths, which run on every request.
+        t = self._clock() + self._skew
+        if t < self._latest:
+            self._skew += self._latest - t
+            t = self._latest
+        else:
+            self._latest = t
+        epoch = math.floor(t / self._bucket_s)
+        i = epoch % self._buckets
+        if self._tags[i] != epoch:
+            self._slot(epoch)
+        return i
+
     def record(self, value: float, count: int = 1) -> None:
         """Record a latency (same unit and rules as ``LatencyHistogram.record``)."""
-        self._hists[self._slot(self._epoch(self._now()))].record(value, count)
+        self._hists[self._write_slot()].record(value, count)
 
     def incr(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the counter ``name`` in the current bucket."""
-        counters = self._counters[self._slot(self._epoch(self._now()))]
+        counters = self._counters[self._write_slot()]
         counters[name] = counters.get(name, 0) + n
 
     def merge_from(self, other: SlidingWindow) -> None:
@@ -121,6 +135,7 @@ class SlidingWindow:
         Both windows must have the same bucket length, bucket count and unit. Buckets that are
         expired in either window's view are skipped; buckets newer than our current one (the other
         clock runs ahead) are folded into our current bucket, as a backwards clock would be.
+        Alignment is in each window's own time, which is its clock plus any backwards-jump skew.
         """
         if (other._bucket_s, other._buckets, other._unit) != (self._bucket_s, self._buckets, self._unit):
             raise ValueError(

@@ -227,8 +227,8 @@ class SSEDecoder:
         if self._event_bytes == 0:
             self._event_start, self._event_line = base + start, self._line
         self._event_bytes += end - start
-        if self._event_bytes > self.max_event_size:
-            raise self._too_big(base + start, self._line)
+        if self._event_bytes > self.max_event_size:  # reported where the event began, like close()
+            raise self._too_big(self._event_start, self._event_line)
         colon = data.find(b":", start, end)
         if colon < 0:  # "the whole line is the field name, and the empty string is the field value"
             name, value_at = data[start:end], end
