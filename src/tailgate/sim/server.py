@@ -23,6 +23,7 @@ from aiohttp import web
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.provider import SimProvider
+from tailgate.sim.stream import SSEWriter
 from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
 from tailgate.wire import errors as wire_errors
@@ -203,7 +204,7 @@ class SimHandlers:
         rid, seed = p.next_request(req.seed)
         ctx.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
         seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed)
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
         delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
         if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
@@ -337,63 +338,40 @@ class SimHandlers:
         ctx: _Ctx,
     ) -> web.StreamResponse:
         f = self.p.faults
-        loop = asyncio.get_running_loop()
         chat = kind == "chat"
         created, model = int(ctx.wall), req.model
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         cut = f.disconnect_after_tokens if f.active else None
         bad_at = self._faulty_token_index(seq)
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
+        resp.enable_chunked_encoding()
         await resp.prepare(request)
-        if chat:  # OpenAI opens with a role-only chunk; by DESIGN.md it does not count as the first token
-            await resp.write(
-                b"data: " + chat_chunk_bytes(seq.id, created, model, "", role="assistant") + b"\n\n"
-            )
-        sent = 0
-        first_at = 0.0
-        last_at = 0.0
-        gaps: list[float] = []
-        while True:
-            end = len(seq.out) if cut is None else min(len(seq.out), cut)
-            if sent < end:
-                frames = []
-                for i in range(sent, end):
-                    if i == bad_at:
-                        ctx.fault = "malformed"
-                        frames.append(
-                            b'data: {"id": "' + seq.id.encode() + b'", "choices": [{"delta": {"cont\n\n'
-                        )
-                    token = seq.out[i]
-                    chunk = (
-                        chat_chunk_bytes(seq.id, created, model, token)
-                        if chat
-                        else completion_chunk_bytes(seq.id, created, model, token)
-                    )
-                    frames.append(b"data: " + chunk + b"\n\n")
-                await resp.write(b"".join(frames))
-                now = time.perf_counter()
-                if sent == 0:
-                    first_at = now
-                else:
-                    gaps.append(round((now - last_at) * 1000.0, 3))
-                gaps.extend([0.0] * (end - sent - 1))  # tokens that left in the same write
-                last_at = now
-                sent = end
-            if cut is not None and sent >= cut:
-                ctx.fault = "disconnect"
-                self._truth(
-                    ctx,
-                    200,
-                    True,
-                    ttft_ms=self._ms(ctx, first_at) if sent else None,
-                    output_tokens=sent,
-                    prompt_tokens=seq.prompt_tokens,
-                    itl_ms=gaps,
-                )
-                raise _Abort
-            if seq.done:
-                break
+        # OpenAI opens with a role-only chunk; by DESIGN.md it does not count as the first token.
+        # Either way this write puts the headers on the wire, after which frames go straight out.
+        opening = chat_chunk_bytes(seq.id, created, model, "", role="assistant") if chat else b""
+        await resp.write(b"data: " + opening + b"\n\n" if opening else b"")
+        writer = SSEWriter(request.transport, chat=chat, created=created, model=model, cut=cut, bad_at=bad_at)
+        writer.flush(seq)
+        seq.sink = writer.on_token
+        while not (seq.done or writer.cut_reached):
             await seq.wait()
+        seq.sink = None
+        writer.flush(seq)
+        if writer.bad_at is not None and writer.sent > writer.bad_at:
+            ctx.fault = "malformed"
+        first_ms = self._ms(ctx, writer.first_at) if writer.sent else None
+        if writer.cut_reached:
+            ctx.fault = "disconnect"
+            self._truth(
+                ctx,
+                200,
+                True,
+                ttft_ms=first_ms,
+                output_tokens=writer.sent,
+                prompt_tokens=seq.prompt_tokens,
+                itl_ms=writer.gaps,
+            )
+            raise _Abort
         tail = []
         if chat:
             tail.append(
@@ -424,12 +402,12 @@ class SimHandlers:
             200,
             True,
             queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
-            ttft_ms=self._ms(ctx, first_at) if seq.out else None,
+            ttft_ms=first_ms,
             e2e_ms=self._ms(ctx, now),
             output_tokens=len(seq.out),
             prompt_tokens=seq.prompt_tokens,
             finish_reason=seq.finish_reason,
-            itl_ms=gaps,
+            itl_ms=writer.gaps,
         )
         return resp
 

@@ -1,0 +1,91 @@
+"""Writing a simulated stream's token chunks straight from the engine's step.
+
+Waking one handler coroutine per token per stream made the event loop, not the engine, the limit at
+a few hundred concurrent streams. Once the response headers are on the wire, the engine instead calls
+:meth:`SSEWriter.on_token` synchronously at the end of each step, which frames the chunk (HTTP/1.1
+chunked encoding, RFC 9112 §7.1) and hands it to the socket. The handler wakes only at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tailgate.sim.engine import Sequence
+from tailgate.wire.types import chat_chunk_bytes, completion_chunk_bytes
+
+
+class SSEWriter:
+    """Frames and writes the token chunks of one stream; records when each token left."""
+
+    __slots__ = (
+        "bad_at",
+        "chat",
+        "created",
+        "cut",
+        "cut_reached",
+        "first_at",
+        "gaps",
+        "last_at",
+        "model",
+        "sent",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        transport: asyncio.BaseTransport | None,
+        *,
+        chat: bool,
+        created: int,
+        model: str,
+        cut: int | None,
+        bad_at: int | None,
+    ) -> None:
+        self.transport = transport
+        self.chat = chat
+        self.created = created
+        self.model = model
+        self.cut = cut
+        self.bad_at = bad_at
+        self.cut_reached = False
+        self.sent = 0
+        self.first_at = 0.0
+        self.last_at = 0.0
+        self.gaps: list[float] = []
+        """Every gap between token-carrying writes, in ms (ground truth ITL)."""
+
+    def _frame(self, seq: Sequence, i: int) -> bytes:
+        token = seq.out[i]
+        chunk = (
+            chat_chunk_bytes(seq.id, self.created, self.model, token)
+            if self.chat
+            else completion_chunk_bytes(seq.id, self.created, self.model, token)
+        )
+        frame = b"data: " + chunk + b"\n\n"
+        if i == self.bad_at:  # the malformed-chunk fault: a JSON object cut off mid-string
+            frame = b'data: {"id": "' + seq.id.encode() + b'", "choices": [{"delta": {"cont\n\n' + frame
+        return frame
+
+    def flush(self, seq: Sequence) -> None:
+        """Write every token decoded but not yet sent (all in one socket write)."""
+        end = len(seq.out) if self.cut is None else min(len(seq.out), self.cut)
+        if end <= self.sent or self.transport is None or self.transport.is_closing():
+            return
+        data = b"".join(self._frame(seq, i) for i in range(self.sent, end))
+        self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
+        now = time.perf_counter()
+        if self.sent == 0:
+            self.first_at = now
+        else:
+            self.gaps.append(round((now - self.last_at) * 1000.0, 3))
+        self.gaps.extend([0.0] * (end - self.sent - 1))  # tokens that left in the same write
+        self.last_at = now
+        self.sent = end
+        if self.cut is not None and end >= self.cut and not self.cut_reached:
+            self.cut_reached = True
+            seq._wake()  # the handler drops the connection (disconnect_after_tokens fault)
+
+    def on_token(self, seq: Sequence) -> None:
+        """Engine callback: one more token was appended to ``seq.out``."""
+        self.flush(seq)
