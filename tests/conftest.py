@@ -97,3 +97,22 @@ def threaded_sim() -> Iterator[Callable[..., ThreadedSim]]:
     yield factory
     for ts in made:
         ts.close()
+
+
+@pytest.fixture
+async def oai() -> AsyncIterator[Callable[..., Any]]:
+    """Factory for official ``openai.AsyncOpenAI`` clients (no retries); all are closed afterwards."""
+    from openai import AsyncOpenAI
+
+    made: list[AsyncOpenAI] = []
+
+    def factory(url: str, key: str = "sk-test", **kwargs: Any) -> AsyncOpenAI:
+        client = AsyncOpenAI(
+            base_url=url, api_key=key, max_retries=0, timeout=kwargs.pop("timeout", 10), **kwargs
+        )
+        made.append(client)
+        return client
+
+    yield factory
+    for client in made:
+        await client.close()

@@ -3,7 +3,8 @@
 ``GET /sim/faults`` shows the active set, ``POST`` merges the JSON object it is given (fields of
 :class:`~tailgate.sim.faults.Faults`; unknown or invalid fields are a 400 naming the field), ``DELETE``
 clears every fault. ``GET /sim/truth[?limit=N]`` returns recent requests as the simulator timed them;
-``DELETE /sim/truth`` forgets them. ``GET /sim/state`` shows slots, queue, steps and step lateness.
+``DELETE /sim/truth`` forgets them. ``GET /sim/state`` shows slots, queue, steps and step lateness;
+``DELETE /sim/state`` resets the lateness histogram and the step/token counters (discard a warm-up).
 """
 
 from __future__ import annotations
@@ -82,9 +83,14 @@ def add_control_routes(app: web.Application, provider: SimProvider, *, prefix: s
             }
         )
 
+    async def delete_state(_request: web.Request) -> web.Response:
+        provider.engine.reset_stats()
+        return web.json_response({"reset": True, "engine": provider.engine.snapshot()})
+
     app.router.add_get(f"{prefix}/faults", get_faults)
     app.router.add_post(f"{prefix}/faults", post_faults)
     app.router.add_delete(f"{prefix}/faults", delete_faults)
     app.router.add_get(f"{prefix}/truth", get_truth)
     app.router.add_delete(f"{prefix}/truth", delete_truth)
     app.router.add_get(f"{prefix}/state", get_state)
+    app.router.add_delete(f"{prefix}/state", delete_state)

@@ -210,6 +210,16 @@ class Engine:
         self._prefilling.clear()
         self._decoding.clear()
 
+    def reset_stats(self) -> None:
+        """Forget the step lateness histogram and the step/token counters (``DELETE /sim/state``).
+
+        Slots, queue and sequences in flight are untouched; a benchmark calls this after its warm-up
+        so the numbers it reads afterwards cover only the measured window.
+        """
+        self.lateness_ms.reset()
+        self.steps = 0
+        self.tokens_emitted = 0
+
     def snapshot(self) -> dict[str, Any]:
         """Live state for ``/sim/state``."""
         return {

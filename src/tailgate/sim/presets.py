@@ -186,3 +186,23 @@ def preset(name: str) -> EngineParams:
     except KeyError:
         known = ", ".join(PRESETS)
         raise ValueError(f"unknown simulator preset {name!r}; known presets: {known}") from None
+
+
+def presets_markdown() -> str:
+    """The preset table of docs/simulator.md (a test checks the doc holds exactly this)."""
+    head = (
+        "| preset | slots | queue (overflow) | prefill tok/s | step ms (+ per extra seq) | pre-queue median s (σ) "
+        "| swing | max output | accuracy | shape |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for name, (p, description) in PRESETS.items():
+        rows.append(
+            f"| `{name}` | {p.slots} | {p.queue_limit} ({p.overflow_status}) | {p.prefill_tps:g} "
+            f"| {p.step_ms:g} (+{p.step_per_seq_ms:g}) | {p.pre_median_s:g} ({p.pre_sigma:g}) "
+            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {description} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # python -m tailgate.sim.presets  → prints the docs table
+    print(presets_markdown(), end="")

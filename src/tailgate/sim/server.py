@@ -203,7 +203,8 @@ class SimHandlers:
 
         rid, seed = p.next_request(req.seed)
         ctx.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
-        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed)
+        stop = [req.stop] if isinstance(req.stop, str) else req.stop
+        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop)
         asyncio.get_running_loop()
         delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
@@ -238,7 +239,9 @@ class SimHandlers:
         finally:
             p.engine.cancel(seq)  # no-op when finished; frees the slot when the client left early
 
-    def _sequence(self, rid: str, prompt_text: str, max_tokens: int | None, seed: int) -> Sequence:
+    def _sequence(
+        self, rid: str, prompt_text: str, max_tokens: int | None, seed: int, stop: list[str] | None
+    ) -> Sequence:
         p = self.p
         prompt_tokens = estimate_tokens(prompt_text)
         script: list[str] | None = None
@@ -256,7 +259,13 @@ class SimHandlers:
             base = p.spec.params.default_output_tokens
             target, reason = max(1, round(base * p.rng.uniform(0.5, 1.5))), "stop"
         return Sequence(
-            rid, prompt_tokens=prompt_tokens, target=target, seed=seed, script=script, length_reason=reason
+            rid,
+            prompt_tokens=prompt_tokens,
+            target=target,
+            seed=seed,
+            script=script,
+            stop=stop,
+            length_reason=reason,
         )
 
     def _faulty_token_index(self, seq: Sequence) -> int | None:
