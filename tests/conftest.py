@@ -107,9 +107,7 @@ async def oai() -> AsyncIterator[Callable[..., Any]]:
     made: list[AsyncOpenAI] = []
 
     def factory(url: str, key: str = "sk-test", **kwargs: Any) -> AsyncOpenAI:
-        client = AsyncOpenAI(
-            base_url=url, api_key=key, max_retries=0, timeout=kwargs.pop("timeout", 10), **kwargs
-        )
+        client = AsyncOpenAI(base_url=url, api_key=key, max_retries=0, timeout=kwargs.pop("timeout", 10), **kwargs)
         made.append(client)
         return client
 

@@ -151,9 +151,7 @@ def mock(
     show_default=True,
     help="First port for the simulated providers (0 picks free ports).",
 )
-@click.option(
-    "--duration", type=float, default=None, help="Stop after this many seconds (default: until Ctrl-C)."
-)
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: until Ctrl-C).")
 @click.option(
     "--requests",
     "n_requests",
@@ -167,8 +165,4 @@ def demo(port: int, duration: float | None, n_requests: int, time_scale: float) 
     """Start simulated providers and show that they answer (no keys, no network)."""
     from tailgate.demo import run_demo
 
-    run(
-        lambda stop: run_demo(
-            stop, port=port, duration=duration, n_requests=n_requests, time_scale=time_scale
-        )
-    )
+    run(lambda stop: run_demo(stop, port=port, duration=duration, n_requests=n_requests, time_scale=time_scale))

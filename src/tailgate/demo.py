@@ -37,9 +37,7 @@ async def _one(session: aiohttp.ClientSession, url: str) -> int:
     }
     chunks = 0
     decoder = SSEDecoder()
-    async with session.post(
-        f"{url}/chat/completions", json=body, headers={"Authorization": "Bearer demo"}
-    ) as resp:
+    async with session.post(f"{url}/chat/completions", json=body, headers={"Authorization": "Bearer demo"}) as resp:
         resp.raise_for_status()
         async for data in resp.content.iter_any():
             for event in decoder.feed(data):
@@ -53,9 +51,7 @@ async def _one(session: aiohttp.ClientSession, url: str) -> int:
 
 async def _exercise(provider: SimProvider, n: int) -> tuple[int, int]:
     async with aiohttp.ClientSession() as session:
-        results = await asyncio.gather(
-            *(_one(session, provider.url) for _ in range(n)), return_exceptions=True
-        )
+        results = await asyncio.gather(*(_one(session, provider.url) for _ in range(n)), return_exceptions=True)
     ok = [r for r in results if isinstance(r, int)]
     return len(ok), sum(ok)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import SimFactory
 
+from conftest import SimFactory
 from tailgate.sim.engine import Engine, QueueFull, Sequence
 from tailgate.sim.presets import PRESETS, EngineParams
 from tailgate.sim.text import token_at
@@ -25,9 +25,7 @@ async def _run_sequences(engine: Engine, seqs: list[Sequence]) -> None:
 
 async def test_requests_beyond_slots_wait_in_fifo_order() -> None:
     """With 2 slots, the 3rd and 4th sequences queue, start only as slots free, and finish later."""
-    engine = Engine(
-        EngineParams(slots=2, step_ms=5, step_per_seq_ms=0, jitter=0, prefill_tps=1e9), token_fn=token_at
-    )
+    engine = Engine(EngineParams(slots=2, step_ms=5, step_per_seq_ms=0, jitter=0, prefill_tps=1e9), token_fn=token_at)
     seqs = [Sequence(f"s{i}", prompt_tokens=1, target=4, seed=i) for i in range(4)]
     try:
         await _run_sequences(engine, seqs)

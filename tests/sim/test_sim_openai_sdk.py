@@ -180,9 +180,7 @@ def test_sync_client_stream_and_error_mapping(threaded_sim: Callable[..., Thread
 
 
 def _sync_checks(ts: ThreadedSim, client: OpenAI) -> None:
-    resp = client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "x"}], max_tokens=5
-    )
+    resp = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=5)
     assert resp.usage is not None
     assert resp.usage.completion_tokens == 5
     tokens = [

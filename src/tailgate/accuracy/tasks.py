@@ -22,9 +22,7 @@ from dataclasses import dataclass
 KINDS = ("arithmetic", "counting", "ordering")
 
 _ARITH = re.compile(r"Compute (-?\d+) ([+*-]) (-?\d+) ([+*-]) (-?\d+)\. Reply with the final number only\.")
-_COUNT = re.compile(
-    r"How many times does the letter '([a-z])' appear in \"([a-z ]+)\"\? Reply with the number only\."
-)
+_COUNT = re.compile(r"How many times does the letter '([a-z])' appear in \"([a-z ]+)\"\? Reply with the number only\.")
 _ORDER = re.compile(
     r"Sort these numbers in ascending order: (-?\d+(?:, -?\d+)+)\. "
     r"Reply with the numbers separated by commas only\."
@@ -65,13 +63,9 @@ def _make(kind: str, rng: random.Random, index: int, seed: int) -> Task:
     elif kind == "counting":
         letter = rng.choice("abcdefghijklmnopqrstuvwxyz")
         alphabet = letter * 4 + "abcdefghijklmnopqrstuvwxyz"
-        words = [
-            "".join(rng.choice(alphabet) for _ in range(rng.randint(3, 8))) for _ in range(rng.randint(3, 6))
-        ]
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(3, 8))) for _ in range(rng.randint(3, 6))]
         text = " ".join(words)
-        prompt = (
-            f"How many times does the letter '{letter}' appear in \"{text}\"? Reply with the number only."
-        )
+        prompt = f"How many times does the letter '{letter}' appear in \"{text}\"? Reply with the number only."
     else:
         nums = rng.sample(range(-50, 1000), rng.randint(4, 8))
         prompt = (

@@ -118,9 +118,7 @@ def validate_data(
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            source, [f"{source}: expected a mapping at the top level, got {type(data).__name__}"]
-        )
+        raise ConfigError(source, [f"{source}: expected a mapping at the top level, got {type(data).__name__}"])
     try:
         data = interpolate(data, os.environ if env is None else env)
     except ConfigError as exc:

@@ -11,9 +11,7 @@ from tailgate.sim.provider import ProviderSpec, SimProvider
 class SimCluster:
     """Start and stop a set of :class:`SimProvider`; ``providers[name].url`` after ``start()``."""
 
-    def __init__(
-        self, specs: list[ProviderSpec], *, host: str = "127.0.0.1", control_port: int | None = None
-    ):
+    def __init__(self, specs: list[ProviderSpec], *, host: str = "127.0.0.1", control_port: int | None = None):
         self.providers = {spec.name: SimProvider(spec) for spec in specs}
         self.host = host
         self.control_port = control_port

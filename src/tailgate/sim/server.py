@@ -101,8 +101,7 @@ class SimHandlers:
                 if not decision.allowed:
                     ctx.fault = "rate_limit"
                     err = wire_errors.rate_limited(
-                        "Rate limit reached for requests on this API key. "
-                        f"Retry after {decision.retry_after_s:.2f}s."
+                        f"Rate limit reached for requests on this API key. Retry after {decision.retry_after_s:.2f}s."
                     )
                     return _error_response(err, ctx.headers)
             if f.quota_exhausted:
@@ -190,11 +189,8 @@ class SimHandlers:
         if max_tokens is not None and max_tokens > limit:
             self._truth(ctx, 400, stream)
             err = wire_errors.invalid_request(
-                f"max_tokens is too large: {max_tokens}. "
-                f"This model supports at most {limit} completion tokens.",
-                param="max_completion_tokens"
-                if getattr(req, "max_completion_tokens", None)
-                else "max_tokens",
+                f"max_tokens is too large: {max_tokens}. This model supports at most {limit} completion tokens.",
+                param="max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens",
             )
             return _error_response(err, ctx.headers)
         if p.faults.active and (injected := self._injected_error(ctx)) is not None:
@@ -384,9 +380,7 @@ class SimHandlers:
         tail = []
         if chat:
             tail.append(
-                b"data: "
-                + chat_chunk_bytes(seq.id, created, model, None, finish_reason=seq.finish_reason)
-                + b"\n\n"
+                b"data: " + chat_chunk_bytes(seq.id, created, model, None, finish_reason=seq.finish_reason) + b"\n\n"
             )
         else:
             tail.append(
@@ -457,9 +451,7 @@ class SimHandlers:
         for i, item in enumerate(inputs):
             vector = _embedding(p.spec.seed, str(item), dims)
             emb: Any = (
-                base64.b64encode(array("f", vector).tobytes()).decode()
-                if req.encoding_format == "base64"
-                else vector
+                base64.b64encode(array("f", vector).tobytes()).decode() if req.encoding_format == "base64" else vector
             )
             data.append({"object": "embedding", "index": i, "embedding": emb})
         ctx.rid = "emb-" + p.next_request(None)[0]
@@ -484,9 +476,7 @@ class SimHandlers:
         names = self.p.spec.models or (DEFAULT_MODEL,)
         created = int(self.p.started_at_wall)
         data = [{"id": m, "object": "model", "created": created, "owned_by": self.p.name} for m in names]
-        return web.Response(
-            body=_json.encode({"object": "list", "data": data}), content_type="application/json"
-        )
+        return web.Response(body=_json.encode({"object": "list", "data": data}), content_type="application/json")
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         f = self.p.faults

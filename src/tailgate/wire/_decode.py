@@ -88,9 +88,7 @@ def _join(parent: str | None, child: str) -> str:
     return f"{parent}.{child}" if parent else child
 
 
-def validation_error(
-    exc: msgspec.ValidationError, body: bytes, enums: Mapping[str, Sequence[str]]
-) -> WireError:
+def validation_error(exc: msgspec.ValidationError, body: bytes, enums: Mapping[str, Sequence[str]]) -> WireError:
     """A 400 for a body that is valid JSON but not a valid request."""
     at = _AT.match(str(exc))
     msg, path = (at["msg"], at["path"] or "") if at else (str(exc), "")
@@ -116,14 +114,11 @@ def validation_error(
         kind, n = ("array", "an array") if length["kind"] == "array" else ("string", "a string")
         if length["op"] == ">=" and length["n"] == "1":
             return invalid_request(
-                f"Invalid {where}: empty {kind}. Expected {n} with minimum length 1, "
-                f"but got an empty {kind} instead.",
+                f"Invalid {where}: empty {kind}. Expected {n} with minimum length 1, but got an empty {kind} instead.",
                 param,
             )
         bound_word = "minimum" if length["op"] == ">=" else "maximum"
-        return invalid_request(
-            f"Invalid {where}: expected {n} with {bound_word} length {length['n']}.", param
-        )
+        return invalid_request(f"Invalid {where}: expected {n} with {bound_word} length {length['n']}.", param)
     if enum := _ENUM.fullmatch(msg):
         allowed = enums.get(param.rsplit(".", 1)[-1] if param else "")
         hint = f" Supported values are: {', '.join(repr(a) for a in allowed)}." if allowed else ""
@@ -145,9 +140,7 @@ def json_error(exc: msgspec.DecodeError, body: bytes) -> WireError:
         return invalid_request(f"The request body is not valid JSON: {text}.")
     line = body.count(b"\n", 0, pos) + 1
     column = pos - (body.rfind(b"\n", 0, pos) + 1) + 1
-    return invalid_request(
-        f"The request body is not valid JSON: {what} at line {line} column {column} (byte {pos})."
-    )
+    return invalid_request(f"The request body is not valid JSON: {what} at line {line} column {column} (byte {pos}).")
 
 
 def check_prompt(value: str | list[str | int | list[int]], name: str) -> None:
@@ -160,8 +153,7 @@ def check_prompt(value: str | list[str | int | list[int]], name: str) -> None:
         return
     if not value:
         raise invalid_request(
-            f"Invalid '{name}': empty array. Expected an array with minimum length 1, "
-            "but got an empty array instead.",
+            f"Invalid '{name}': empty array. Expected an array with minimum length 1, but got an empty array instead.",
             name,
         )
     kind = type(value[0])
@@ -186,9 +178,7 @@ class RequestDecoder(Generic[_S]):
     # class that never compares equal to the lenient result.
     _keys = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-    def __init__(
-        self, cls: type[_S], enums: Mapping[str, Sequence[str]], prompt_field: str | None = None
-    ) -> None:
+    def __init__(self, cls: type[_S], enums: Mapping[str, Sequence[str]], prompt_field: str | None = None) -> None:
         self._decoder = msgspec.json.Decoder(cls)
         self._fields = frozenset(cls.__struct_fields__)
         self._enums = enums

@@ -208,9 +208,7 @@ def _from_mapping(status: int, obj: dict[str, Any]) -> WireError | None:
     )
     if message is None:
         return None
-    code = next(
-        (text for key in ("code", "error_code") if (text := _text(fields.get(key))) is not None), None
-    )
+    code = next((text for key in ("code", "error_code") if (text := _text(fields.get(key))) is not None), None)
     return WireError(
         status,
         _clip(message),

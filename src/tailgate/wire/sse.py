@@ -183,12 +183,7 @@ class SSEDecoder:
         """LF-only input: the common case, with a fast path for whole ``data: ...\\n\\n`` events."""
         find, end = data.find, len(data)
         while (nl := find(b"\n", pos)) >= 0:
-            if (
-                self._event_bytes == 0
-                and nl + 1 < end
-                and data[nl + 1] == _LF
-                and data.startswith(b"data: ", pos)
-            ):
+            if self._event_bytes == 0 and nl + 1 < end and data[nl + 1] == _LF and data.startswith(b"data: ", pos):
                 if nl - pos > self.max_event_size:
                     raise self._too_big(base + pos, self._line + 1)
                 self._line += 1
@@ -216,9 +211,7 @@ class SSEDecoder:
         if start == end:  # a blank line dispatches the event, if there is one
             if self._data:
                 events.append(
-                    SSEEvent(
-                        "\n".join(self._data), self._event or None, self.last_event_id, self._event_retry
-                    )
+                    SSEEvent("\n".join(self._data), self._event or None, self.last_event_id, self._event_retry)
                 )
             self._reset_event()  # no data: the spec drops the event type and dispatches nothing
             return

@@ -386,9 +386,7 @@ def chat_chunk_bytes(
     """
     bare = content is None and role is None and reasoning_content is None and finish_reason is None
     if usage is not None and bare:
-        return _encoder.encode(
-            ChatCompletionChunk(id=id, created=created, model=model, choices=[], usage=usage)
-        )
+        return _encoder.encode(ChatCompletionChunk(id=id, created=created, model=model, choices=[], usage=usage))
     delta = Delta(role=role, content=content, reasoning_content=reasoning_content)
     choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason)
     chunk = ChatCompletionChunk(id=id, created=created, model=model, choices=[choice])
