@@ -114,3 +114,61 @@ async def oai() -> AsyncIterator[Callable[..., Any]]:
     yield factory
     for client in made:
         await client.close()
+
+
+class MockProcess:
+    """``tailgate mock`` running as a real subprocess (its own interpreter and event loop)."""
+
+    def __init__(self, args: list[str]) -> None:
+        import re
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tailgate", "mock", *args],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        self.urls: dict[str, str] = {}
+        self.log: list[str] = []
+        assert self.proc.stderr is not None
+        pattern = re.compile(r"provider (\S+) \(.*\) listening on (http://\S+)")
+        for line in self.proc.stderr:
+            self.log.append(line)
+            if match := pattern.search(line):
+                self.urls[match.group(1)] = match.group(2)
+            if "control API" in line or (self.urls and "--config" not in args):
+                break
+        if not self.urls:
+            raise RuntimeError("tailgate mock did not start:\n" + "".join(self.log))
+
+    @property
+    def url(self) -> str:
+        return next(iter(self.urls.values()))
+
+    def stop(self) -> int:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(timeout=10)
+        if self.proc.stderr is not None:
+            self.log.extend(self.proc.stderr.readlines())
+            self.proc.stderr.close()
+        return code
+
+
+@pytest.fixture
+def mock_process() -> Iterator[Callable[..., MockProcess]]:
+    """Factory for ``tailgate mock`` subprocesses; each is stopped with SIGINT afterwards."""
+    made: list[MockProcess] = []
+
+    def factory(*args: str) -> MockProcess:
+        mp = MockProcess(list(args))
+        made.append(mp)
+        return mp
+
+    yield factory
+    for mp in made:
+        mp.stop()

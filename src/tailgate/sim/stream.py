@@ -48,7 +48,7 @@ class SSEWriter:
         self.model = model
         self.cut = cut
         self.bad_at = bad_at
-        self.cut_reached = False
+        self.cut_reached = cut == 0  # a cut at 0 tokens is reached before anything is sent
         self.sent = 0
         self.first_at = 0.0
         self.last_at = 0.0
