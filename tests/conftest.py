@@ -153,7 +153,7 @@ class MockProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         code = self.proc.wait(timeout=10)
-        if self.proc.stderr is not None:
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
             self.log.extend(self.proc.stderr.readlines())
             self.proc.stderr.close()
         return code

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -15,7 +16,12 @@ from tailgate import __version__
 from tailgate._runtime import run, setup_logging, wait_for_stop
 from tailgate.config.loader import ConfigError
 
-console = Console(stderr=True)
+
+def _stdout() -> Console:
+    """Rich console for tables; when piped, wide enough that rows are not wrapped mid-value."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 log = logging.getLogger("tailgate")
 
 
@@ -30,8 +36,9 @@ def main(verbose: bool) -> None:
     setup_logging(verbose)
 
 
-def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+def _fail(message: str) -> NoReturn:
+    """Print a usage/config error (plain text: paths must not be wrapped) and exit 2."""
+    click.echo(f"error: {message}", err=True)
     sys.exit(2)
 
 
@@ -86,9 +93,13 @@ def mock(
     from tailgate.sim.cli_support import preset_table, specs_from_flags
     from tailgate.sim.cluster import SimCluster
     from tailgate.sim.config import load_sim_config
+    from tailgate.sim.presets import presets_markdown
 
     if list_presets:
-        Console().print(preset_table())
+        if sys.stdout.isatty():
+            _stdout().print(preset_table())
+        else:  # piped: a markdown table that no terminal width can wrap
+            click.echo(presets_markdown(), nl=False)
         return
     if (preset is None) == (config_path is None):
         _fail("give exactly one of --preset NAME or --config FILE (try --list-presets)")
@@ -108,12 +119,10 @@ def mock(
             )
     except ConfigError as exc:
         _fail("invalid simulator config:\n" + "\n".join(f"  {p}" for p in exc.problems))
-        return
     except ValueError as exc:
         _fail(str(exc))
-        return
     if check:
-        table = Table("provider", "preset", "port", "models", "faults")
+        table = Table("provider", "preset", "port", "models", "faults", title="simulated providers")
         for spec in specs:
             table.add_row(
                 spec.name,
@@ -122,7 +131,7 @@ def mock(
                 ", ".join(spec.models) or "any",
                 str(spec.faults.model_dump(exclude_defaults=True) or "-"),
             )
-        Console().print(table)
+        _stdout().print(table)
         return
 
     async def serve(stop: asyncio.Event) -> None:
