@@ -69,10 +69,7 @@ def test_body_always_has_four_keys() -> None:
 
 def test_model_not_found_uses_openai_wording() -> None:
     """The 404 for an unknown model quotes the model the way api.openai.com does."""
-    assert (
-        model_not_found("gpt-x").message
-        == "The model `gpt-x` does not exist or you do not have access to it."
-    )
+    assert model_not_found("gpt-x").message == "The model `gpt-x` does not exist or you do not have access to it."
 
 
 def test_sse_error_frame_makes_the_sdk_raise() -> None:
@@ -82,9 +79,7 @@ def test_sse_error_frame_makes_the_sdk_raise() -> None:
     assert error.sse_frame().startswith(b"event: error\ndata: {")
     received: list[str] = []
     with sdk_client(200, stream, "text/event-stream") as client:
-        chunks = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}], stream=True
-        )
+        chunks = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
         with pytest.raises(openai.APIError) as info:
             received.extend(chunk.choices[0].delta.content or "" for chunk in chunks)
     assert received == ["partial"]

@@ -88,9 +88,7 @@ def test_unknown_field_lenient_is_ignored() -> None:
 
 def test_unknown_nested_field_is_accepted_in_strict() -> None:
     """Vendor fields inside a message (DeepSeek `prefix`) do not trip strict mode."""
-    raw = msgspec.json.encode(
-        {"model": "m", "messages": [{"role": "assistant", "content": "x", "prefix": True}]}
-    )
+    raw = msgspec.json.encode({"model": "m", "messages": [{"role": "assistant", "content": "x", "prefix": True}]})
     assert decode_request("chat", raw, strict=True).messages[0].content == "x"
 
 
@@ -207,9 +205,7 @@ def test_completion_logprobs_is_an_integer() -> None:
 
 def test_embedding_request() -> None:
     """Embedding requests decode; encoding_format is checked against its two values."""
-    raw = msgspec.json.encode(
-        {"model": "e", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 8}
-    )
+    raw = msgspec.json.encode({"model": "e", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 8})
     request = decode_request("embeddings", raw, strict=True)
     assert type(request) is EmbeddingRequest
     assert request.input == ["a", "b"]

@@ -56,9 +56,7 @@ CHUNKS: list[tuple[str | None, ChunkArgs, ChatCompletionChunk]] = [
     (
         'héllo "€"\n',
         {},
-        ChatCompletionChunk(
-            id="c", created=1, model="m", choices=[ChunkChoice(delta=Delta(content='héllo "€"\n'))]
-        ),
+        ChatCompletionChunk(id="c", created=1, model="m", choices=[ChunkChoice(delta=Delta(content='héllo "€"\n'))]),
     ),
     (
         None,
@@ -70,9 +68,7 @@ CHUNKS: list[tuple[str | None, ChunkArgs, ChatCompletionChunk]] = [
     (
         None,
         {"finish_reason": "stop"},
-        ChatCompletionChunk(
-            id="c", created=1, model="m", choices=[ChunkChoice(delta=Delta(), finish_reason="stop")]
-        ),
+        ChatCompletionChunk(id="c", created=1, model="m", choices=[ChunkChoice(delta=Delta(), finish_reason="stop")]),
     ),
     (None, {"usage": USAGE}, ChatCompletionChunk(id="c", created=1, model="m", choices=[], usage=USAGE)),
     (
@@ -103,9 +99,7 @@ def test_chat_chunk_bytes_matches_struct_and_sdk(
 
 def test_usage_chunk_has_empty_choices_and_usage() -> None:
     """The final usage chunk carries `choices: []` and the usage, as OpenAI sends it."""
-    parsed = openai.types.chat.ChatCompletionChunk.model_validate_json(
-        chat_chunk_bytes("c", 1, "m", None, usage=USAGE)
-    )
+    parsed = openai.types.chat.ChatCompletionChunk.model_validate_json(chat_chunk_bytes("c", 1, "m", None, usage=USAGE))
     assert parsed.choices == []
     assert parsed.usage is not None
     assert (parsed.usage.completion_tokens, parsed.usage.total_tokens) == (3, 15)
@@ -130,9 +124,7 @@ def test_always_present_nulls_are_sent() -> None:
         (None, {"usage": USAGE}, 0),
     ],
 )
-def test_completion_chunk_bytes_parses_as_sdk_completion(
-    text: str | None, kwargs: ChunkArgs, choices: int
-) -> None:
+def test_completion_chunk_bytes_parses_as_sdk_completion(text: str | None, kwargs: ChunkArgs, choices: int) -> None:
     """Legacy text_completion chunks validate as the SDK's Completion; the usage chunk has no choices.
 
     Only chunks with a finish_reason are validated strictly: the SDK's Completion model types it as
@@ -173,9 +165,7 @@ def test_non_streamed_responses_parse_in_the_sdk() -> None:
     )
     parsed = openai.types.chat.ChatCompletion.model_validate_json(encode(chat))
     assert parsed.choices[0].message.content == "hi"
-    legacy = Completion(
-        id="x", created=1, model="m", choices=[CompletionChoice(text="t", finish_reason="stop")]
-    )
+    legacy = Completion(id="x", created=1, model="m", choices=[CompletionChoice(text="t", finish_reason="stop")])
     assert openai.types.Completion.model_validate_json(encode(legacy)).choices[0].text == "t"
     embeddings = EmbeddingResponse(
         data=[Embedding(index=0, embedding=[0.5, -1.0])],
