@@ -199,3 +199,17 @@ def _sync_checks(ts: ThreadedSim, client: OpenAI) -> None:
     with pytest.raises(openai.RateLimitError) as exc:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=1)
     assert exc.value.response.headers.get("retry-after") == "1"
+
+
+async def test_unknown_route_and_method_are_openai_shaped(sim: SimFactory) -> None:
+    """404 for an unknown path and 405 for a wrong method carry an OpenAI error object."""
+    import aiohttp
+
+    p = await sim("instant")
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{p.url}/chat/complete", json={}) as r:
+            assert r.status == 404
+            assert (await r.json())["error"]["message"] == "Invalid URL (POST /v1/chat/complete)"
+        async with s.get(f"{p.url}/chat/completions") as r:
+            assert r.status == 405
+            assert (await r.json())["error"]["type"] == "invalid_request_error"

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim.engine import QueueFull, Sequence
@@ -508,11 +509,26 @@ def _embedding(seed: int, text: str, dims: int) -> list[float]:
     return [v / norm for v in vec]
 
 
+@web.middleware
+async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown routes, wrong methods and oversized bodies get OpenAI's error shape, not aiohttp's text."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        if exc.status == 404:
+            err = wire_errors.not_found(f"Invalid URL ({request.method} {request.path})")
+        else:
+            err = WireError(exc.status, exc.reason or "Request refused.", type="invalid_request_error")
+        return web.Response(status=exc.status, body=err.body(), content_type="application/json")
+
+
 def build_app(provider: SimProvider) -> web.Application:
     """The aiohttp application of one simulated provider."""
     from tailgate.sim.control import add_control_routes
 
-    app = web.Application(client_max_size=32 * 1024 * 1024)
+    app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[openai_shaped_errors])
     app[PROVIDER_KEY] = provider
     h = SimHandlers(provider)
     app.router.add_post("/v1/chat/completions", h.chat)
