@@ -60,13 +60,14 @@ def _api_key(request: web.Request) -> str:
 class _Ctx:
     """Per-request bookkeeping shared by the chat and completions paths."""
 
-    __slots__ = ("fault", "headers", "rid", "t0", "wall")
+    __slots__ = ("fault", "headers", "recorded", "rid", "t0", "wall")
 
     def __init__(self, request: web.Request) -> None:
         self.t0 = time.perf_counter()
         self.wall = time.time()
         self.rid = ""
         self.fault: str | None = None
+        self.recorded = False
         self.headers: dict[str, str] = {}
         if (client_rid := request.headers.get("x-request-id")) is not None:
             self.headers["x-request-id"] = client_rid[:200]
@@ -124,6 +125,7 @@ class SimHandlers:
         return None
 
     def _truth(self, ctx: _Ctx, status: int, stream: bool, **fields: Any) -> None:
+        ctx.recorded = True
         self.p.truth.add(
             TruthRecord(
                 id=ctx.rid or "-",
@@ -150,6 +152,11 @@ class SimHandlers:
         ctx = _Ctx(request)
         try:
             return await self._generate_inner(request, kind, ctx)
+        except asyncio.CancelledError:
+            # The client went away (aiohttp cancels the handler); nginx's 499 names that outcome.
+            if not ctx.recorded:
+                self._truth(ctx, 499, False)
+            raise
         except _Abort:
             if ctx.fault == "outage":  # other aborts recorded their truth before raising
                 self._truth(ctx, 0, False)
@@ -202,7 +209,6 @@ class SimHandlers:
         ctx.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
         seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop)
-        asyncio.get_running_loop()
         delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
         if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
