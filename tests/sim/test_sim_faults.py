@@ -444,6 +444,7 @@ async def test_client_leaving_mid_stream_frees_its_slot_at_once(
     took = await wait_until(lambda: p.engine.active == 0, within=2.0)
     assert took < 0.5
     assert p.engine.snapshot()["tokens_emitted"] < 100
+    assert [r.status for r in p.truth.records()] == [499]  # the truth says the client closed it
 
 
 async def test_malformed_stream_has_one_chunk_that_is_not_json(sim: SimFactory, session: aiohttp.ClientSession) -> None:
