@@ -175,3 +175,17 @@ def test_parse_error_body_never_raises(status: int, body: bytes) -> None:
     error = parse_error_body(status, body)
     assert error.status == status
     assert error.message
+
+
+def test_redacted_secret_is_gone_from_every_rendering() -> None:
+    """A key echoed by the upstream appears in neither message, str(), repr(), args nor the body."""
+    from tailgate.wire.errors import parse_error_body
+
+    canary = "sk-canary-0123456789"
+    body = (
+        '{"error": {"message": "bad key ' + canary + '", "type": "x", "param": "' + canary + '", "code": null}}'
+    ).encode()
+    err = parse_error_body(401, body, redact=(canary,))
+    for text in (err.message, str(err), repr(err), str(err.args), err.body().decode(), err.param or ""):
+        assert canary not in text
+    assert "***" in err.message

@@ -1,0 +1,28 @@
+"""The one measurement core: one call to one provider through a pooled client, timed.
+
+Gateway, bench and monitor all measure through :func:`call`, so a number means the same thing
+everywhere (DESIGN.md, "Metric definitions").
+"""
+
+from tailgate.upstream.call import Call, call
+from tailgate.upstream.client import UpstreamClient
+from tailgate.upstream.endpoint import Endpoint, Timeouts
+from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
+from tailgate.upstream.keys import KeyPool
+
+__all__ = [
+    "Body",
+    "Call",
+    "CallResult",
+    "Chunk",
+    "Done",
+    "Endpoint",
+    "ErrorClass",
+    "Event",
+    "Headers",
+    "KeyPool",
+    "Sent",
+    "Timeouts",
+    "UpstreamClient",
+    "call",
+]

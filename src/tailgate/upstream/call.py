@@ -1,0 +1,456 @@
+"""One call to one provider, measured: the one place TTFT, ITL and E2E are taken.
+
+``call()`` returns a :class:`Call`. Iterate it (inside ``async with`` so that stopping early closes
+the upstream response at once) to get :class:`Sent`, :class:`Headers`, then :class:`Chunk` per SSE
+frame or one :class:`Body`, :class:`Done`, and finally the :class:`CallResult`, which is also left on
+``call.result``. Upstream failures never raise: they end the iteration with a result whose
+``error_class`` says what went wrong. A cancelled or abandoned call gets ``error_class="cancelled"``.
+
+``Sent`` and ``Headers`` are yielded together once the headers arrive (``Sent.t`` is the moment the
+request was handed to the pool, so a slow consumer cannot shift it). The send includes waiting for a
+free pooled connection and connecting: TTFT and E2E are what the caller of this client experiences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from tailgate.upstream._frames import FrameSplitter, decode_body, decode_frame, retry_after, token_count
+from tailgate.upstream.client import UpstreamClient
+from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
+from tailgate.wire.errors import MAX_ERROR_BODY, WireError, parse_error_body
+from tailgate.wire.sse import SSEDecoder, SSEProtocolError
+
+__all__ = ["Call", "call"]
+
+_encode = msgspec.json.encode
+_perf = time.perf_counter
+
+
+def _prepare(body: bytes | Mapping[str, Any], stream: bool, wants_usage: bool | None) -> tuple[bytes, bool]:
+    """The body to send, and whether the client itself asked for the usage chunk.
+
+    For streams we ask the upstream for ``stream_options.include_usage`` (the exact token count) when
+    the client did not; the usage-only chunk that then arrives is dropped from what is forwarded.
+    A body the client already asked usage with is sent byte for byte.
+    """
+    if not stream:
+        return (body if isinstance(body, bytes) else _encode(body)), True
+    obj: Any
+    if isinstance(body, bytes):
+        try:
+            obj = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return body, True  # not JSON: the upstream will say so; nothing to inject into
+        if not isinstance(obj, dict):
+            return body, True
+    else:
+        obj = body
+    options = obj.get("stream_options")
+    asked = isinstance(options, dict) and options.get("include_usage") is True
+    if wants_usage is None:
+        wants_usage = asked
+    if asked:
+        return (body if isinstance(body, bytes) else _encode(body)), wants_usage
+    new_options = dict(options) if isinstance(options, dict) else {}
+    new_options["include_usage"] = True
+    return _encode({**obj, "stream_options": new_options}), wants_usage
+
+
+def _status_class(status: int, error: WireError | None) -> ErrorClass:
+    if status == 429:
+        if error is not None and "insufficient_quota" in (error.code, error.type):
+            return "insufficient_quota"
+        return "rate_limited"
+    if 400 <= status < 500:
+        return "http_4xx"
+    if 500 <= status < 600:
+        return "http_5xx"
+    return "http_other"
+
+
+def _min(*deadlines: float | None) -> float | None:
+    present = [d for d in deadlines if d is not None]
+    return min(present) if present else None
+
+
+def _redacted(error: WireError, client: UpstreamClient) -> WireError:
+    """A fresh WireError with every key replaced, in every field and in the exception's ``args``.
+
+    ``parse_error_body`` redacts ``message`` and ``param`` in place, but ``str(error)`` reads the
+    exception args set at construction, which still hold the upstream's original text.
+    """
+
+    def clean(text: str | None) -> str | None:
+        if text is not None:
+            for secret in client.keys.secrets:
+                text = text.replace(secret, "***")
+        return text
+
+    return WireError(
+        error.status,
+        clean(error.message) or "",
+        type=clean(error.type) or "server_error",
+        param=clean(error.param),
+        code=clean(error.code),
+    )
+
+
+class _Expired(Exception):
+    """A phase deadline passed; carries the error class to report."""
+
+    def __init__(self, error_class: ErrorClass) -> None:
+        super().__init__(error_class)
+        self.error_class = error_class
+
+
+class _Failed(Exception):
+    def __init__(self, error_class: ErrorClass, detail: str) -> None:
+        super().__init__(detail)
+        self.error_class = error_class
+        self.detail = detail
+
+
+class Call:
+    """One measured upstream call; see the module docstring. Iterate it once."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        path: str,
+        body: bytes | Mapping[str, Any],
+        *,
+        stream: bool,
+        client_wants_usage: bool | None = None,
+        request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.stream = stream
+        self.request_id = request_id
+        self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage)
+        self._extra_headers = headers
+        self.result: CallResult | None = None
+        self._gen: AsyncGenerator[Event, None] | None = None
+        # measurement state, filled as the call goes
+        self._t0 = 0.0
+        self._wall = 0.0
+        self._status: int | None = None
+        self._key_index: int | None = None
+        self._first: float | None = None
+        self._last_token: float | None = None
+        self._itl: list[float] = []
+        self._token_chunks = 0
+        self._prompt_tokens: int | None = None
+        self._completion_tokens: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Call({self.client.endpoint.name!r}, {self.path!r}, stream={self.stream}, result={self.result!r})"
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        if self._gen is None:
+            self._gen = self._run()
+        return self._gen
+
+    async def __aenter__(self) -> Call:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the call now: the upstream response is closed and the result says ``cancelled``."""
+        if self._gen is not None:
+            await self._gen.aclose()
+        if self.result is None:
+            self.result = self._finish("cancelled", detail="the call was closed before it started")
+
+    async def collect(self) -> CallResult:
+        """Run the call to its end, discarding the events (what bench and monitor need)."""
+        async with self:
+            async for _ in self:
+                pass
+        assert self.result is not None  # _run always sets it before it ends
+        return self.result
+
+    # -- the result ------------------------------------------------------------------------------
+
+    def _ms(self, t: float | None) -> float | None:
+        return None if t is None else (t - self._t0) * 1000.0
+
+    def _finish(
+        self,
+        error_class: ErrorClass | None,
+        *,
+        end: float | None = None,
+        error: WireError | None = None,
+        detail: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> CallResult:
+        if detail is not None:
+            for secret in self.client.keys.secrets:
+                detail = detail.replace(secret, "***")
+        estimated = self._completion_tokens is None
+        return CallResult(
+            status=self._status,
+            error_class=error_class,
+            started_at=self._wall,
+            stream=self.stream,
+            request_id=self.request_id,
+            key_index=self._key_index,
+            error=error,
+            detail=detail,
+            retry_after_s=retry_after_s,
+            ttft_ms=self._ms(self._first),
+            e2e_ms=self._ms(end if end is not None else (_perf() if self._t0 else None)),
+            itl_ms=self._itl,
+            prompt_tokens=self._prompt_tokens,
+            output_tokens=self._token_chunks if self._completion_tokens is None else self._completion_tokens,
+            tokens_estimated=estimated,
+            token_chunks=self._token_chunks,
+        )
+
+    # -- the call --------------------------------------------------------------------------------
+
+    def _request_headers(self) -> dict[str, str]:
+        endpoint = self.client.endpoint
+        headers = {"Content-Type": "application/json", **endpoint.headers}
+        if self._extra_headers:
+            headers.update(self._extra_headers)
+        if (picked := self.client.keys.next()) is not None:
+            self._key_index, key = picked
+            headers["Authorization"] = f"Bearer {key}"
+        if self.request_id is not None:
+            headers["x-request-id"] = self.request_id
+        return headers
+
+    async def _read(
+        self, resp: aiohttp.ClientResponse, phase: float | None, phase_class: ErrorClass, total: float | None
+    ) -> bytes:
+        """One read of the body, bounded by the phase deadline and the total deadline (loop time)."""
+        deadline = _min(phase, total)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await resp.content.readany()
+        except TimeoutError:
+            if total is not None and (phase is None or total <= phase):
+                raise _Expired("timeout_total") from None
+            raise _Expired(phase_class) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            raise _Failed("cut", f"the upstream connection broke mid-response ({type(exc).__name__})") from None
+
+    async def _run(self) -> AsyncGenerator[Event, None]:
+        client, endpoint = self.client, self.client.endpoint
+        limits = endpoint.timeouts
+        loop = asyncio.get_running_loop()
+        headers = self._request_headers()
+        session = client.session
+        resp: aiohttp.ClientResponse | None = None
+        clean = False
+        self._wall = time.time()
+        self._t0 = t0 = _perf()
+        l0 = loop.time()
+
+        def at(seconds: float | None) -> float | None:
+            return None if seconds is None else l0 + seconds
+
+        total_at = at(limits.total)
+        if self.stream:
+            headers_at = at(limits.headers)
+        else:  # see Timeouts: a non-streamed answer's headers may come only with the whole body
+            waits = [s for s in (limits.headers, limits.first_token) if s is not None]
+            headers_at = at(max(waits) if len(waits) == 2 else None)
+        try:
+            try:
+                async with asyncio.timeout_at(_min(headers_at, total_at)) as phase:
+                    resp = await session.post(endpoint.url(self.path), data=self._payload, headers=headers)
+            except TimeoutError as exc:
+                if phase.expired():
+                    total_first = total_at is not None and (headers_at is None or total_at <= headers_at)
+                    raise _Expired("timeout_total" if total_first else "timeout_headers") from None
+                raise _Failed("connect", f"connect timed out ({type(exc).__name__})") from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise _Failed("connect", f"{type(exc).__name__}: {exc}") from None
+            client.in_flight += 1
+            t_headers = _perf()
+            self._status = status = resp.status
+            yield Sent(t0)
+            yield Headers(t_headers, status, resp.headers)
+
+            if not 200 <= status < 300:
+                result = await self._error_result(resp, total_at, loop)
+                clean = True
+                self.result = result
+                yield result
+                return
+
+            first_at = at(limits.first_token)
+            if not self.stream:
+                body = bytearray()
+                while data := await self._read(resp, _min(headers_at, first_at), "timeout_first_token", total_at):
+                    body += data
+                t_end = _perf()
+                clean = True
+                raw = bytes(body)
+                try:
+                    parsed = decode_body(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    raise _Failed("malformed", f"the response body is not valid JSON ({len(raw)} bytes)") from None
+                self._first = t_end
+                if parsed.usage is not None:
+                    self._prompt_tokens = parsed.usage.prompt_tokens
+                    self._completion_tokens = parsed.usage.completion_tokens
+                yield Body(t_end, raw)
+                yield Done(t_end)
+                self.result = self._finish(None, end=t_end)
+                yield self.result
+                return
+
+            async with aclosing(self._stream(resp, first_at, total_at, loop)) as events:
+                async for event in events:
+                    yield event
+            clean = True
+            assert self.result is not None  # _stream sets it on success
+            yield self.result
+        except _Expired as exc:
+            self.result = self._finish(exc.error_class, detail=f"{exc.error_class} after {self._ms(_perf()):.0f} ms")
+            yield self.result
+        except _Failed as exc:
+            self.result = self._finish(exc.error_class, detail=exc.detail)
+            yield self.result
+        except (asyncio.CancelledError, GeneratorExit):
+            if self.result is None:
+                self.result = self._finish("cancelled", detail="the caller stopped the call")
+            raise
+        finally:
+            if resp is not None:
+                client.in_flight -= 1
+                if clean:
+                    resp.release()  # read to its end: the connection goes back to the pool
+                else:
+                    resp.close()  # mid-body: drop the connection, the upstream sees the client leave
+
+    async def _stream(
+        self, resp: aiohttp.ClientResponse, first_at: float | None, total_at: float | None, loop: Any
+    ) -> AsyncGenerator[Event, None]:
+        splitter = FrameSplitter()
+        decoder = SSEDecoder(strict=True)
+        idle = self.client.endpoint.timeouts.idle
+        drop_usage = not self.client_wants_usage
+        while True:
+            if self._first is None:
+                data = await self._read(resp, first_at, "timeout_first_token", total_at)
+            else:
+                data = await self._read(resp, None if idle is None else loop.time() + idle, "timeout_idle", total_at)
+            now = _perf()
+            if not data:
+                raise _Failed("cut", "the stream ended without [DONE]")
+            try:
+                frames = splitter.feed(data)
+            except SSEProtocolError as exc:
+                raise _Failed("malformed", f"bad SSE stream: {exc.problem}") from None
+            for raw in frames:
+                try:
+                    events = decoder.feed(raw)
+                except SSEProtocolError as exc:
+                    raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
+                if not events:  # a keep-alive comment or stray blank lines
+                    yield Chunk(now, raw, False, 0)
+                    continue
+                event = events[0]
+                if event.data.startswith("[DONE]"):
+                    yield Done(now, raw)
+                    self.result = self._finish(None, end=now)
+                    await self._drain(resp, total_at, loop)
+                    return
+                try:
+                    frame = decode_frame(event.data)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    raise _Failed("malformed", "a stream chunk is not valid JSON") from None
+                if frame.error or event.event == "error":
+                    yield Chunk(now, raw, False, 0)
+                    raise _Failed("stream_error", "the upstream sent an error event mid-stream")
+                if frame.usage is not None:
+                    self._prompt_tokens = frame.usage.prompt_tokens
+                    self._completion_tokens = frame.usage.completion_tokens
+                    if drop_usage and frame.choices == []:
+                        continue  # the usage chunk we asked for on the client's behalf
+                n = token_count(frame)
+                if n:
+                    self._token_chunks += 1
+                    if self._last_token is None:
+                        self._first = now
+                    else:
+                        self._itl.append((now - self._last_token) * 1000.0)
+                    self._last_token = now
+                yield Chunk(now, raw, n > 0, n)
+
+    async def _drain(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> None:
+        """Read to the end after [DONE] so the connection can be reused; a short, bounded wait."""
+        idle = self.client.endpoint.timeouts.idle
+        deadline = _min(total_at, loop.time() + min(idle or 1.0, 1.0))
+        try:
+            async with asyncio.timeout_at(deadline):
+                while await resp.content.readany():
+                    pass
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            resp.close()  # not reusable; the call itself already succeeded
+
+    async def _error_result(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> CallResult:
+        """Read (a bounded prefix of) a non-2xx body and parse it, keys redacted."""
+        status = resp.status
+        idle = self.client.endpoint.timeouts.idle
+        body = bytearray()
+        try:
+            deadline = _min(total_at, None if idle is None else loop.time() + idle)
+            async with asyncio.timeout_at(deadline):
+                while len(body) <= MAX_ERROR_BODY and (data := await resp.content.readany()):
+                    body += data
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            resp.close()  # keep what arrived; the status alone classifies the call
+        if len(body) <= MAX_ERROR_BODY and not resp.content.at_eof():
+            resp.close()
+        error = _redacted(parse_error_body(status, bytes(body), redact=self.client.keys.secrets), self.client)
+        return self._finish(
+            _status_class(status, error),
+            error=error,
+            detail=f"HTTP {status}: {error.message}",
+            retry_after_s=retry_after(resp.headers),
+        )
+
+
+def call(
+    client: UpstreamClient,
+    path: str,
+    body: bytes | Mapping[str, Any],
+    *,
+    stream: bool,
+    client_wants_usage: bool | None = None,
+    request_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Call:
+    """Prepare one measured call of ``POST {base_url}/{path}``; iterate the returned :class:`Call`.
+
+    ``client_wants_usage=None`` reads it from the body's ``stream_options.include_usage``.
+    ``headers`` are added to the request (e.g. a provider's own tracing header).
+    """
+    return Call(
+        client,
+        path,
+        body,
+        stream=stream,
+        client_wants_usage=client_wants_usage,
+        request_id=request_id,
+        headers=headers,
+    )
