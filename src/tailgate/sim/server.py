@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
+from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.provider import SimProvider
@@ -46,10 +46,6 @@ _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"
 
 class _Abort(Exception):
     """Drop the connection without a response (disconnect / reset faults)."""
-
-
-def _error_response(err: WireError, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=err.status, body=err.body(), content_type="application/json", headers=headers)
 
 
 def _api_key(request: web.Request) -> str:
@@ -89,13 +85,13 @@ class SimHandlers:
                 ctx.fault = "outage"
                 if f.outage_mode != "503":
                     raise _Abort
-                return _error_response(wire_errors.overloaded("Service unavailable (simulated outage)."))
+                return error_response(wire_errors.overloaded("Service unavailable (simulated outage)."))
             if f.stall_headers_s:
                 ctx.fault = "stall_headers"
                 await asyncio.sleep(f.stall_headers_s)
         key = _api_key(request)
         if p.spec.api_keys and key not in p.spec.api_keys:
-            return _error_response(wire_errors.authentication_error())
+            return error_response(wire_errors.authentication_error())
         if f.active:
             if f.rate_limit_rps is not None or f.rate_limit_rpm is not None:
                 decision = p.limiter.check(key, f.rate_limit_rps, f.rate_limit_rpm)
@@ -105,10 +101,10 @@ class SimHandlers:
                     err = wire_errors.rate_limited(
                         f"Rate limit reached for requests on this API key. Retry after {decision.retry_after_s:.2f}s."
                     )
-                    return _error_response(err, ctx.headers)
+                    return error_response(err, ctx.headers)
             if f.quota_exhausted:
                 ctx.fault = "quota_exhausted"
-                return _error_response(wire_errors.insufficient_quota(), ctx.headers)
+                return error_response(wire_errors.insufficient_quota(), ctx.headers)
         return None
 
     def _injected_error(self, ctx: _Ctx) -> web.Response | None:
@@ -121,7 +117,7 @@ class SimHandlers:
                 f"Simulated upstream error {status}.",
                 type="server_error" if status >= 500 else "invalid_request_error",
             )
-            return _error_response(err, ctx.headers)
+            return error_response(err, ctx.headers)
         return None
 
     def _truth(self, ctx: _Ctx, status: int, stream: bool, **fields: Any) -> None:
@@ -178,15 +174,15 @@ class SimHandlers:
                 req = decode_request("completions", body, strict=p.spec.strict_fields)
         except WireError as exc:
             self._truth(ctx, exc.status, False)
-            return _error_response(exc, ctx.headers)
+            return error_response(exc, ctx.headers)
         stream = bool(req.stream)
         if p.spec.models and req.model not in p.spec.models:
             self._truth(ctx, 404, stream)
-            return _error_response(wire_errors.model_not_found(req.model), ctx.headers)
+            return error_response(wire_errors.model_not_found(req.model), ctx.headers)
         if req.n is not None and req.n > 1:
             self._truth(ctx, 400, stream)
             err = wire_errors.invalid_request("n > 1 is not supported by this provider.", param="n")
-            return _error_response(err, ctx.headers)
+            return error_response(err, ctx.headers)
         if isinstance(req, ChatCompletionRequest):
             max_tokens = req.max_completion_tokens or req.max_tokens
             prompt_text = _chat_prompt(req)
@@ -200,7 +196,7 @@ class SimHandlers:
                 f"max_tokens is too large: {max_tokens}. This model supports at most {limit} completion tokens.",
                 param="max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens",
             )
-            return _error_response(err, ctx.headers)
+            return error_response(err, ctx.headers)
         if p.faults.active and (injected := self._injected_error(ctx)) is not None:
             self._truth(ctx, injected.status, stream)
             return injected
@@ -234,7 +230,7 @@ class SimHandlers:
                 if status == 429
                 else wire_errors.overloaded(f"The engine is overloaded: {exc}.")
             )
-            return _error_response(err, ctx.headers)
+            return error_response(err, ctx.headers)
         try:
             if stream:
                 return await self._stream(request, req, kind, seq, ctx)
@@ -439,10 +435,10 @@ class SimHandlers:
             req = decode_request("embeddings", await request.read(), strict=p.spec.strict_fields)
         except WireError as exc:
             self._truth(ctx, exc.status, False)
-            return _error_response(exc, ctx.headers)
+            return error_response(exc, ctx.headers)
         if p.spec.models and req.model not in p.spec.models:
             self._truth(ctx, 404, False)
-            return _error_response(wire_errors.model_not_found(req.model), ctx.headers)
+            return error_response(wire_errors.model_not_found(req.model), ctx.headers)
         if p.faults.active and (injected := self._injected_error(ctx)) is not None:
             self._truth(ctx, injected.status, False)
             return injected
@@ -513,21 +509,6 @@ def _embedding(seed: int, text: str, dims: int) -> list[float]:
     vec = [rng.gauss(0.0, 1.0) for _ in range(dims)]
     norm = math.sqrt(sum(v * v for v in vec)) or 1.0
     return [v / norm for v in vec]
-
-
-@web.middleware
-async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Unknown routes, wrong methods and oversized bodies get OpenAI's error shape, not aiohttp's text."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400 or exc.content_type == "application/json":
-            raise
-        if exc.status == 404:
-            err = wire_errors.not_found(f"Invalid URL ({request.method} {request.path})")
-        else:
-            err = WireError(exc.status, exc.reason or "Request refused.", type="invalid_request_error")
-        return web.Response(status=exc.status, body=err.body(), content_type="application/json")
 
 
 def build_app(provider: SimProvider) -> web.Application:
