@@ -172,3 +172,75 @@ def mock_process() -> Iterator[Callable[..., MockProcess]]:
     yield factory
     for mp in made:
         mp.stop()
+
+
+class GatewayHandle:
+    """An in-process gateway on an ephemeral loopback port."""
+
+    def __init__(self, gateway: Any, runner: Any, port: int) -> None:
+        self.gateway = gateway
+        self.runner = runner
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.gateway.close()
+
+
+@pytest.fixture
+async def gateway(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[GatewayHandle]]]:
+    """Factory: start a gateway from a config dict (validated like a file) with its ledger in tmp_path."""
+    from aiohttp import web
+
+    from tailgate.config.loader import validate_data
+    from tailgate.config.resolve import resolve_providers
+    from tailgate.config.schema import GatewayConfig
+    from tailgate.gateway.app import Gateway
+
+    started: list[GatewayHandle] = []
+
+    async def factory(config: dict[str, Any], ledger: bool = True) -> GatewayHandle:
+        data = {"ledger": {"enabled": ledger, "path": str(tmp_path / f"ledger{len(started)}.db")}, **config}
+        cfg = validate_data(data, GatewayConfig, "test-config")
+        gw = Gateway(cfg, resolve_providers(cfg))
+        await gw.start()
+        runner = web.AppRunner(gw.app(), handler_cancellation=True, access_log=None, shutdown_timeout=10)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        handle = GatewayHandle(gw, runner, port)
+        started.append(handle)
+        return handle
+
+    yield factory
+    for handle in started:
+        await handle.stop()
+
+
+def two_provider_config(primary_url: str, secondary_url: str, **extra: Any) -> dict[str, Any]:
+    """The 80/20 shape of DESIGN.md against two simulated providers (upstream ids differ from the alias)."""
+    config: dict[str, Any] = {
+        "providers": {
+            "primary": {"base_url": primary_url, "api_keys": ["sk-primary-canary-0123456789"]},
+            "secondary": {"base_url": secondary_url, "api_keys": ["sk-secondary-0123456789"]},
+        },
+        "models": {
+            "deepseek-v3.2": {
+                "routes": [
+                    {"provider": "primary", "model": "up-primary", "weight": 80},
+                    {"provider": "secondary", "model": "up-secondary", "weight": 20, "classes": ["batch"]},
+                ]
+            }
+        },
+    }
+    config.update(extra)
+    return config

@@ -175,3 +175,65 @@ def demo(port: int, duration: float | None, n_requests: int, time_scale: float) 
     from tailgate.demo import run_demo
 
     run(lambda stop: run_demo(stop, port=port, duration=duration, n_requests=n_requests, time_scale=time_scale))
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), required=True, help="Gateway YAML config.")
+@click.option("--host", default=None, help="Listen address (default: listen.host from the config, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Listen port (default: listen.port, 8080).")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Processes sharing the port (SO_REUSEPORT); each keeps its own stats and metrics.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0, 3600),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM, seconds to let requests in flight finish before closing.",
+)
+def serve(config_path: Path, host: str | None, port: int | None, workers: int, drain_timeout: float) -> None:
+    """Run the OpenAI-compatible gateway: clients change only base_url and api_key."""
+    from tailgate.config.resolve import load_resolved
+    from tailgate.gateway.app import BindRefused, Gateway
+    from tailgate.gateway.serve import serve_forever
+
+    try:  # validate in the parent so a bad config is one clear message, not one per worker
+        config, _ = load_resolved(config_path)
+        Gateway.check_bind_static(config, host or config.listen.host)
+    except ConfigError as exc:
+        _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+    except BindRefused as exc:
+        _fail(str(exc))
+    if workers > 1 and (port if port is not None else config.listen.port) == 0:
+        _fail("--workers > 1 needs a fixed port (the workers share it)")
+    serve_forever(config_path, host=host, port=port, workers=workers, drain_timeout=drain_timeout)
+
+
+@main.group()
+def config() -> None:
+    """Gateway config files: check one before serving it."""
+
+
+@config.command("check")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved config as JSON (keys masked).")
+def config_check(file: Path, as_json: bool) -> None:
+    """Validate FILE and print the routing it resolves to: routes, shares, providers (keys masked), warnings.
+
+    Exit 0 when valid (warnings included), 2 with every problem as file:line: path: message otherwise.
+    """
+    import json
+
+    from tailgate.config.check import check_file, to_json, to_text
+
+    try:
+        report = check_file(file)
+    except ConfigError as exc:
+        if as_json:
+            click.echo(json.dumps({"ok": False, "source": str(file), "problems": exc.problems}, ensure_ascii=False))
+        _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+    click.echo(json.dumps(to_json(report), indent=2, ensure_ascii=False) if as_json else to_text(report))

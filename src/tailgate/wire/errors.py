@@ -55,8 +55,11 @@ class WireError(Exception):
         type: str = "invalid_request_error",  # shadows the builtin: the wire field is called `type`
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers
+        """Response headers that belong with this error (e.g. ``Retry-After`` on a 429)."""
         self.status = status
         self.message = message
         self.type = type

@@ -1,0 +1,218 @@
+"""``tailgate config check FILE``: validate a gateway config and show the routing it resolves to.
+
+The report is what the gateway would run with: per alias its routes and traffic shares, per provider the
+merged URL, masked keys, timeouts, limits, price and the preset's notes on rate-limit headers and 429s,
+then warnings about settings this version does not act on or that ``serve`` would refuse. No key is ever
+printed in full; the text and ``--json`` forms are built from masked values only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tailgate.config.presets import PRESETS
+from tailgate.config.resolve import ResolvedProvider, display_url, load_resolved, mask_key
+from tailgate.config.schema import GatewayConfig
+
+IMPLEMENTED_POLICIES = frozenset({"weighted"})
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """A loaded config, its resolved providers and what deserves a warning."""
+
+    source: str
+    config: GatewayConfig
+    providers: dict[str, ResolvedProvider]
+    warnings: tuple[str, ...]
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses; wildcard and other addresses are not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def find_warnings(cfg: GatewayConfig, providers: Mapping[str, ResolvedProvider]) -> list[str]:
+    """Settings that load but do not do what they say, or that ``serve`` would refuse."""
+    out: list[str] = []
+    if cfg.routing.policy not in IMPLEMENTED_POLICIES:
+        out.append(
+            f"routing.policy: {cfg.routing.policy!r} is not implemented in this version; "
+            "routes are chosen by weight ('weighted')"
+        )
+    for alias, model in cfg.models.items():
+        if model.policy is not None and model.policy not in IMPLEMENTED_POLICIES:
+            out.append(
+                f"models.{alias}.policy: {model.policy!r} is not implemented in this version; "
+                "routes are chosen by weight ('weighted')"
+            )
+    if not cfg.keys and not cfg.allow_open and not is_loopback(cfg.listen.host):
+        out.append(
+            f"listen.host: {cfg.listen.host} is not a loopback address and no gateway keys are configured: "
+            "serve refuses to bind it (add keys, bind 127.0.0.1, or set allow_open: true)"
+        )
+    elif not cfg.keys and cfg.allow_open and not is_loopback(cfg.listen.host):
+        out.append(f"allow_open: the gateway accepts any client on {cfg.listen.host} without a key")
+    used = {route.provider for model in cfg.models.values() for route in model.routes}
+    for name, rp in providers.items():
+        preset = PRESETS.get(rp.preset) if rp.preset is not None else None
+        if not rp.api_keys and preset is not None and preset.requires_key:
+            out.append(
+                f"providers.{name}.api_keys: none given, but preset {preset.name} needs a key "
+                "(every request would be refused upstream)"
+            )
+        if name not in used:
+            out.append(f"providers.{name}: no route uses this provider")
+        if len(set(rp.api_keys)) != len(rp.api_keys):
+            out.append(f"providers.{name}.api_keys: the same key is listed twice")
+    for alias, model in cfg.models.items():
+        for i, route in enumerate(model.routes):
+            if route.weight == 0:
+                out.append(f"models.{alias}.routes[{i}].weight: 0, so this route is never chosen by weight")
+    return out
+
+
+def check_file(path: str | Path, *, env: Mapping[str, str] | None = None) -> CheckReport:
+    """Load and resolve ``path`` (raises :class:`ConfigError` with located problems) and collect warnings."""
+    cfg, providers = load_resolved(path, env=env)
+    return CheckReport(str(path), cfg, providers, tuple(find_warnings(cfg, providers)))
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}"
+
+
+def _secs(x: float | None) -> str:
+    return "off" if x is None else f"{x:g}s"
+
+
+def _shares(weights: list[float]) -> list[float]:
+    total = sum(weights)
+    return [100.0 * w / total if total > 0 else 0.0 for w in weights]
+
+
+def to_json(report: CheckReport) -> dict[str, Any]:
+    """The report as JSON-ready data; keys appear masked only."""
+    cfg = report.config
+    models: dict[str, Any] = {}
+    for alias, model in cfg.models.items():
+        shares = _shares([r.weight for r in model.routes])
+        models[alias] = {
+            "policy": model.policy or cfg.routing.policy,
+            "routes": [
+                {
+                    "provider": r.provider,
+                    "preset": report.providers[r.provider].preset,
+                    "base_url": display_url(report.providers[r.provider].base_url),
+                    "model": r.model,
+                    "weight": r.weight,
+                    "share_pct": round(share, 2),
+                    "classes": list(r.classes),
+                }
+                for r, share in zip(model.routes, shares, strict=True)
+            ],
+        }
+    providers: dict[str, Any] = {}
+    for name, rp in report.providers.items():
+        preset = PRESETS.get(rp.preset) if rp.preset is not None else None
+        providers[name] = {
+            "preset": rp.preset,
+            "base_url": display_url(rp.base_url),
+            "api_keys": [mask_key(k) for k in rp.api_keys],
+            "timeouts": rp.timeouts.model_dump(),
+            "limits": rp.limits.model_dump(),
+            "price": rp.price.model_dump(),
+            "max_output_tokens": rp.max_output_tokens,
+            "headers": sorted(rp.headers),
+            "rate_limit_headers": preset.rate_limit_headers if preset else None,
+            "status_429": preset.status_429 if preset else None,
+            "notes": preset.notes if preset else None,
+        }
+    return {
+        "ok": True,
+        "source": report.source,
+        "listen": {"host": cfg.listen.host, "port": cfg.listen.port},
+        "gateway_keys": [k.id for k in cfg.keys],
+        "allow_open": cfg.allow_open,
+        "routing": {"policy": cfg.routing.policy, "effective_policy": "weighted"},
+        "models": models,
+        "providers": providers,
+        "warnings": list(report.warnings),
+    }
+
+
+def _table(rows: list[list[str]], indent: str) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def to_text(report: CheckReport) -> str:
+    """A plain-text report (no wrapping, so paths and URLs stay whole when piped)."""
+    cfg = report.config
+    keys = ", ".join(k.id for k in cfg.keys) or "none"
+    allow_open = "true" if cfg.allow_open else "false"
+    lines = [
+        f"{report.source}: ok",
+        f"listen {cfg.listen.host}:{cfg.listen.port}   gateway keys: {keys}   allow_open: {allow_open}",
+        f"routing.policy: {cfg.routing.policy} (in effect: weighted)   retry: {cfg.retry.max_attempts} attempts "
+        f"within {_secs(cfg.retry.deadline)}",
+        "",
+        "models",
+    ]
+    for alias, model in cfg.models.items():
+        lines.append(f"  {alias}")
+        rows = [["route", "provider", "preset", "base_url", "upstream model", "weight", "share", "classes"]]
+        shares = _shares([r.weight for r in model.routes])
+        for i, (r, share) in enumerate(zip(model.routes, shares, strict=True)):
+            rp = report.providers[r.provider]
+            rows.append(
+                [
+                    str(i),
+                    r.provider,
+                    rp.preset or "-",
+                    display_url(rp.base_url),
+                    r.model,
+                    _num(r.weight),
+                    f"{share:.1f}%",
+                    ", ".join(r.classes) or "all",
+                ]
+            )
+        lines += _table(rows, "    ")
+    lines += ["", "providers"]
+    for name, rp in report.providers.items():
+        preset = PRESETS.get(rp.preset) if rp.preset is not None else None
+        t, lim, p = rp.timeouts, rp.limits, rp.price
+        lines.append(f"  {name}" + (f" (preset {preset.name}: {preset.title})" if preset else " (no preset)"))
+        rows = [
+            ["base_url", display_url(rp.base_url)],
+            ["api_keys", ", ".join(mask_key(k) for k in rp.api_keys) or "none"],
+            [
+                "timeouts",
+                f"connect {_secs(t.connect)}, headers {_secs(t.headers)}, first_token {_secs(t.first_token)}, "
+                f"idle {_secs(t.idle)}, total {_secs(t.total)}",
+            ],
+            ["limits", f"rpm {_num(lim.rpm)}, tpm {_num(lim.tpm)}, max_connections {lim.max_connections}"],
+            ["price", f"{_num(p.input)} in / {_num(p.output)} out {p.currency} per 1M tokens"],
+            ["max_output", _num(rp.max_output_tokens)],
+        ]
+        if rp.headers:
+            rows.append(["headers", ", ".join(sorted(rp.headers)) + " (values hidden)"])
+        if preset is not None:
+            rows += [["rate-limit headers", preset.rate_limit_headers], ["429", preset.status_429]]
+            if preset.notes:
+                rows.append(["notes", preset.notes])
+        lines += _table(rows, "    ")
+    lines += ["", f"warnings ({len(report.warnings)})"]
+    lines += [f"  - {w}" for w in report.warnings] or ["  none"]
+    return "\n".join(lines)

@@ -1,0 +1,272 @@
+"""Turn a validated :class:`GatewayConfig` into one plain, frozen record per provider.
+
+A provider entry in the YAML may lean on a preset (``preset: lanyun``) for its URL and known limits; this
+module merges the two (the user's fields win), checks what pydantic cannot (URLs, empty keys, header
+syntax) and hands the gateway :class:`ResolvedProvider` values that hold raw keys but never print them.
+Every problem is located the way the loader locates its own: ``file:line: path: message``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tailgate.config.loader import ConfigError, format_path, interpolate, parse_yaml, validate_data
+from tailgate.config.presets import ProviderPreset, get_preset, known_presets
+from tailgate.config.schema import GatewayConfig, LimitsConfig, PriceConfig, ProviderConfig, TimeoutsConfig
+
+Loc = tuple[int | str, ...]
+Lines = dict[Loc, int]
+
+# RFC 9110 §5.6.2: a field name is a token.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Field names whose values are secrets wherever they appear in a gateway config (used to scrub errors).
+_SECRET_FIELDS = frozenset({"api_keys", "key", "key_sha256", "admin_key", "headers"})
+
+
+@dataclass(frozen=True)
+class ResolvedProvider:
+    """One upstream provider, preset merged in. Holds raw keys: never log it except through ``repr``."""
+
+    name: str
+    preset: str | None
+    base_url: str
+    api_keys: tuple[str, ...]
+    timeouts: TimeoutsConfig
+    limits: LimitsConfig
+    price: PriceConfig
+    max_output_tokens: int | None
+    headers: Mapping[str, str]
+    """Extra request headers (a private copy; treat as read-only). Values may be secrets."""
+
+    def __repr__(self) -> str:
+        keys = ", ".join(mask_key(k) for k in self.api_keys)
+        return (
+            f"ResolvedProvider(name={self.name!r}, preset={self.preset!r}, base_url={display_url(self.base_url)!r}, "
+            f"api_keys=[{keys}], timeouts={self.timeouts!r}, limits={self.limits!r}, price={self.price!r}, "
+            f"max_output_tokens={self.max_output_tokens!r}, headers={sorted(self.headers)!r})"
+        )
+
+
+def mask_key(key: str) -> str:
+    """``sk-…abcd``: a short known prefix and at most the last 4 characters; ``***`` for keys under 12."""
+    if len(key) < 12:
+        return "***"
+    dash = key.find("-")
+    prefix = key[: dash + 1] if 0 < dash <= 4 else ""
+    return f"{prefix}…{key[-4:]}"
+
+
+def hash_key(key: str) -> str:
+    """The sha256 hex digest of a gateway key, as stored in ``keys[].key_sha256``."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def display_url(url: str) -> str:
+    """A URL safe to print: a password in it becomes ``***`` and a query string ``?…``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+    return f"{parts.scheme}://{netloc}{parts.path}" + ("?…" if parts.query else "")
+
+
+def _check_base_url(url: str) -> str | None:
+    """Why ``url`` cannot be a base URL, or None if it can."""
+    if any(c.isspace() for c in url):
+        return "must not contain spaces"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"  # the value is not echoed: it may be a pasted key
+    if parts.fragment:
+        return "must not contain a '#fragment'"
+    if parts.path.rstrip("/").endswith(("/chat/completions", "/completions", "/embeddings")):
+        # Clients append the endpoint themselves; Qiniu's FAQ lists this as the usual mistake.
+        return "is the API root the OpenAI SDK takes (e.g. https://api.example.com/v1), not an endpoint URL"
+    return None
+
+
+def _merge_limits(preset: ProviderPreset | None, user: LimitsConfig | None, n_keys: int) -> LimitsConfig:
+    base: dict[str, Any] = {}
+    if preset is not None:
+        scale = max(1, n_keys) if preset.limits_scope == "key" else 1
+        base = {k: v * scale for k, v in (("rpm", preset.rpm), ("tpm", preset.tpm)) if v is not None}
+    if user is not None:  # only what the user wrote wins; an explicit null clears a preset value
+        base.update(user.model_dump(exclude_unset=True))
+    return LimitsConfig(**base)
+
+
+def _merge_price(preset: ProviderPreset | None, user: PriceConfig | None) -> PriceConfig:
+    base: dict[str, Any] = {"currency": preset.currency} if preset is not None else {}
+    if user is not None:
+        base.update(user.model_dump(exclude_unset=True))
+    return PriceConfig(**base)
+
+
+def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None, list[tuple[Loc, str]]]:
+    loc: Loc = ("providers", name)
+    problems: list[tuple[Loc, str]] = []
+    preset: ProviderPreset | None = None
+    if pc.preset is not None:
+        preset = get_preset(pc.preset)
+        if preset is None:
+            problems.append(((*loc, "preset"), f"unknown preset {pc.preset!r} (known: {known_presets()})"))
+    base_url = pc.base_url if pc.base_url is not None else (preset.base_url if preset is not None else None)
+    if base_url is None:
+        if preset is not None:
+            why = f"preset {preset.name} is a self-hosted server: give its URL, e.g. http://127.0.0.1:8000/v1"
+            problems.append(((*loc, "base_url"), f"required: {why}"))
+        elif pc.preset is None:
+            why = f"give base_url (e.g. http://127.0.0.1:8000/v1 for vLLM) or a preset ({known_presets()})"
+            problems.append(((*loc, "base_url"), f"required: {why}"))
+        # else: the unknown preset is the problem already reported
+    else:
+        base_url = base_url.strip().rstrip("/")
+        bad = _check_base_url(base_url)
+        if bad is not None:
+            problems.append(((*loc, "base_url"), f"base_url {bad}"))
+    keys = tuple(k.get_secret_value() for k in pc.api_keys)
+    for i, key in enumerate(keys):
+        if not key.strip():
+            problems.append(((*loc, "api_keys", i), "empty key (is its environment variable set but empty?)"))
+        elif any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+            problems.append(((*loc, "api_keys", i), "key contains whitespace or control characters"))
+    for header, value in pc.headers.items():
+        if not _HEADER_NAME.match(header):
+            problems.append(((*loc, "headers", header), "not a valid HTTP header name"))
+        if any(c in value for c in "\r\n\0"):
+            problems.append(((*loc, "headers", header), "header value contains a line break or NUL"))
+    if problems or base_url is None:
+        return None, problems
+    return (
+        ResolvedProvider(
+            name=name,
+            preset=preset.name if preset is not None else None,
+            base_url=base_url,
+            api_keys=keys,
+            timeouts=pc.timeouts if pc.timeouts is not None else TimeoutsConfig(),
+            limits=_merge_limits(preset, pc.limits, len(keys)),
+            price=_merge_price(preset, pc.price),
+            max_output_tokens=(
+                pc.max_output_tokens
+                if pc.max_output_tokens is not None
+                else (preset.max_output_tokens if preset is not None else None)
+            ),
+            headers=dict(pc.headers),
+        ),
+        [],
+    )
+
+
+def _resolve(cfg: GatewayConfig) -> tuple[dict[str, ResolvedProvider], list[tuple[Loc, str]]]:
+    out: dict[str, ResolvedProvider] = {}
+    problems: list[tuple[Loc, str]] = []
+    for name, pc in cfg.providers.items():
+        resolved, found = _resolve_one(name, pc)
+        problems += found
+        if resolved is not None:
+            out[name] = resolved
+    return out, problems
+
+
+def _where(source: str, lines: Lines, loc: Loc) -> str:
+    probe = loc
+    while probe and probe not in lines:
+        probe = probe[:-1]
+    line = lines.get(probe)
+    return f"{source}:{line}" if line is not None else source
+
+
+def _located(source: str, lines: Lines, problems: list[tuple[Loc, str]]) -> list[str]:
+    return [f"{_where(source, lines, loc)}: {format_path(loc)}: {msg}" for loc, msg in problems]
+
+
+def resolve_providers(cfg: GatewayConfig, source: str = "config") -> dict[str, ResolvedProvider]:
+    """Merge presets into every provider; raise :class:`ConfigError` listing every problem at once."""
+    resolved, problems = _resolve(cfg)
+    if problems:
+        raise ConfigError(source, _located(source, {}, problems))
+    return resolved
+
+
+def _secrets(value: Any, env: Mapping[str, str], inside: bool = False) -> set[str]:
+    """Every string under a secret-bearing field, raw and interpolated, to scrub from error messages."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found |= _secrets(v, env, inside or k in _SECRET_FIELDS)
+    elif isinstance(value, list):
+        for v in value:
+            found |= _secrets(v, env, inside)
+    elif inside and isinstance(value, str | int | float) and not isinstance(value, bool):
+        text = str(value)
+        found.add(text)
+        with contextlib.suppress(ConfigError):  # a missing variable is reported on its own
+            found.add(str(interpolate(text, env)))
+    return found
+
+
+def redact(problems: list[str], secrets: set[str]) -> list[str]:
+    """Replace every secret (quoted as pydantic quotes it, or bare if long enough) with its mask."""
+    out = []
+    for line in problems:
+        for secret in sorted(secrets, key=len, reverse=True):
+            if not secret:
+                continue
+            line = line.replace(repr(secret), repr(mask_key(secret)))
+            if len(secret) >= 8:
+                line = line.replace(secret, mask_key(secret))
+        out.append(line)
+    return out
+
+
+def _missing_env(value: Any, env: Mapping[str, str], loc: Loc = ()) -> list[tuple[Loc, str]]:
+    """Every ``${VAR}`` that cannot be filled, with its config path (the loader stops at the first)."""
+    if isinstance(value, str):
+        try:
+            interpolate(value, env)
+        except ConfigError as exc:
+            return [(loc, p.split(": ", 1)[1] if ": " in p else p) for p in exc.problems]
+        return []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _missing_env(v, env, (*loc, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _missing_env(v, env, (*loc, i))]
+    return []
+
+
+def load_resolved(
+    path: str | Path, *, env: Mapping[str, str] | None = None
+) -> tuple[GatewayConfig, dict[str, ResolvedProvider]]:
+    """Load, validate and resolve a gateway config file; every problem is ``file:line: path: message``.
+
+    Secrets from the file never appear in the messages: a key that lands in an error is masked.
+    """
+    source = str(path)
+    env = os.environ if env is None else env
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [f"{source}: cannot read config file: {exc.strerror}"]) from None
+    data, lines = parse_yaml(text, source)
+    secrets = _secrets(data, env)
+    missing = _missing_env(data, env)
+    if missing:
+        raise ConfigError(source, _located(source, lines, missing))
+    try:
+        cfg = validate_data(data, GatewayConfig, source, lines=lines, env=env)
+    except ConfigError as exc:
+        raise ConfigError(source, redact(exc.problems, secrets)) from None
+    resolved, problems = _resolve(cfg)
+    if problems:
+        raise ConfigError(source, redact(_located(source, lines, problems), secrets))
+    return cfg, resolved

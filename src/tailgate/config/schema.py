@@ -1,0 +1,204 @@
+"""The gateway config schema (``tailgate serve --config FILE``, ``tailgate config check FILE``).
+
+Field names used in DESIGN.md (``providers``, ``base_url``, ``preset``, ``api_keys``, ``limits``, ``price``,
+``models``, ``routes``, ``provider``, ``model``, ``weight``, ``classes``, ``routing.policy``) are a contract:
+add fields freely, rename none. Unknown keys are errors. See docs/config.md for the full reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from tailgate.config.units import Fraction, Seconds
+
+Name = Annotated[str, Field(min_length=1, max_length=128)]
+PositiveSeconds = Annotated[Seconds, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeoutsConfig(_Strict):
+    """Per-phase upstream timeouts in seconds (``null`` disables one)."""
+
+    connect: PositiveSeconds | None = 5.0
+    headers: PositiveSeconds | None = 30.0
+    first_token: PositiveSeconds | None = 60.0
+    idle: PositiveSeconds | None = 30.0
+    total: PositiveSeconds | None = 600.0
+
+
+class LimitsConfig(_Strict):
+    """What is known about a provider's limits (used for pacing and connection pools).
+
+    ``rpm`` and ``tpm`` are for the whole provider entry, all its ``api_keys`` together.
+    """
+
+    rpm: Annotated[float, Field(gt=0)] | None = None
+    tpm: Annotated[float, Field(gt=0)] | None = None
+    max_connections: Annotated[int, Field(ge=1, le=100_000)] = 256
+
+
+class PriceConfig(_Strict):
+    """Price per million tokens."""
+
+    input: Annotated[float, Field(ge=0)] = 0.0
+    output: Annotated[float, Field(ge=0)] = 0.0
+    currency: str = "CNY"
+
+
+class ProviderConfig(_Strict):
+    """One upstream provider. ``preset`` fills defaults (base_url, notes); the user's fields win."""
+
+    preset: str | None = None
+    base_url: str | None = None
+    api_keys: list[SecretStr] = Field(default_factory=list)
+    timeouts: TimeoutsConfig | None = None
+    limits: LimitsConfig | None = None
+    price: PriceConfig | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra request headers sent to this provider (never logged)."""
+
+
+class RouteConfig(_Strict):
+    """One way to serve an alias: a provider, its upstream model id, a weight, traffic classes."""
+
+    provider: Name
+    model: Name
+    weight: Annotated[float, Field(ge=0)] = 1.0
+    classes: list[Name] = Field(default_factory=list)
+    """Traffic classes (``x-tailgate-class``) this route is reserved for / preferred by; empty: all."""
+
+
+class ModelConfig(_Strict):
+    """A model alias that clients send as ``model``."""
+
+    routes: list[RouteConfig] = Field(min_length=1)
+    policy: Literal["weighted", "adaptive", "least-latency", "cost"] | None = None
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ModelConfig:
+        if not any(r.weight > 0 for r in self.routes):
+            raise ValueError("at least one route needs a weight above 0")
+        return self
+
+
+class SLOConfig(_Strict):
+    ttft_p90: PositiveSeconds | None = None
+    e2e_p90: PositiveSeconds | None = None
+
+
+class HedgeConfig(_Strict):
+    after: Literal["p90", "p95", "p99"] | PositiveSeconds = "p90"
+    budget: Fraction = 0.05
+
+
+class RoutingConfig(_Strict):
+    policy: Literal["weighted", "adaptive", "least-latency", "cost"] = "weighted"
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+    hedge: HedgeConfig | None = None
+
+
+class RetryConfig(_Strict):
+    """Retry and fall back before the first token: at most ``max_attempts`` routes within ``deadline``."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    deadline: PositiveSeconds = 30.0
+
+
+class GatewayKeyConfig(_Strict):
+    """A client key. Give ``key`` (hashed at load, never kept) or its ``key_sha256`` (hex)."""
+
+    id: Name
+    key: SecretStr | None = None
+    key_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    rpm: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> GatewayKeyConfig:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError("give exactly one of 'key' or 'key_sha256'")
+        return self
+
+
+class ListenConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+
+
+class LedgerConfig(_Strict):
+    """The usage ledger: one row per request, no prompt or completion text."""
+
+    enabled: bool = True
+    path: str | None = None
+    """SQLite file; default: ``$TAILGATE_DB`` or ``~/.local/share/tailgate/tailgate.db``."""
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
+    flush_interval: PositiveSeconds = 0.5
+
+
+class GatewayConfig(_Strict):
+    """The whole gateway config file."""
+
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    allow_open: bool = False
+    """Bind a non-loopback address without gateway keys (refused unless true)."""
+    keys: list[GatewayKeyConfig] = Field(default_factory=list)
+    admin_key: SecretStr | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
+    providers: dict[Name, ProviderConfig] = Field(min_length=1)
+    models: dict[Name, ModelConfig] = Field(min_length=1)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+
+    @model_validator(mode="after")
+    def _routes_name_known_providers(self) -> GatewayConfig:
+        # Raised as a ValidationError with full locations (pydantic keeps them), so the loader can name the
+        # file line of the offending route instead of reporting one "(top level)" error.
+        problems: list[InitErrorDetails] = []
+        known = ", ".join(sorted(self.providers))
+        for alias, model in self.models.items():
+            for i, route in enumerate(model.routes):
+                if route.provider not in self.providers:
+                    problems.append(
+                        {
+                            "type": PydanticCustomError(
+                                "unknown_provider",
+                                "no provider of this name under 'providers' (known: {known})",
+                                {"known": known},
+                            ),
+                            "loc": ("models", alias, "routes", i, "provider"),
+                            "input": route.provider,
+                        }
+                    )
+        seen: set[str] = set()
+        for i, key in enumerate(self.keys):
+            if key.id in seen:
+                problems.append(
+                    {
+                        "type": PydanticCustomError("duplicate_key_id", "another key already has this id"),
+                        "loc": ("keys", i, "id"),
+                        "input": key.id,
+                    }
+                )
+            seen.add(key.id)
+        if problems:
+            raise ValidationError.from_exception_data(type(self).__name__, problems)
+        return self
+
+
+def load_gateway_config(path: str | Path) -> GatewayConfig:
+    """Load, validate and resolve a gateway YAML file (errors name file, line and path; keys are masked).
+
+    The same as ``tailgate.config.resolve.load_resolved(path)[0]``: presets are checked too, and a key that
+    lands in an error message (say, pasted where its hash belongs) is masked.
+    """
+    from tailgate.config.resolve import load_resolved  # resolve imports this module
+
+    return load_resolved(path)[0]

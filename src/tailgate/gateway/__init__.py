@@ -1,0 +1,1 @@
+"""The gateway face: an OpenAI-compatible proxy over several providers (docs/gateway.md)."""

@@ -1,0 +1,136 @@
+"""The gateway application: wiring of config, provider state, policy, metrics, ledger and routes."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from pathlib import Path
+
+from aiohttp import web
+
+from tailgate._aiohttp import error_response, openai_shaped_errors
+from tailgate.config.resolve import ResolvedProvider
+from tailgate.config.schema import GatewayConfig
+from tailgate.gateway.admin import add_admin_routes
+from tailgate.gateway.auth import KeyRing
+from tailgate.gateway.metrics import GatewayMetrics
+from tailgate.gateway.proxy import Proxy
+from tailgate.gateway.state import ProviderState, endpoint_for
+from tailgate.ledger import SQLiteLedger, default_db_path
+from tailgate.routing import Route, WeightedPolicy
+from tailgate.upstream import UpstreamClient
+from tailgate.wire.errors import WireError
+
+GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway", object)  # type: ignore[arg-type]
+
+
+class BindRefused(Exception):
+    """Binding a non-loopback address without gateway keys, and the config does not allow it."""
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Gateway:
+    """One gateway process. ``await start()`` before serving, ``await close()`` after."""
+
+    def __init__(
+        self, config: GatewayConfig, providers: dict[str, ResolvedProvider], *, ledger_path: Path | None = None
+    ) -> None:
+        self.config = config
+        self.log = logging.getLogger("tailgate.gateway")
+        self.keys = KeyRing(config.keys, config.admin_key)
+        self.providers = {
+            name: ProviderState(config=resolved, client=UpstreamClient(endpoint_for(resolved)))
+            for name, resolved in providers.items()
+        }
+        self.aliases: dict[str, list[Route]] = {
+            alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
+            for alias, model in config.models.items()
+        }
+        self.policy = WeightedPolicy()
+        if config.routing.policy != "weighted" or any(
+            m.policy not in (None, "weighted") for m in config.models.values()
+        ):
+            self.log.warning("routing policies other than 'weighted' arrive in a later version; using 'weighted'")
+        self.metrics = GatewayMetrics()
+        self.ledger: SQLiteLedger | None = None
+        if config.ledger.enabled:
+            path = ledger_path or (Path(config.ledger.path) if config.ledger.path else default_db_path())
+            self.ledger = SQLiteLedger(
+                path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
+            )
+        self.refresh_provider_gauges()
+
+    def policy_for(self, alias: str) -> WeightedPolicy:
+        """The policy of an alias (per-alias overrides arrive with adaptive routing)."""
+        return self.policy
+
+    def refresh_provider_gauges(self) -> None:
+        for name, p in self.providers.items():
+            self.metrics.provider_state.labels(name).set(0 if p.drained else 1)
+
+    def check_bind(self, host: str) -> None:
+        """DESIGN.md: without gateway keys, bind loopback only unless ``allow_open: true``."""
+        self.check_bind_static(self.config, host)
+
+    @staticmethod
+    def check_bind_static(config: GatewayConfig, host: str) -> None:
+        if not config.keys and not is_loopback(host) and not config.allow_open:
+            raise BindRefused(
+                f"refusing to listen on {host} without gateway keys: anyone who can reach it could spend your "
+                "provider quota. Add 'keys:' to the config, bind 127.0.0.1, or set 'allow_open: true'."
+            )
+
+    async def start(self) -> None:
+        if self.ledger is not None:
+            await self.ledger.start()
+
+    async def close(self) -> None:
+        for p in self.providers.values():
+            await p.client.close()
+        if self.ledger is not None:
+            await self.ledger.close()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[openai_shaped_errors])
+        app[GATEWAY_KEY] = self
+        proxy = Proxy(self)
+        app.router.add_post("/v1/chat/completions", proxy.chat)
+        app.router.add_post("/v1/completions", proxy.completions)
+        app.router.add_post("/v1/embeddings", proxy.embeddings)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/health", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        add_admin_routes(app, self)
+        return app
+
+    async def _models(self, request: web.Request) -> web.Response:
+        try:
+            self.keys.identify(request)
+        except WireError as err:
+            return error_response(err)
+        data = [{"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"} for alias in self.aliases]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        usable = [name for name, p in self.providers.items() if not p.drained]
+        if not usable:
+            return web.json_response({"status": "unavailable", "reason": "every provider is drained"}, status=503)
+        return web.json_response({"status": "ready", "providers": usable})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        for name, p in self.providers.items():
+            self.metrics.in_flight.labels(name).set(p.in_flight)
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")

@@ -1,0 +1,102 @@
+"""Running the gateway: bind, serve, and stop without losing a request or a ledger row.
+
+SIGTERM / SIGINT: stop accepting new connections, let in-flight requests (streams included) finish for
+up to ``drain_timeout`` seconds, then close upstream pools and flush the ledger.
+With ``workers > 1``, extra worker processes share the port (SO_REUSEPORT); each has its own provider
+state, metrics and ledger writer (the SQLite file is shared, WAL mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from tailgate._runtime import run
+from tailgate.config.resolve import load_resolved
+from tailgate.gateway.app import Gateway
+
+log = logging.getLogger("tailgate.gateway")
+
+
+async def serve_gateway(
+    stop: asyncio.Event,
+    config_path: Path,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    reuse_port: bool = False,
+    drain_timeout: float = 30.0,
+    ledger_path: Path | None = None,
+    ready: asyncio.Event | None = None,
+) -> None:
+    config, providers = load_resolved(config_path)
+    gateway = Gateway(config, providers, ledger_path=ledger_path)
+    host = host or config.listen.host
+    port = config.listen.port if port is None else port
+    gateway.check_bind(host)
+    if gateway.keys.open:
+        log.warning("no gateway keys configured: any bearer is accepted (listening on loopback %s only)", host)
+    await gateway.start()
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None, shutdown_timeout=drain_timeout)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+        await site.start()
+        bound = port
+        if port == 0 and site._server is not None:
+            bound = int(site._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        log.info(
+            "gateway listening on http://%s:%d/v1 (%d providers, %d aliases)",
+            host,
+            bound,
+            len(gateway.providers),
+            len(gateway.aliases),
+        )
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("stopping: no new connections; waiting up to %.0fs for requests in flight", drain_timeout)
+    finally:
+        await runner.cleanup()
+        await gateway.close()
+        if gateway.ledger is not None:
+            log.info("ledger flushed: %d rows written, %d dropped", gateway.ledger.written, gateway.ledger.dropped)
+
+
+def _worker(config_path: Path, host: str | None, port: int | None, drain_timeout: float) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM for us
+    run(
+        lambda stop: serve_gateway(
+            stop, config_path, host=host, port=port, reuse_port=True, drain_timeout=drain_timeout
+        )
+    )
+
+
+def serve_forever(
+    config_path: Path, *, host: str | None, port: int | None, workers: int = 1, drain_timeout: float = 30.0
+) -> None:
+    """The ``tailgate serve`` command: this process serves, plus ``workers - 1`` children on the same port."""
+    children: list[multiprocessing.context.SpawnProcess] = []
+    if workers > 1:
+        ctx = multiprocessing.get_context("spawn")
+        for _ in range(workers - 1):
+            child = ctx.Process(target=_worker, args=(config_path, host, port, drain_timeout), daemon=False)
+            child.start()
+            children.append(child)
+    try:
+        run(
+            lambda stop: serve_gateway(
+                stop, config_path, host=host, port=port, reuse_port=workers > 1, drain_timeout=drain_timeout
+            )
+        )
+    finally:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                child.terminate()  # SIGTERM: the child drains and flushes like we did
+        for child in children:
+            child.join(timeout=drain_timeout + 10)

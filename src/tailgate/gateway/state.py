@@ -1,0 +1,92 @@
+"""Live per-provider state inside one gateway process: client pool, drain/pause flags, measured windows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailgate.config.resolve import ResolvedProvider
+from tailgate.stats import SlidingWindow
+from tailgate.upstream import CallResult, Endpoint, Timeouts, UpstreamClient
+
+WINDOW_S = 60.0
+
+
+def endpoint_for(provider: ResolvedProvider) -> Endpoint:
+    t = provider.timeouts
+    return Endpoint(
+        name=provider.name,
+        base_url=provider.base_url,
+        api_keys=provider.api_keys,
+        timeouts=Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=t.total),
+        max_connections=provider.limits.max_connections,
+        headers=dict(provider.headers),
+    )
+
+
+@dataclass
+class ProviderState:
+    """One provider as this gateway sees it right now."""
+
+    config: ResolvedProvider
+    client: UpstreamClient
+    drained: bool = False
+    paused_until: float = 0.0
+    """Monotonic time until which a 429's Retry-After keeps new requests away."""
+    in_flight: int = 0
+    ttft: SlidingWindow = field(default_factory=lambda: SlidingWindow(WINDOW_S, 12))
+    e2e: SlidingWindow = field(default_factory=lambda: SlidingWindow(WINDOW_S, 12))
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def paused(self, now: float) -> bool:
+        return now < self.paused_until
+
+    def observe(self, result: CallResult) -> None:
+        """Feed one finished attempt into the live windows (errors by class as counters)."""
+        self.e2e.incr("attempts")
+        if result.ok:
+            if result.ttft_ms is not None:
+                self.ttft.record(result.ttft_ms)
+            if result.e2e_ms is not None:
+                self.e2e.record(result.e2e_ms)
+        else:
+            self.e2e.incr("errors")
+            self.e2e.incr(f"error:{result.error_class}")
+        if result.status == 429:
+            self.e2e.incr("429")
+
+    def cost(self, prompt_tokens: int | None, output_tokens: int | None) -> float | None:
+        price = self.config.price
+        if not (price.input or price.output):
+            return None
+        return ((prompt_tokens or 0) * price.input + (output_tokens or 0) * price.output) / 1_000_000
+
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        """What ``GET /admin/providers`` shows (never a key)."""
+        now = time.monotonic() if now is None else now
+        ttft, e2e = self.ttft.histogram(), self.e2e.histogram()
+        attempts = self.e2e.counter("attempts")
+        errors = self.e2e.counter("errors")
+        state = "drained" if self.drained else ("paused" if self.paused(now) else "active")
+        return {
+            "name": self.name,
+            "preset": self.config.preset,
+            "base_url": self.config.base_url,
+            "state": state,
+            "paused_for_s": round(max(0.0, self.paused_until - now), 3),
+            "in_flight": self.in_flight,
+            "window_s": WINDOW_S,
+            "attempts": attempts,
+            "error_rate": round(errors / attempts, 4) if attempts else None,
+            "errors": {k.removeprefix("error:"): v for k, v in self.e2e.counters().items() if k.startswith("error:")},
+            "ttft_ms": _pcts(ttft) if ttft.count else None,
+            "e2e_ms": _pcts(e2e) if e2e.count else None,
+        }
+
+
+def _pcts(hist: Any) -> dict[str, float]:
+    return {k: round(float(v), 3) for k, v in hist.summary().items() if k in ("p50", "p90", "p99", "count")}

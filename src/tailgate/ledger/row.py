@@ -1,0 +1,50 @@
+"""LedgerRow: what the gateway stores about one request (never prompt or completion text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One gateway request, as stored in the ``requests`` table (one column per field, same names).
+
+    Times are milliseconds measured with the monotonic clock (docs/metrics.md); ``ts`` is the one
+    wall-clock value, so rows from several replicas line up.
+    """
+
+    ts: float
+    """Wall-clock Unix seconds when the request arrived."""
+    request_id: str
+    """The ``x-request-id`` the client saw (logs carry the same id)."""
+    key_id: str | None
+    """Gateway key id (never the key itself); None when the gateway runs without keys."""
+    alias: str
+    """The model alias the client asked for."""
+    provider: str | None
+    """Who served it; None when no route was tried."""
+    upstream_model: str | None
+    """The model name sent upstream."""
+    endpoint: str
+    """``"chat"``, ``"completions"`` or ``"embeddings"``."""
+    stream: bool
+    traffic_class: str | None
+    status: int
+    """HTTP status returned to the client."""
+    outcome: str
+    """``"ok"`` or an error class (``"http_5xx"``, ``"timeout_first_token"``, ``"cut"``, ``"no_route"`` …)."""
+    attempts: int
+    prompt_tokens: int | None
+    output_tokens: int | None
+    tokens_estimated: bool
+    """True when the token counts were counted from chunks rather than taken from ``usage``."""
+    ttft_ms: float | None
+    e2e_ms: float | None
+    overhead_ms: float | None
+    """Time the gateway itself added."""
+    cost: float | None
+    """In the provider's price currency."""
+
+
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(LedgerRow))
+"""The ``requests`` columns the ledger writes and reads, in LedgerRow field order."""

@@ -1,0 +1,165 @@
+"""The tailgate SQLite store: its schema, its migrations, and how to open it.
+
+One file holds everything tailgate persists (path: ``default_db_path()``, ``--db`` / ``$TAILGATE_DB``).
+Schema version 1::
+
+    requests                      one row per gateway request; no prompt or completion text
+      id                INTEGER PRIMARY KEY   insertion order
+      ts                REAL    NOT NULL      wall-clock Unix seconds when the request arrived
+      request_id        TEXT    NOT NULL      x-request-id (not unique: nothing stops a client reusing one)
+      key_id            TEXT                  gateway key id, never the key
+      alias             TEXT    NOT NULL      model alias the client asked for
+      provider          TEXT                  who served it; NULL when no route was tried
+      upstream_model    TEXT
+      endpoint          TEXT    NOT NULL      chat | completions | embeddings
+      stream            INTEGER NOT NULL      0 | 1
+      traffic_class     TEXT
+      status            INTEGER NOT NULL      HTTP status returned to the client
+      outcome           TEXT    NOT NULL      ok | an error class
+      attempts          INTEGER NOT NULL
+      prompt_tokens     INTEGER
+      output_tokens     INTEGER
+      tokens_estimated  INTEGER NOT NULL      0 | 1
+      ttft_ms           REAL
+      e2e_ms            REAL
+      overhead_ms       REAL
+      cost              REAL                  in the provider's price currency
+    indexes: requests_ts (ts), requests_provider_ts (provider, ts)
+
+    schema_version                one row per applied migration
+      version           INTEGER PRIMARY KEY
+      applied_at        REAL    NOT NULL      Unix seconds
+      description       TEXT    NOT NULL
+
+``MIGRATIONS`` is append-only: a released migration is never edited, a change is a new version. The
+database's version is ``MAX(schema_version.version)``; ``open_db`` applies the missing ones in order,
+in one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh file cannot both apply them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step: the statements that take the database from ``version - 1`` to ``version``."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "requests: the gateway's usage ledger",
+        (
+            """
+            CREATE TABLE requests (
+                id               INTEGER PRIMARY KEY,
+                ts               REAL    NOT NULL,
+                request_id       TEXT    NOT NULL,
+                key_id           TEXT,
+                alias            TEXT    NOT NULL,
+                provider         TEXT,
+                upstream_model   TEXT,
+                endpoint         TEXT    NOT NULL,
+                stream           INTEGER NOT NULL,
+                traffic_class    TEXT,
+                status           INTEGER NOT NULL,
+                outcome          TEXT    NOT NULL,
+                attempts         INTEGER NOT NULL,
+                prompt_tokens    INTEGER,
+                output_tokens    INTEGER,
+                tokens_estimated INTEGER NOT NULL,
+                ttft_ms          REAL,
+                e2e_ms           REAL,
+                overhead_ms      REAL,
+                cost             REAL
+            )
+            """,
+            "CREATE INDEX requests_ts ON requests (ts)",
+            "CREATE INDEX requests_provider_ts ON requests (provider, ts)",
+        ),
+    ),
+    # Version 2 is the monitor's: its probe-sample table(s) go here as Migration(2, ...), indexed for
+    # "provider x model over the last 7 days". Retention (DELETE ... WHERE ts < ?) needs no migration.
+)
+
+SCHEMA_VERSION: int = MIGRATIONS[-1].version
+"""The version this tailgate writes; a database with a higher one was written by a newer tailgate."""
+
+
+class SchemaError(RuntimeError):
+    """The database was written by a newer tailgate (or is not a tailgate database)."""
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The version of the database behind ``conn``; 0 for an empty (or pre-ledger) file."""
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+    if exists is None:
+        return 0
+    (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+    return int(version)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the database up to ``SCHEMA_VERSION``; return the version it started at.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``), as ``open_db`` makes it. A current
+    database costs two reads and takes no write lock.
+    """
+    current = schema_version(conn)
+    if current > SCHEMA_VERSION:
+        raise SchemaError(f"database schema version {current} is newer than this tailgate's {SCHEMA_VERSION}")
+    if current == SCHEMA_VERSION:
+        return current
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
+        )
+        # Re-read under the write lock: another process may have migrated since the first look.
+        started = current = schema_version(conn)
+        for step in MIGRATIONS:
+            if step.version <= current:
+                continue
+            for statement in step.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version (version, applied_at, description) VALUES (?, ?, ?)",
+                (step.version, time.time(), step.description),
+            )
+            current = step.version
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return started
+
+
+def open_db(path: str | Path, *, busy_timeout: float = 5.0) -> sqlite3.Connection:
+    """Open (creating it and its parent folders if needed) and migrate the tailgate database.
+
+    The connection is in autocommit mode (``isolation_level=None``: write ``BEGIN``/``COMMIT`` yourself),
+    with ``journal_mode=WAL`` (readers never block the writer, nor it them) and ``synchronous=NORMAL``
+    (a commit survives a killed process; only an OS crash or power loss can roll back the last ones).
+    ``busy_timeout`` is how long a statement waits for another connection's lock, in seconds.
+    """
+    target = str(path)
+    if target != ":memory:":
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(target, timeout=busy_timeout, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
