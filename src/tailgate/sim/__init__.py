@@ -1,0 +1,1 @@
+"""The simulated provider (``tailgate mock``): engine model, presets, faults, ground truth (docs/simulator.md)."""
