@@ -362,7 +362,7 @@ async def test_slow_drip_spaces_tokens(sim: SimFactory, session: aiohttp.ClientS
     record = (await truth(session, p))[-1]
     assert record["fault"] == "slow_drip"
     assert len(record["itl_ms"]) == 5
-    assert min(record["itl_ms"]) >= 50.0
+    assert min(record["itl_ms"]) >= 49.5  # drip is kept between steps; writes land µs after their step
 
 
 # -- broken streams -------------------------------------------------------------------------------

@@ -44,10 +44,6 @@ async def _timed_unary(session: aiohttp.ClientSession, url: str, max_tokens: int
     return {"id": json.loads(data)["id"], "e2e_ms": (time.perf_counter() - t0) * 1000}
 
 
-def _close(client: float, truth: float) -> bool:
-    return abs(client - truth) <= max(1.0, 0.02 * truth)
-
-
 def _median(values: list[float]) -> float:
     values = sorted(values)
     return values[len(values) // 2]
@@ -86,11 +82,14 @@ async def test_non_stream_truth_matches_client_e2e(mock_process: Callable[..., M
     """Non-stream E2E from the client matches the simulator's truth within max(1 ms, 2%) for most requests."""
     url = mock_process("--preset", "provider-a", "--port", "0", "--time-scale", "0.2").url
     async with aiohttp.ClientSession() as session:
+        await _timed_unary(session, url, 2)  # warm-up (excluded): opens the connection
         results = [await _timed_unary(session, url, 10) for _ in range(10)]
         async with session.get(f"{url.removesuffix('/v1')}/sim/truth") as resp:
             truth = {r["id"]: r for r in as_dicts(await resp.read())}
-    close = [_close(r["e2e_ms"], truth[r["id"]]["e2e_ms"]) for r in results]
-    assert sum(close) >= 9, [(r["e2e_ms"], truth[r["id"]]["e2e_ms"]) for r in results]
+    diffs = sorted(abs(r["e2e_ms"] - truth[r["id"]]["e2e_ms"]) for r in results)
+    typical = _median([truth[r["id"]]["e2e_ms"] for r in results])
+    assert diffs[len(diffs) // 2] <= max(1.0, 0.02 * typical), diffs  # the median request
+    assert diffs[8] <= max(1.0, 0.02 * typical), diffs  # and 9 of 10
     assert all(truth[r["id"]]["output_tokens"] == 10 for r in results)
 
 
