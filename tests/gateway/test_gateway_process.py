@@ -171,3 +171,47 @@ def test_ledger_rows_are_json_free_of_content(tmp_path: Path) -> None:
     db.close()
     assert not any(word in c for c in columns for word in ("prompt_text", "content", "messages", "completion_text"))
     assert json.dumps(columns)
+
+
+@pytest.mark.timeout(60)
+async def test_two_workers_share_the_port_and_stop_cleanly(
+    mock_process: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    """--workers 2: both processes answer on one port; SIGTERM stops both and every row reaches the ledger."""
+    import socket
+
+    a = mock_process("--preset", "instant", "--port", "0")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = _config(tmp_path, a.url, a.url)
+    proc = subprocess.Popen(  # noqa: ASYNC220 - nothing else runs on this loop while the gateway starts
+        [sys.executable, "-m", "tailgate", "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        listening = 0
+        for line in proc.stderr:
+            listening += "gateway listening on" in line
+            if listening == 2:
+                break
+        url = f"http://127.0.0.1:{port}/v1"
+        body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+        async with aiohttp.ClientSession() as session:
+            statuses = []
+            for _ in range(40):
+                async with session.post(f"{url}/chat/completions", json=body, headers={"Connection": "close"}) as r:
+                    statuses.append(r.status)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert listening == 2
+    assert statuses == [200] * 40
+    assert len(read_rows(tmp_path / "ledger.db")) == 40

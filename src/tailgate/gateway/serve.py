@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tailgate._runtime import run
+from tailgate._runtime import run, setup_logging
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import Gateway
 
@@ -68,8 +68,9 @@ async def serve_gateway(
             log.info("ledger flushed: %d rows written, %d dropped", gateway.ledger.written, gateway.ledger.dropped)
 
 
-def _worker(config_path: Path, host: str | None, port: int | None, drain_timeout: float) -> None:
+def _worker(config_path: Path, host: str | None, port: int | None, drain_timeout: float, verbose: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM for us
+    setup_logging(verbose)
     run(
         lambda stop: serve_gateway(
             stop, config_path, host=host, port=port, reuse_port=True, drain_timeout=drain_timeout
@@ -85,7 +86,8 @@ def serve_forever(
     if workers > 1:
         ctx = multiprocessing.get_context("spawn")
         for _ in range(workers - 1):
-            child = ctx.Process(target=_worker, args=(config_path, host, port, drain_timeout), daemon=False)
+            verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+            child = ctx.Process(target=_worker, args=(config_path, host, port, drain_timeout, verbose), daemon=False)
             child.start()
             children.append(child)
     try:
