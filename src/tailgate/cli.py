@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -237,3 +237,78 @@ def config_check(file: Path, as_json: bool) -> None:
             click.echo(json.dumps({"ok": False, "source": str(file), "problems": exc.problems}, ensure_ascii=False))
         _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
     click.echo(json.dumps(to_json(report), indent=2, ensure_ascii=False) if as_json else to_text(report))
+
+
+@main.command()
+@click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Write the report here (one offline file).",
+)
+@click.option(
+    "--csv",
+    "csv_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write the one-row-per-run CSV.",
+)
+def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
+    """Re-render the report of a `tailgate bench --out RESULTS.json` run: an offline HTML file (and a CSV)."""
+    from tailgate.bench.report import render_html
+    from tailgate.bench.results import ResultsError, load_document, write_csv
+
+    try:
+        doc = load_document(results)
+    except ResultsError as exc:
+        _fail(str(exc))
+    try:
+        html_out.write_text(render_html(doc), encoding="utf-8")
+        if csv_out is not None:
+            write_csv(doc, csv_out)
+    except OSError as exc:
+        _fail(f"cannot write: {exc}")
+    click.echo(f"wrote {html_out}" + (f" and {csv_out}" if csv_out is not None else ""))
+
+
+@main.command()
+@click.option("--base-url", help="OpenAI base URL of one target (http://host/v1).")
+@click.option("--model", help="Model name to send (for --base-url, and default for --target).")
+@click.option("--api-key-env", help="Environment variable holding the API key for --base-url.")
+@click.option(
+    "--target", "targets", multiple=True, help="NAME=URL[,model=M][,key-env=VAR]; repeat for an interleaved A/B run."
+)
+@click.option("--provider", help="Test this provider of --config exactly as the gateway calls it.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Gateway config for --provider.")
+@click.option("--concurrency", help="Closed loop: a sweep such as 1,10,50,100 (one level after another).")
+@click.option("--rate", type=float, help="Open loop: requests per second, latency from the intended send time.")
+@click.option("--arrival", type=click.Choice(["constant", "poisson"]), default="constant", show_default=True)
+@click.option("--stages", help="k6-style ramps of concurrency, e.g. 30s:10,1m:50,30s:0.")
+@click.option("--duration", default="30s", show_default=True, help="Per level (0 to bound by --requests only).")
+@click.option("--requests", "n_requests", type=click.IntRange(1), help="Per level: stop after this many requests.")
+@click.option("--warmup", default="2s", show_default=True, help="Per level: sent but not counted.")
+@click.option("--max-errors", type=click.IntRange(1), help="Stop a level after this many errors.")
+@click.option("--input-tokens", default="128", show_default=True, help="512, or mean=512,stdev=128,min=64,max=2048.")
+@click.option("--max-tokens", type=click.IntRange(1), default=128, show_default=True)
+@click.option("--stream/--no-stream", default=True, show_default=True)
+@click.option("--temperature", type=float)
+@click.option("--prompts", type=click.Path(path_type=Path), help="JSONL file of {prompt} or {messages}.")
+@click.option("--accuracy", is_flag=True, help="Send the verifiable task suite and report accuracy %.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Generator processes.")
+@click.option(
+    "--threshold", "thresholds", multiple=True, help="e.g. 'p90(e2e)<3s', 'error_rate<1%'; exit 99 if breached."
+)
+@click.option("--out", type=click.Path(path_type=Path), help="Write results.json (schema tailgate.bench/v1).")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write one CSV row per run.")
+@click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report.")
+@click.option("--no-preflight", is_flag=True, help="Skip the one-request reachability check per target.")
+def bench(**kw: Any) -> None:
+    """Load-test OpenAI-compatible endpoints: TTFT/ITL/TPOT/E2E percentiles, decay ratio, thresholds."""
+    from tailgate.bench.command import BenchOptions, run_bench
+
+    renames = {"n_requests": "requests", "config_path": "config", "csv_path": "csv"}
+    fields = {renames.get(k, k): v for k, v in kw.items() if k != "no_preflight"}
+    sys.exit(run_bench(BenchOptions(**fields, preflight=not kw["no_preflight"])))

@@ -92,6 +92,8 @@ class BodyFrame(msgspec.Struct):
     """The fields of a non-streamed response that measurement needs."""
 
     choices: list[_BodyChoice] | None = None
+    data: list[Any] | None = None
+    """Embeddings answer with ``data`` instead of ``choices``."""
     usage: _Usage | None = None
 
 

@@ -307,6 +307,11 @@ class Call:
                     parsed = decode_body(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     raise _Failed("malformed", f"the response body is not valid JSON ({len(raw)} bytes)") from None
+                if parsed.choices is None and parsed.data is None:
+                    # A 200 whose JSON is not an OpenAI answer (no "choices", no "data"): count it as
+                    # malformed, with the start of the body as the example.
+                    example = raw[:120].decode("utf-8", "replace")
+                    raise _Failed("malformed", f"the response is JSON but not an OpenAI answer: {example}")
                 self._first = t_end
                 if parsed.usage is not None:
                     self._prompt_tokens = parsed.usage.prompt_tokens

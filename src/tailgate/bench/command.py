@@ -1,0 +1,291 @@
+"""``tailgate bench``: from parsed options to a written report and an exit code (0, 99, or 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tailgate._runtime import run
+from tailgate.bench import results as res
+from tailgate.bench.loadgen import Bounds
+from tailgate.bench.runner import (
+    Plan,
+    PlanError,
+    Progress,
+    TargetSpec,
+    parse_levels,
+    parse_stages,
+    preflight,
+    run_plan,
+    run_workers,
+)
+from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
+from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts
+from tailgate.config.units import parse_duration
+
+EXIT_OK, EXIT_USAGE, EXIT_BREACHED = 0, 2, 99
+
+
+class UsageError(ValueError):
+    """Bad command-line input; the CLI prints it and exits 2."""
+
+
+@dataclass
+class BenchOptions:
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    targets: tuple[str, ...] = ()
+    provider: str | None = None
+    config: Path | None = None
+    concurrency: str | None = None
+    rate: float | None = None
+    arrival: str = "constant"
+    stages: str | None = None
+    duration: str | None = "30s"
+    requests: int | None = None
+    warmup: str = "2s"
+    max_errors: int | None = None
+    input_tokens: str = "128"
+    max_tokens: int = 128
+    stream: bool = True
+    temperature: float | None = None
+    prompts: Path | None = None
+    accuracy: bool = False
+    seed: int = 0
+    workers: int = 1
+    thresholds: tuple[str, ...] = ()
+    out: Path | None = None
+    csv: Path | None = None
+    html: Path | None = None
+    preflight: bool = True
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+def _key(env: str | None, what: str) -> str | None:
+    if env is None:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise UsageError(f"{what}: environment variable {env} is not set")
+    return value
+
+
+def _targets(o: BenchOptions) -> list[TargetSpec]:
+    specs: list[TargetSpec] = []
+    if o.base_url:
+        if not o.model:
+            raise UsageError("--base-url needs --model")
+        specs.append(TargetSpec("target", o.base_url.rstrip("/"), o.model, _key(o.api_key_env, "--api-key-env")))
+    for text in o.targets:
+        name, sep, rest = text.partition("=")
+        if not sep or not name or not rest:
+            raise UsageError(f"--target {text!r}: use NAME=URL[,model=M][,key-env=VAR]")
+        url, *opts = rest.split(",")
+        fields = {}
+        for opt in opts:
+            k, eq, v = opt.partition("=")
+            if not eq or k not in ("model", "key-env"):
+                raise UsageError(f"--target {text!r}: unknown option {opt!r} (model=…, key-env=…)")
+            fields[k] = v
+        model = fields.get("model") or o.model
+        if not model:
+            raise UsageError(f"--target {text!r}: give model=… or --model")
+        specs.append(TargetSpec(name, url.rstrip("/"), model, _key(fields.get("key-env"), f"--target {name}")))
+    if o.provider or o.config:
+        specs.append(_provider_target(o))
+    if not specs:
+        raise UsageError(
+            "nothing to test: give --base-url URL --model M, --target NAME=URL,…, or --provider NAME --config FILE"
+        )
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"target names must differ, got {names}")
+    return specs
+
+
+def _provider_target(o: BenchOptions) -> TargetSpec:
+    """A provider exactly as the gateway would call it: its base_url, first key, timeouts and headers."""
+    from tailgate.config.resolve import load_resolved
+    from tailgate.upstream import Timeouts
+
+    if not (o.provider and o.config):
+        raise UsageError("--provider and --config go together")
+    config, providers = load_resolved(o.config)
+    p = providers.get(o.provider)
+    if p is None:
+        raise UsageError(f"--provider {o.provider!r} is not in {o.config} (known: {', '.join(providers)})")
+    model = o.model or next(
+        (r.model for m in config.models.values() for r in m.routes if r.provider == o.provider), None
+    )
+    if model is None:
+        raise UsageError(f"--provider {o.provider!r}: no route uses it; give --model")
+    t = p.timeouts
+    timeouts = Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=t.total)
+    return TargetSpec(
+        p.name, p.base_url, model, p.api_keys[0] if p.api_keys else None, timeouts, tuple(p.headers.items())
+    )
+
+
+def _plan(o: BenchOptions) -> Plan:
+    chosen = [x for x in (o.concurrency, o.rate, o.stages) if x is not None]
+    if len(chosen) > 1:
+        raise UsageError("choose one load model: --concurrency, --rate or --stages")
+    try:
+        duration = float(parse_duration(o.duration)) if o.duration not in (None, "", "0") else None
+        warmup = float(parse_duration(o.warmup))
+    except ValueError as exc:
+        raise UsageError(f"--duration/--warmup: {exc}") from None
+    if duration is None and o.requests is None and o.stages is None:
+        raise UsageError("give --duration or --requests (a run must end by itself)")
+    bounds = Bounds(duration=duration, requests=o.requests, warmup=warmup, max_errors=o.max_errors)
+    try:
+        if o.stages is not None:
+            return Plan("stages", bounds, stages=parse_stages(o.stages))
+        if o.rate is not None:
+            if o.rate <= 0:
+                raise UsageError(f"--rate must be positive, got {o.rate:g}")
+            return Plan("open", bounds, rate=o.rate, arrival=o.arrival)
+        return Plan("closed", bounds, levels=parse_levels(o.concurrency or "1"))
+    except PlanError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _workload(o: BenchOptions) -> Workload:
+    try:
+        return Workload(
+            input_tokens=LengthDist.parse(o.input_tokens),
+            max_tokens=o.max_tokens,
+            stream=o.stream,
+            temperature=o.temperature,
+            prompts=load_prompts(o.prompts) if o.prompts else None,
+            accuracy=o.accuracy,
+            seed=o.seed,
+        )
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_bench(o: BenchOptions, console: Console | None = None) -> int:
+    """The whole command; returns the exit code."""
+    console = console or Console(stderr=True)
+    try:
+        specs, plan, workload = _targets(o), _plan(o), _workload(o)
+        thresholds = [parse_threshold(t) for t in o.thresholds]
+    except (UsageError, ThresholdError) as exc:
+        console.print(f"error: {exc}", markup=False, highlight=False)
+        return EXIT_USAGE
+    except Exception as exc:  # config errors from --config
+        from tailgate.config.loader import ConfigError
+
+        if isinstance(exc, ConfigError):
+            console.print("error: invalid config:\n" + "\n".join(f"  {p}" for p in exc.problems), markup=False)
+            return EXIT_USAGE
+        raise
+    if o.preflight:
+        problems = asyncio.run(preflight(specs))
+        if problems:
+            for p in problems:
+                console.print(f"error: {p}", markup=False, highlight=False)
+            return EXIT_USAGE
+    started = time.time()
+    progress = Progress(console)
+    if o.workers > 1:
+        runs = run_workers(specs, workload, plan, o.workers)
+    else:
+
+        async def main(stop: asyncio.Event) -> list[dict[str, Any]]:
+            with progress.live:
+                return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
+
+        runs = run(main)
+    checks = evaluate(thresholds, runs) if thresholds else []
+    doc = res.build_document(runs, command=o.command, started_at=started, thresholds=checks)
+    if o.workers == 1 and progress.phase is not None:
+        progress.on_phase(progress.phase)  # reports the last phase as done
+    out = Console() if sys.stdout.isatty() else Console(width=200)
+    _print_summary(out, doc)
+    if o.out:
+        res.write_json(doc, o.out)
+    if o.csv:
+        res.write_csv(doc, o.csv)
+    if o.html:
+        from tailgate.bench.report import render_html
+
+        o.html.write_text(render_html(doc), encoding="utf-8")
+    for path in (o.out, o.csv, o.html):
+        if path:
+            console.print(f"wrote {path}", markup=False)
+    if checks and breached(checks):
+        console.print("thresholds breached: exit 99", markup=False)
+        return EXIT_BREACHED
+    return EXIT_OK
+
+
+def _fmt(v: Any, digits: int = 0) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _print_summary(console: Console, doc: dict[str, Any]) -> None:
+    table = Table(
+        "target",
+        "load",
+        "requests",
+        "errors",
+        "req/s",
+        "tok/s",
+        "TTFT p50",
+        "TTFT p90",
+        "TTFT p99",
+        "E2E p50",
+        "E2E p90",
+        "E2E p99",
+        "ITL p50",
+        "ITL p99",
+        title="results (ms)",
+    )
+    for run_ in doc["runs"]:
+        m, load = run_["metrics"], run_["load"]
+        label = ", ".join(f"{k}={v}" for k, v in load.items() if k != "mode")
+        table.add_row(
+            run_["target"]["name"],
+            f"{load['mode']} {label}",
+            str(run_["requests"]),
+            f"{run_['requests'] - run_['successes']}",
+            _fmt(run_["throughput"]["req_per_s"], 1),
+            _fmt(run_["throughput"]["output_tokens_per_s"], 0),
+            _fmt(m["ttft_ms"]["p50"]),
+            _fmt(m["ttft_ms"]["p90"]),
+            _fmt(m["ttft_ms"]["p99"]),
+            _fmt(m["e2e_ms"]["p50"]),
+            _fmt(m["e2e_ms"]["p90"]),
+            _fmt(m["e2e_ms"]["p99"]),
+            _fmt(m["itl_ms"]["p50"], 1),
+            _fmt(m["itl_ms"]["p99"], 1),
+        )
+    console.print(table)
+    if doc.get("decay"):
+        decay = Table(
+            "target", "concurrency", "P99 E2E ×", "P99 TTFT ×", "mean tok/s ×", title="decay vs concurrency 1"
+        )
+        for d in doc["decay"]:
+            decay.add_row(
+                d["target"],
+                str(d["concurrency"]),
+                _fmt(d["p99_e2e_ratio"], 2),
+                _fmt(d["p99_ttft_ratio"], 2),
+                _fmt(d["mean_tok_s_ratio"], 2),
+            )
+        console.print(decay)
+    for check in doc.get("thresholds") or []:
+        mark = "PASS" if check["passed"] else "FAIL"
+        load = res.describe_load(check["load"]) if isinstance(check.get("load"), dict) else check.get("load")
+        console.print(f"{mark} {check['expr']} [{check['target']}, {load}]: {check['value']}", markup=False)

@@ -1,0 +1,687 @@
+"""Results of a load test: one :class:`RunRecorder` per run, the ``results.json`` document, CSV.
+
+A *run* is one target at one load level (a closed-loop concurrency, an open-loop rate) or stage.
+:class:`RunRecorder` folds every :class:`~tailgate.upstream.events.CallResult` of a run into
+mergeable histograms and counters, so a run costs O(buckets) memory however long it lasts and the
+recorders of several generator processes merge exactly. ``to_dict`` gives the run object of the
+JSON schema (documented in docs/bench-results.md); it carries the serialized histograms, so runs
+can be merged and reports re-rendered from the file alone.
+
+Counting rules (DESIGN.md metric definitions):
+
+- ``requests`` = successes + errors. A ``cancelled`` call (the generator stopped consuming it, e.g. at
+  Ctrl-C or the end of the run) is neither: it is left out of the run and only counted as
+  ``cancelled``.
+- Latency metrics (TTFT, E2E, ITL, TPOT, per-request tok/s), token counts and throughput come from
+  successful requests only; a failure's partial timings would mix two populations.
+- Open loop: TTFT and E2E are measured from the *intended* send time, i.e. the call's own value plus
+  the schedule lag (actual − intended send). ITL, TPOT and per-request tok/s are differences of
+  times within the call, so the lag cancels out of them. The lag itself is recorded in
+  ``schedule_lag_ms`` for every request, successful or not.
+- ITL is pooled: every gap of every request is one sample.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tailgate import __version__
+from tailgate.stats import LatencyHistogram
+from tailgate.upstream.events import CallResult
+
+__all__ = [
+    "CSV_METRICS",
+    "ERROR_KEYS",
+    "METRIC_NAMES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "ResultsError",
+    "RunRecorder",
+    "build_document",
+    "decay_table",
+    "describe_load",
+    "error_key",
+    "load_document",
+    "run_label",
+    "summarize",
+    "write_csv",
+    "write_json",
+]
+
+SCHEMA_NAME = "tailgate.bench"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_NAME}/v{SCHEMA_VERSION}"
+
+ERROR_KEYS = (
+    "rate_limited",
+    "insufficient_quota",
+    "http_4xx",
+    "http_5xx",
+    "timeout",
+    "connect",
+    "malformed",
+    "cut",
+    "stream_error",
+    "other",
+)
+
+#: Latency-like metrics every run reports, in report order.
+METRIC_NAMES = ("ttft_ms", "e2e_ms", "itl_ms", "tpot_ms", "output_tokens_per_s")
+#: Open-loop runs also report this one.
+LAG_METRIC = "schedule_lag_ms"
+#: The metrics with P50/P90/P95/P99/max/mean columns in the CSV.
+CSV_METRICS = METRIC_NAMES
+STATS = ("p50", "p90", "p95", "p99", "max", "mean")
+
+_EXAMPLE_MAX = 300
+_DIRECT_KEYS = frozenset(ERROR_KEYS) - {"timeout", "other"}
+
+
+class ResultsError(ValueError):
+    """A results file or run object that this version cannot read."""
+
+
+def error_key(error_class: str) -> str | None:
+    """The ``errors`` key an upstream error class is counted under; None for ``cancelled``."""
+    if error_class == "cancelled":
+        return None
+    if error_class in _DIRECT_KEYS:
+        return error_class
+    if error_class.startswith("timeout"):
+        return "timeout"
+    return "other"  # http_other and anything a later upstream version adds
+
+
+def _is_open_loop(load: Mapping[str, Any]) -> bool:
+    """Open loop: ``mode == "open"``, or a stage that paces by rate rather than concurrency."""
+    return load.get("mode") == "open" or (load.get("mode") == "stage" and load.get("rate") is not None)
+
+
+def _r3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def summarize(h: LatencyHistogram) -> dict[str, Any]:
+    """P50/P90/P95/P99/max/mean rounded to 3 decimals, and count; every stat null when empty."""
+    if h.count == 0:
+        return {"p50": None, "p90": None, "p95": None, "p99": None, "max": None, "mean": None, "count": 0}
+    s = h.summary()
+    return {
+        "p50": round(s["p50"], 3),
+        "p90": round(s["p90"], 3),
+        "p95": round(s["p95"], 3),
+        "p99": round(s["p99"], 3),
+        "max": round(s["max"], 3),
+        "mean": round(s["mean"], 3),
+        "count": s["count"],
+    }
+
+
+def _example(result: CallResult) -> str:
+    if result.detail:
+        text = result.detail
+    elif result.error is not None:
+        text = str(result.error)
+    else:
+        text = f"{result.error_class} (status {result.status})" if result.status else str(result.error_class)
+    return text if len(text) <= _EXAMPLE_MAX else text[: _EXAMPLE_MAX - 1] + "…"
+
+
+class RunRecorder:
+    """Aggregates one run (one target at one load level/stage) exactly and cheaply.
+
+    Call :meth:`start` when measurement begins (after warm-up), :meth:`add` for every finished
+    call, :meth:`stop` at the end; :meth:`to_dict` gives the run object of the results schema.
+    ``requests``, ``successes``, ``errors`` and :meth:`live_p90_e2e` are the live view for a
+    progress display.
+    """
+
+    def __init__(self, target: dict[str, Any], load: dict[str, Any]) -> None:
+        self.target: dict[str, Any] = dict(target)
+        self.load: dict[str, Any] = dict(load)
+        self.open_loop = _is_open_loop(self.load)
+        self.requests = 0
+        self.successes = 0
+        self.errors = 0
+        self.cancelled = 0
+        self.error_counts: dict[str, int] = dict.fromkeys(ERROR_KEYS, 0)
+        self.error_examples: dict[str, str] = {}
+        self.output_tokens = 0
+        self.input_tokens: int | None = None
+        self.tokens_estimated = False
+        self.accuracy_right = 0
+        self.accuracy_total = 0
+        self.t_start: float | None = None
+        self.t_stop: float | None = None
+        self.t_last: float | None = None  # latest t_done seen (duration fallback when never stopped)
+        # second (relative to t_start) -> [ok, errors, output_tokens]
+        self.timeline: dict[int, list[int]] = {}
+        self.ttft = LatencyHistogram()
+        self.e2e = LatencyHistogram()
+        self.itl = LatencyHistogram()
+        self.tpot = LatencyHistogram()
+        self.tok_s = LatencyHistogram()
+        self.lag = LatencyHistogram()
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def start(self, t: float) -> None:
+        """``time.perf_counter()`` when measurement begins (after warm-up)."""
+        self.t_start = t
+
+    def stop(self, t: float) -> None:
+        """End of measurement; the run's duration is ``stop − start``."""
+        self.t_stop = t
+
+    def add(
+        self,
+        result: CallResult,
+        *,
+        lag_ms: float = 0.0,
+        t_done: float | None = None,
+        accuracy: bool | None = None,
+    ) -> None:
+        """Fold in one finished call.
+
+        ``lag_ms``: open loop, actual − intended send time (>= 0; negative values count as 0);
+        added to TTFT and E2E and recorded as ``schedule_lag_ms``. ``t_done``: perf_counter when the
+        call finished, for the per-second timeline (now when omitted). ``accuracy``: whether the
+        answer was right, for runs that check answers.
+        """
+        ec = result.error_class
+        key = None if ec is None else error_key(ec)
+        if ec is not None and key is None:
+            self.cancelled += 1
+            return
+        if t_done is None:
+            t_done = time.perf_counter()
+        if self.t_start is None:
+            self.t_start = t_done
+        if self.t_last is None or t_done > self.t_last:
+            self.t_last = t_done
+        second = max(0, int(t_done - self.t_start))
+        bucket = self.timeline.get(second)
+        if bucket is None:
+            bucket = self.timeline[second] = [0, 0, 0]
+        lag = lag_ms if lag_ms > 0.0 else 0.0
+        self.requests += 1
+        if self.open_loop:
+            self.lag.record(lag)
+        if key is not None:
+            self.errors += 1
+            self.error_counts[key] += 1
+            if key not in self.error_examples:
+                self.error_examples[key] = _example(result)
+            bucket[1] += 1
+        else:
+            self.successes += 1
+            out = result.output_tokens
+            self.output_tokens += out
+            bucket[0] += 1
+            bucket[2] += out
+            if result.prompt_tokens is not None:
+                self.input_tokens = (self.input_tokens or 0) + result.prompt_tokens
+            if result.tokens_estimated and out > 0:
+                self.tokens_estimated = True
+            ttft = result.ttft_ms
+            e2e = result.e2e_ms
+            if ttft is not None:
+                self.ttft.record(ttft + lag)
+            if e2e is not None:
+                self.e2e.record(e2e + lag)
+            if result.itl_ms:
+                self.itl.record_many(result.itl_ms)
+            if ttft is not None and e2e is not None and out >= 2:
+                span = e2e - ttft
+                if span > 0.0:
+                    self.tpot.record(span / (out - 1))
+                    self.tok_s.record((out - 1) / (span / 1000.0))
+        if accuracy is not None:
+            self.accuracy_total += 1
+            if accuracy:
+                self.accuracy_right += 1
+
+    # -- live view ---------------------------------------------------------------------------
+
+    def live_p90_e2e(self) -> float | None:
+        """P90 of E2E so far (ms), None before the first success."""
+        return self.e2e.percentile(90.0) if self.e2e.count else None
+
+    @property
+    def duration_s(self) -> float | None:
+        """stop − start; until stopped, the latest finished call − start; None if unknown."""
+        if self.t_start is None:
+            return None
+        end = self.t_stop if self.t_stop is not None else self.t_last
+        return None if end is None else max(0.0, end - self.t_start)
+
+    def _histograms(self) -> dict[str, LatencyHistogram]:
+        hists = {
+            "ttft_ms": self.ttft,
+            "e2e_ms": self.e2e,
+            "itl_ms": self.itl,
+            "tpot_ms": self.tpot,
+            "output_tokens_per_s": self.tok_s,
+        }
+        if self.open_loop:
+            hists[LAG_METRIC] = self.lag
+        return hists
+
+    # -- merging -----------------------------------------------------------------------------
+
+    def merge(self, other: RunRecorder) -> None:
+        """Add ``other`` (same target and load, e.g. another worker's share) into this run exactly.
+
+        Timelines are aligned on the earlier start; workers should share one start time
+        (``perf_counter`` is system-wide on Linux and macOS), else a bucket may shift by the
+        rounding of the start difference.
+        """
+        if other.target != self.target or other.load != self.load:
+            raise ValueError(
+                f"cannot merge runs of different targets/loads: {run_label(other.to_summary())} "
+                f"into {run_label(self.to_summary())}"
+            )
+        self.requests += other.requests
+        self.successes += other.successes
+        self.errors += other.errors
+        self.cancelled += other.cancelled
+        for k, n in other.error_counts.items():
+            self.error_counts[k] = self.error_counts.get(k, 0) + n
+        for k, ex in other.error_examples.items():
+            self.error_examples.setdefault(k, ex)
+        self.output_tokens += other.output_tokens
+        if other.input_tokens is not None:
+            self.input_tokens = (self.input_tokens or 0) + other.input_tokens
+        self.tokens_estimated = self.tokens_estimated or other.tokens_estimated
+        self.accuracy_right += other.accuracy_right
+        self.accuracy_total += other.accuracy_total
+        # Timeline: rebase both onto the earlier start.
+        mine_start, their_start = self.t_start, other.t_start
+        if their_start is not None and (mine_start is None or their_start < mine_start):
+            shift_mine = 0 if mine_start is None else round(mine_start - their_start)
+            self.timeline = {s + shift_mine: b for s, b in self.timeline.items()}
+            shift_theirs = 0
+            self.t_start = their_start
+        else:
+            shift_theirs = 0 if their_start is None or mine_start is None else round(their_start - mine_start)
+        for s, b in other.timeline.items():
+            mine = self.timeline.setdefault(s + shift_theirs, [0, 0, 0])
+            mine[0] += b[0]
+            mine[1] += b[1]
+            mine[2] += b[2]
+        if other.t_stop is not None and (self.t_stop is None or other.t_stop > self.t_stop):
+            self.t_stop = other.t_stop
+        if other.t_last is not None and (self.t_last is None or other.t_last > self.t_last):
+            self.t_last = other.t_last
+        self.ttft.merge(other.ttft)
+        self.e2e.merge(other.e2e)
+        self.itl.merge(other.itl)
+        self.tpot.merge(other.tpot)
+        self.tok_s.merge(other.tok_s)
+        self.lag.merge(other.lag)
+
+    # -- serialization -----------------------------------------------------------------------
+
+    def to_summary(self) -> dict[str, Any]:
+        """Just ``{"target", "load"}`` (for labels)."""
+        return {"target": self.target, "load": self.load}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run object of the results schema (docs/bench-results.md)."""
+        duration = self.duration_s
+        hists = self._histograms()
+        if self.timeline:
+            last = max(self.timeline)
+            timeline = [
+                {"t": s, "ok": b[0], "errors": b[1], "output_tokens": b[2]}
+                for s in range(last + 1)
+                for b in (self.timeline.get(s, [0, 0, 0]),)
+            ]
+        else:
+            timeline = []
+        return {
+            "target": dict(self.target),
+            "load": dict(self.load),
+            "requests": self.requests,
+            "successes": self.successes,
+            "errors": dict(self.error_counts),
+            "error_examples": {k: self.error_examples[k] for k in ERROR_KEYS if k in self.error_examples},
+            "error_rate": round(self.errors / self.requests, 6) if self.requests else None,
+            "cancelled": self.cancelled,
+            "throughput": {
+                "duration_s": _r3(duration),
+                "req_per_s": round(self.successes / duration, 3) if duration else None,
+                "attempts_per_s": round(self.requests / duration, 3) if duration else None,
+                "output_tokens_per_s": round(self.output_tokens / duration, 3) if duration else None,
+            },
+            "tokens": {"output": self.output_tokens, "input": self.input_tokens, "estimated": self.tokens_estimated},
+            "metrics": {name: summarize(h) for name, h in hists.items()},
+            "timeline": timeline,
+            "accuracy": (
+                {
+                    "right": self.accuracy_right,
+                    "total": self.accuracy_total,
+                    "pct": round(100.0 * self.accuracy_right / self.accuracy_total, 3),
+                }
+                if self.accuracy_total
+                else None
+            ),
+            "clock": {"start": self.t_start, "stop": self.t_stop, "last": self.t_last},
+            "histograms": {name: dict(h.to_dict()) for name, h in hists.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunRecorder:
+        """Rebuild a recorder from :meth:`to_dict` output (e.g. to merge runs from files)."""
+        try:
+            rec = cls(dict(d["target"]), dict(d["load"]))
+            rec.requests = int(d["requests"])
+            rec.successes = int(d["successes"])
+            rec.error_counts.update({str(k): int(v) for k, v in d["errors"].items()})
+            rec.errors = sum(rec.error_counts.values())
+            rec.error_examples = {str(k): str(v) for k, v in (d.get("error_examples") or {}).items()}
+            rec.cancelled = int(d.get("cancelled") or 0)
+            tokens = d["tokens"]
+            rec.output_tokens = int(tokens["output"])
+            rec.input_tokens = None if tokens.get("input") is None else int(tokens["input"])
+            rec.tokens_estimated = bool(tokens.get("estimated", False))
+            acc = d.get("accuracy")
+            if acc:
+                rec.accuracy_right = int(acc["right"])
+                rec.accuracy_total = int(acc["total"])
+            clock = d.get("clock") or {}
+            rec.t_start = clock.get("start")
+            rec.t_stop = clock.get("stop")
+            rec.t_last = clock.get("last")
+            if rec.t_start is None and rec.t_stop is None:
+                duration = (d.get("throughput") or {}).get("duration_s")
+                if duration is not None:
+                    rec.t_start, rec.t_stop = 0.0, float(duration)
+            rec.timeline = {
+                int(b["t"]): [int(b["ok"]), int(b["errors"]), int(b["output_tokens"])]
+                for b in d.get("timeline") or []
+                if b["ok"] or b["errors"] or b["output_tokens"]
+            }
+            hists = d["histograms"]
+            rec.ttft = LatencyHistogram.from_dict(hists["ttft_ms"])
+            rec.e2e = LatencyHistogram.from_dict(hists["e2e_ms"])
+            rec.itl = LatencyHistogram.from_dict(hists["itl_ms"])
+            rec.tpot = LatencyHistogram.from_dict(hists["tpot_ms"])
+            rec.tok_s = LatencyHistogram.from_dict(hists["output_tokens_per_s"])
+            if LAG_METRIC in hists:
+                rec.lag = LatencyHistogram.from_dict(hists[LAG_METRIC])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ResultsError(f"not a {SCHEMA} run object: missing or invalid {exc}") from exc
+        if rec.successes + rec.errors != rec.requests:
+            raise ResultsError(
+                f"run object inconsistent: successes {rec.successes} + errors {rec.errors} != requests {rec.requests}"
+            )
+        return rec
+
+    def __repr__(self) -> str:
+        return (
+            f"RunRecorder({run_label(self.to_summary())}, requests={self.requests}, "
+            f"successes={self.successes}, errors={self.errors})"
+        )
+
+
+# -- labels ------------------------------------------------------------------------------------
+
+
+def _num(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def describe_load(load: Mapping[str, Any]) -> str:
+    """A short human label: ``closed c=10``, ``open 20/s poisson``, ``stage 2 10→50``."""
+    mode = str(load.get("mode", "?"))
+    parts = [mode]
+    if mode == "stage" and load.get("stage") is not None:
+        parts.append(str(load["stage"]))
+    if load.get("from") is not None and load.get("to") is not None:
+        parts.append(f"{_num(load['from'])}→{_num(load['to'])}")
+    if load.get("concurrency") is not None:
+        parts.append(f"c={load['concurrency']}")
+    if load.get("rate") is not None:
+        parts.append(f"{_num(load['rate'])}/s")
+    if load.get("arrival"):
+        parts.append(str(load["arrival"]))
+    return " ".join(parts)
+
+
+def _target_name(target: Mapping[str, Any]) -> str:
+    return str(target.get("name") or target.get("base_url") or "?")
+
+
+def run_label(run: Mapping[str, Any]) -> str:
+    """``target · load`` for a run object."""
+    return f"{_target_name(run.get('target') or {})} · {describe_load(run.get('load') or {})}"
+
+
+# -- the document ------------------------------------------------------------------------------
+
+
+def _metric(run: Mapping[str, Any], name: str, stat: str) -> float | None:
+    value = ((run.get("metrics") or {}).get(name) or {}).get(stat)
+    return None if value is None else float(value)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0.0:
+        return None
+    return round(a / b, 3)
+
+
+def decay_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per target, each closed-loop level as a ratio to that target's concurrency-1 run.
+
+    One row per closed-loop run of a target that has a concurrency-1 run (the baseline row itself
+    included, with ratios 1.0), ordered by target (first appearance) then concurrency. A ratio is
+    null when either side has no samples. ``[]`` when no target has a concurrency-1 run.
+    """
+    by_target: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        load = run.get("load") or {}
+        if load.get("mode") != "closed" or load.get("concurrency") is None:
+            continue
+        by_target.setdefault(_target_name(run.get("target") or {}), []).append(run)
+    rows: list[dict[str, Any]] = []
+    for name, target_runs in by_target.items():
+        base = next((r for r in target_runs if r["load"]["concurrency"] == 1), None)
+        if base is None:
+            continue
+        b_e2e = _metric(base, "e2e_ms", "p99")
+        b_ttft = _metric(base, "ttft_ms", "p99")
+        b_tok = _metric(base, "output_tokens_per_s", "mean")
+        b_agg = (base.get("throughput") or {}).get("output_tokens_per_s")
+        for run in sorted(target_runs, key=lambda r: int(r["load"]["concurrency"])):
+            e2e = _metric(run, "e2e_ms", "p99")
+            ttft = _metric(run, "ttft_ms", "p99")
+            tok = _metric(run, "output_tokens_per_s", "mean")
+            thr = run.get("throughput") or {}
+            rows.append(
+                {
+                    "target": name,
+                    "concurrency": int(run["load"]["concurrency"]),
+                    "p99_e2e_ratio": _ratio(e2e, b_e2e),
+                    "p99_ttft_ratio": _ratio(ttft, b_ttft),
+                    "mean_tok_s_ratio": _ratio(tok, b_tok),
+                    "req_per_s": thr.get("req_per_s"),
+                    "p99_e2e_ms": e2e,
+                    "p99_ttft_ms": ttft,
+                    "mean_tok_s": tok,
+                    "output_tokens_per_s": thr.get("output_tokens_per_s"),
+                    "output_tokens_per_s_ratio": _ratio(thr.get("output_tokens_per_s"), b_agg),
+                    "error_rate": run.get("error_rate"),
+                }
+            )
+    return rows
+
+
+def build_document(
+    runs: list[dict[str, Any]],
+    *,
+    command: list[str],
+    started_at: float,
+    thresholds: list[dict[str, Any]] | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
+    """The whole ``results.json``: schema tag, provenance, runs, decay table, threshold results."""
+    evaluated = list(thresholds or [])
+    return {
+        "schema": SCHEMA,
+        "tailgate_version": __version__,
+        "command": list(command),
+        "started_at": started_at,
+        "finished_at": round(time.time(), 3),
+        "runs": runs,
+        "decay": decay_table(runs),
+        "thresholds": evaluated,
+        "thresholds_passed": (all(t.get("passed") is not False for t in evaluated) if evaluated else None),
+        "notes": list(notes or []),
+    }
+
+
+def _atomic_write(path: str | os.PathLike[str], text: str) -> None:
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dumps_document(doc: Mapping[str, Any]) -> str:
+    """The document as indented JSON, each histogram's bucket list kept on one line."""
+    runs = doc.get("runs") or []
+    compact: dict[str, str] = {}
+    shallow_runs: list[Any] = []
+    for i, run in enumerate(runs):
+        if isinstance(run, Mapping) and "histograms" in run:
+            marker = f"@@tailgate-histograms-{i}@@"
+            compact[marker] = json.dumps(run["histograms"], separators=(",", ":"), allow_nan=False)
+            shallow_runs.append({**run, "histograms": marker})
+        else:
+            shallow_runs.append(run)
+    text = json.dumps({**doc, "runs": shallow_runs}, indent=2, allow_nan=False, ensure_ascii=False)
+    for marker, body in compact.items():
+        text = text.replace(json.dumps(marker), body, 1)
+    return text + "\n"
+
+
+def write_json(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write the document (atomically: a reader never sees half a file)."""
+    _atomic_write(path, dumps_document(doc))
+
+
+def csv_header() -> list[str]:
+    head = [
+        "target",
+        "model",
+        "base_url",
+        "load",
+        "mode",
+        "concurrency",
+        "rate",
+        "stage",
+        "requests",
+        "successes",
+        "errors",
+        "error_rate",
+        "req_per_s",
+        "output_tokens_per_s",
+        "duration_s",
+    ]
+    head += [f"{m}_{s}" for m in CSV_METRICS for s in STATS]
+    head += [f"errors_{k}" for k in ERROR_KEYS]
+    return head
+
+
+def _cell(x: Any) -> Any:
+    return "" if x is None else x
+
+
+def csv_rows(doc: Mapping[str, Any]) -> Iterable[list[Any]]:
+    for run in doc.get("runs") or []:
+        target = run.get("target") or {}
+        load = run.get("load") or {}
+        thr = run.get("throughput") or {}
+        errors = run.get("errors") or {}
+        row: list[Any] = [
+            _target_name(target),
+            target.get("model"),
+            target.get("base_url"),
+            describe_load(load),
+            load.get("mode"),
+            load.get("concurrency"),
+            load.get("rate"),
+            load.get("stage"),
+            run.get("requests"),
+            run.get("successes"),
+            sum(int(v) for v in errors.values()),
+            run.get("error_rate"),
+            thr.get("req_per_s"),
+            thr.get("output_tokens_per_s"),
+            thr.get("duration_s"),
+        ]
+        row += [_metric(run, m, s) for m in CSV_METRICS for s in STATS]
+        row += [errors.get(k, 0) for k in ERROR_KEYS]
+        yield [_cell(x) for x in row]
+
+
+def write_csv(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """One row per run (see :func:`csv_header`); empty cells where a value is null."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(csv_header())
+    w.writerows(csv_rows(doc))
+    _atomic_write(path, buf.getvalue())
+
+
+def check_document(doc: Any, *, source: str = "results") -> dict[str, Any]:
+    """Validate the schema tag and top-level shape; returns the document."""
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{source}: not a tailgate bench results document (top level is not an object)")
+    schema = doc.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(f"{SCHEMA_NAME}/v"):
+        raise ResultsError(
+            f"{source}: not a tailgate bench results document (schema is {schema!r}, expected {SCHEMA!r})"
+        )
+    version_text = schema.removeprefix(f"{SCHEMA_NAME}/v")
+    if not version_text.isdigit() or int(version_text) != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{source}: results schema {schema!r} is not supported by tailgate {__version__}, "
+            f"which reads {SCHEMA!r}" + (" (written by a newer tailgate?)" if version_text.isdigit() else "")
+        )
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ResultsError(f"{source}: 'runs' must be a list of run objects")
+    for i, run in enumerate(runs):
+        for key in ("target", "load", "metrics", "errors", "throughput"):
+            if not isinstance(run.get(key), dict):
+                raise ResultsError(f"{source}: runs[{i}].{key} is missing or not an object")
+    return doc
+
+
+def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a ``results.json``; a wrong or unsupported schema raises :class:`ResultsError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ResultsError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{os.fspath(path)}: not JSON ({exc})") from exc
+    return check_document(doc, source=os.fspath(path))

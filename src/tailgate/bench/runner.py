@@ -1,0 +1,224 @@
+"""Running a bench plan: targets, preflight, levels / rate / stages, worker processes, live progress."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
+from tailgate.bench.results import RunRecorder
+from tailgate.bench.workload import Workload
+from tailgate.config.units import parse_duration
+from tailgate.upstream import Endpoint, Timeouts, UpstreamClient, call
+
+
+class PlanError(ValueError):
+    """A load option is malformed; the message names the offending token."""
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target as the command line (or a gateway config) described it; picklable for worker processes."""
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def build(self, max_connections: int) -> Target:
+        endpoint = Endpoint(
+            name=self.name,
+            base_url=self.base_url,
+            api_keys=(self.api_key,) if self.api_key else (),
+            timeouts=self.timeouts,
+            max_connections=max_connections,
+            headers=dict(self.headers),
+        )
+        return Target(self.name, UpstreamClient(endpoint), self.model)
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str  # "closed" | "open" | "stages"
+    bounds: Bounds
+    levels: tuple[int, ...] = ()
+    rate: float = 0.0
+    arrival: str = "constant"
+    stages: tuple[tuple[float, int], ...] = ()
+
+    def share(self, workers: int, index: int) -> Plan:
+        """This worker's part of the load: concurrency, rate and stage targets split evenly."""
+
+        def split(n: int) -> int:
+            return n // workers + (1 if index < n % workers else 0)
+
+        bounds = self.bounds
+        if bounds.requests is not None:
+            bounds = replace(bounds, requests=split(bounds.requests))
+        return replace(
+            self,
+            bounds=bounds,
+            levels=tuple(split(c) for c in self.levels),
+            rate=self.rate / workers,
+            stages=tuple((s, split(v)) for s, v in self.stages),
+        )
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    levels = []
+    for token in text.split(","):
+        token = token.strip()
+        if not token.isdigit() or int(token) < 1:
+            raise PlanError(f"--concurrency: {token!r} is not a positive integer (use e.g. 1,10,50,100)")
+        levels.append(int(token))
+    return tuple(levels)
+
+
+_STAGE = re.compile(r"^\s*([^:]+):(\d+)\s*$")
+
+
+def parse_stages(text: str) -> tuple[tuple[float, int], ...]:
+    """``30s:10,1m:50,30s:0`` → ((30, 10), (60, 50), (30, 0))."""
+    out = []
+    for token in text.split(","):
+        match = _STAGE.match(token)
+        if match is None:
+            raise PlanError(f"--stages: {token!r} is not DURATION:TARGET (use e.g. 30s:10,1m:50,30s:0)")
+        try:
+            seconds = float(parse_duration(match.group(1)))
+        except ValueError:
+            raise PlanError(f"--stages: {match.group(1)!r} in {token!r} is not a duration (30s, 1m, 500ms)") from None
+        out.append((seconds, int(match.group(2))))
+    return tuple(out)
+
+
+async def preflight(specs: list[TargetSpec]) -> list[str]:
+    """One tiny request per target before the run: problems that would make every request fail."""
+    problems = []
+    for spec in specs:
+        target = spec.build(2)
+        body = {"model": spec.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        try:
+            result = await call(target.client, "/chat/completions", body, stream=False).collect()
+        finally:
+            await target.client.close()
+        if result.error_class == "connect":
+            problems.append(
+                f"cannot reach target {spec.name!r} at {spec.base_url}: {result.detail or 'connection failed'}"
+            )
+        elif result.status in (401, 403):
+            problems.append(f"target {spec.name!r} refused the API key (HTTP {result.status}): {result.error}")
+        elif result.status == 404:
+            problems.append(f"target {spec.name!r} answered 404 for model {spec.model!r}: {result.error}")
+        elif result.error_class == "malformed":
+            problems.append(f"target {spec.name!r} does not answer like an OpenAI API (malformed): {result.detail}")
+    return problems
+
+
+async def run_plan(
+    specs: list[TargetSpec],
+    workload: Workload,
+    plan: Plan,
+    stop: asyncio.Event,
+    on_phase: Callable[[Phase], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run the whole plan in this process; return the run dicts in order."""
+    # Closed loop never has more requests in flight than workers; an open loop has as many as the
+    # server holds, so its pool must not cap them (a capped pool would queue requests inside the
+    # generator, where neither the schedule lag nor the server sees it).
+    max_conn = 10_000 if plan.mode == "open" else max([*plan.levels, *(v for _, v in plan.stages), 1]) + 16
+    targets = [spec.build(max_conn) for spec in specs]
+    gen = LoadGenerator(targets, workload, stop=stop)
+    gen.on_phase = on_phase
+    runs: list[RunRecorder] = []
+    try:
+        if plan.mode == "closed":
+            for level in plan.levels:
+                runs += (
+                    await gen.closed(level, plan.bounds)
+                    if level > 0
+                    else _empty(targets, {"mode": "closed", "concurrency": level})
+                )
+                if stop.is_set():
+                    break
+        elif plan.mode == "open":
+            runs += await gen.open(plan.rate, plan.bounds, arrival=plan.arrival, seed=os.getpid())
+        else:
+            for group in await gen.stages(list(plan.stages), plan.bounds):
+                runs += group
+    finally:
+        for t in targets:
+            await t.client.close()
+    return [r.to_dict() for r in runs]
+
+
+def _empty(targets: list[Target], load: dict[str, Any]) -> list[RunRecorder]:
+    recs = [RunRecorder(t.describe(), load) for t in targets]
+    now = time.perf_counter()
+    for r in recs:
+        r.start(now)
+        r.stop(now)
+    return recs
+
+
+def _worker_entry(specs: list[TargetSpec], workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+    from tailgate._runtime import run
+
+    return run(lambda stop: run_plan(specs, workload, plan, stop))
+
+
+def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers: int) -> list[dict[str, Any]]:
+    """Run the plan in ``workers`` processes (each with its share) and merge their runs exactly."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        shares = [(specs, replace(workload, seed=workload.seed + i), plan.share(workers, i)) for i in range(workers)]
+        results = pool.starmap(_worker_entry, shares)
+    merged: list[dict[str, Any]] = []
+    for runs in zip(*results, strict=False):
+        acc = RunRecorder.from_dict(runs[0])
+        for other in runs[1:]:
+            acc.merge(RunRecorder.from_dict(other))
+        merged.append(acc.to_dict())
+    return merged
+
+
+class Progress:
+    """Live view of the phase in progress (done/total, req/s, live P90, errors)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.phase: Phase | None = None
+        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
+
+    def on_phase(self, phase: Phase) -> None:
+        if self.phase is not None:
+            self.console.print(f"done: {self.phase.label} — {self.phase.done} requests, {self.phase.errors} errors")
+        self.phase = phase
+
+    def _render(self) -> Table:
+        table = Table("phase", "done", "req/s", "in flight", "live P90 E2E", "errors", box=None)
+        p = self.phase
+        if p is not None:
+            elapsed = max(1e-6, time.perf_counter() - p.started)
+            p90s = [v for r in p.recorders if (v := r.live_p90_e2e()) is not None]
+            table.add_row(
+                p.label,
+                f"{p.done}" + (f"/{p.total}" if p.total else ""),
+                f"{p.done / elapsed:.1f}",
+                str(p.in_flight),
+                f"{max(p90s):.0f} ms" if p90s else "-",
+                str(p.errors),
+            )
+        return table

@@ -1,0 +1,118 @@
+"""Measurement truth: what `tailgate bench` reports against what the simulator itself timed."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+
+from conftest import MockProcess
+from tailgate.bench.loadgen import Bounds
+from tailgate.bench.runner import Plan, TargetSpec, run_plan
+from tailgate.bench.workload import LengthDist, Workload
+from tailgate.sim.truth import as_dicts
+from tailgate.stats import LatencyHistogram
+
+T = TypeVar("T")
+
+
+def on_uvloop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run on uvloop, as `tailgate bench` itself does (tailgate._runtime.run), not pytest's default loop."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main())
+
+
+async def _truth(url: str) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as s, s.get(url.removesuffix("/v1") + "/sim/truth") as r:
+        return as_dicts(await r.read())
+
+
+def _pcts(values: list[float]) -> dict[int, float]:
+    h = LatencyHistogram()
+    h.record_many(values)
+    return {q: h.percentile(q) for q in (50, 90, 99)}
+
+
+def _assert_close(reported: dict[str, Any], truth: dict[int, float], what: str) -> None:
+    for q in (50, 90, 99):
+        got, want = reported[f"p{q}"], truth[q]
+        assert abs(got - want) <= max(1.0, 0.02 * want), f"{what} p{q}: bench {got:.2f} ms vs truth {want:.2f} ms"
+
+
+def _workload(max_tokens: int) -> Workload:
+    return Workload(input_tokens=LengthDist(16), max_tokens=max_tokens, stream=True)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("concurrency", [1, 50, 500])
+def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockProcess], concurrency: int) -> None:
+    """Closed loop at 1, 50 and 500 concurrent: TTFT and E2E P50/P90/P99 within max(1 ms, 2%) of truth."""
+
+    async def main() -> None:
+        mp = mock_process("--preset", "provider-a", "--port", "0", "--seed", "3")
+        spec = TargetSpec("sim", mp.url, "m")
+        # One closed-loop level with a warm-up (excluded) in which the workers start spread out.
+        bounds = Bounds(duration={1: 2.0, 50: 3.0, 500: 3.0}[concurrency], warmup=2.0)
+        plan = Plan("closed", bounds, levels=(concurrency,))
+        run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
+        requests = run["requests"]
+        assert requests >= {1: 2, 50: 100, 500: 1000}[concurrency]
+        assert run["successes"] == requests
+        # Counted requests are those that completed after the warm-up: the last ones in the truth.
+        truth = [r for r in await _truth(mp.url) if r["status"] == 200][-requests:]
+        _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT")
+        _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E")
+        # ITL is pooled per gap (3 gaps per 4-token request), not a per-request mean.
+        assert run["metrics"]["itl_ms"]["count"] == 3 * requests
+
+    on_uvloop(main)
+
+
+@pytest.mark.timeout(90)
+def test_open_loop_percentiles_match_truth(mock_process: Callable[..., MockProcess]) -> None:
+    """Open loop at 150 req/s (~170 in flight): latency from intended send matches truth within max(1 ms, 2%)."""
+
+    async def main() -> None:
+        mp = mock_process("--preset", "provider-a", "--port", "0", "--seed", "4")
+        spec = TargetSpec("sim", mp.url, "m")
+        plan = Plan("open", Bounds(duration=4.0, warmup=0.0), rate=150.0)
+        run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
+        truth = [r for r in await _truth(mp.url) if r["status"] == 200]
+        assert run["requests"] == run["successes"] == len(truth) >= 550
+        assert run["metrics"]["schedule_lag_ms"]["p99"] < 20.0  # the generator kept its schedule
+        _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT")
+        _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E")
+
+    on_uvloop(main)
+
+
+@pytest.mark.timeout(60)
+def test_open_loop_shows_a_server_stall_closed_loop_would_hide(mock_process: Callable[..., MockProcess]) -> None:
+    """The simulator freezes for 2 s mid-run: open-loop P99 shows it (latency from intended send); lag stays small."""
+
+    async def main() -> None:
+        mp = mock_process("--preset", "instant", "--port", "0")
+        spec = TargetSpec("sim", mp.url, "m")
+        plan = Plan("open", Bounds(duration=6.0, warmup=0.0), rate=50.0)
+        task = asyncio.create_task(run_plan([spec], _workload(4), plan, asyncio.Event()))
+        await asyncio.sleep(2.0)
+        mp.proc.send_signal(signal.SIGSTOP)  # a real stall: the whole server process stops
+        await asyncio.sleep(2.0)
+        mp.proc.send_signal(signal.SIGCONT)
+        run = (await task)[0]
+        e2e = run["metrics"]["e2e_ms"]
+        assert run["successes"] == run["requests"] >= 280
+        # ~100 of ~300 requests were due during the stall: P90 and P99 carry it, the median does not.
+        assert e2e["p99"] > 1500.0, e2e
+        assert e2e["p90"] > 500.0, e2e
+        assert e2e["p50"] < 100.0, e2e
+        # The generator itself stayed on schedule: the lag column says the latency was the server's.
+        assert run["metrics"]["schedule_lag_ms"]["p99"] < 50.0, run["metrics"]["schedule_lag_ms"]
+
+    on_uvloop(main)
