@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -52,8 +53,9 @@ def run(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
         tune_gc()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if sys.platform != "win32":
+        # Signals reach only the main thread; elsewhere (tests, embedding) the caller stops us.
+        if sys.platform != "win32" and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
         return await main(stop)
 

@@ -295,6 +295,16 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option("--stream/--no-stream", default=True, show_default=True)
 @click.option("--temperature", type=float)
 @click.option("--prompts", type=click.Path(path_type=Path), help="JSONL file of {prompt} or {messages}.")
+@click.option(
+    "--replay", type=click.Path(path_type=Path), help="Replay a traffic trace (JSONL: t, input/output tokens, class)."
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0.0001),
+    default=1.0,
+    show_default=True,
+    help="With --replay: multiply the trace's time gaps (0.5 = twice as fast).",
+)
 @click.option("--accuracy", is_flag=True, help="Send the verifiable task suite and report accuracy %.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Generator processes.")

@@ -28,7 +28,7 @@ from tailgate.bench.runner import (
     run_workers,
 )
 from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
-from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts
+from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts, load_trace
 from tailgate.config.units import parse_duration
 
 EXIT_OK, EXIT_USAGE, EXIT_BREACHED = 0, 2, 99
@@ -59,6 +59,8 @@ class BenchOptions:
     stream: bool = True
     temperature: float | None = None
     prompts: Path | None = None
+    replay: Path | None = None
+    time_scale: float = 1.0
     accuracy: bool = False
     seed: int = 0
     workers: int = 1
@@ -136,14 +138,23 @@ def _provider_target(o: BenchOptions) -> TargetSpec:
 
 
 def _plan(o: BenchOptions) -> Plan:
-    chosen = [x for x in (o.concurrency, o.rate, o.stages) if x is not None]
+    chosen = [x for x in (o.concurrency, o.rate, o.stages, o.replay) if x is not None]
     if len(chosen) > 1:
-        raise UsageError("choose one load model: --concurrency, --rate or --stages")
+        raise UsageError("choose one load model: --concurrency, --rate, --stages or --replay")
     try:
         duration = float(parse_duration(o.duration)) if o.duration not in (None, "", "0") else None
         warmup = float(parse_duration(o.warmup))
     except ValueError as exc:
         raise UsageError(f"--duration/--warmup: {exc}") from None
+    if o.replay is not None:
+        if o.time_scale <= 0:
+            raise UsageError(f"--time-scale must be positive, got {o.time_scale:g}")
+        try:
+            entries = load_trace(o.replay)
+        except WorkloadError as exc:
+            raise UsageError(str(exc)) from None
+        bounds = Bounds(duration=None if o.duration in (None, "", "0", "30s") else duration, requests=o.requests)
+        return Plan("replay", bounds, replay=tuple(entries), time_scale=o.time_scale, replay_name=o.replay.name)
     if duration is None and o.requests is None and o.stages is None:
         raise UsageError("give --duration or --requests (a run must end by itself)")
     bounds = Bounds(duration=duration, requests=o.requests, warmup=warmup, max_errors=o.max_errors)

@@ -22,7 +22,7 @@ from typing import Any
 
 from tailgate.accuracy import grade
 from tailgate.bench.results import RunRecorder
-from tailgate.bench.workload import Workload
+from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
 from tailgate.upstream import Body, CallResult, Chunk, UpstreamClient, call
 
 
@@ -70,12 +70,17 @@ class Phase:
         return sum(r.errors for r in self.recorders)
 
 
-async def one_request(target: Target, workload: Workload) -> tuple[CallResult, bool | None]:
+async def one_request(
+    target: Target, workload: Workload, spec: RequestSpec | None = None
+) -> tuple[CallResult, bool | None]:
     """Send one request of the workload to a target; return its result and, for tasks, whether it was right."""
-    spec = workload.next()
+    spec = spec or workload.next()
     body = {**spec.body, "model": target.model}
+    headers = {"x-tailgate-class": spec.traffic_class} if spec.traffic_class else None
     text: list[str] = []
-    async with call(target.client, "/chat/completions", body, stream=spec.stream, client_wants_usage=True) as c:
+    async with call(
+        target.client, "/chat/completions", body, stream=spec.stream, client_wants_usage=True, headers=headers
+    ) as c:
         async for event in c:
             if spec.task is not None and isinstance(event, Chunk | Body):
                 text.append(_content(event.raw))
@@ -136,14 +141,16 @@ class LoadGenerator:
             return True
         return bounds.max_errors is not None and phase.errors >= bounds.max_errors
 
-    async def _send(self, phase: Phase, counting: Callable[[], bool], intended: float | None = None) -> None:
+    async def _send(
+        self, phase: Phase, counting: Callable[[], bool], intended: float | None = None, spec: RequestSpec | None = None
+    ) -> None:
         idx = self._next_target()
         phase.sent += 1
         phase.in_flight += 1
         # Open loop: how late this request leaves against its schedule (0 for closed loop).
         lag_ms = max(0.0, (time.perf_counter() - intended) * 1000.0) if intended is not None else 0.0
         try:
-            result, right = await one_request(self.targets[idx], self.workload)
+            result, right = await one_request(self.targets[idx], self.workload, spec)
         finally:
             phase.in_flight -= 1
         if counting() and result.error_class != "cancelled":
@@ -223,6 +230,41 @@ class LoadGenerator:
         stop_t = min(end, time.perf_counter()) if end is not None else time.perf_counter()
         for rec in phase.recorders:
             rec.stop(stop_t)
+        return phase.recorders
+
+    # -- replay -----------------------------------------------------------------------------------
+
+    async def replay(
+        self, entries: list[TraceEntry], time_scale: float, bounds: Bounds, name: str
+    ) -> list[RunRecorder]:
+        """Send a recorded trace on its own schedule (× ``time_scale``), open loop: latency from intended send."""
+        span = entries[-1].t * time_scale
+        load = {
+            "mode": "open",
+            "replay": name,
+            "time_scale": time_scale,
+            "rate": round(len(entries) / span, 3) if span > 0 else None,
+        }
+        phase = self._new_phase(f"replay {name}", load, bounds)
+        t0 = time.perf_counter() + 0.005
+        end = t0 + bounds.duration if bounds.duration is not None else None
+        for rec in phase.recorders:
+            rec.start(t0)
+        tasks: set[asyncio.Task[None]] = set()
+        for entry in entries:
+            if self._should_stop(phase, bounds, end):
+                break
+            intended = t0 + entry.t * time_scale
+            delay = intended - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(self._send(phase, _const(True), intended, self.workload.for_entry(entry)))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await self._drain(tasks, phase)
+        for rec in phase.recorders:
+            rec.stop(time.perf_counter())
         return phase.recorders
 
     # -- stages (k6 ramping VUs) -------------------------------------------------------------------

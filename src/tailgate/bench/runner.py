@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
 from tailgate.bench.results import RunRecorder
-from tailgate.bench.workload import Workload
+from tailgate.bench.workload import TraceEntry, Workload
 from tailgate.config.units import parse_duration
 from tailgate.upstream import Endpoint, Timeouts, UpstreamClient, call
 
@@ -57,6 +57,9 @@ class Plan:
     rate: float = 0.0
     arrival: str = "constant"
     stages: tuple[tuple[float, int], ...] = ()
+    replay: tuple[TraceEntry, ...] = ()
+    time_scale: float = 1.0
+    replay_name: str = ""
 
     def share(self, workers: int, index: int) -> Plan:
         """This worker's part of the load: concurrency, rate and stage targets split evenly."""
@@ -73,6 +76,7 @@ class Plan:
             levels=tuple(split(c) for c in self.levels),
             rate=self.rate / workers,
             stages=tuple((s, split(v)) for s, v in self.stages),
+            replay=self.replay[index::workers],
         )
 
 
@@ -153,6 +157,8 @@ async def run_plan(
                 )
                 if stop.is_set():
                     break
+        elif plan.mode == "replay":
+            runs += await gen.replay(list(plan.replay), plan.time_scale, plan.bounds, plan.replay_name)
         elif plan.mode == "open":
             runs += await gen.open(plan.rate, plan.bounds, arrival=plan.arrival, seed=os.getpid())
         else:

@@ -102,6 +102,19 @@ class Workload:
         words = [self._rng.choice(_WORDS) for _ in range(max(1, tokens - 8))]
         return "Summarise the following notes in a few sentences: " + " ".join(words)
 
+    def for_entry(self, entry: TraceEntry) -> RequestSpec:
+        """The request a trace line describes: its input length, output length and traffic class."""
+        body: dict[str, Any] = {
+            "max_tokens": max(1, entry.output_tokens or self.max_tokens),
+            "stream": entry.stream if entry.stream is not None else self.stream,
+            "messages": [
+                {"role": "user", "content": self.synthetic_prompt(entry.input_tokens or self.input_tokens.mean)}
+            ],
+        }
+        if body["stream"]:
+            body["stream_options"] = {"include_usage": True}
+        return RequestSpec(body=body, stream=bool(body["stream"]), traffic_class=entry.cls)
+
     def next(self) -> RequestSpec:
         i = self._i
         self._i += 1
@@ -145,3 +158,48 @@ def load_prompts(path: str | Path) -> list[dict[str, Any]]:
     if not out:
         raise WorkloadError(f"{path}: no prompts in the file")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """One line of a traffic trace (what the gateway writes with ``trace.path``)."""
+
+    t: float
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cls: str | None = None
+    stream: bool | None = None
+
+
+def load_trace(path: str | Path) -> list[TraceEntry]:
+    """Read a trace JSONL (``t`` seconds, ``input_tokens``, ``output_tokens``, ``class``, ``stream``), sorted by t."""
+    entries: list[TraceEntry] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read trace: {exc.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            t = float(obj["t"])
+            entry = TraceEntry(
+                t=t,
+                input_tokens=int(obj["input_tokens"]) if obj.get("input_tokens") is not None else None,
+                output_tokens=int(obj["output_tokens"]) if obj.get("output_tokens") is not None else None,
+                cls=obj.get("class"),
+                stream=obj.get("stream"),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise WorkloadError(
+                f'{path}:{n}: not a trace line ({type(exc).__name__}: {exc}); need at least {{"t": seconds}}'
+            ) from None
+        if t < 0:
+            raise WorkloadError(f"{path}:{n}: t must be >= 0, got {t}")
+        entries.append(entry)
+    if not entries:
+        raise WorkloadError(f"{path}: the trace is empty")
+    entries.sort(key=lambda e: e.t)
+    start = entries[0].t
+    return [TraceEntry(e.t - start, e.input_tokens, e.output_tokens, e.cls, e.stream) for e in entries]

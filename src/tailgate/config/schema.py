@@ -132,6 +132,13 @@ class ListenConfig(_Strict):
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
 
 
+class TraceConfig(_Strict):
+    """A traffic trace for ``tailgate bench --replay``: arrival times and lengths, never content."""
+
+    path: str | None = None
+    """JSONL file appended with one line per request; unset: no trace."""
+
+
 class LedgerConfig(_Strict):
     """The usage ledger: one row per request, no prompt or completion text."""
 
@@ -156,6 +163,7 @@ class GatewayConfig(_Strict):
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    trace: TraceConfig = Field(default_factory=TraceConfig)
 
     @model_validator(mode="after")
     def _routes_name_known_providers(self) -> GatewayConfig:

@@ -16,6 +16,7 @@ from tailgate.gateway.auth import KeyRing
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.state import ProviderState, endpoint_for
+from tailgate.gateway.trace import TraceWriter
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.routing import Route, WeightedPolicy
 from tailgate.upstream import UpstreamClient
@@ -66,6 +67,7 @@ class Gateway:
             self.ledger = SQLiteLedger(
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
+        self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.refresh_provider_gauges()
 
     def policy_for(self, alias: str) -> WeightedPolicy:
@@ -97,6 +99,8 @@ class Gateway:
             await p.client.close()
         if self.ledger is not None:
             await self.ledger.close()
+        if self.trace is not None:
+            self.trace.close()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[openai_shaped_errors])

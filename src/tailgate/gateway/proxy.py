@@ -341,6 +341,8 @@ class Proxy:
             gw.metrics.tokens.labels(pname, "output").inc(output or 0)
             if cost is not None:
                 gw.metrics.cost.labels(pname, provider.config.price.currency).inc(cost)
+        if gw.trace is not None and ctx.alias in gw.aliases:
+            gw.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
         if gw.ledger is not None:
             gw.ledger.record(
                 LedgerRow(
