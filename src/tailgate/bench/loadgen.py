@@ -137,14 +137,19 @@ class LoadGenerator:
             return True
         if end is not None and time.perf_counter() >= end:
             return True
-        if bounds.requests is not None and phase.sent >= bounds.requests:
+        if bounds.requests is not None and phase.sent >= bounds.requests * len(self.targets):  # per target
             return True
         return bounds.max_errors is not None and phase.errors >= bounds.max_errors
 
     async def _send(
-        self, phase: Phase, counting: Callable[[], bool], intended: float | None = None, spec: RequestSpec | None = None
+        self,
+        phase: Phase,
+        counting: Callable[[], bool],
+        intended: float | None = None,
+        spec: RequestSpec | None = None,
+        target: int | None = None,
     ) -> None:
-        idx = self._next_target()
+        idx = self._next_target() if target is None else target
         phase.sent += 1
         phase.in_flight += 1
         # Open loop: how late this request leaves against its schedule (0 for closed loop).
@@ -181,13 +186,17 @@ class LoadGenerator:
         # makes and one that would charge the server's accept queue to the first requests of each wave.
         ramp = min(1.0, bounds.warmup)
 
-        async def worker(k: int) -> None:
-            if ramp > 0:
-                await asyncio.sleep(ramp * k / concurrency)
-            while not self._should_stop(phase, bounds, end):
-                await self._send(phase, counting)
+        n = len(self.targets)
 
-        await self._run_workers([worker(k) for k in range(concurrency)], phase, end)
+        async def worker(k: int) -> None:
+            # Each target gets its own `concurrency` workers (so each sees the level asked for, whatever
+            # the other's speed); their starts alternate between targets, so sends interleave in time.
+            if ramp > 0:
+                await asyncio.sleep(ramp * (k // n) / concurrency)
+            while not self._should_stop(phase, bounds, end):
+                await self._send(phase, counting, target=k % n)
+
+        await self._run_workers([worker(k) for k in range(concurrency * n)], phase, end)
         counting()
         stop_t = time.perf_counter() if end is None else min(end, time.perf_counter())
         for rec in phase.recorders:
@@ -223,7 +232,9 @@ class LoadGenerator:
             task = asyncio.create_task(self._send(phase, counted, intended))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-            gap = 1.0 / rate if arrival == "constant" else rng.expovariate(rate)
+            # The schedule runs at rate × targets and alternates targets: each target gets `rate`.
+            total_rate = rate * len(self.targets)
+            gap = 1.0 / total_rate if arrival == "constant" else rng.expovariate(total_rate)
             intended += gap
         if tasks:
             await self._drain(tasks, phase)
@@ -289,16 +300,18 @@ class LoadGenerator:
                 frac = min(1.0, (time.perf_counter() - start) / seconds) if seconds > 0 else 1.0
                 return begin + (goal - begin) * frac
 
+            n = len(self.targets)
+
             async def vu(
-                index: int, phase: Phase = phase, end: float = end, allowed: Callable[[], float] = allowed
+                k: int, phase: Phase = phase, end: float = end, allowed: Callable[[], float] = allowed, n: int = n
             ) -> None:
                 while not self._should_stop(phase, bounds, end):
-                    if index < allowed():
-                        await self._send(phase, lambda: True)
+                    if k // n < allowed():  # per target, like the closed loop
+                        await self._send(phase, lambda: True, target=k % n)
                     else:
                         await asyncio.sleep(0.05)
 
-            await self._run_workers([vu(k) for k in range(peak)], phase, end)
+            await self._run_workers([vu(k) for k in range(peak * n)], phase, end)
             for rec in phase.recorders:
                 rec.stop(min(end, time.perf_counter()))
             out.append(phase.recorders)
