@@ -1,6 +1,36 @@
-"""Routing decisions: pure logic over routes, provider state and measured stats (no HTTP here)."""
+"""Routing decisions: pure logic over routes, provider state and measured stats (no HTTP here).
 
+Every time source is an injected ``clock`` (monotonic seconds); every random choice an injectable
+``random.Random``. See docs/routing.md for the policies, formulas, defaults and how the gateway wires them.
+"""
+
+from tailgate.routing.breaker import BreakerConfig, BreakerRegistry, CircuitBreaker, Transition
+from tailgate.routing.health import HealthRegistry, ProviderHealth
+from tailgate.routing.hedge import HedgeBudget, hedge_delay
+from tailgate.routing.pacing import Pacer, retry_after_s
+from tailgate.routing.policies import SLO, AdaptivePolicy, CostPolicy, LeastLatencyPolicy, Policy, Price, should_shed
 from tailgate.routing.ratelimit import TokenBucket
 from tailgate.routing.weighted import Route, WeightedPolicy
 
-__all__ = ["Route", "TokenBucket", "WeightedPolicy"]
+__all__ = [
+    "SLO",
+    "AdaptivePolicy",
+    "BreakerConfig",
+    "BreakerRegistry",
+    "CircuitBreaker",
+    "CostPolicy",
+    "HealthRegistry",
+    "HedgeBudget",
+    "LeastLatencyPolicy",
+    "Pacer",
+    "Policy",
+    "Price",
+    "ProviderHealth",
+    "Route",
+    "TokenBucket",
+    "Transition",
+    "WeightedPolicy",
+    "hedge_delay",
+    "retry_after_s",
+    "should_shed",
+]

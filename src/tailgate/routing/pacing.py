@@ -1,0 +1,118 @@
+"""Pacing below a provider's (or one key's) known rate limits, and pausing on a 429.
+
+A ``Pacer`` holds an RPM bucket and a TPM bucket (``TokenBucket``, injected clock), each filled at
+``headroom`` (0.9) × the limit and holding ``burst_s`` (1 s) worth of it, so over any minute at most about
+``headroom × limit + burst`` goes out — below the limit, instead of collecting 429s. ``try_acquire``
+takes one request and ``tokens_estimate`` tokens (prompt + expected output) atomically, or nothing; an
+estimate larger than the TPM bucket is clamped to it (a single huge request is never blocked forever).
+``pause_for(seconds)`` — from a 429's ``Retry-After`` or ``x-ratelimit-reset-*`` (see ``retry_after_s``)
+— refuses everything until then; ``available_in()`` says how long until a request of a given size could
+go. Keep one ``Pacer`` per key (``(provider, key_index)``) or per provider when the limit is per account.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+
+from tailgate.routing.ratelimit import TokenBucket
+
+__all__ = ["Pacer", "parse_duration", "retry_after_s"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in ``"1.5"``, ``"20ms"``, ``"6m0s"``, ``"1h2m3.5s"`` (OpenAI's reset headers); None if not one."""
+    text = text.strip()
+    try:
+        v = float(text)
+    except ValueError:
+        pass
+    else:
+        return v if math.isfinite(v) and v >= 0 else None
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            return None
+        n = float(m.group(1))
+        total += {"ms": n / 1000.0, "s": n, "m": n * 60.0, "h": n * 3600.0}[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) and pos > 0 else None
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """How long a 429 asks us to wait: ``Retry-After`` (seconds) if present, else the longest of
+    ``x-ratelimit-reset-requests`` / ``x-ratelimit-reset-tokens``; None when none parses. Header names
+    are matched case-insensitively."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    ra = lower.get("retry-after")
+    if ra is not None:
+        v = parse_duration(ra)
+        if v is not None:
+            return v
+    names = ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+    found = [v for v in (parse_duration(lower[k]) for k in names if k in lower) if v is not None]
+    return max(found) if found else None
+
+
+class Pacer:
+    """RPM/TPM buckets plus a pause; see the module docstring. ``rpm``/``tpm`` None = no such limit."""
+
+    def __init__(
+        self,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        *,
+        headroom: float = 0.9,
+        burst_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0.0 < headroom <= 1.0:
+            raise ValueError("headroom must be in (0, 1]")
+        self._clock = clock
+        self.paused_until = -math.inf
+
+        def bucket(limit: float | None) -> TokenBucket | None:
+            if limit is None:
+                return None
+            rate = limit * headroom
+            return TokenBucket(rate, 60.0, burst=max(1.0, rate / 60.0 * burst_s), clock=clock)
+
+        self.rpm = bucket(rpm)
+        self.tpm = bucket(tpm)
+
+    def try_acquire(self, tokens_estimate: float = 0.0) -> bool:
+        """Take one request and ``tokens_estimate`` tokens now, or nothing (False)."""
+        if self._clock() < self.paused_until:
+            return False
+        n = min(tokens_estimate, self.tpm.burst) if self.tpm is not None else 0.0
+        if self.rpm is not None and self.rpm.remaining < 1.0:
+            return False
+        if self.tpm is not None and n > 0 and self.tpm.remaining < n:
+            return False
+        if self.rpm is not None:
+            self.rpm.try_take(1.0)
+        if self.tpm is not None and n > 0:
+            self.tpm.try_take(n)
+        return True
+
+    def pause_for(self, seconds: float) -> None:
+        """Refuse everything for ``seconds`` from now (a longer pause already in force stays)."""
+        if math.isfinite(seconds) and seconds > 0:
+            self.paused_until = max(self.paused_until, self._clock() + seconds)
+
+    @property
+    def paused(self) -> bool:
+        return self._clock() < self.paused_until
+
+    def available_in(self, tokens_estimate: float = 0.0) -> float:
+        """Seconds until ``try_acquire(tokens_estimate)`` could succeed (0.0 when it can now)."""
+        wait = max(0.0, self.paused_until - self._clock())
+        if self.rpm is not None:
+            wait = max(wait, self.rpm.wait_time(1.0))
+        if self.tpm is not None and tokens_estimate > 0:
+            wait = max(wait, self.tpm.wait_time(min(tokens_estimate, self.tpm.burst)))
+        return wait

@@ -1,0 +1,195 @@
+"""The ``adaptive`` policy: configured weights scaled by a smoothed health factor from measured P90s.
+
+For each route (provider × upstream model), at most every ``recompute_s`` (1 s) on demand:
+
+- latency factor, per metric ``m`` in (TTFT, E2E) with at least ``min_samples`` samples in the window:
+  ``1`` when ``p90_m <= slo_m``, else ``(slo_m / p90_m) ** exponent`` (exponent 2: twice the SLO → ×0.25,
+  a smooth fall, no cliff); the worse of the two counts: ``min(f_ttft, f_e2e)``;
+- error factor: ``max(0, 1 - error_rate / error_rate_zero)`` (``error_rate_zero`` 0.5: 10 % faults →
+  ×0.8, 50 % → ×0) over the same window, once it holds ``min_samples`` requests;
+- ``raw = f_latency × f_error``; no samples yet → ``raw = 1`` (the prior);
+- ``factor`` = a time-based EWMA of ``raw`` over the recomputations (``smoothing_tau_s`` 3 s): one bad
+  recomputation moves the factor by about ``1 - exp(-1/3)`` ≈ 28 % of the way, so a single slow window
+  does not swing the weights, while a lasting degradation is followed within a few seconds.
+
+Effective weight of a route with configured weight ``w > 0``, among the routes eligible for this request:
+
+- breaker open → 0 and the route is left out (all traffic moves off it);
+- breaker half-open (with a free trial slot) → the floor only: trial traffic, no stampede;
+- otherwise ``max(w × factor, floor × Σw)``, ``floor`` 2 %: a degraded provider keeps a trickle of about
+  2 % of the traffic, so its recovery is seen in the windows. After a recovery the EWMA brings its weight
+  back over a few ``smoothing_tau_s`` (a slow start) as the bad samples leave the window.
+
+Routes of weight 0 stay pure fallbacks (last). The order is drawn like ``WeightedPolicy``'s: class
+preference first, then a weighted random order by effective weight (first pick ∝ effective weight, then
+the fallbacks by effective weight).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tailgate.routing.breaker import BreakerRegistry
+from tailgate.routing.health import HealthRegistry
+from tailgate.routing.policies._common import SLO, eligible, split_by_class, weighted_order
+from tailgate.routing.weighted import Route
+from tailgate.stats.ewma import EWMA
+
+__all__ = ["AdaptivePolicy", "health_factor"]
+
+
+def health_factor(
+    ttft_p90: float | None,
+    e2e_p90: float | None,
+    error_rate: float | None,
+    slo: SLO,
+    *,
+    exponent: float = 2.0,
+    error_rate_zero: float = 0.5,
+) -> tuple[float, str]:
+    """The raw factor in [0, 1] and a human-readable reason; ``None`` inputs mean "not enough samples"."""
+    f = 1.0
+    parts: list[str] = []
+    for name, p90, target in (("ttft", ttft_p90, slo.ttft_p90), ("e2e", e2e_p90, slo.e2e_p90)):
+        if p90 is not None and p90 > target > 0:
+            fm = (target / p90) ** exponent
+            parts.append(f"{name} p90 {p90:.2f}s > slo {target:.2f}s (x{fm:.2f})")
+            f = min(f, fm)
+    if error_rate is not None and error_rate > 0:
+        fe = max(0.0, 1.0 - error_rate / error_rate_zero)
+        parts.append(f"error rate {error_rate:.0%} (x{fe:.2f})")
+        f *= fe
+    if not parts:
+        known = ttft_p90 is not None or e2e_p90 is not None or error_rate is not None
+        parts.append("within slo" if known else "no samples yet (prior 1.0)")
+    return f, "; ".join(parts)
+
+
+@dataclass(slots=True)
+class _Factor:
+    ewma: EWMA
+    computed_at: float = float("-inf")
+    raw: float = 1.0
+    reason: str = "no samples yet (prior 1.0)"
+
+
+class AdaptivePolicy:
+    """See the module docstring. ``health`` feeds the windows; ``breakers`` (optional) gates providers."""
+
+    name = "adaptive"
+
+    def __init__(
+        self,
+        health: HealthRegistry,
+        *,
+        breakers: BreakerRegistry | None = None,
+        slo: SLO | None = None,
+        slos: Mapping[str, SLO] | None = None,
+        exponent: float = 2.0,
+        error_rate_zero: float = 0.5,
+        min_samples: int = 10,
+        floor: float = 0.02,
+        recompute_s: float = 1.0,
+        smoothing_tau_s: float = 3.0,
+        clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.health = health
+        self.breakers = breakers
+        self.slo = slo or SLO()
+        self.slos = dict(slos or {})
+        self.exponent = exponent
+        self.error_rate_zero = error_rate_zero
+        self.min_samples = min_samples
+        self.floor = floor
+        self.recompute_s = recompute_s
+        self.smoothing_tau_s = smoothing_tau_s
+        self._clock = clock or health.clock
+        self._rng = rng or random.Random()
+        self._factors: dict[tuple[str, str, str], _Factor] = {}
+        self._seen: dict[tuple[str, str, str], Route] = {}
+
+    def slo_for(self, alias: str) -> SLO:
+        return self.slos.get(alias, self.slo)
+
+    def factor(self, route: Route) -> float:
+        """The smoothed health factor of ``route`` (recomputed when older than ``recompute_s``)."""
+        key = (route.alias, route.provider, route.model)
+        st = self._factors.get(key)
+        if st is None:
+            st = self._factors[key] = _Factor(EWMA(tau_s=self.smoothing_tau_s, clock=self._clock))
+        now = self._clock()
+        if now - st.computed_at >= self.recompute_s:
+            h = self.health.get(route.provider, route.model)
+            n = h.requests
+            st.raw, st.reason = health_factor(
+                h.p90_s("ttft", min_samples=self.min_samples),
+                h.p90_s("e2e", min_samples=self.min_samples),
+                h.error_rate if n >= self.min_samples else None,
+                self.slo_for(route.alias),
+                exponent=self.exponent,
+                error_rate_zero=self.error_rate_zero,
+            )
+            st.ewma.update(st.raw)
+            st.computed_at = now
+        return st.ewma.value
+
+    def _weights(self, routes: Sequence[Route]) -> dict[Route, tuple[float, float, str]]:
+        """route → (effective weight, smoothed factor, reason) among ``routes`` (all eligible)."""
+        total = sum(r.weight for r in routes if r.weight > 0)
+        floor_w = self.floor * total
+        out: dict[Route, tuple[float, float, str]] = {}
+        for r in routes:
+            if r.weight <= 0:
+                out[r] = (0.0, 1.0, "weight 0: fallback only")
+                continue
+            f = self.factor(r)
+            reason = self._factors[(r.alias, r.provider, r.model)].reason
+            b = self.breakers.get(r.provider).state if self.breakers is not None else "closed"
+            if b == "open":
+                out[r] = (0.0, f, "breaker open")
+            elif b == "half_open":
+                out[r] = (floor_w, f, "breaker half-open: trial traffic at the floor")
+            elif r.weight * f < floor_w:
+                out[r] = (floor_w, f, f"{reason}; floor {self.floor:.0%}")
+            else:
+                out[r] = (r.weight * f, f, reason)
+        return out
+
+    def order(
+        self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
+    ) -> list[Route]:
+        """Routes to try, best first (see the module docstring); open breakers and ``exclude`` left out."""
+        for r in routes:
+            self._seen[(r.alias, r.provider, r.model)] = r
+        usable = eligible(routes, exclude, self.breakers)
+        weights = self._weights(usable)
+        preferred, rest = split_by_class(usable, traffic_class)
+
+        def weight(r: Route) -> float:
+            return weights[r][0]
+
+        return weighted_order(preferred, weight, self._rng) + weighted_order(rest, weight, self._rng)
+
+    def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]:
+        """provider → configured weight, effective weight, smoothed factor, raw factor, reason, breaker."""
+        routes = list(routes) if routes is not None else list(self._seen.values())
+        weights = self._weights(routes)
+        out: dict[str, dict[str, Any]] = {}
+        for r in routes:
+            eff, f, reason = weights[r]
+            st = self._factors.get((r.alias, r.provider, r.model))
+            out[r.provider] = {
+                "alias": r.alias,
+                "model": r.model,
+                "configured_weight": r.weight,
+                "effective_weight": eff,
+                "factor": f,
+                "raw_factor": st.raw if st else 1.0,
+                "reason": reason,
+                "breaker": self.breakers.get(r.provider).state if self.breakers is not None else None,
+            }
+        return out

@@ -1,0 +1,99 @@
+"""ProviderHealth windows, counters, probes and the in-flight count, with a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tailgate.routing import HealthRegistry, ProviderHealth
+from tailgate.routing.health import is_fault
+from tailgate.upstream.events import CallResult
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def ok(ttft: float = 100.0, e2e: float = 1000.0, tokens: int = 10) -> CallResult:
+    return CallResult(200, None, 0.0, True, ttft_ms=ttft, e2e_ms=e2e, output_tokens=tokens)
+
+
+def fail(cls: Any, status: int | None = 500) -> CallResult:
+    return CallResult(status, cls, 0.0, True, e2e_ms=50.0)
+
+
+def test_percentiles_error_rates_and_snapshot() -> None:
+    clock = Clock()
+    h = ProviderHealth("a", "m", clock=clock)
+    for i in range(1, 101):
+        h.begin()
+        h.observe(ok(ttft=float(i), e2e=10.0 * i))
+    for _ in range(10):
+        h.begin()
+        h.observe(fail("http_5xx"))
+    h.observe(fail("rate_limited", 429))
+    h.observe(fail("cancelled", None))
+    assert h.p90_s("ttft") == pytest.approx(0.090, abs=1e-4)
+    assert h.p90_s("e2e") == pytest.approx(0.900, abs=1e-3)
+    assert h.p90_s("ttft", min_samples=1000) is None
+    assert h.requests == 111  # cancelled does not count
+    assert h.error_rate == pytest.approx(10 / 111)
+    rates = h.error_rates()
+    assert set(rates) == {"http_5xx", "rate_limited", "cancelled"}
+    snap = h.snapshot()
+    assert snap["ttft_ms"]["p50"] == pytest.approx(50.0, abs=0.01)
+    assert snap["ttft_ms"]["p99"] == pytest.approx(99.0, abs=0.01)
+    assert snap["http_429"] == 1
+    assert snap["faults"] == 10
+    assert snap["in_flight"] == 0
+    # 9 tokens after the first in (e2e - ttft) ms each
+    assert h.tokens_per_s is not None
+    assert h.tokens_per_s > 0
+
+
+def test_window_expires_after_60s() -> None:
+    clock = Clock()
+    h = ProviderHealth("a", "m", clock=clock)
+    h.observe(ok())
+    h.observe(fail("connect", None))
+    clock.t += 61.0
+    assert h.requests == 0
+    assert h.error_rate == 0.0
+    assert h.p90_s("ttft") is None
+
+
+def test_probes_feed_windows_and_are_counted_apart() -> None:
+    h = ProviderHealth("a", "m", clock=Clock())
+    h.begin()
+    h.observe(ok(ttft=200.0), probe=True)
+    h.observe(fail("timeout_first_token", None), probe=True)
+    snap = h.snapshot()
+    assert snap["probes"] == 2
+    assert snap["probe_faults"] == 1
+    assert snap["ttft_ms"]["count"] == 1
+    assert h.in_flight == 1  # probes are not client traffic
+
+
+def test_peak_estimates_and_fault_penalty() -> None:
+    clock = Clock()
+    h = ProviderHealth("a", "m", clock=clock)
+    assert h.latency_estimate_ms("ttft") == 250.0
+    h.observe(ok(ttft=100.0))
+    assert h.latency_estimate_ms("ttft") == pytest.approx(100.0)
+    h.observe(fail("connect", None))
+    assert h.latency_estimate_ms("ttft") >= 2000.0  # a fast failure never looks fast
+
+
+def test_registry_and_fault_classes() -> None:
+    reg = HealthRegistry(clock=Clock())
+    assert reg.get("a", "m") is reg.get("a", "m")
+    assert reg.get("a", "m") is not reg.get("a", "n")
+    assert len(reg.snapshot()) == 2
+    assert is_fault("http_5xx")
+    assert not is_fault("http_4xx")
+    assert not is_fault(None)
