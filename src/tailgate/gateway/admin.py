@@ -35,10 +35,21 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
         if (denied := guard(request)) is not None:
             return denied
         now = time.monotonic()
+        providers = []
+        for p in gw.providers.values():
+            snap = p.snapshot(now)
+            snap["breaker"] = gw.breakers.get(p.name).snapshot()
+            providers.append(snap)
+        routing = {}
+        for alias, routes in gw.aliases.items():
+            policy = gw.policy_for(alias)
+            explain = getattr(policy, "explain", None)
+            routing[alias] = {"policy": policy.name, "weights": explain(routes) if explain is not None else None}
         return web.json_response(
             {
                 "policy": gw.config.routing.policy,
-                "providers": [p.snapshot(now) for p in gw.providers.values()],
+                "routing": routing,
+                "providers": providers,
                 "aliases": {
                     alias: [
                         {"provider": r.provider, "model": r.model, "weight": r.weight, "classes": sorted(r.classes)}

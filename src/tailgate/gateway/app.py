@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -18,7 +19,20 @@ from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.state import ProviderState, endpoint_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.ledger import SQLiteLedger, default_db_path
-from tailgate.routing import Route, WeightedPolicy
+from tailgate.routing import (
+    SLO,
+    AdaptivePolicy,
+    BreakerConfig,
+    BreakerRegistry,
+    CostPolicy,
+    HealthRegistry,
+    LeastLatencyPolicy,
+    Policy,
+    Price,
+    Route,
+    Transition,
+    WeightedPolicy,
+)
 from tailgate.upstream import UpstreamClient
 from tailgate.wire.errors import WireError
 
@@ -55,12 +69,13 @@ class Gateway:
             alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
             for alias, model in config.models.items()
         }
-        self.policy = WeightedPolicy()
-        if config.routing.policy != "weighted" or any(
-            m.policy not in (None, "weighted") for m in config.models.values()
-        ):
-            self.log.warning("routing policies other than 'weighted' arrive in a later version; using 'weighted'")
         self.metrics = GatewayMetrics()
+        self.health = HealthRegistry(clock=time.monotonic)
+        self.breakers = BreakerRegistry(BreakerConfig(), clock=time.monotonic, on_transition=self._on_breaker)
+        self.policies: dict[str, Policy] = {
+            alias: self._make_policy(model.policy or config.routing.policy, alias)
+            for alias, model in config.models.items()
+        }
         self.ledger: SQLiteLedger | None = None
         if config.ledger.enabled:
             path = ledger_path or (Path(config.ledger.path) if config.ledger.path else default_db_path())
@@ -70,9 +85,32 @@ class Gateway:
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.refresh_provider_gauges()
 
-    def policy_for(self, alias: str) -> WeightedPolicy:
-        """The policy of an alias (per-alias overrides arrive with adaptive routing)."""
-        return self.policy
+    def policy_for(self, alias: str) -> Policy:
+        """The routing policy of an alias (``models.<alias>.policy`` or ``routing.policy``)."""
+        return self.policies[alias]
+
+    def _make_policy(self, name: str, alias: str) -> Policy:
+        slo_cfg = self.config.routing.slo
+        default = SLO()
+        slo = SLO(ttft_p90=slo_cfg.ttft_p90 or default.ttft_p90, e2e_p90=slo_cfg.e2e_p90 or default.e2e_p90)
+        if name == "adaptive":
+            return AdaptivePolicy(self.health, breakers=self.breakers, slo=slo, clock=time.monotonic)
+        if name == "least-latency":
+            return LeastLatencyPolicy(self.health, breakers=self.breakers)
+        if name == "cost":
+            prices = {n: Price(p.config.price.input, p.config.price.output) for n, p in self.providers.items()}
+            return CostPolicy(self.health, prices, breakers=self.breakers, slo=slo)
+        return WeightedPolicy()
+
+    def _on_breaker(self, provider: str, transition: Transition) -> None:
+        self.log.warning(
+            "circuit breaker of %s: %s -> %s (%s)",
+            provider,
+            transition.from_state,
+            transition.to_state,
+            transition.reason,
+        )
+        self.metrics.breaker_transitions.labels(provider, transition.to_state).inc()
 
     def refresh_provider_gauges(self) -> None:
         for name, p in self.providers.items():

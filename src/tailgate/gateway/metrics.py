@@ -62,6 +62,12 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "tailgate_in_flight", "Upstream requests in flight by provider.", ["provider"], registry=r
         )
+        self.breaker_transitions = Counter(
+            "tailgate_breaker_transitions",
+            "Circuit breaker state changes by provider and new state.",
+            ["provider", "state"],
+            registry=r,
+        )
         self.provider_state = Gauge(
             "tailgate_provider_active",
             "1 if the provider takes new requests (not drained or paused).",

@@ -147,6 +147,10 @@ class Proxy:
             if time.perf_counter() >= deadline:
                 break
             provider = gw.providers[route.provider]
+            if not gw.breakers.get(route.provider).allow():
+                continue  # its circuit breaker is open (or its half-open trials are taken)
+            health = gw.health.get(route.provider, route.model)
+            health.begin()
             ctx.attempts += 1
             ctx.provider, ctx.route = provider, route
             payload = {**obj, "model": route.model}
@@ -155,6 +159,8 @@ class Proxy:
             else:
                 resp, result = await self._attempt_unary(ctx, provider, payload)
             last = ctx.result = result
+            health.observe(result)
+            gw.breakers.get(route.provider).record_result(result)
             self._observe(provider, result)
             if resp is not None:
                 return resp
