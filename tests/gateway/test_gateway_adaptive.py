@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from conftest import GatewayHandle, SimFactory, two_provider_config
 
+from conftest import GatewayHandle, SimFactory, two_provider_config
 from tailgate.sim.faults import Faults
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
