@@ -76,15 +76,15 @@ def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockPro
 
 @pytest.mark.timeout(90)
 def test_open_loop_percentiles_match_truth(mock_process: Callable[..., MockProcess]) -> None:
-    """Open loop at 150 req/s (~170 in flight): latency from intended send matches truth within max(1 ms, 2%)."""
+    """Open loop at 100 req/s (~110 in flight): latency from intended send matches truth within max(1 ms, 2%)."""
 
     async def main() -> None:
         mp = mock_process("--preset", "provider-a", "--port", "0", "--seed", "4")
         spec = TargetSpec("sim", mp.url, "m")
-        plan = Plan("open", Bounds(duration=4.0, warmup=0.0), rate=150.0)
+        plan = Plan("open", Bounds(duration=4.0, warmup=0.0), rate=100.0)
         run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
         truth = [r for r in await _truth(mp.url) if r["status"] == 200]
-        assert run["requests"] == run["successes"] == len(truth) >= 550
+        assert run["requests"] == run["successes"] == len(truth) >= 370
         assert run["metrics"]["schedule_lag_ms"]["p99"] < 20.0  # the generator kept its schedule
         _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT")
         _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E")

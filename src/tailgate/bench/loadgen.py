@@ -58,6 +58,8 @@ class Phase:
     total: int | None
     started: float = field(default_factory=time.perf_counter)
     sent: int = 0
+    sent_by: dict[int, int] = field(default_factory=dict)
+    """Sent per target index (``--requests`` bounds each target)."""
     in_flight: int = 0
     stop: bool = False
 
@@ -132,13 +134,16 @@ class LoadGenerator:
             self.on_phase(phase)
         return phase
 
-    def _should_stop(self, phase: Phase, bounds: Bounds, end: float | None) -> bool:
+    def _should_stop(self, phase: Phase, bounds: Bounds, end: float | None, target: int | None = None) -> bool:
         if phase.stop or self.stop.is_set():
             return True
         if end is not None and time.perf_counter() >= end:
             return True
-        if bounds.requests is not None and phase.sent >= bounds.requests * len(self.targets):  # per target
-            return True
+        if bounds.requests is not None:  # per target: a worker of one target stops on its target's count
+            if target is not None and phase.sent_by.get(target, 0) >= bounds.requests:
+                return True
+            if phase.sent >= bounds.requests * len(self.targets):
+                return True
         return bounds.max_errors is not None and phase.errors >= bounds.max_errors
 
     async def _send(
@@ -151,6 +156,7 @@ class LoadGenerator:
     ) -> None:
         idx = self._next_target() if target is None else target
         phase.sent += 1
+        phase.sent_by[idx] = phase.sent_by.get(idx, 0) + 1
         phase.in_flight += 1
         # Open loop: how late this request leaves against its schedule (0 for closed loop).
         lag_ms = max(0.0, (time.perf_counter() - intended) * 1000.0) if intended is not None else 0.0
@@ -193,7 +199,7 @@ class LoadGenerator:
             # the other's speed); their starts alternate between targets, so sends interleave in time.
             if ramp > 0:
                 await asyncio.sleep(ramp * (k // n) / concurrency)
-            while not self._should_stop(phase, bounds, end):
+            while not self._should_stop(phase, bounds, end, k % n):
                 await self._send(phase, counting, target=k % n)
 
         await self._run_workers([worker(k) for k in range(concurrency * n)], phase, end)
@@ -305,7 +311,7 @@ class LoadGenerator:
             async def vu(
                 k: int, phase: Phase = phase, end: float = end, allowed: Callable[[], float] = allowed, n: int = n
             ) -> None:
-                while not self._should_stop(phase, bounds, end):
+                while not self._should_stop(phase, bounds, end, k % n):
                     if k // n < allowed():  # per target, like the closed loop
                         await self._send(phase, lambda: True, target=k % n)
                     else:

@@ -191,6 +191,16 @@ def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers
     with ctx.Pool(workers) as pool:
         shares = [(specs, replace(workload, seed=workload.seed + i), plan.share(workers, i)) for i in range(workers)]
         results = pool.starmap(_worker_entry, shares)
+        # Let the workers exit by themselves: leaving the block without this terminates them with
+        # SIGTERM, which a worker ignores once its event loop has installed (and left) its own SIGTERM
+        # handler, and then the pool's join waits forever (seen in benchmarks/loadgen_capacity.py).
+        pool.close()
+        pool.join()
+    # Each worker labels its runs with its share (concurrency 4 of 8, or 0 of 1); the merged run is the
+    # whole level, and shares of an uneven split must carry one label to merge at all.
+    for runs in results:
+        for j, run_ in enumerate(runs):
+            run_["load"] = _whole_load(run_["load"], plan, j // max(1, len(specs)))
     merged: list[dict[str, Any]] = []
     for runs in zip(*results, strict=False):
         acc = RunRecorder.from_dict(runs[0])
@@ -198,6 +208,19 @@ def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers
             acc.merge(RunRecorder.from_dict(other))
         merged.append(acc.to_dict())
     return merged
+
+
+def _whole_load(load: dict[str, Any], plan: Plan, k: int) -> dict[str, Any]:
+    """A worker's run label with its share replaced by the whole plan's value for phase ``k``."""
+    load = dict(load)
+    if load.get("mode") == "closed" and k < len(plan.levels):
+        load["concurrency"] = plan.levels[k]
+    elif load.get("mode") == "open":
+        load["rate"] = plan.rate
+    elif load.get("mode") == "stage" and k < len(plan.stages):
+        load["from"] = plan.stages[k - 1][1] if k else 0
+        load["to"] = plan.stages[k][1]
+    return load
 
 
 class Progress:

@@ -99,7 +99,9 @@ class Workload:
         self._tasks = generate(300, seed=self.seed) if self.accuracy else []
 
     def synthetic_prompt(self, tokens: int) -> str:
-        words = [self._rng.choice(_WORDS) for _ in range(max(1, tokens - 8))]
+        # choices() draws all the words in one call: a third of the cost of a choice() per word, which
+        # was the generator's largest own cost at its ceiling (docs/benchmarks.md, load generator capacity).
+        words = self._rng.choices(_WORDS, k=max(1, tokens - 8))
         return "Summarise the following notes in a few sentences: " + " ".join(words)
 
     def for_entry(self, entry: TraceEntry) -> RequestSpec:

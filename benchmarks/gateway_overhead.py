@@ -1,0 +1,638 @@
+"""Claim: the gateway, with every feature on, costs little more than the least a Python proxy can do.
+
+Three hops to the same ``instant`` simulator, driven by the identical wrk command, interleaved in one
+run so that drift on a shared machine hits all of them alike:
+
+- ``direct``: wrk -> simulator;
+- ``floor``: wrk -> ``_passthrough_proxy.py`` (aiohttp + uvloop, pooled client, no features) -> simulator;
+- ``tailgate``: wrk -> ``tailgate serve`` (client keys, upstream key, price, metrics, ledger in a temp
+  dir, live stats windows) -> simulator.
+
+Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
+
+1. tailgate req/s >= 70 % of the floor's, in every mode;
+2. at c=1, tailgate's added latency (hop P50 - direct P50, paired per round) <= 1.25 x the floor's;
+3. at c=1, tailgate's added P99 (hop P99 - direct P99, paired per round) <= 2 ms;
+4. the gateway's RSS stays within +-5 % over ``--rss-requests`` (default 200,000) more requests
+   after a warm-up.
+
+Correctness: every wrk run (warm-ups included) has zero non-2xx and zero socket errors; one request
+through each hop is well-formed; the gateway's ledger holds a row for every request it answered.
+Exit status: 0 when all checks pass and every target is met; 1 otherwise (``--quick``: targets shown,
+not enforced); 2 when wrk is missing.
+
+Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench_sim import (
+    CHAT_PATH,
+    TOKENS,
+    Checks,
+    Server,
+    Wrk,
+    WrkResult,
+    _chat_body,
+    _cores,
+    _verdict,
+    check_wrk,
+    machine,
+    print_checks,
+    proc_cpu_s,
+    server,
+    sim_argv,
+)
+
+HERE = Path(__file__).resolve().parent
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+TARGET_RPS_RATIO = 0.70
+TARGET_ADDED_P50_RATIO = 1.25
+TARGET_ADDED_P99_MS = 2.0
+TARGET_RSS_GROWTH = 0.05
+HOPS = ("direct", "floor", "tailgate")
+MODES: dict[str, tuple[bool, int]] = {
+    "nonstream-c1": (False, 1),
+    "nonstream-c50": (False, 50),
+    "stream-c1": (True, 1),
+    "stream-c50": (True, 50),
+}
+"""mode -> (stream, connections)."""
+ONLY = (*MODES, "rss")
+CLIENT_KEY = "sk-bench-client"
+UPSTREAM_KEY = "sk-bench-upstream"
+
+# The same request for every hop. The simulator and the floor ignore the bearer; tailgate checks it.
+_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {key}"
+wrk.body = '{body}'
+"""
+
+_GATEWAY_YAML = """\
+listen: {{host: 127.0.0.1, port: 0}}
+keys:
+  - {{id: bench, key: {client_key}}}
+providers:
+  sim:
+    base_url: "{upstream}/v1"
+    api_keys: ["{upstream_key}"]
+    price: {{input: 2.0, output: 3.0}}
+models:
+  bench:
+    routes:
+      - {{provider: sim, model: bench}}
+ledger: {{enabled: true, path: "{ledger}"}}
+"""
+
+
+@dataclass
+class Settings:
+    duration_s: int
+    rounds: int
+    warmup_s: int
+    rss_warmup_requests: int
+    rss_requests: int
+    rss_chunk_s: int
+    quick: bool
+
+
+# -- one measured run ------------------------------------------------------------------------------
+
+
+ANSWERED: Counter[int] = Counter()
+"""Responses wrk counted per server pid, warm-ups included (the ledger must hold a row for each)."""
+
+
+def busy_s() -> float | None:
+    """CPU seconds the whole machine has been busy (all CPUs, ``/proc/stat``; None elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    except (OSError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields)
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (Linux ``/proc``; True where there is none)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def _per_s(a: float | None, b: float | None, wall: float) -> float | None:
+    return round((b - a) / wall, 3) if a is not None and b is not None else None
+
+
+def measure(wrk: Wrk, hop: Server, sim: Server, script: Path, *, connections: int, duration_s: int) -> dict[str, Any]:
+    """One wrk run against ``hop``, with the CPU that hop, simulator, wrk and the rest of the machine used."""
+    hop0, sim0, busy0 = proc_cpu_s(hop.pid), proc_cpu_s(sim.pid), busy_s()
+    t0 = time.perf_counter()
+    run = wrk.start(hop.url + CHAT_PATH, script, connections=connections, duration_s=duration_s, timeout_s=10)
+    res = run.finish(hop)
+    wall = time.perf_counter() - t0
+    hop1, sim1, busy1 = proc_cpu_s(hop.pid), proc_cpu_s(sim.pid), busy_s()
+    ANSWERED[hop.pid] += res.requests
+    for srv in (hop, sim):
+        if not alive(srv.pid):
+            raise RuntimeError(
+                f"{srv.name} (pid {srv.pid}) exited during the run; see its log. On a shared machine another "
+                "session's clean-up may have stopped it: run the benchmark again."
+            )
+    res.server_cpu = _per_s(hop0, hop1, wall)
+    out = res.as_dict()
+    out["sim_cpu"] = _per_s(sim0, sim1, wall)
+    # CPU the hop process spent per request: what one request costs the proxy (or the simulator, direct).
+    out["cpu_us_per_request"] = (
+        round((hop1 - hop0) / res.requests * 1e6, 1) if hop0 is not None and hop1 is not None and res.requests else None
+    )
+    # Everything else that ran meanwhile: kernel threads, and other people's work on a shared machine.
+    busy, ours = _per_s(busy0, busy1, wall), [res.server_cpu, res.client_cpu]
+    if hop is not sim:
+        ours.append(out["sim_cpu"])
+    out["others_cpu"] = round(max(0.0, busy - sum(x for x in ours if x is not None)), 3) if busy is not None else None
+    return out
+
+
+def _result(d: dict[str, Any]) -> WrkResult:
+    keep = {k: v for k, v in d.items() if k in WrkResult.__dataclass_fields__}
+    return WrkResult(**keep)
+
+
+def request(root: str, path: str, body: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One request with the client key (loopback URLs we built): status, headers, body."""
+    req = urllib.request.Request(root + path, data=body.encode() if body else None)  # noqa: S310
+    req.add_header("Authorization", f"Bearer {CLIENT_KEY}")
+    if body:
+        req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310
+        return int(resp.status), {k.lower(): v for k, v in resp.headers.items()}, bytes(resp.read())
+
+
+def check_one(root: str, stream: bool, *, gateway: bool) -> tuple[bool, str]:
+    """One request is well-formed: 200, 20 tokens (usage, or 20 content chunks and [DONE]); tailgate's headers."""
+    status, headers, raw = request(root, CHAT_PATH, _chat_body(stream=stream))
+    if stream:
+        frames = [f.removeprefix(b"data: ") for f in raw.split(b"\n\n") if f.startswith(b"data: ")]
+        chunks = [json.loads(f)["choices"] for f in frames[:-1]]
+        tokens = sum(1 for c in chunks if c and c[0]["delta"].get("content"))
+        ok = bool(frames) and frames[-1] == b"[DONE]" and all(chunks)  # no usage-only chunk leaks through
+    else:
+        tokens = json.loads(raw)["usage"]["completion_tokens"]
+        ok = True
+    ok = ok and status == 200 and tokens == TOKENS
+    detail = f"status {status}, {tokens} tokens"
+    if gateway:
+        ok = ok and headers.get("x-tailgate-provider") == "sim" and "x-tailgate-overhead-ms" in headers
+        detail += f", x-tailgate-provider {headers.get('x-tailgate-provider')!r}"
+    return ok, detail
+
+
+def overhead_metric(root: str) -> tuple[float, float]:
+    """(count, sum in seconds) of the gateway's own ``tailgate_overhead_seconds`` histogram."""
+    text = request(root, "/metrics")[2].decode()
+    count = re.search(r'^tailgate_overhead_seconds_count\{alias="bench"\} (\S+)$', text, re.M)
+    total = re.search(r'^tailgate_overhead_seconds_sum\{alias="bench"\} (\S+)$', text, re.M)
+    return (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
+
+
+# -- the interleaved rounds ------------------------------------------------------------------------
+
+
+def rounds(
+    wrk: Wrk, st: Settings, hops: dict[str, Server], sim: Server, modes: list[str], checks: Checks
+) -> dict[str, Any]:
+    """Every mode, every hop, ``st.rounds`` times; hop order rotates per round (A B C, B C A, C A B)."""
+    scripts = {
+        stream: wrk.script(_LUA.format(key=CLIENT_KEY, body=_chat_body(stream=stream)))
+        for stream in {MODES[m][0] for m in modes}
+    }
+    for stream, script in scripts.items():
+        for name, hop in hops.items():
+            warm = measure(wrk, hop, sim, script, connections=50, duration_s=st.warmup_s)
+            check_wrk(checks, f"{name} warm-up ({'stream' if stream else 'non-stream'})", _result(warm))
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {h: [] for h in HOPS} for m in modes}
+    self_overhead: dict[str, list[float]] = {m: [0.0, 0.0] for m in modes}
+    for r in range(st.rounds):
+        order = HOPS[r % 3 :] + HOPS[: r % 3]
+        for mode in modes:
+            stream, conns = MODES[mode]
+            for name in order:
+                before = overhead_metric(hops[name].url) if name == "tailgate" else None
+                res = measure(wrk, hops[name], sim, scripts[stream], connections=conns, duration_s=st.duration_s)
+                if before is not None:
+                    after = overhead_metric(hops[name].url)
+                    self_overhead[mode][0] += after[0] - before[0]
+                    self_overhead[mode][1] += after[1] - before[1]
+                runs[mode][name].append(res)
+                check_wrk(checks, f"{mode} round {r + 1} {name}", _result(res))
+                console.print(
+                    f"  round {r + 1} {mode:14} {name:9} {res['rps']:9,.0f} req/s  "
+                    f"P50 {res['latency_ms']['p50']:6.2f} ms  P99 {res['latency_ms']['p99']:6.2f} ms  "
+                    f"errors {res['errors']}  others' CPU {_cores(res['others_cpu'])}",
+                    markup=False,
+                    highlight=False,
+                )
+    return {m: summarize(m, runs[m], self_overhead[m]) for m in modes}
+
+
+def _median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 3) if xs else 0.0
+
+
+def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: list[float]) -> dict[str, Any]:
+    stream, conns = MODES[mode]
+    hops: dict[str, Any] = {}
+    for name, rs in runs.items():
+        requests = sum(r["requests"] for r in rs)
+        seconds = sum(r["duration_s"] for r in rs)
+        cpu = [r["cpu_us_per_request"] for r in rs if r["cpu_us_per_request"] is not None]
+        hops[name] = {
+            "rps": round(requests / seconds, 1) if seconds else 0.0,
+            "requests": requests,
+            "p50_ms": _median([r["latency_ms"]["p50"] for r in rs]),
+            "p99_ms": _median([r["latency_ms"]["p99"] for r in rs]),
+            "hop_cpu": _median([r["server_cpu"] for r in rs if r["server_cpu"] is not None]),
+            "sim_cpu": _median([r["sim_cpu"] for r in rs if r["sim_cpu"] is not None]),
+            "wrk_cpu": _median([r["client_cpu"] for r in rs if r["client_cpu"] is not None]),
+            "others_cpu": _median([r["others_cpu"] for r in rs if r["others_cpu"] is not None]),
+            "cpu_us_per_request": _median(cpu),
+            "errors": sum(r["errors"] for r in rs),
+            "rounds": rs,
+        }
+    n = len(runs["direct"])
+
+    def added(hop: str, q: str) -> list[float]:
+        """Per round: hop percentile - direct percentile (the runs of one round are minutes apart at most)."""
+        return [runs[hop][i]["latency_ms"][q] - runs["direct"][i]["latency_ms"][q] for i in range(n)]
+
+    ratios = [runs["tailgate"][i]["rps"] / runs["floor"][i]["rps"] for i in range(n) if runs["floor"][i]["rps"] > 0]
+    rps_ratio = hops["tailgate"]["rps"] / hops["floor"]["rps"] if hops["floor"]["rps"] else 0.0
+    out: dict[str, Any] = {
+        "stream": stream,
+        "connections": conns,
+        "hops": hops,
+        "rps_ratio": round(rps_ratio, 4),
+        "rps_ratio_rounds": [round(x, 4) for x in ratios],
+        "added_p50_ms": {h: _median(added(h, "p50")) for h in ("floor", "tailgate")},
+        "added_p99_ms": {h: _median(added(h, "p99")) for h in ("floor", "tailgate")},
+        "added_p50_rounds": {h: [round(x, 3) for x in added(h, "p50")] for h in ("floor", "tailgate")},
+        "gateway_self_overhead_mean_ms": (
+            round(self_overhead[1] / self_overhead[0] * 1000.0, 4) if self_overhead[0] else None
+        ),
+    }
+    targets: dict[str, dict[str, Any]] = {
+        "rps_ratio": {
+            "what": f"tailgate req/s >= {TARGET_RPS_RATIO:.0%} of floor",
+            "value": out["rps_ratio"],
+            "passed": rps_ratio >= TARGET_RPS_RATIO,
+        }
+    }
+    if conns == 1:
+        floor_added, gw_added = out["added_p50_ms"]["floor"], out["added_p50_ms"]["tailgate"]
+        limit = TARGET_ADDED_P50_RATIO * max(floor_added, 0.0)
+        targets["added_p50"] = {
+            "what": f"added P50 <= {TARGET_ADDED_P50_RATIO} x floor's ({limit:.3f} ms)",
+            "value": gw_added,
+            "limit": round(limit, 3),
+            "ratio_to_floor": round(gw_added / floor_added, 3) if floor_added > 0 else None,
+            "passed": gw_added <= limit,
+        }
+        targets["added_p99"] = {
+            "what": f"added P99 <= {TARGET_ADDED_P99_MS} ms",
+            "value": out["added_p99_ms"]["tailgate"],
+            "passed": out["added_p99_ms"]["tailgate"] <= TARGET_ADDED_P99_MS,
+        }
+    out["targets"] = targets
+    out["errors"] = sum(h["errors"] for h in hops.values())
+    return out
+
+
+# -- RSS -------------------------------------------------------------------------------------------
+
+
+def rss_kib(pid: int) -> dict[str, int] | None:
+    """VmRSS and its parts (RssAnon: heap; RssFile: mapped files) in KiB, from ``/proc/PID/status``."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    out = {k: int(v) for k, v in re.findall(r"^(VmRSS|RssAnon|RssFile|RssShmem):\s+(\d+) kB", status, re.M)}
+    return out if "VmRSS" in out else None
+
+
+def rss_phase(wrk: Wrk, st: Settings, gateway: Server, sim: Server, checks: Checks) -> dict[str, Any]:
+    """Warm up for ``rss_warmup_requests``, read RSS, then ``rss_requests`` more; non-stream/stream alternate.
+
+    Every run is ``wrk -c50`` for ``rss_chunk_s`` seconds; RSS is read after each (the warm-up's readings
+    are kept too, so the report shows where the curve flattens).
+    """
+    scripts = [wrk.script(_LUA.format(key=CLIENT_KEY, body=_chat_body(stream=s))) for s in (False, True)]
+    samples: list[dict[str, Any]] = [{"phase": "start", "requests": 0, "rss_kib": rss_kib(gateway.pid)}]
+    done = errors = runs = 0
+    t0 = time.perf_counter()
+    baseline: dict[str, int] | None = None
+    measured_from = served_before = 0
+    for phase in ("warm-up", "measured"):
+        goal = st.rss_warmup_requests
+        if phase == "measured":
+            baseline, measured_from = rss_kib(gateway.pid), done
+            served_before = ANSWERED[gateway.pid]
+            samples.append({"phase": "baseline", "requests": done, "rss_kib": baseline})
+            goal = done + st.rss_requests
+        while done < goal or (phase == "warm-up" and runs < 2):  # both bodies at least once before the baseline
+            res = measure(wrk, gateway, sim, scripts[runs % 2], connections=50, duration_s=st.rss_chunk_s)
+            check_wrk(checks, f"rss {phase} run {runs + 1}", _result(res))
+            done += res["requests"]
+            errors += res["errors"]
+            runs += 1
+            samples.append({"phase": phase, "requests": done, "rss_kib": rss_kib(gateway.pid)})
+    last: dict[str, int] | None = samples[-1]["rss_kib"]
+    first: dict[str, int] | None = samples[0]["rss_kib"]
+
+    def growth(key: str) -> float | None:
+        if baseline is None or last is None or not baseline.get(key):
+            return None
+        return round((last.get(key, 0) - baseline[key]) / baseline[key], 4)
+
+    rss = growth("VmRSS")
+    passed = rss is not None and abs(rss) <= TARGET_RSS_GROWTH
+    measured = done - measured_from
+    warm_growth = (
+        round((baseline["VmRSS"] - first["VmRSS"]) / first["VmRSS"], 4) if baseline is not None and first else None
+    )
+    console.print(
+        f"  rss: {_kib(baseline)} KiB after {measured_from:,} warm-up requests -> {_kib(last)} KiB "
+        f"after {measured:,} more ({rss:+.2%})"
+        if rss is not None
+        else "  rss: not readable",
+        markup=False,
+    )
+    return {
+        "warmup_requests": measured_from,
+        "served_before_baseline": served_before,
+        "requests": measured,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "first_kib": first,
+        "start_kib": baseline,
+        "end_kib": last,
+        "max_kib": max((x["rss_kib"]["VmRSS"] for x in samples if x["rss_kib"]), default=None),
+        "growth": rss,
+        "growth_anon": growth("RssAnon"),
+        "warmup_growth": warm_growth,
+        "samples": samples,
+        "errors": errors,
+        "target": {"what": f"RSS growth within +-{TARGET_RSS_GROWTH:.0%}", "value": rss, "passed": passed},
+    }
+
+
+def _kib(rss: dict[str, int] | None, key: str = "VmRSS") -> int | None:
+    return None if rss is None else rss.get(key)
+
+
+# -- correctness -----------------------------------------------------------------------------------
+
+
+def check_ledger(checks: Checks, db: Path, log_text: str, answered: int) -> dict[str, Any]:
+    """After the gateway stopped: a ledger row for every request wrk saw answered, none dropped."""
+    match = re.search(r"ledger flushed: (\d+) rows written, (\d+) dropped", log_text)
+    written, dropped = (int(match.group(1)), int(match.group(2))) if match else (None, None)
+    rows = ok_rows = 0
+    try:
+        with sqlite3.connect(db) as conn:
+            rows, ok_rows = conn.execute("SELECT count(*), coalesce(sum(outcome = 'ok'), 0) FROM requests").fetchone()
+    except sqlite3.Error as exc:
+        checks.add("ledger readable", False, f"{type(exc).__name__}: {exc}")
+    checks.add(
+        "ledger: a row for every answered request, none dropped",
+        ok_rows >= answered and dropped == 0,
+        f"{rows:,} rows ({ok_rows:,} ok) for {answered:,} answered requests; log says written {written}, "
+        f"dropped {dropped}",
+    )
+    return {"rows": rows, "ok_rows": ok_rows, "answered": answered, "written": written, "dropped": dropped}
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def print_mode(mode: str, sc: dict[str, Any], enforced: bool) -> None:
+    h = sc["hops"]
+    stream, conns = MODES[mode]
+    title = f"{'stream' if stream else 'non-stream'}, c={conns} ({len(h['direct']['rounds'])} rounds)"
+    table = Table("", *HOPS, "tailgate / floor", "target", "result", title=title)
+    t = sc["targets"]
+    table.add_row(
+        "req/s",
+        *(f"{h[x]['rps']:,.0f}" for x in HOPS),
+        f"{sc['rps_ratio']:.3f}",
+        f">= {TARGET_RPS_RATIO}",
+        _verdict(t["rps_ratio"]["passed"], enforced),
+    )
+    table.add_row("latency P50 ms", *(f"{h[x]['p50_ms']:.2f}" for x in HOPS), "", "", "")
+    table.add_row("latency P99 ms", *(f"{h[x]['p99_ms']:.2f}" for x in HOPS), "", "", "")
+    a50, a99 = sc["added_p50_ms"], sc["added_p99_ms"]
+    ratio50 = f"{a50['tailgate'] / a50['floor']:.2f}" if a50["floor"] > 0 else "-"
+    table.add_row(
+        "added P50 ms",
+        "-",
+        f"{a50['floor']:.3f}",
+        f"{a50['tailgate']:.3f}",
+        ratio50,
+        f"<= {t['added_p50']['limit']:.3f}" if "added_p50" in t else "",
+        _verdict(t["added_p50"]["passed"], enforced) if "added_p50" in t else "",
+    )
+    table.add_row(
+        "added P99 ms",
+        "-",
+        f"{a99['floor']:.3f}",
+        f"{a99['tailgate']:.3f}",
+        "",
+        f"<= {TARGET_ADDED_P99_MS}" if "added_p99" in t else "",
+        _verdict(t["added_p99"]["passed"], enforced) if "added_p99" in t else "",
+    )
+    table.add_row("hop CPU µs / request", *(f"{h[x]['cpu_us_per_request']:.0f}" for x in HOPS), "", "", "")
+    table.add_row("hop process CPU (cores)", *(_cores(h[x]["hop_cpu"]) for x in HOPS), "", "", "")
+    table.add_row("simulator CPU (cores)", *(_cores(h[x]["sim_cpu"]) for x in HOPS), "", "", "")
+    table.add_row("wrk CPU (cores)", *(_cores(h[x]["wrk_cpu"]) for x in HOPS), "", "", "")
+    table.add_row("rest of the machine (cores)", *(_cores(h[x]["others_cpu"]) for x in HOPS), "", "", "")
+    table.add_row("errors", *(str(h[x]["errors"]) for x in HOPS), "", "0", _verdict(sc["errors"] == 0, True))
+    console.print(table)
+    ratios = ", ".join(f"{x:.3f}" for x in sc["rps_ratio_rounds"])
+    console.print(f"  tailgate / floor per round: {ratios}", markup=False)
+    if sc["gateway_self_overhead_mean_ms"] is not None:
+        console.print(
+            f"  gateway's own x-tailgate-overhead-ms, mean: {sc['gateway_self_overhead_mean_ms']:.3f} ms "
+            "(to the first token, excluding HTTP parsing and per-chunk relaying)",
+            markup=False,
+        )
+
+
+def print_rss(sc: dict[str, Any], enforced: bool) -> None:
+    table = Table("", "value", "target", "result", title="gateway RSS")
+    growth = sc["growth"]
+    table.add_row(
+        f"RSS growth over {sc['requests']:,} requests",
+        f"{growth:+.2%}" if growth is not None else "-",
+        f"within +-{TARGET_RSS_GROWTH:.0%}",
+        _verdict(sc["target"]["passed"], enforced),
+    )
+    anon = sc["growth_anon"]
+    table.add_row("  of which heap (RssAnon)", f"{anon:+.2%}" if anon is not None else "-", "", "")
+    table.add_row(
+        "VmRSS MiB: start / baseline / end / max",
+        _mib(_kib(sc["first_kib"]), _kib(sc["start_kib"]), _kib(sc["end_kib"]), sc["max_kib"]),
+        "",
+        "",
+    )
+    table.add_row(
+        "RssAnon MiB: start / baseline / end",
+        _mib(_kib(sc["first_kib"], "RssAnon"), _kib(sc["start_kib"], "RssAnon"), _kib(sc["end_kib"], "RssAnon")),
+        "",
+        "",
+    )
+    warm = sc["warmup_growth"]
+    table.add_row("requests the gateway served before the baseline", f"{sc['served_before_baseline']:,}", "", "")
+    table.add_row(
+        f"growth during the {sc['warmup_requests']:,}-request warm-up",
+        f"{warm:+.2%}" if warm is not None else "-",
+        "",
+        "",
+    )
+    table.add_row("time", f"{sc['seconds']:.0f} s", "", "")
+    table.add_row("errors", str(sc["errors"]), "0", _verdict(sc["errors"] == 0, True))
+    console.print(table)
+
+
+def _mib(*kib: int | None) -> str:
+    return " / ".join("-" if k is None else f"{k / 1024:.1f}" for k in kib)
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--duration", type=int, default=5, help="seconds per measured wrk run (default 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every hop and mode (default 3)")
+    ap.add_argument("--rss-requests", type=int, default=200_000, help="requests in the RSS phase (default 200000)")
+    ap.add_argument(
+        "--rss-warmup-requests",
+        type=int,
+        default=100_000,
+        help="requests before the RSS baseline, after the rounds (default 100000)",
+    )
+    ap.add_argument("--quick", action="store_true", help="1 s runs, 1 round, 5,000 RSS requests; targets not enforced")
+    ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
+    ap.add_argument("--only", action="append", choices=ONLY, default=None, help="run only this mode (repeatable)")
+    args = ap.parse_args(argv)
+    only = args.only or list(ONLY)
+    modes = [m for m in MODES if m in only]
+
+    wrk_binary = shutil.which("wrk")
+    if wrk_binary is None:
+        console.print("[bold red]wrk is not installed[/] (apt-get install wrk)")
+        return 2
+    st = Settings(
+        duration_s=1 if args.quick else max(1, args.duration),
+        rounds=1 if args.quick else max(1, args.rounds),
+        warmup_s=1 if args.quick else 2,
+        rss_warmup_requests=2000 if args.quick else args.rss_warmup_requests,
+        rss_requests=5000 if args.quick else args.rss_requests,
+        rss_chunk_s=1 if args.quick else 10,
+        quick=args.quick,
+    )
+    info = machine(wrk_binary)
+    console.print(
+        f"nproc {info['nproc']} ({info['cpu']}), Python {info['python']}, aiohttp {info['aiohttp']}, "
+        f"uvloop {info['uvloop']}, {info['wrk']}; load average {info['loadavg_before']}",
+        markup=False,
+        soft_wrap=True,
+    )
+    plan: list[str] = []
+    if modes:
+        plan.append(
+            f"wrk -t1 -c1|-c50 -d{st.duration_s}s, {st.rounds} interleaved round(s) of {len(modes)} mode(s) x 3 hops"
+        )
+    if "rss" in only:
+        plan.append(f"RSS over {st.rss_requests:,} requests after {st.rss_warmup_requests:,} more warm-up requests")
+    console.print("; ".join(plan), markup=False, soft_wrap=True)
+    checks = Checks()
+    result: dict[str, Any] = {"machine": info, "settings": asdict(st), "modes": {}, "rss": None}
+    with tempfile.TemporaryDirectory(prefix="gateway_overhead-") as tmp:
+        workdir = Path(tmp)
+        wrk = Wrk(wrk_binary, workdir, pin=False)
+        ledger = workdir / "ledger.db"
+        gw_log = workdir / "gateway.log"
+        with server(
+            "sim (instant)", sim_argv("--preset", "instant", "--port", "0"), workdir / "sim.log", pin=False
+        ) as sim:
+            cfg = workdir / "gateway.yaml"
+            cfg.write_text(
+                _GATEWAY_YAML.format(client_key=CLIENT_KEY, upstream=sim.url, upstream_key=UPSTREAM_KEY, ledger=ledger)
+            )
+            floor_argv = [sys.executable, str(HERE / "_passthrough_proxy.py"), sim.url, "0"]
+            gw_argv = [sys.executable, "-m", "tailgate", "serve", "--config", str(cfg), "--port", "0"]
+            with (
+                server("floor", floor_argv, workdir / "floor.log", pin=False) as floor,
+                server("tailgate", gw_argv, gw_log, pin=False) as gateway,
+            ):
+                hops = {"direct": sim, "floor": floor, "tailgate": gateway}
+                result["gateway_rss_at_start_kib"] = rss_kib(gateway.pid)
+                for name, hop in hops.items():
+                    for stream in (False, True):
+                        label = f"{name}: one {'stream' if stream else 'non-stream'} request is well-formed"
+                        checks.guard(label, lambda u=hop.url, s=stream, g=hop is gateway: check_one(u, s, gateway=g))
+                if modes:
+                    result["modes"] = rounds(wrk, st, hops, sim, modes, checks)
+                    for mode, sc in result["modes"].items():
+                        print_mode(mode, sc, not st.quick)
+                if "rss" in only:
+                    result["rss"] = rss_phase(wrk, st, gateway, sim, checks)
+                    print_rss(result["rss"], not st.quick)
+                answered = ANSWERED[gateway.pid]
+        result["ledger"] = check_ledger(checks, ledger, gw_log.read_text(), answered)
+
+    print_checks("gateway_overhead", {"checks": checks.items})
+    targets = [t for sc in result["modes"].values() for t in sc["targets"].values()]
+    if result["rss"] is not None:
+        targets.append(result["rss"]["target"])
+    correct = checks.ok
+    met = all(t["passed"] for t in targets)
+    result.update(checks=checks.items, correct=correct, targets_met=met, enforced=not st.quick)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    summary = "all correctness checks passed" if correct else "[bold red]correctness checks FAILED[/]"
+    summary += "; targets met" if met else "; [bold red]targets missed[/]"
+    if st.quick:
+        summary += " (quick run: targets not enforced)"
+    console.print(summary)
+    return 0 if correct and (met or st.quick) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Smoke test of benchmarks/loadgen_capacity.py: a --quick run works and its numbers are sane.
+
+Only correctness and the presence of numbers are asserted; the targets (>= 2,000 req/s from one
+process, schedule lag P99 <= 1 ms at 1,000 req/s) are the full benchmark's business.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "loadgen_capacity.py"
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(120)
+def test_loadgen_capacity_quick_run_is_correct(tmp_path: Path) -> None:
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install wrk); loadgen_capacity.py compares against it")
+    out = tmp_path / "loadgen_capacity.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["correct"] is True
+    assert result["enforced"] is False
+    scenarios = result["scenarios"]
+    assert set(scenarios) == {"nonstream", "stream", "open"}
+    for name, sc in scenarios.items():
+        failed = [c for c in sc["checks"] if not c["ok"]]
+        assert not failed, f"{name}: {failed}"
+        assert sc["errors"] == 0, name
+    for name in ("nonstream", "stream"):
+        sc = scenarios[name]
+        assert sc["wrk"]["rps"] > 0, name
+        assert sc["wrk"]["errors"] == 0, name
+        assert set(sc["generator"]) == {"1", "2"}, name
+        for workers, gen in sc["generator"].items():
+            assert gen["rps"] > 0, (name, workers)
+            assert gen["errors"] == 0, (name, workers)
+            assert gen["run"]["requests"] == gen["run"]["successes"] > 0, (name, workers)
+            assert sc["ratio"][workers] > 0, (name, workers)
+    assert scenarios["nonstream"]["value"] == scenarios["nonstream"]["generator"]["1"]["rps"]
+    open_loop = scenarios["open"]
+    lag = open_loop["schedule_lag_ms"]
+    assert lag["count"] > 0
+    assert lag["p99"] is not None
+    assert lag["p99"] >= 0
+    assert open_loop["empty_schedule_lag_ms"]["count"] > 0
+    assert open_loop["achieved_rps"] > 0

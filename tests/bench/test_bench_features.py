@@ -1,0 +1,321 @@
+"""`tailgate bench` features: A/B targets, stages, workers, accuracy, --provider, Ctrl-C, Poisson, errors, prompts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import SimFactory, ThreadedSim
+from tailgate.bench.loadgen import Bounds
+from tailgate.bench.runner import Plan, TargetSpec, parse_stages, run_plan, run_workers
+from tailgate.bench.workload import LengthDist, Workload, load_prompts
+from tailgate.cli import main
+from tailgate.sim.provider import SimProvider
+from tailgate.sim.truth import TruthRecord
+
+
+def _bench(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["bench", *args])
+    return result.exit_code, result.output
+
+
+def _workload(max_tokens: int = 4, **kwargs: Any) -> Workload:
+    return Workload(input_tokens=LengthDist(16), max_tokens=max_tokens, stream=True, **kwargs)
+
+
+def _closed(concurrency: int, **bounds: Any) -> Plan:
+    return Plan("closed", Bounds(**{"duration": None, "warmup": 0.0, **bounds}), levels=(concurrency,))
+
+
+def _spec(name: str, provider: SimProvider) -> TargetSpec:
+    return TargetSpec(name, provider.url, "m")
+
+
+def _truth(ts: ThreadedSim) -> list[TruthRecord]:
+    async def get() -> list[TruthRecord]:
+        return ts.provider.truth.records()
+
+    return ts.call(get())
+
+
+# -- 1. A/B interleaving --------------------------------------------------------------------------
+
+
+async def test_ab_targets_each_get_the_level_and_their_own_run(sim: SimFactory) -> None:
+    """Two targets in one run: ``--requests 20`` is per target, each run names its own target."""
+    a, b = await sim("instant"), await sim("instant")
+    runs = await run_plan([_spec("a", a), _spec("b", b)], _workload(), _closed(4, requests=20), asyncio.Event())
+    assert [r["target"]["name"] for r in runs] == ["a", "b"]
+    assert [r["target"]["base_url"] for r in runs] == [a.url, b.url]
+    assert [r["requests"] for r in runs] == [20, 20]
+    assert [r["load"] for r in runs] == [{"mode": "closed", "concurrency": 4}] * 2
+    # The simulators saw exactly that split (nothing else: no preflight here).
+    assert len(a.truth.records()) == len(b.truth.records()) == 20
+
+
+@pytest.mark.timeout(30)
+async def test_slow_target_does_not_hold_back_the_fast_one(sim: SimFactory) -> None:
+    """A slow target beside an instant one: sends interleave, and each target keeps its own level."""
+    slow = await sim("provider-a", time_scale=0.03)
+    fast = await sim("instant")
+    specs = [_spec("slow", slow), _spec("fast", fast)]
+    s, f = await run_plan(specs, _workload(), _closed(4, duration=1.0), asyncio.Event())
+    assert s["successes"] > 10
+    assert f["successes"] > 5 * s["successes"]
+    assert s["metrics"]["e2e_ms"]["p50"] > 5 * f["metrics"]["e2e_ms"]["p50"]
+    # Interleaved in time: both simulators were busy over the same span, not one after the other.
+    s_times = [r.received_at for r in slow.truth.records()]
+    f_times = [r.received_at for r in fast.truth.records()]
+    assert min(s_times) < max(f_times)
+    assert min(f_times) < max(s_times)
+
+
+@pytest.mark.timeout(30)
+async def test_requests_bound_is_per_target_even_when_speeds_differ(sim: SimFactory) -> None:
+    """``--requests 12`` with a slow and a fast target: each sends exactly 12 (the fast one no more)."""
+    slow = await sim("provider-a", time_scale=0.03)
+    fast = await sim("instant")
+    specs = [_spec("slow", slow), _spec("fast", fast)]
+    runs = await run_plan(specs, _workload(), _closed(2, requests=12), asyncio.Event())
+    assert [r["requests"] for r in runs] == [12, 12]
+    assert [len(slow.truth.records()), len(fast.truth.records())] == [12, 12]
+
+
+# -- 2. stages ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+async def test_stages_ramp_concurrency(sim: SimFactory) -> None:
+    """``1s:4,1s:8,1s:0``: three stage runs; the 4→8 stage sends more req/s than the 0→4 one."""
+    p = await sim("provider-a", time_scale=0.03)
+    plan = Plan("stages", Bounds(duration=None, warmup=0.0), stages=parse_stages("1s:4,1s:8,1s:0"))
+    runs = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    assert [r["load"]["mode"] for r in runs] == ["stage"] * 3
+    assert [(r["load"]["from"], r["load"]["to"]) for r in runs] == [(0, 4), (4, 8), (8, 0)]
+    assert all(r["errors"] == dict.fromkeys(r["errors"], 0) for r in runs)
+    rps = [r["throughput"]["req_per_s"] for r in runs]
+    assert rps[1] > 1.5 * rps[0], rps
+    assert rps[2] < rps[1], rps
+
+
+# -- 3. workers -----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_two_workers_merge_into_one_run_per_level(threaded_sim: Callable[..., ThreadedSim]) -> None:
+    """``--workers 2`` at concurrency 8: one run, requests as the simulator counted them, histograms merged."""
+    ts = threaded_sim("instant", truth_size=200_000)
+    plan = Plan("closed", Bounds(duration=1.0, warmup=0.3), levels=(8,))
+    runs = run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2)
+    assert len(runs) == 1
+    (run,) = runs
+    assert run["load"] == {"mode": "closed", "concurrency": 8}
+    assert run["requests"] == run["successes"] > 100
+    for name in ("ttft_ms", "e2e_ms"):
+        assert run["metrics"][name]["count"] == run["requests"]
+    assert run["metrics"]["itl_ms"]["count"] == 3 * run["requests"]  # 4 tokens → 3 gaps each
+    ok = sorted(r.received_at for r in _truth(ts) if r.status == 200)
+    # Counted: every request that finished after the warm-up. The simulator saw those and the ones of
+    # the warm-up; the workers start a little apart, so allow the first 0.5 s of traffic as warm-up.
+    assert run["requests"] <= len(ok)
+    warm = sum(1 for t in ok if t < ok[0] + 0.5)
+    assert run["requests"] >= len(ok) - warm
+
+
+@pytest.mark.timeout(60)
+def test_uneven_worker_split_still_merges(threaded_sim: Callable[..., ThreadedSim]) -> None:
+    """Concurrency 1,3 over 2 workers (shares 1+0 and 2+1) merges to runs labelled 1 and 3."""
+    ts = threaded_sim("instant")
+    plan = Plan("closed", Bounds(duration=None, requests=20, warmup=0.0), levels=(1, 3))
+    runs = run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2)
+    assert [r["load"]["concurrency"] for r in runs] == [1, 3]
+    assert runs[0]["requests"] > 0  # level 1: only one worker has a share of it
+    assert runs[1]["requests"] == 20
+
+
+# -- 4. accuracy ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("accuracy", "pct"), [(1.0, 100.0), (0.0, 0.0)])
+async def test_accuracy_is_reported(sim: SimFactory, accuracy: float, pct: float) -> None:
+    """``--accuracy`` against a simulator that is always right (100 %) or always wrong (0 %)."""
+    p = await sim("instant", engine={"accuracy": accuracy})
+    runs = await run_plan([_spec("sim", p)], _workload(accuracy=True), _closed(4, requests=30), asyncio.Event())
+    assert runs[0]["successes"] == 30
+    assert runs[0]["accuracy"] == {"right": int(30 * pct / 100), "total": 30, "pct": pct}
+
+
+# -- 5. --provider / --config ---------------------------------------------------------------------
+
+KEY = "sk-bench-provider-0123456789"
+
+
+def _gateway_yaml(path: Path, url: str, key: str) -> Path:
+    path.write_text(
+        "providers:\n"
+        f"  simp:\n    base_url: {url}\n    api_keys: [{key}]\n"
+        "models:\n"
+        "  alias:\n    routes:\n      - {provider: simp, model: up-model}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.timeout(30)
+def test_provider_from_gateway_config(threaded_sim: Callable[..., ThreadedSim], tmp_path: Path) -> None:
+    """``--provider simp --config FILE`` uses its base_url, key and routed model; a wrong key is refused."""
+    ts = threaded_sim("instant", api_keys=(KEY,))
+    config = _gateway_yaml(tmp_path / "gw.yaml", ts.url, KEY)
+    out = tmp_path / "r.json"
+    code, output = _bench(
+        "--provider", "simp", "--config", str(config), "--concurrency", "2", "--requests", "10",
+        "--duration", "0", "--warmup", "0", "--max-tokens", "4", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["target"]["name"] == "simp"
+    assert run["target"]["model"] == "up-model"
+    assert run["successes"] == run["requests"] == 10
+    records = _truth(ts)
+    assert len(records) == 11  # preflight + 10
+    assert {r.status for r in records} == {200}
+
+    wrong = _gateway_yaml(tmp_path / "wrong.yaml", ts.url, "sk-wrong-key-0123456789")
+    code, output = _bench("--provider", "simp", "--config", str(wrong), "--requests", "2", "--duration", "0")
+    assert code == 2, output
+    assert "refused the API key (HTTP 401)" in output
+
+
+def test_unknown_provider_lists_known_ones(tmp_path: Path) -> None:
+    """``--provider`` naming nobody in the config: exit 2 listing the providers it has."""
+    config = _gateway_yaml(tmp_path / "gw.yaml", "http://127.0.0.1:9/v1", KEY)
+    code, output = _bench("--provider", "nobody", "--config", str(config), "--duration", "1s")
+    assert code == 2, output
+    flat = " ".join(output.split())
+    assert "'nobody' is not in" in flat
+    assert "(known: simp)" in flat
+
+
+# -- 6. Ctrl-C ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(40)
+def test_ctrl_c_stops_promptly_and_writes_results(threaded_sim: Callable[..., ThreadedSim], tmp_path: Path) -> None:
+    """SIGINT during a 30 s run: exit within 10 s, code 0, results.json with the requests made so far."""
+    ts = threaded_sim("provider-a", time_scale=0.02)
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailgate", "bench", "--base-url", ts.url, "--model", "m", "--concurrency", "4",
+         "--duration", "30s", "--warmup", "0.2s", "--max-tokens", "4", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while len(_truth(ts)) < 20 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert proc.poll() is None, "bench ended before Ctrl-C"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert elapsed < 10
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["requests"] > 0
+    assert run["successes"] > 0
+    assert run["throughput"]["duration_s"] < 20
+
+
+# -- 7. open loop, Poisson ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+async def test_open_loop_poisson_rate(sim: SimFactory) -> None:
+    """``--rate 50 --arrival poisson`` for 2 s: about 100 requests, schedule lag reported for each."""
+    p = await sim("instant")
+    plan = Plan("open", Bounds(duration=2.0, warmup=0.0), rate=50, arrival="poisson")
+    (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    assert run["load"] == {"mode": "open", "rate": 50, "arrival": "poisson"}
+    assert 65 <= run["requests"] <= 135, run["requests"]
+    lag = run["metrics"]["schedule_lag_ms"]
+    assert lag["count"] == run["requests"]
+    assert lag["p50"] is not None
+    assert lag["p50"] >= 0
+
+
+# -- 8. errors by class ---------------------------------------------------------------------------
+
+
+async def test_errors_are_counted_by_class_with_an_example(sim: SimFactory) -> None:
+    """Half the answers are 503: counted as http_5xx with an example, error_rate about 0.5."""
+    p = await sim("instant", faults={"error_rate": 0.5, "error_statuses": [503]})
+    (run,) = await run_plan([_spec("sim", p)], _workload(), _closed(4, requests=200), asyncio.Event())
+    assert run["requests"] == 200
+    assert run["errors"]["http_5xx"] == 200 - run["successes"] > 0
+    assert sum(run["errors"].values()) == run["errors"]["http_5xx"]
+    assert isinstance(run["error_examples"]["http_5xx"], str)
+    assert run["error_examples"]["http_5xx"]
+    assert 0.3 < run["error_rate"] < 0.7
+    assert run["metrics"]["e2e_ms"]["count"] == run["successes"]
+
+
+async def test_max_errors_stops_the_level_early(sim: SimFactory) -> None:
+    """``--max-errors 5``: the level ends soon after the fifth error instead of running 10 s."""
+    p = await sim("instant", faults={"error_rate": 0.5, "error_statuses": [503]})
+    t0 = time.perf_counter()
+    (run,) = await run_plan([_spec("sim", p)], _workload(), _closed(2, duration=10.0, max_errors=5), asyncio.Event())
+    assert time.perf_counter() - t0 < 3
+    errors = sum(run["errors"].values())
+    assert 5 <= errors <= 5 + 2
+    assert run["requests"] < 100
+
+
+# -- 9. prompt files ------------------------------------------------------------------------------
+
+
+async def test_prompt_file_is_sent(sim: SimFactory, tmp_path: Path) -> None:
+    """A JSONL of {"prompt"} and {"messages"} lines: the simulator sees prompts of those lengths, in turn."""
+    path = tmp_path / "prompts.jsonl"
+    short = "hello there"
+    long = " ".join(["word"] * 300)
+    path.write_text(
+        json.dumps({"prompt": short}) + "\n\n" + json.dumps({"messages": [{"role": "user", "content": long}]}) + "\n",
+        encoding="utf-8",
+    )
+    p = await sim("instant")
+    workload = _workload(prompts=load_prompts(path))
+    (run,) = await run_plan([_spec("sim", p)], workload, _closed(1, requests=6), asyncio.Event())
+    assert run["successes"] == 6
+    tokens = [r.prompt_tokens for r in p.truth.records()]
+    assert tokens[0::2] == [tokens[0]] * 3
+    assert tokens[1::2] == [tokens[1]] * 3
+    assert tokens[0] < 20 < 250 < tokens[1]
+    assert run["tokens"]["input"] == sum(tokens)
+
+
+def test_bad_prompt_line_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    """A prompt file with a broken line 2: exit 2 with ``FILE:2`` in the message."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"prompt": \n', encoding="utf-8")
+    code, output = _bench(
+        "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--no-preflight", "--prompts", str(path)
+    )
+    assert code == 2, output
+    assert f"{path}:2" in output.replace("\n", "")
