@@ -257,8 +257,9 @@ def config_check(file: Path, as_json: bool) -> None:
 )
 def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
     """Re-render the report of a `tailgate bench --out RESULTS.json` run: an offline HTML file (and a CSV)."""
+    from tailgate.bench.document import load_document, write_csv
     from tailgate.bench.report import render_html
-    from tailgate.bench.results import ResultsError, load_document, write_csv
+    from tailgate.bench.results import ResultsError
 
     try:
         doc = load_document(results)

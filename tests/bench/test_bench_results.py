@@ -11,19 +11,8 @@ from typing import Any
 
 import pytest
 
-from tailgate.bench.results import (
-    ERROR_KEYS,
-    SCHEMA,
-    ResultsError,
-    RunRecorder,
-    build_document,
-    decay_table,
-    describe_load,
-    error_key,
-    load_document,
-    write_csv,
-    write_json,
-)
+from tailgate.bench.document import build_document, decay_table, load_document, write_csv, write_json
+from tailgate.bench.results import ERROR_KEYS, SCHEMA, ResultsError, RunRecorder, describe_load, error_key
 from tailgate.upstream.events import CallResult
 from tailgate.wire.errors import WireError
 

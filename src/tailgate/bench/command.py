@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tailgate._runtime import run
+from tailgate.bench import document as doc_mod
 from tailgate.bench import results as res
 from tailgate.bench.loadgen import Bounds
 from tailgate.bench.runner import (
@@ -219,15 +220,15 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
 
         runs = run(main)
     checks = evaluate(thresholds, runs) if thresholds else []
-    doc = res.build_document(runs, command=o.command, started_at=started, thresholds=checks)
+    doc = doc_mod.build_document(runs, command=o.command, started_at=started, thresholds=checks)
     if o.workers == 1 and progress.phase is not None:
         progress.on_phase(progress.phase)  # reports the last phase as done
     out = Console() if sys.stdout.isatty() else Console(width=200)
     _print_summary(out, doc)
     if o.out:
-        res.write_json(doc, o.out)
+        doc_mod.write_json(doc, o.out)
     if o.csv:
-        res.write_csv(doc, o.csv)
+        doc_mod.write_csv(doc, o.csv)
     if o.html:
         from tailgate.bench.report import render_html
 

@@ -23,17 +23,10 @@ Counting rules (DESIGN.md metric definitions):
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
-import tempfile
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-from tailgate import __version__
 from tailgate.stats import LatencyHistogram
 from tailgate.upstream.events import CallResult
 
@@ -45,15 +38,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "ResultsError",
     "RunRecorder",
-    "build_document",
-    "decay_table",
     "describe_load",
     "error_key",
-    "load_document",
     "run_label",
     "summarize",
-    "write_csv",
-    "write_json",
+    "target_name",
 ]
 
 SCHEMA_NAME = "tailgate.bench"
@@ -457,231 +446,13 @@ def describe_load(load: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _target_name(target: Mapping[str, Any]) -> str:
+def target_name(target: Mapping[str, Any]) -> str:
     return str(target.get("name") or target.get("base_url") or "?")
 
 
 def run_label(run: Mapping[str, Any]) -> str:
     """``target · load`` for a run object."""
-    return f"{_target_name(run.get('target') or {})} · {describe_load(run.get('load') or {})}"
+    return f"{target_name(run.get('target') or {})} · {describe_load(run.get('load') or {})}"
 
 
 # -- the document ------------------------------------------------------------------------------
-
-
-def _metric(run: Mapping[str, Any], name: str, stat: str) -> float | None:
-    value = ((run.get("metrics") or {}).get(name) or {}).get(stat)
-    return None if value is None else float(value)
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0.0:
-        return None
-    return round(a / b, 3)
-
-
-def decay_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per target, each closed-loop level as a ratio to that target's concurrency-1 run.
-
-    One row per closed-loop run of a target that has a concurrency-1 run (the baseline row itself
-    included, with ratios 1.0), ordered by target (first appearance) then concurrency. A ratio is
-    null when either side has no samples. ``[]`` when no target has a concurrency-1 run.
-    """
-    by_target: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        load = run.get("load") or {}
-        if load.get("mode") != "closed" or load.get("concurrency") is None:
-            continue
-        by_target.setdefault(_target_name(run.get("target") or {}), []).append(run)
-    rows: list[dict[str, Any]] = []
-    for name, target_runs in by_target.items():
-        base = next((r for r in target_runs if r["load"]["concurrency"] == 1), None)
-        if base is None:
-            continue
-        b_e2e = _metric(base, "e2e_ms", "p99")
-        b_ttft = _metric(base, "ttft_ms", "p99")
-        b_tok = _metric(base, "output_tokens_per_s", "mean")
-        b_agg = (base.get("throughput") or {}).get("output_tokens_per_s")
-        for run in sorted(target_runs, key=lambda r: int(r["load"]["concurrency"])):
-            e2e = _metric(run, "e2e_ms", "p99")
-            ttft = _metric(run, "ttft_ms", "p99")
-            tok = _metric(run, "output_tokens_per_s", "mean")
-            thr = run.get("throughput") or {}
-            rows.append(
-                {
-                    "target": name,
-                    "concurrency": int(run["load"]["concurrency"]),
-                    "p99_e2e_ratio": _ratio(e2e, b_e2e),
-                    "p99_ttft_ratio": _ratio(ttft, b_ttft),
-                    "mean_tok_s_ratio": _ratio(tok, b_tok),
-                    "req_per_s": thr.get("req_per_s"),
-                    "p99_e2e_ms": e2e,
-                    "p99_ttft_ms": ttft,
-                    "mean_tok_s": tok,
-                    "output_tokens_per_s": thr.get("output_tokens_per_s"),
-                    "output_tokens_per_s_ratio": _ratio(thr.get("output_tokens_per_s"), b_agg),
-                    "error_rate": run.get("error_rate"),
-                }
-            )
-    return rows
-
-
-def build_document(
-    runs: list[dict[str, Any]],
-    *,
-    command: list[str],
-    started_at: float,
-    thresholds: list[dict[str, Any]] | None = None,
-    notes: list[str] | None = None,
-) -> dict[str, Any]:
-    """The whole ``results.json``: schema tag, provenance, runs, decay table, threshold results."""
-    evaluated = list(thresholds or [])
-    return {
-        "schema": SCHEMA,
-        "tailgate_version": __version__,
-        "command": list(command),
-        "started_at": started_at,
-        "finished_at": round(time.time(), 3),
-        "runs": runs,
-        "decay": decay_table(runs),
-        "thresholds": evaluated,
-        "thresholds_passed": (all(t.get("passed") is not False for t in evaluated) if evaluated else None),
-        "notes": list(notes or []),
-    }
-
-
-def _atomic_write(path: str | os.PathLike[str], text: str) -> None:
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def dumps_document(doc: Mapping[str, Any]) -> str:
-    """The document as indented JSON, each histogram's bucket list kept on one line."""
-    runs = doc.get("runs") or []
-    compact: dict[str, str] = {}
-    shallow_runs: list[Any] = []
-    for i, run in enumerate(runs):
-        if isinstance(run, Mapping) and "histograms" in run:
-            marker = f"@@tailgate-histograms-{i}@@"
-            compact[marker] = json.dumps(run["histograms"], separators=(",", ":"), allow_nan=False)
-            shallow_runs.append({**run, "histograms": marker})
-        else:
-            shallow_runs.append(run)
-    text = json.dumps({**doc, "runs": shallow_runs}, indent=2, allow_nan=False, ensure_ascii=False)
-    for marker, body in compact.items():
-        text = text.replace(json.dumps(marker), body, 1)
-    return text + "\n"
-
-
-def write_json(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """Write the document (atomically: a reader never sees half a file)."""
-    _atomic_write(path, dumps_document(doc))
-
-
-def csv_header() -> list[str]:
-    head = [
-        "target",
-        "model",
-        "base_url",
-        "load",
-        "mode",
-        "concurrency",
-        "rate",
-        "stage",
-        "requests",
-        "successes",
-        "errors",
-        "error_rate",
-        "req_per_s",
-        "output_tokens_per_s",
-        "duration_s",
-    ]
-    head += [f"{m}_{s}" for m in CSV_METRICS for s in STATS]
-    head += [f"errors_{k}" for k in ERROR_KEYS]
-    return head
-
-
-def _cell(x: Any) -> Any:
-    return "" if x is None else x
-
-
-def csv_rows(doc: Mapping[str, Any]) -> Iterable[list[Any]]:
-    for run in doc.get("runs") or []:
-        target = run.get("target") or {}
-        load = run.get("load") or {}
-        thr = run.get("throughput") or {}
-        errors = run.get("errors") or {}
-        row: list[Any] = [
-            _target_name(target),
-            target.get("model"),
-            target.get("base_url"),
-            describe_load(load),
-            load.get("mode"),
-            load.get("concurrency"),
-            load.get("rate"),
-            load.get("stage"),
-            run.get("requests"),
-            run.get("successes"),
-            sum(int(v) for v in errors.values()),
-            run.get("error_rate"),
-            thr.get("req_per_s"),
-            thr.get("output_tokens_per_s"),
-            thr.get("duration_s"),
-        ]
-        row += [_metric(run, m, s) for m in CSV_METRICS for s in STATS]
-        row += [errors.get(k, 0) for k in ERROR_KEYS]
-        yield [_cell(x) for x in row]
-
-
-def write_csv(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """One row per run (see :func:`csv_header`); empty cells where a value is null."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(csv_header())
-    w.writerows(csv_rows(doc))
-    _atomic_write(path, buf.getvalue())
-
-
-def check_document(doc: Any, *, source: str = "results") -> dict[str, Any]:
-    """Validate the schema tag and top-level shape; returns the document."""
-    if not isinstance(doc, dict):
-        raise ResultsError(f"{source}: not a tailgate bench results document (top level is not an object)")
-    schema = doc.get("schema")
-    if not isinstance(schema, str) or not schema.startswith(f"{SCHEMA_NAME}/v"):
-        raise ResultsError(
-            f"{source}: not a tailgate bench results document (schema is {schema!r}, expected {SCHEMA!r})"
-        )
-    version_text = schema.removeprefix(f"{SCHEMA_NAME}/v")
-    if not version_text.isdigit() or int(version_text) != SCHEMA_VERSION:
-        raise ResultsError(
-            f"{source}: results schema {schema!r} is not supported by tailgate {__version__}, "
-            f"which reads {SCHEMA!r}" + (" (written by a newer tailgate?)" if version_text.isdigit() else "")
-        )
-    runs = doc.get("runs")
-    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
-        raise ResultsError(f"{source}: 'runs' must be a list of run objects")
-    for i, run in enumerate(runs):
-        for key in ("target", "load", "metrics", "errors", "throughput"):
-            if not isinstance(run.get(key), dict):
-                raise ResultsError(f"{source}: runs[{i}].{key} is missing or not an object")
-    return doc
-
-
-def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a ``results.json``; a wrong or unsupported schema raises :class:`ResultsError`."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultsError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{os.fspath(path)}: not JSON ({exc})") from exc
-    return check_document(doc, source=os.fspath(path))
