@@ -288,17 +288,19 @@ def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: l
     n = len(runs["direct"])
 
     def added(hop: str, q: str) -> list[float]:
-        """Per round: hop percentile - direct percentile (the runs of one round are minutes apart at most)."""
+        """Per round: hop percentile - direct percentile (the three runs of one mode in a round are back to back)."""
         return [runs[hop][i]["latency_ms"][q] - runs["direct"][i]["latency_ms"][q] for i in range(n)]
 
     ratios = [runs["tailgate"][i]["rps"] / runs["floor"][i]["rps"] for i in range(n) if runs["floor"][i]["rps"] > 0]
     rps_ratio = hops["tailgate"]["rps"] / hops["floor"]["rps"] if hops["floor"]["rps"] else 0.0
+    floor_cpu, gw_cpu = hops["floor"]["cpu_us_per_request"], hops["tailgate"]["cpu_us_per_request"]
     out: dict[str, Any] = {
         "stream": stream,
         "connections": conns,
         "hops": hops,
         "rps_ratio": round(rps_ratio, 4),
         "rps_ratio_rounds": [round(x, 4) for x in ratios],
+        "cpu_per_request_ratio": round(gw_cpu / floor_cpu, 3) if floor_cpu else None,
         "added_p50_ms": {h: _median(added(h, "p50")) for h in ("floor", "tailgate")},
         "added_p99_ms": {h: _median(added(h, "p99")) for h in ("floor", "tailgate")},
         "added_p50_rounds": {h: [round(x, 3) for x in added(h, "p50")] for h in ("floor", "tailgate")},
@@ -475,7 +477,14 @@ def print_mode(mode: str, sc: dict[str, Any], enforced: bool) -> None:
         f"<= {TARGET_ADDED_P99_MS}" if "added_p99" in t else "",
         _verdict(t["added_p99"]["passed"], enforced) if "added_p99" in t else "",
     )
-    table.add_row("hop CPU µs / request", *(f"{h[x]['cpu_us_per_request']:.0f}" for x in HOPS), "", "", "")
+    cpu_ratio = sc["cpu_per_request_ratio"]
+    table.add_row(
+        "hop CPU µs / request",
+        *(f"{h[x]['cpu_us_per_request']:.0f}" for x in HOPS),
+        f"{cpu_ratio:.2f}" if cpu_ratio is not None else "-",
+        "",
+        "",
+    )
     table.add_row("hop process CPU (cores)", *(_cores(h[x]["hop_cpu"]) for x in HOPS), "", "", "")
     table.add_row("simulator CPU (cores)", *(_cores(h[x]["sim_cpu"]) for x in HOPS), "", "", "")
     table.add_row("wrk CPU (cores)", *(_cores(h[x]["wrk_cpu"]) for x in HOPS), "", "", "")

@@ -56,8 +56,8 @@ def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
     rss = result["rss"]
     assert rss["requests"] >= 5000
     assert rss["errors"] == 0
-    assert rss["start_kib"] > 0
-    assert rss["end_kib"] > 0
+    assert rss["start_kib"]["VmRSS"] > 0  # /proc/PID/status fields, in KiB
+    assert rss["end_kib"]["VmRSS"] > 0
     assert rss["growth"] is not None
     ledger = result["ledger"]
     assert ledger["dropped"] == 0
