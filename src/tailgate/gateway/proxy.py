@@ -216,9 +216,14 @@ class Proxy:
                 async for event in c:
                     if isinstance(event, Chunk):
                         if resp is not None:
-                            await resp.write(event.raw)
+                            # Frames of one upstream read leave in one write (one syscall, not one each).
+                            held.append(event.raw)
+                            if event.last:
+                                await resp.write(b"".join(held))
+                                held.clear()
                         elif event.has_token:
                             resp = await self._commit(request, ctx, held, event.raw, sent)
+                            held.clear()
                         else:
                             held.append(event.raw)
                     elif isinstance(event, Sent):
@@ -226,7 +231,10 @@ class Proxy:
                     elif isinstance(event, Done):
                         if resp is None:
                             resp = await self._commit(request, ctx, held, b"", sent)
-                        await resp.write(event.raw or DONE_FRAME)
+                            held.clear()
+                        held.append(event.raw or DONE_FRAME)
+                        await resp.write(b"".join(held))
+                        held.clear()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             raise asyncio.CancelledError from None  # the client went away while we wrote to it
         finally:
@@ -235,6 +243,9 @@ class Proxy:
                 ctx.upstream_s += time.perf_counter() - sent
         result = c.result
         assert result is not None
+        if resp is not None and held and not result.ok:
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+                await resp.write(b"".join(held))  # frames the upstream sent before it failed
         if resp is not None and not result.ok:
             # Output already reached the client: no fallback (it would duplicate text). End with an
             # SSE error event in the OpenAI shape, never a silent cut (PEERS.md: Portkey #1797).

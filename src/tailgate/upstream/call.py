@@ -365,26 +365,35 @@ class Call:
                 frames = splitter.feed(data)
             except SSEProtocolError as exc:
                 raise _Failed("malformed", f"bad SSE stream: {exc.problem}") from None
-            for raw in frames:
-                try:
-                    events = decoder.feed(raw)
-                except SSEProtocolError as exc:
-                    raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
-                if not events:  # a keep-alive comment or stray blank lines
-                    yield Chunk(now, raw, False, 0)
-                    continue
-                event = events[0]
-                if event.data.startswith("[DONE]"):
+            final = len(frames) - 1
+            for i, raw in enumerate(frames):
+                last = i == final  # the relay writes once per upstream read, at its last frame
+                payload: str | bytes
+                event_name: str | None = None
+                if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2 and b"\r" not in raw:
+                    # The common case, one "data: {...}" line: no need for the full SSE field parser.
+                    payload = raw[6:-2]
+                else:
+                    try:
+                        events = decoder.feed(raw)
+                    except SSEProtocolError as exc:
+                        raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
+                    if not events:  # a keep-alive comment or stray blank lines
+                        yield Chunk(now, raw, False, 0, last)
+                        continue
+                    payload, event_name = events[0].data, events[0].event
+                done = payload.startswith(b"[DONE]") if isinstance(payload, bytes) else payload.startswith("[DONE]")
+                if done:
                     yield Done(now, raw)
                     self.result = self._finish(None, end=now)
                     await self._drain(resp, total_at, loop)
                     return
                 try:
-                    frame = decode_frame(event.data)
+                    frame = decode_frame(payload)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-                if frame.error or event.event == "error":
-                    yield Chunk(now, raw, False, 0)
+                if frame.error or event_name == "error":
+                    yield Chunk(now, raw, False, 0, True)
                     raise _Failed("stream_error", "the upstream sent an error event mid-stream")
                 if frame.usage is not None:
                     self._prompt_tokens = frame.usage.prompt_tokens
@@ -399,7 +408,7 @@ class Call:
                     else:
                         self._itl.append((now - self._last_token) * 1000.0)
                     self._last_token = now
-                yield Chunk(now, raw, n > 0, n)
+                yield Chunk(now, raw, n > 0, n, last)
 
     async def _drain(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> None:
         """Read to the end after [DONE] so the connection can be reused; a short, bounded wait."""

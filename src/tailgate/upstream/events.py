@@ -59,6 +59,8 @@ class Chunk(msgspec.Struct, frozen=True, gc=False):
     raw: bytes
     has_token: bool
     token_count: int
+    last: bool = True
+    """The last frame of one upstream read: a relay can gather the frames of a read and write once."""
 
 
 class Body(msgspec.Struct, frozen=True, gc=False):
