@@ -114,7 +114,8 @@ async def test_sigterm_drains_streams_and_loses_no_ledger_row(
         await asyncio.sleep(0.4)  # all 30 are in flight: ~70 ms TTFT + 120 tokens at ~1 ms/token
         gw.proc.send_signal(signal.SIGTERM)
         results = await asyncio.gather(*tasks)
-    assert gw.stop() == 0
+    assert gw.proc.wait(timeout=30) == 0  # exit code of the SIGTERM above (stop() would signal again)
+    gw.stop()
     assert all(r == (200, 120, True, False) for r in results), results
     rows = read_rows(tmp_path / "ledger.db")
     assert len(rows) == 30
