@@ -82,28 +82,6 @@ def _min(*deadlines: float | None) -> float | None:
     return min(present) if present else None
 
 
-def _redacted(error: WireError, client: UpstreamClient) -> WireError:
-    """A fresh WireError with every key replaced, in every field and in the exception's ``args``.
-
-    ``parse_error_body`` redacts ``message`` and ``param`` in place, but ``str(error)`` reads the
-    exception args set at construction, which still hold the upstream's original text.
-    """
-
-    def clean(text: str | None) -> str | None:
-        if text is not None:
-            for secret in client.keys.secrets:
-                text = text.replace(secret, "***")
-        return text
-
-    return WireError(
-        error.status,
-        clean(error.message) or "",
-        type=clean(error.type) or "server_error",
-        param=clean(error.param),
-        code=clean(error.code),
-    )
-
-
 class _Expired(Exception):
     """A phase deadline passed; carries the error class to report."""
 
@@ -435,7 +413,8 @@ class Call:
             resp.close()  # keep what arrived; the status alone classifies the call
         if len(body) <= MAX_ERROR_BODY and not resp.content.at_eof():
             resp.close()
-        error = _redacted(parse_error_body(status, bytes(body), redact=self.client.keys.secrets), self.client)
+        # parse_error_body replaces every key in every field (and in the exception args).
+        error = parse_error_body(status, bytes(body), redact=tuple(self.client.keys.secrets))
         return self._finish(
             _status_class(status, error),
             error=error,

@@ -247,13 +247,14 @@ def parse_error_body(status: int, body: bytes, *, redact: tuple[str, ...] = ()) 
             error = WireError(status, text or f"upstream returned HTTP {status}", type=_default_type(status))
         secrets = [s for s in redact if s]
         if secrets:
-            message, param, code = error.message, error.param, error.code
+            message, kind, param, code = error.message, error.type, error.param, error.code
             for secret in secrets:
                 message = message.replace(secret, "***")
+                kind = kind.replace(secret, "***")
                 param = param.replace(secret, "***") if param is not None else None
                 code = code.replace(secret, "***") if code is not None else None
             # Rebuilt, not patched: Exception.args keeps the original text, and str(error) reads it.
-            error = WireError(status, message, type=error.type, param=param, code=code)
+            error = WireError(status, message, type=kind, param=param, code=code)
         return error
     # The contract is "never raises": a bug in parsing an odd body must not hide the upstream error.
     except Exception:
