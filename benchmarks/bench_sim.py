@@ -642,6 +642,30 @@ def print_checks(name: str, sc: dict[str, Any]) -> None:
             console.print(f"[bold red]check failed[/] {what}")
 
 
+def print_machine(console: Console, info: dict[str, Any]) -> None:
+    """The machine line every benchmark prints first (numbers mean nothing without it)."""
+    console.print(
+        f"nproc {info['nproc']} ({info['cpu']}), Python {info['python']}, aiohttp {info['aiohttp']}, "
+        f"uvloop {info['uvloop']}, {info['wrk']}; load average {info['loadavg_before']}",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def finish(
+    console: Console, result: dict[str, Any], json_path: Path | None, *, correct: bool, met: bool, quick: bool
+) -> int:
+    """Write the JSON, print the verdict, return the exit code (1: a failed check, or a missed target unless quick)."""
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    summary = "all correctness checks passed" if correct else "[bold red]correctness checks FAILED[/]"
+    summary += "; targets met" if met else "; [bold red]targets missed[/]"
+    if quick:
+        summary += " (quick run: targets not enforced)"
+    console.print(summary)
+    return 0 if correct and (met or quick) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--duration", type=int, default=10, help="seconds per measured wrk run (default 10)")
@@ -673,12 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         pin=args.pin,
     )
     info = machine(wrk_binary)
-    console.print(
-        f"nproc {info['nproc']} ({info['cpu']}), Python {info['python']}, aiohttp {info['aiohttp']}, "
-        f"uvloop {info['uvloop']}, {info['wrk']}; load average {info['loadavg_before']}",
-        markup=False,
-        soft_wrap=True,
-    )
+    print_machine(console, info)
     console.print(
         f"wrk -t1 -c{st.connections} -d{st.duration_s}s after a {st.warmup_s} s warm-up; "
         f"lateness: -c{st.streams}, {st.lateness_warmup_s} s warm-up, {st.lateness_measure_s} s measured",
@@ -719,14 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets_met": met,
         "enforced": not st.quick,
     }
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    summary = "all correctness checks passed" if correct else "[bold red]correctness checks FAILED[/]"
-    summary += "; targets met" if met else "; [bold red]targets missed[/]"
-    if st.quick:
-        summary += " (quick run: targets not enforced)"
-    console.print(summary)
-    return 0 if correct and (met or st.quick) else 1
+    return finish(console, result, args.json, correct=correct, met=met, quick=st.quick)
 
 
 if __name__ == "__main__":

@@ -56,8 +56,10 @@ from bench_sim import (
     _cores,
     _verdict,
     check_wrk,
+    finish,
     machine,
     print_checks,
+    print_machine,
     proc_cpu_s,
     server,
     sim_argv,
@@ -576,12 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
     )
     info = machine(wrk_binary)
-    console.print(
-        f"nproc {info['nproc']} ({info['cpu']}), Python {info['python']}, aiohttp {info['aiohttp']}, "
-        f"uvloop {info['uvloop']}, {info['wrk']}; load average {info['loadavg_before']}",
-        markup=False,
-        soft_wrap=True,
-    )
+    print_machine(console, info)
     plan: list[str] = []
     if modes:
         plan.append(
@@ -633,14 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     correct = checks.ok
     met = all(t["passed"] for t in targets)
     result.update(checks=checks.items, correct=correct, targets_met=met, enforced=not st.quick)
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    summary = "all correctness checks passed" if correct else "[bold red]correctness checks FAILED[/]"
-    summary += "; targets met" if met else "; [bold red]targets missed[/]"
-    if st.quick:
-        summary += " (quick run: targets not enforced)"
-    console.print(summary)
-    return 0 if correct and (met or st.quick) else 1
+    return finish(console, result, args.json, correct=correct, met=met, quick=st.quick)
 
 
 if __name__ == "__main__":
