@@ -323,3 +323,10 @@ def bench(**kw: Any) -> None:
     renames = {"n_requests": "requests", "config_path": "config", "csv_path": "csv"}
     fields = {renames.get(k, k): v for k, v in kw.items() if k != "no_preflight"}
     sys.exit(run_bench(BenchOptions(**fields, preflight=not kw["no_preflight"])))
+
+
+# -- commands added by parallel work: each block is edited only through its own marker ---------------------
+# @@scenario-commands@@
+
+
+# @@monitor-commands@@
