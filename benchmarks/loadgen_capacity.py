@@ -7,9 +7,11 @@
    2 % of the schedule, and no request fails.
 
 For information: the same closed loop with two generator processes (``--workers 2``) and with
-streamed responses (20 token chunks). Every generator run is the ``tailgate bench`` command itself, run
-as a subprocess with ``--out results.json``, exactly as a user runs it. The baseline in the same run is
-``wrk`` (one thread, C, epoll) driving the same simulator with the byte-identical request body at the
+streamed responses (20 token chunks), and the open loop's rate split over ``--workers 2``. ``--rt`` runs
+the open-loop generator and its empty-schedule baselines at real-time priority (``chrt -f 10``), which
+takes the wait for a CPU on a busy machine out of the lag. Every generator run is the ``tailgate bench``
+command itself, run as a subprocess with ``--out results.json``, exactly as a user runs it. The baseline
+in the same run is ``wrk`` (one thread, C, epoll) driving the same simulator with the byte-identical request body at the
 same concurrency: the ceiling of the server itself on this machine at this moment, so
 ``generator / wrk`` is the share of that ceiling the generator reaches. Simulator and generator share
 the machine's CPUs (2 on the reference machine), so neither number is a property of the generator
@@ -21,7 +23,8 @@ of the body is well-formed. ``--profile`` also runs the one-process closed loop 
 prints the top functions by own time. Exit status: 0 when all checks pass and every target is met; 1
 otherwise (``--quick``: targets shown, not enforced); 2 when wrk is missing.
 
-Usage: ``.venv/bin/python benchmarks/loadgen_capacity.py [--duration S] [--quick] [--json F] [--profile]``.
+Usage: ``.venv/bin/python benchmarks/loadgen_capacity.py [--duration S] [--quick] [--json F] [--profile]
+[--only nonstream|open|stream] [--rt]``.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import pstats
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +66,7 @@ from bench_sim import (
     server,
     sim_argv,
 )
+from tailgate.bench.loadgen import Alarm
 from tailgate.bench.workload import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -244,6 +250,8 @@ class Settings:
     concurrency: int
     rate: float
     quick: bool
+    rt: bool = False
+    """Open loop only: the generator and the empty schedule run with real-time priority (SCHED_FIFO)."""
 
 
 def closed(
@@ -291,25 +299,50 @@ def closed(
     }
 
 
-def empty_schedule(rate: float, duration_s: float) -> dict[str, Any]:
-    """The baseline of claim 2: the open loop's own timing (``asyncio.sleep`` to each intended send
-    time on uvloop, as ``LoadGenerator.open`` does) with no request sent, in this process. Its lag is
-    what the machine's timers and scheduler allow; the generator's lag above it is the generator's."""
+RT_PRIORITY = 10
+"""``--rt``: SCHED_FIFO priority of the open-loop generator and of the empty schedule (1-99)."""
+
+
+@contextlib.contextmanager
+def _realtime(on: bool) -> Iterator[None]:
+    """Run the block with SCHED_FIFO priority (``--rt``), then restore the normal scheduler."""
+    if not on:
+        yield
+        return
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def empty_schedule(rate: float, duration_s: float, *, alarm: bool = True, rt: bool = False) -> dict[str, Any]:
+    """The baseline of claim 2: the open loop's own timing with no request sent, in this process, on
+    uvloop. ``alarm``: wait with the generator's own :class:`~tailgate.bench.loadgen.Alarm` (a timerfd,
+    as ``LoadGenerator.open`` does); otherwise with ``asyncio.sleep`` (the loop's millisecond timers,
+    what the generator used before). Its lag is what the machine's timers and CPU scheduler allow; the
+    generator's lag above it is the generator's."""
     import uvloop
 
     async def schedule() -> list[float]:
         lags: list[float] = []
-        intended = time.perf_counter() + 0.005
+        waker = Alarm() if alarm else None
+        intended = t0 = time.perf_counter() + 0.005
         end = intended + duration_s
+        i = 0
         while intended < end:
-            delay = intended - time.perf_counter()
-            if delay > 0:
+            if waker is not None:
+                await waker.until(intended)
+            elif (delay := intended - time.perf_counter()) > 0:
                 await asyncio.sleep(delay)
             lags.append(max(0.0, (time.perf_counter() - intended) * 1000.0))
-            intended += 1.0 / rate
+            i += 1
+            intended = t0 + i / rate
+        if waker is not None:
+            waker.close()
         return lags
 
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with _realtime(rt), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         lags = sorted(runner.run(schedule()))
 
     def q(p: float) -> float:
@@ -333,9 +366,20 @@ def open_loop(st: Settings, sim: Server, workdir: Path) -> dict[str, Any]:
     argv = bench_argv(
         sim.url, out, "--rate", f"{st.rate:g}", stream=False, duration_s=st.open_duration_s, warmup_s=st.warmup_s
     )
-    floor = empty_schedule(st.rate, st.open_duration_s)
+    floor = empty_schedule(st.rate, st.open_duration_s, rt=st.rt)
+    timers = empty_schedule(st.rate, st.open_duration_s, alarm=False, rt=st.rt)
+    rt = ["chrt", "-f", str(RT_PRIORITY)] if st.rt else []
+    argv = [*rt, *argv]
     res = run_bench("open loop", argv, out, sim)
     check_gen(checks, res)
+    # For information: the same rate split over two generator processes (500 req/s each).
+    out2 = workdir / "open-2.json"
+    argv2 = bench_argv(
+        sim.url, out2, "--rate", f"{st.rate:g}", "--workers", "2", stream=False, duration_s=st.open_duration_s,
+        warmup_s=st.warmup_s,
+    )  # fmt: skip
+    res2 = run_bench("open loop x2", [*rt, *argv2], out2, sim)
+    check_gen(checks, res2)
     lag = res.run["metrics"]["schedule_lag_ms"]
     p99 = lag["p99"]
     achieved = res.rps
@@ -352,9 +396,16 @@ def open_loop(st: Settings, sim: Server, workdir: Path) -> dict[str, Any]:
         "achieved_rps": achieved,
         "schedule_lag_ms": lag,
         "empty_schedule_lag_ms": floor,
+        "empty_schedule_timer_lag_ms": timers,
         "e2e_ms": res.run["metrics"]["e2e_ms"],
         "generator": res.as_dict(),
-        "errors": res.errors,
+        "two_workers": {
+            "schedule_lag_ms": res2.run["metrics"]["schedule_lag_ms"],
+            "achieved_rps": res2.rps,
+            "e2e_ms": res2.run["metrics"]["e2e_ms"],
+            "generator": res2.as_dict(),
+        },
+        "errors": res.errors + res2.errors,
         "correct": checks.ok,
         "checks": checks.items,
     }
@@ -439,19 +490,30 @@ def print_open(title: str, sc: dict[str, Any], enforced: bool) -> None:
     )
     for k in ("p50", "p90", "p95", "max", "mean"):
         table.add_row(f"schedule lag {k} ms", f"{lag[k]:.3f}" if lag[k] is not None else "-", "", "")
-    floor = sc["empty_schedule_lag_ms"]
-    table.add_row(
-        "baseline: empty schedule lag P50 / P99 / max ms",
-        f"{floor['p50']:.3f} / {floor['p99']:.3f} / {floor['max']:.3f}",
-        "",
-        "",
-    )
+    for key, name in (("empty_schedule_lag_ms", "alarm"), ("empty_schedule_timer_lag_ms", "asyncio.sleep")):
+        floor = sc[key]
+        table.add_row(
+            f"baseline: empty schedule ({name}) lag P50 / P90 / P99 / max ms",
+            f"{floor['p50']:.3f} / {floor['p90']:.3f} / {floor['p99']:.3f} / {floor['max']:.3f}",
+            "",
+            "",
+        )
     table.add_row(
         "achieved req/s",
         f"{sc['achieved_rps']:,.1f}",
         f">= {(1 - RATE_TOLERANCE) * sc['rate']:,.0f}",
         _verdict(sc["rate_passed"], enforced),
     )
+    two = sc["two_workers"]
+    lag2 = two["schedule_lag_ms"]
+    table.add_row(
+        "two processes (--workers 2): lag P50 / P90 / P99 / max ms",
+        " / ".join(f"{lag2[k]:.3f}" if lag2[k] is not None else "-" for k in ("p50", "p90", "p99", "max")),
+        "",
+        "",
+    )
+    table.add_row("two processes: achieved req/s; CPU (cores)", f"{two['achieved_rps']:,.1f}; "
+                  f"{_cores(two['generator']['gen_cpu'])}", "", "")  # fmt: skip
     e2e = sc["e2e_ms"]
     table.add_row("E2E p50 / p99 ms", f"{e2e['p50']:.2f} / {e2e['p99']:.2f}" if e2e["p50"] is not None else "-", "", "")
     g = sc["generator"]
@@ -488,6 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=64, help="closed-loop concurrency, wrk and generator")
     ap.add_argument("--rate", type=float, default=OPEN_RATE, help="open-loop rate, req/s (default 1000)")
     ap.add_argument("--profile", action="store_true", help="also run the closed loop under cProfile")
+    ap.add_argument(
+        "--rt",
+        action="store_true",
+        help="open loop: run the generator and the empty schedule with real-time priority (chrt -f 10; needs root "
+        "or CAP_SYS_NICE), to separate the generator's own lag from waiting for a CPU on a busy machine",
+    )
     ap.add_argument("--only", action="append", choices=SCENARIOS, default=None, help="run only this part (repeatable)")
     args = ap.parse_args(argv)
     only = set(args.only or SCENARIOS)
@@ -505,12 +573,14 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         rate=args.rate,
         quick=args.quick,
+        rt=args.rt,
     )
     info = machine(wrk_binary)
     print_machine(console, info)
     console.print(
         f"closed loop c={st.concurrency}, {st.duration_s:g} s measured after a {st.warmup_s:g} s warm-up; "
-        f"open loop {st.rate:g} req/s for {st.open_duration_s:g} s; instant simulator, max_tokens {TOKENS}",
+        f"open loop {st.rate:g} req/s for {st.open_duration_s:g} s"
+        f"{' (generator at real-time priority, --rt)' if st.rt else ''}; instant simulator, max_tokens {TOKENS}",
         markup=False,
         soft_wrap=True,
     )

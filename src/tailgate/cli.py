@@ -158,23 +158,73 @@ def mock(
     type=click.IntRange(0, 65535),
     default=0,
     show_default=True,
-    help="First port for the simulated providers (0 picks free ports).",
+    help="Gateway port; the simulated providers take the next ones (0 picks free ports).",
 )
-@click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: until Ctrl-C).")
+@click.option(
+    "--duration",
+    type=click.FloatRange(0),
+    default=None,
+    help="Run this many seconds, drill phases scaled to fit (20 gives ~4 s phases); default: until Ctrl-C.",
+)
+@click.option("--no-drill", is_flag=True, help="Only serve background traffic; no failover drill.")
+@click.option(
+    "--all-providers", is_flag=True, help="Add providers shaped like field-note providers B-E as slower fallbacks."
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0.1, 1000),
+    default=15.0,
+    show_default=True,
+    help="Background traffic, requests per second (open loop).",
+)
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The store (ledger, monitor samples); default: $TAILGATE_DB, else a temporary file.",
+)
 @click.option(
     "--requests",
     "n_requests",
-    type=click.IntRange(1, 1000),
-    default=5,
+    type=click.IntRange(0, 1000),
+    default=0,
     show_default=True,
-    help="Requests sent to each provider to show it answers.",
+    help="First send this many requests straight to each provider and show what each simulator timed.",
 )
-@click.option("--time-scale", type=click.FloatRange(0.0001, 100), default=1.0, show_default=True)
-def demo(port: int, duration: float | None, n_requests: int, time_scale: float) -> None:
-    """Start simulated providers and show that they answer (no keys, no network)."""
-    from tailgate.demo import run_demo
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0.0001, 100),
+    default=1.0,
+    show_default=True,
+    help="Multiply every simulated time (0.1: ten times faster providers).",
+)
+def demo(
+    port: int,
+    duration: float | None,
+    no_drill: bool,
+    all_providers: bool,
+    rate: float,
+    db: Path | None,
+    n_requests: int,
+    time_scale: float,
+) -> None:
+    """Simulated providers + gateway + traffic + a failover drill, on this machine (no keys, no network)."""
+    from tailgate.demo import DemoOptions, run_demo
 
-    run(lambda stop: run_demo(stop, port=port, duration=duration, n_requests=n_requests, time_scale=time_scale))
+    options = DemoOptions(
+        port=port,
+        duration=duration,
+        drill=not no_drill,
+        all_providers=all_providers,
+        time_scale=time_scale,
+        rate=rate,
+        db=db,
+        check_requests=n_requests,
+    )
+    try:
+        run(lambda stop: run_demo(stop, options, console=_stdout()))
+    except OSError as exc:
+        _fail(f"cannot listen: {exc.strerror or exc}")
 
 
 @main.command()
@@ -327,6 +377,162 @@ def bench(**kw: Any) -> None:
 
 # -- commands added by parallel work: each block is edited only through its own marker ---------------------
 # @@scenario-commands@@
+@main.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--policy", "policies", multiple=True, help="Run only this policy (an entry's name or a policy); repeatable."
+)
+@click.option("--out", type=click.Path(path_type=Path), help="Write results.json (schema tailgate.scenario/v1).")
+@click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report.")
+@click.option("--markdown", type=click.Path(path_type=Path), help="Write the comparison as Markdown tables.")
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0.001, 100),
+    default=1.0,
+    show_default=True,
+    help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay).",
+)
+@click.option("--check", is_flag=True, help="Validate FILE and exit.")
+def scenario(
+    file: Path,
+    policies: tuple[str, ...],
+    out: Path | None,
+    html: Path | None,
+    markdown: Path | None,
+    time_scale: float,
+    check: bool,
+) -> None:
+    """Compare routing policies on simulated providers with a scripted fault timeline (see docs/scenarios.md)."""
+    from tailgate.scenario.command import prepare, run_command
+
+    try:
+        cfg = prepare(file, time_scale)
+        cfg.select(list(policies))
+    except ConfigError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(str(exc))
+    if check:
+        click.echo(f"{file}: ok ({len(cfg.select(list(policies)))} policies, {cfg.load.duration:g} s each)")
+        return
+    sys.exit(
+        run(
+            lambda stop: run_command(
+                stop,
+                cfg,
+                source=str(file),
+                policies=policies,
+                time_scale=time_scale,
+                out=out,
+                html=html,
+                markdown=markdown,
+            )
+        )
+    )
 
 
 # @@monitor-commands@@
+def _echo_line(line: str) -> None:
+    """Progress and results to stdout; lines starting with "error" to stderr."""
+    click.echo(line, err=line.startswith("error"))
+
+
+def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
+    """``30s`` / ``1m30s`` / ``7d`` → seconds, or exit 2 naming the option."""
+    from tailgate.config import parse_duration
+
+    try:
+        value = float(parse_duration(text))
+    except ValueError as exc:
+        _fail(f"{option}: {exc}")
+    if value <= minimum:
+        _fail(f"{option}: must be more than {minimum:g} s, got {text!r}")
+    return value
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), required=True, help="Gateway YAML config.")
+@click.option("--once", is_flag=True, help="Run one round, print its samples and exit (1 if no probe succeeded).")
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Store (default: the config's ledger.path, else $TAILGATE_DB, else the XDG data folder).",
+)
+@click.option("--interval", default="60s", show_default=True, help="Time between rounds (jittered by up to 10%).")
+@click.option("--retention", default="30d", show_default=True, help="Delete samples older than this ('0' keeps all).")
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Choice(["short", "long", "accuracy"]),
+    help="Probe only these workloads (repeatable; default: all three).",
+)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=2, show_default=True, help="Probes per provider.")
+@click.option("--serve", is_flag=True, help="Also serve the dashboard over the store.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: listen address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8090, show_default=True, help="With --serve: port.")
+def monitor(
+    config_path: Path,
+    once: bool,
+    db: Path | None,
+    interval: str,
+    retention: str,
+    workloads: tuple[str, ...],
+    concurrency: int,
+    serve: bool,
+    host: str,
+    port: int,
+) -> None:
+    """Probe every provider × model of a gateway config on a schedule and store the samples."""
+    from tailgate.monitor.command import MonitorOptions, monitor_main
+
+    if once and serve:
+        _fail("--serve runs until stopped; it cannot be combined with --once")
+    keep = None if retention.strip() == "0" else _duration("--retention", retention)
+    options = MonitorOptions(
+        config=config_path,
+        db=db,
+        once=once,
+        interval_s=_duration("--interval", interval),
+        retention_s=keep,
+        concurrency=concurrency,
+        workloads=workloads or ("short", "long", "accuracy"),
+        serve=serve,
+        host=host,
+        port=port,
+    )
+    sys.exit(run(lambda stop: monitor_main(stop, options, echo=_echo_line)))
+
+
+@main.command()
+@click.option("--window", default="7d", show_default=True, help="How far back: 1h, 24h, 7d, 30d …")
+@click.option(
+    "--sort",
+    default="p90",
+    show_default=True,
+    help="p90 | p50 | p99 | e2e_p90 | e2e_p99 | tok_s | min_tok_s | snapshot | reliability | accuracy | price | "
+    "samples | traffic_p90.",
+)
+@click.option("--model", default=None, help="Only this upstream model id.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema tailgate.leaderboard/v1).")
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Store (default: the config's ledger.path, else $TAILGATE_DB, else the XDG data folder).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Gateway config: adds price, max output length and configured pairs without samples.",
+)
+def leaderboard(
+    window: str, sort: str, model: str | None, as_json: bool, db: Path | None, config_path: Path | None
+) -> None:
+    """Rank providers × models from the monitor's samples and the gateway's traffic."""
+    from tailgate.monitor.board import BoardOptions, leaderboard_main
+
+    options = BoardOptions(
+        window_s=_duration("--window", window), sort=sort, model=model, as_json=as_json, db=db, config=config_path
+    )
+    sys.exit(leaderboard_main(options, echo=_echo_line, show=_stdout().print))

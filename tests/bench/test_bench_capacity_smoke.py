@@ -59,4 +59,8 @@ def test_loadgen_capacity_quick_run_is_correct(tmp_path: Path) -> None:
     assert lag["p99"] is not None
     assert lag["p99"] >= 0
     assert open_loop["empty_schedule_lag_ms"]["count"] > 0
+    assert open_loop["empty_schedule_timer_lag_ms"]["count"] > 0
     assert open_loop["achieved_rps"] > 0
+    two = open_loop["two_workers"]  # the same rate split over --workers 2
+    assert two["schedule_lag_ms"]["count"] > 0
+    assert two["achieved_rps"] > 0

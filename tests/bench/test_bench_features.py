@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SimFactory, ThreadedSim
-from tailgate.bench.loadgen import Bounds
-from tailgate.bench.runner import Plan, TargetSpec, parse_stages, run_plan, run_workers
+from tailgate.bench import loadgen
+from tailgate.bench.loadgen import Alarm, Bounds
+from tailgate.bench.runner import Plan, TargetSpec, apportion, parse_stages, run_plan, run_workers
 from tailgate.bench.workload import LengthDist, Workload, load_prompts
 from tailgate.cli import main
 from tailgate.sim.provider import SimProvider
@@ -139,8 +140,41 @@ def test_uneven_worker_split_still_merges(threaded_sim: Callable[..., ThreadedSi
     plan = Plan("closed", Bounds(duration=None, requests=20, warmup=0.0), levels=(1, 3))
     runs = run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2)
     assert [r["load"]["concurrency"] for r in runs] == [1, 3]
-    assert runs[0]["requests"] > 0  # level 1: only one worker has a share of it
+    # level 1: only one worker has a share of it, and so all of its requests (it used to get half)
+    assert runs[0]["requests"] == 20
     assert runs[1]["requests"] == 20
+
+
+@pytest.mark.parametrize("workers", [2, 3, 5])
+@pytest.mark.parametrize("requests", [1, 10, 101])
+def test_requests_follow_the_concurrency_split(workers: int, requests: int) -> None:
+    """Each level's ``--requests`` goes to the workers that got its concurrency, adding up to the total."""
+    plan = Plan("closed", Bounds(duration=None, requests=requests, warmup=0.0), levels=(1, 3, 8))
+    shares = [plan.share(workers, i) for i in range(workers)]
+    for level_index, level in enumerate(plan.levels):
+        concurrency = [s.levels[level_index] for s in shares]
+        got = [s.bounds_for_level(level_index).requests for s in shares]
+        assert sum(concurrency) == level
+        assert sum(r or 0 for r in got) == requests
+        assert all(r == 0 for c, r in zip(concurrency, got, strict=True) if c == 0)
+
+
+def test_one_connection_over_two_workers_sends_all_requests_from_one() -> None:
+    """The reported bug: ``--concurrency 1 --workers 2 --requests 10`` gave 5 requests to the idle worker."""
+    plan = Plan("closed", Bounds(duration=None, requests=10, warmup=0.0), levels=(1,))
+    a, b = plan.share(2, 0), plan.share(2, 1)
+    assert (a.levels, a.bounds_for_level(0).requests) == ((1,), 10)
+    assert (b.levels, b.bounds_for_level(0).requests) == ((0,), 0)
+    # open loop: the rate is split evenly, so are the requests (they still add up)
+    op = Plan("open", Bounds(duration=None, requests=11, warmup=0.0), rate=10)
+    assert sorted(op.share(2, i).bounds.requests or 0 for i in range(2)) == [5, 6]
+
+
+def test_apportion_adds_up() -> None:
+    assert apportion(10, [1, 0]) == [10, 0]
+    assert apportion(10, [1, 1, 1]) == [4, 3, 3]
+    assert apportion(7, [0, 0]) == [0, 0]
+    assert apportion(5, [2, 1]) == [3, 2]
 
 
 # -- 4. accuracy ----------------------------------------------------------------------------------
@@ -258,6 +292,41 @@ async def test_open_loop_poisson_rate(sim: SimFactory) -> None:
     assert lag["count"] == run["requests"]
     assert lag["p50"] is not None
     assert lag["p50"] >= 0
+
+
+@pytest.mark.timeout(30)
+async def test_open_loop_requests_bound_is_exact(sim: SimFactory) -> None:
+    """``--rate 2000 --requests 50``: exactly 50 sent and counted, each with its lag from ``Sent``."""
+    p = await sim("instant")
+    plan = Plan("open", Bounds(duration=None, requests=50, warmup=0.0), rate=2000)
+    (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    assert run["requests"] == run["successes"] == 50
+    assert run["metrics"]["schedule_lag_ms"]["count"] == 50
+
+
+@pytest.mark.parametrize("precise", [True, False])
+async def test_alarm_never_fires_early(precise: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The open loop's alarm (timerfd, or the loop's timers where there is none) never wakes before its time."""
+    if not precise:
+        monkeypatch.setattr(loadgen, "_libc_timerfd", lambda: None)
+    alarm = Alarm()
+    assert alarm.precise == (precise and loadgen._libc_timerfd() is not None)
+    fired: list[float] = []
+    cb_alarm = Alarm(callback=lambda: fired.append(time.perf_counter()))
+    try:
+        start = time.perf_counter()
+        for i in range(1, 41):
+            t = start + i * 0.0007  # 0.7 ms apart: between uvloop's 1 ms ticks
+            await alarm.until(t)
+            assert time.perf_counter() >= t
+        t = time.perf_counter() + 0.002
+        cb_alarm.arm(t)
+        await asyncio.sleep(0.05)
+        assert len(fired) == 1
+        assert fired[0] >= t
+    finally:
+        alarm.close()
+        cb_alarm.close()
 
 
 # -- 8. errors by class ---------------------------------------------------------------------------

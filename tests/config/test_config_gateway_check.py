@@ -62,7 +62,8 @@ def test_check_prints_routes_shares_and_providers(tmp_path: Path) -> None:
     assert "rpm 1200" in out
     assert "2 in / 3 out CNY per 1M tokens" in out
     assert "Request rate increased too quickly" in out  # bailian's 429 notes
-    assert "'adaptive' is not implemented in this version" in out
+    assert "routing.policy: adaptive   retry: 3 attempts" in out
+    assert "not implemented" not in out
 
 
 def test_check_json_has_routes_and_masked_keys(tmp_path: Path) -> None:
@@ -80,7 +81,11 @@ def test_check_json_has_routes_and_masked_keys(tmp_path: Path) -> None:
     assert data["providers"]["lanyun"]["api_keys"] == [mask_key(CANARY)]
     assert data["providers"]["lanyun"]["limits"]["rpm"] == 1200
     assert data["providers"]["local"]["preset"] is None
-    assert data["routing"] == {"policy": "adaptive", "effective_policy": "weighted"}
+    assert data["routing"] == {
+        "policy": "adaptive",
+        "effective_policy": "adaptive",
+        "policies": {"deepseek-v3.2": "adaptive"},
+    }
 
 
 def test_invalid_config_exits_2_with_every_located_problem(tmp_path: Path) -> None:
@@ -168,8 +173,8 @@ def test_canary_absent_from_a_real_subprocess(tmp_path: Path) -> None:
     assert CANARY not in proc.stdout + proc.stderr
 
 
-def test_warnings_for_unimplemented_policy_open_bind_and_missing_keys(tmp_path: Path) -> None:
-    """Warnings name an unimplemented policy, a refused open bind and a keyless hosted provider."""
+def test_warnings_for_open_bind_and_missing_keys(tmp_path: Path) -> None:
+    """Warnings name a refused open bind and a keyless hosted provider; every policy is implemented."""
     path = _write(
         tmp_path,
         "listen: {host: 0.0.0.0}\n"
@@ -182,8 +187,7 @@ def test_warnings_for_unimplemented_policy_open_bind_and_missing_keys(tmp_path: 
         "routing: {policy: least-latency}\n",
     )
     warnings = check_file(path, env={}).warnings
-    assert any(w.startswith("routing.policy: 'least-latency' is not implemented") for w in warnings)
-    assert any(w.startswith("models.m.policy: 'cost' is not implemented") for w in warnings)
+    assert not any("policy" in w for w in warnings)
     assert any(w.startswith("listen.host: 0.0.0.0 is not a loopback address") and "refuses" in w for w in warnings)
     assert any(w.startswith("providers.bl.api_keys: none given") for w in warnings)
     assert not any(w.startswith("providers.gpu.api_keys") for w in warnings)

@@ -74,3 +74,41 @@ async def test_breaker_opens_on_a_failing_provider_and_stops_attempts(sim: SimFa
     primary = next(p for p in admin["providers"] if p["name"] == "primary")
     assert primary["breaker"]["state"] == "open"
     assert 'tailgate_breaker_transitions_total{provider="primary",state="open"} 1.0' in metrics
+
+
+async def test_adaptive_cuts_over_within_seconds_of_a_degradation(sim: SimFactory, gateway: GwFactory) -> None:
+    """Default policy (adaptive): healthy, the split is 80/20; once the primary's first token takes 0.5 s
+    (5x its 100 ms SLO), its share of new requests falls below 35 % within 5 s, and stays low."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    routing = {"slo": {"ttft_p90": "100ms", "e2e_p90": "1s"}, "probes": {"enabled": False}}
+    gw = await gateway(two_provider_config(a.url, b.url, routing=routing))
+    assert gw.gateway.policy_for("deepseek-v3.2").name == "adaptive"
+    loop = asyncio.get_running_loop()
+    sent: list[tuple[float, asyncio.Task[str]]] = []
+
+    async def one(session: aiohttp.ClientSession) -> str:
+        async with session.post(f"{gw.url}/chat/completions", json=BODY) as r:
+            await r.read()
+            assert r.status == 200
+            return str(r.headers["x-tailgate-provider"])
+
+    async with aiohttp.ClientSession() as session:
+        t0 = loop.time()
+        fault_at = t0 + 3.0
+        faulted = False
+        while loop.time() < t0 + 9.0:
+            if not faulted and loop.time() >= fault_at:
+                a.set_faults(Faults(stall_first_token_s=0.5))
+                faulted = True
+            sent.append((loop.time() - t0, asyncio.create_task(one(session))))
+            await asyncio.sleep(1 / 40)
+        await asyncio.gather(*(task for _, task in sent))
+
+    def share(lo: float, hi: float) -> float:
+        picks = [task.result() for at, task in sent if lo <= at < hi]
+        return sum(1 for p in picks if p == "primary") / len(picks)
+
+    assert 0.65 < share(0.5, 3.0) < 0.95  # healthy: the configured 80 %
+    assert share(8.0, 9.0) < 0.35  # 5 s after the fault: cut over
+    assert share(6.0, 9.0) < 0.4

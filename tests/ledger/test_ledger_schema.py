@@ -23,19 +23,19 @@ def _insert(conn: sqlite3.Connection, *rows: object) -> None:
 def test_migrations_are_numbered_from_one_without_gaps() -> None:
     """Migration versions run 1, 2, 3 … and SCHEMA_VERSION is the last."""
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 1
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 2
 
 
 def test_migration_runs_once_and_reopen_keeps_data(tmp_path: Path) -> None:
-    """Re-opening a database applies nothing again: version 1 recorded once, rows kept."""
+    """Re-opening a database applies nothing again: each migration recorded once, rows kept."""
     path = tmp_path / "t.db"
     with closing(open_db(path)) as conn:
         _insert(conn, make_row(1))
     for _ in range(3):
         with closing(open_db(path)) as conn:
-            assert schema_version(conn) == 1
-            assert conn.execute("SELECT version, description FROM schema_version").fetchall() == [
-                (1, MIGRATIONS[0].description)
+            assert schema_version(conn) == SCHEMA_VERSION
+            assert conn.execute("SELECT version, description FROM schema_version ORDER BY version").fetchall() == [
+                (m.version, m.description) for m in MIGRATIONS
             ]
     assert read_rows(path) == [make_row(1)]
 

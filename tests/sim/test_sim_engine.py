@@ -67,8 +67,9 @@ async def test_decode_step_slows_with_batch_size() -> None:
         return (seqs[0].finished_at - seqs[0].first_token_at) / 9 * 1000
 
     one, many = await gap_ms(1), await gap_ms(40)
-    # 2 ms alone; 2 + 0.25 * 39 = 11.75 ms with 40 in the batch.
-    assert 1.8 < one < 3.5
+    # 2 ms alone; 2 + 0.25 * 39 = 11.75 ms with 40 in the batch. Steps keep an absolute schedule, so a late
+    # first token (a loaded machine) is followed by shorter gaps: the lower bound leaves room for that.
+    assert 1.5 < one < 3.5
     assert 10.0 < many < 14.5
 
 

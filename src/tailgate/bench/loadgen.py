@@ -8,22 +8,35 @@ Open loop: request *i* is due at ``t0 + i/rate`` (constant) or after exponential
 latency is counted from that intended time — a slow server cannot slow the schedule down and hide its
 own queueing (no coordinated omission, as in wrk2). The schedule lag (actual − intended send) is
 reported beside it; a large lag means the generator itself could not keep up.
+
+How the schedule is kept (docs/benchmarks.md, load generator capacity): the event loop's timers are
+millisecond-coarse (uvloop rounds every delay to whole milliseconds and fires on a cached clock), so
+the dispatcher waits on an :class:`Alarm` instead: a Linux ``timerfd`` armed at the absolute intended
+time, which the kernel makes readable to the microsecond and the loop polls like any socket (no
+spinning, no thread, no GIL hand-over). The next request is built (body, JSON payload, ``Call``)
+while waiting, so a due request costs only a task creation; every request already due at a wake-up
+is dispatched in the same turn. "Actual" is the moment the measurement core hands the request to the
+connection pool (``Sent.t``, the start of its E2E), so lag + E2E is exactly completion − intended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import itertools
+import os
 import random
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailgate.accuracy import grade
+from tailgate.accuracy import Task, grade
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
-from tailgate.upstream import Body, CallResult, Chunk, UpstreamClient, call
+from tailgate.upstream import Body, Call, CallResult, Chunk, Sent, UpstreamClient, call
 
 
 @dataclass
@@ -72,24 +85,170 @@ class Phase:
         return sum(r.errors for r in self.recorders)
 
 
+@dataclass(slots=True)
+class Prepared:
+    """A request built ahead of its send time: the target index, the ``Call`` (payload encoded), its task."""
+
+    idx: int
+    call: Call
+    task: Task | None = None
+
+
+def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
+    """Build one request of ``spec`` for ``target`` without sending it (nothing is sent until executed)."""
+    body = {**spec.body, "model": target.model}
+    headers = {"x-tailgate-class": spec.traffic_class} if spec.traffic_class else None
+    c = call(target.client, "/chat/completions", body, stream=spec.stream, client_wants_usage=True, headers=headers)
+    return Prepared(idx, c, spec.task)
+
+
+async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
+    """Send a prepared request; return its result, for tasks whether it was right, and when it was sent.
+
+    The send time is ``Sent.t``: the moment the measurement core handed the request to the connection
+    pool, which is also where its TTFT and E2E start (the call's start when it failed before that).
+    """
+    text: list[str] = []
+    sent_at = time.perf_counter()
+    async with p.call as c:
+        async for event in c:
+            if isinstance(event, Sent):
+                sent_at = event.t
+            elif p.task is not None and isinstance(event, Chunk | Body):
+                text.append(_content(event.raw))
+    result = c.result
+    assert result is not None
+    right = grade(p.task, "".join(text)) if p.task is not None and result.ok else None
+    return result, right, sent_at
+
+
 async def one_request(
     target: Target, workload: Workload, spec: RequestSpec | None = None
 ) -> tuple[CallResult, bool | None]:
     """Send one request of the workload to a target; return its result and, for tasks, whether it was right."""
-    spec = spec or workload.next()
-    body = {**spec.body, "model": target.model}
-    headers = {"x-tailgate-class": spec.traffic_class} if spec.traffic_class else None
-    text: list[str] = []
-    async with call(
-        target.client, "/chat/completions", body, stream=spec.stream, client_wants_usage=True, headers=headers
-    ) as c:
-        async for event in c:
-            if spec.task is not None and isinstance(event, Chunk | Body):
-                text.append(_content(event.raw))
-    result = c.result
-    assert result is not None
-    right = grade(spec.task, "".join(text)) if spec.task is not None and result.ok else None
+    result, right, _ = await execute(prepare(target, spec or workload.next()))
     return result, right
+
+
+# Linux timerfd (sys/timerfd.h): CLOCK_MONOTONIC is perf_counter's clock on Linux.
+_CLOCK_MONOTONIC = 1
+_TFD_TIMER_ABSTIME = 1
+_TFD_NONBLOCK = 0o4000
+_TFD_CLOEXEC = 0o2000000
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _libc_timerfd() -> Any | None:
+    """libc, when it has timerfd and ``perf_counter`` reads CLOCK_MONOTONIC (Linux); otherwise None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if "CLOCK_MONOTONIC" not in time.get_clock_info("perf_counter").implementation:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.timerfd_settime.argtypes = [
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(_Itimerspec),
+            ctypes.c_void_p,
+        ]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class Alarm:
+    """Calls back (or wakes a coroutine) at a ``perf_counter`` time, to the microsecond, without spinning.
+
+    ``loop.call_at`` / ``asyncio.sleep`` are millisecond-coarse on uvloop (delays are rounded to whole
+    ms and measured from the loop's cached clock; a delay under 0.5 ms becomes ``call_soon``), which put
+    up to a millisecond of lag on every open-loop send. On Linux the alarm is a ``timerfd`` armed at the
+    absolute time and watched by the loop like a socket: the callback runs in the same loop turn that
+    sees the timer expire. Elsewhere it falls back to the loop's timers. It never fires early.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop | None = None, callback: Callable[[], None] | None = None
+    ) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._callback = callback
+        self._fd = -1
+        self._at = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._libc = _libc_timerfd()
+        self._spec = _Itimerspec()
+        if self._libc is not None:
+            fd = int(self._libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
+            if fd >= 0:
+                self._fd = fd
+                self._loop.add_reader(fd, self._fired)
+
+    @property
+    def precise(self) -> bool:
+        """True when the alarm is a timerfd (microsecond wake-ups); False on the coarse fallback."""
+        return self._fd >= 0
+
+    def arm(self, t: float) -> None:
+        """Fire once at ``t`` (``perf_counter`` seconds), replacing any earlier time."""
+        self._at = t
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._fd >= 0 and self._settime(t):
+            return
+        self._handle = self._loop.call_later(max(0.0, t - time.perf_counter()), self._fired)
+
+    async def until(self, t: float) -> None:
+        """Return once ``time.perf_counter() >= t`` (for an alarm made without a callback)."""
+        while time.perf_counter() < t:
+            waiter = self._loop.create_future()
+            self._waiter = waiter
+            self.arm(t)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def _settime(self, t: float) -> bool:
+        sec = int(t)
+        value = self._spec.it_value
+        value.tv_sec = sec
+        value.tv_nsec = min(999_999_999, int((t - sec) * 1e9))
+        assert self._libc is not None
+        return int(self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None)) == 0
+
+    def _fired(self) -> None:
+        self._handle = None
+        if self._fd >= 0:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._fd, 8)
+        if time.perf_counter() < self._at:  # a stale expiry, or the fallback timer's rounding: not yet
+            self.arm(self._at)
+            return
+        self._at = float("inf")  # fired: a stale readiness later does nothing
+        if self._callback is not None:
+            self._callback()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _content(raw: bytes) -> str:
@@ -146,26 +305,98 @@ class LoadGenerator:
                 return True
         return bounds.max_errors is not None and phase.errors >= bounds.max_errors
 
-    async def _send(
-        self,
-        phase: Phase,
-        counting: Callable[[], bool],
-        intended: float | None = None,
-        spec: RequestSpec | None = None,
-        target: int | None = None,
-    ) -> None:
+    async def _send(self, phase: Phase, counting: Callable[[], bool], target: int | None = None) -> None:
+        """Closed loop and stages: send the workload's next request now (no schedule, no lag)."""
         idx = self._next_target() if target is None else target
         phase.sent += 1
         phase.sent_by[idx] = phase.sent_by.get(idx, 0) + 1
         phase.in_flight += 1
-        # Open loop: how late this request leaves against its schedule (0 for closed loop).
-        lag_ms = max(0.0, (time.perf_counter() - intended) * 1000.0) if intended is not None else 0.0
         try:
-            result, right = await one_request(self.targets[idx], self.workload, spec)
+            result, right, _ = await execute(prepare(self.targets[idx], self.workload.next(), idx))
         finally:
             phase.in_flight -= 1
         if counting() and result.error_class != "cancelled":
-            phase.recorders[idx].add(result, lag_ms=lag_ms, t_done=time.perf_counter(), accuracy=right)
+            phase.recorders[idx].add(result, t_done=time.perf_counter(), accuracy=right)
+
+    async def _scheduled(self, phase: Phase, p: Prepared, intended: float, counted: bool) -> None:
+        """Open loop: send a prepared request; its lag is (sent − intended) and its latency counts from intended."""
+        phase.in_flight += 1
+        try:
+            result, right, sent_at = await execute(p)
+        finally:
+            phase.in_flight -= 1
+        if counted and result.error_class != "cancelled":
+            lag_ms = max(0.0, (sent_at - intended) * 1000.0)
+            phase.recorders[p.idx].add(result, lag_ms=lag_ms, t_done=time.perf_counter(), accuracy=right)
+
+    async def _schedule(
+        self,
+        phase: Phase,
+        bounds: Bounds,
+        end: float | None,
+        plan: Iterator[tuple[float, RequestSpec]],
+        measure_from: float,
+        max_in_flight: int,
+    ) -> None:
+        """Send each ``(intended time, spec)`` of ``plan`` at its time, whatever happened to earlier ones.
+
+        The dispatcher is the alarm's callback: it runs in the loop turn that sees the timer expire
+        (not one turn later, as a woken task would), dispatches every request already due, builds the
+        next one and re-arms the alarm for its time. Requests count as sent when dispatched (so
+        ``--requests`` holds even when several go out in one turn).
+        """
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        tasks: set[asyncio.Task[None]] = set()
+        item = next(plan, None)
+        ready: Prepared | None = None
+
+        def dispatch() -> None:
+            nonlocal item, ready
+            try:
+                while item is not None and not self._should_stop(phase, bounds, end):
+                    intended, spec = item
+                    if ready is None:
+                        idx = self._next_target()
+                        ready = prepare(self.targets[idx], spec, idx)
+                    now = time.perf_counter()
+                    if now < intended:
+                        alarm.arm(intended if end is None else min(intended, end))
+                        return
+                    if phase.in_flight >= max_in_flight:
+                        alarm.arm(now + 0.001)  # the schedule keeps its times: the lag will show this wait
+                        return
+                    phase.sent += 1
+                    phase.sent_by[ready.idx] = phase.sent_by.get(ready.idx, 0) + 1
+                    task = loop.create_task(self._scheduled(phase, ready, intended, intended >= measure_from))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    ready = None
+                    item = next(plan, None)
+            except BaseException as exc:  # e.g. a workload error: end the run with it
+                if not finished.done():
+                    finished.set_exception(exc)
+                return
+            if not finished.done():
+                finished.set_result(None)
+
+        alarm = Alarm(loop, dispatch)
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(self.stop.wait())
+        try:
+            dispatch()
+            await asyncio.wait([finished, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            alarm.close()
+            stopper.cancel()
+            if not finished.done():
+                finished.cancel()
+        if not finished.cancelled() and finished.exception() is not None:
+            for t in tasks:  # a dispatch error ends the run: nothing is left running behind it
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            finished.result()
+        if tasks:
+            await self._drain(tasks, phase)
 
     # -- closed loop -----------------------------------------------------------------------------
 
@@ -200,7 +431,7 @@ class LoadGenerator:
             if ramp > 0:
                 await asyncio.sleep(ramp * (k // n) / concurrency)
             while not self._should_stop(phase, bounds, end, k % n):
-                await self._send(phase, counting, target=k % n)
+                await self._send(phase, counting, k % n)
 
         await self._run_workers([worker(k) for k in range(concurrency * n)], phase, end)
         counting()
@@ -225,25 +456,17 @@ class LoadGenerator:
         end = measure_from + bounds.duration if bounds.duration is not None else None
         for rec in phase.recorders:
             rec.start(measure_from)
-        tasks: set[asyncio.Task[None]] = set()
-        intended = t0
-        while not self._should_stop(phase, bounds, end):
-            delay = intended - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if phase.in_flight >= max_in_flight:
-                await asyncio.sleep(0.001)  # the schedule keeps its times: the lag will show this wait
-                continue
-            counted = _const(intended >= measure_from)
-            task = asyncio.create_task(self._send(phase, counted, intended))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            # The schedule runs at rate × targets and alternates targets: each target gets `rate`.
-            total_rate = rate * len(self.targets)
-            gap = 1.0 / total_rate if arrival == "constant" else rng.expovariate(total_rate)
-            intended += gap
-        if tasks:
-            await self._drain(tasks, phase)
+        # The schedule runs at rate × targets and alternates targets: each target gets `rate`.
+        total_rate = rate * len(self.targets)
+
+        def plan() -> Iterator[tuple[float, RequestSpec]]:
+            intended = t0
+            for i in itertools.count(1):
+                yield intended, self.workload.next()
+                # constant: t0 + i/rate exactly (no drift from summing gaps)
+                intended = t0 + i / total_rate if arrival == "constant" else intended + rng.expovariate(total_rate)
+
+        await self._schedule(phase, bounds, end, plan(), measure_from, max_in_flight)
         stop_t = min(end, time.perf_counter()) if end is not None else time.perf_counter()
         for rec in phase.recorders:
             rec.stop(stop_t)
@@ -267,19 +490,8 @@ class LoadGenerator:
         end = t0 + bounds.duration if bounds.duration is not None else None
         for rec in phase.recorders:
             rec.start(t0)
-        tasks: set[asyncio.Task[None]] = set()
-        for entry in entries:
-            if self._should_stop(phase, bounds, end):
-                break
-            intended = t0 + entry.t * time_scale
-            delay = intended - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.create_task(self._send(phase, _const(True), intended, self.workload.for_entry(entry)))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await self._drain(tasks, phase)
+        plan = ((t0 + entry.t * time_scale, self.workload.for_entry(entry)) for entry in entries)
+        await self._schedule(phase, bounds, end, plan, t0, 1_000_000)
         for rec in phase.recorders:
             rec.stop(time.perf_counter())
         return phase.recorders
@@ -313,7 +525,7 @@ class LoadGenerator:
             ) -> None:
                 while not self._should_stop(phase, bounds, end, k % n):
                     if k // n < allowed():  # per target, like the closed loop
-                        await self._send(phase, lambda: True, target=k % n)
+                        await self._send(phase, lambda: True, k % n)
                     else:
                         await asyncio.sleep(0.05)
 
@@ -348,7 +560,3 @@ class LoadGenerator:
                     break
         finally:
             stopper.cancel()
-
-
-def _const(value: bool) -> Callable[[], bool]:
-    return lambda: value

@@ -61,15 +61,40 @@ class Plan:
     time_scale: float = 1.0
     replay_name: str = ""
 
+    level_requests: tuple[int, ...] = ()
+    """Closed loop: this worker's ``--requests`` for each level (set by :meth:`share`); empty: ``bounds``."""
+
     def share(self, workers: int, index: int) -> Plan:
-        """This worker's part of the load: concurrency, rate and stage targets split evenly."""
+        """This worker's part of the load: concurrency, rate, stage targets and trace split evenly.
+
+        ``--requests`` follows the load: a level's requests go to the workers that got some of its
+        concurrency, in proportion to it (concurrency 1 over 2 workers: one worker gets all of them,
+        the other none), so the workers' requests add up to the total at every level.
+        """
 
         def split(n: int) -> int:
-            return n // workers + (1 if index < n % workers else 0)
+            return _split(n, workers)[index]
 
+        def mine(weights: list[int]) -> int:
+            assert total is not None
+            return apportion(total, weights)[index]
+
+        total = self.bounds.requests
         bounds = self.bounds
-        if bounds.requests is not None:
-            bounds = replace(bounds, requests=split(bounds.requests))
+        level_requests: tuple[int, ...] = ()
+        if total is not None:
+            level_requests = tuple(mine(_split(c, workers)) for c in self.levels)
+            if self.mode == "stages":  # by each worker's peak number of virtual users
+                requests = mine(
+                    [max((_split(v, workers)[k] for _, v in self.stages), default=0) for k in range(workers)]
+                )
+            elif self.mode == "replay":
+                requests = mine([len(self.replay[k::workers]) for k in range(workers)])
+            elif self.mode == "closed" and level_requests:
+                requests = max(level_requests)
+            else:  # open loop: every worker has the same rate
+                requests = mine([1] * workers)
+            bounds = replace(bounds, requests=requests)
         return replace(
             self,
             bounds=bounds,
@@ -77,7 +102,33 @@ class Plan:
             rate=self.rate / workers,
             stages=tuple((s, split(v)) for s, v in self.stages),
             replay=self.replay[index::workers],
+            level_requests=level_requests,
         )
+
+    def bounds_for_level(self, i: int) -> Bounds:
+        """The bounds of closed-loop level ``i`` (this worker's requests for it when shared)."""
+        if i < len(self.level_requests):
+            return replace(self.bounds, requests=self.level_requests[i])
+        return self.bounds
+
+
+def _split(n: int, workers: int) -> list[int]:
+    """``n`` split evenly over ``workers`` (the first ones get one more)."""
+    return [n // workers + (1 if k < n % workers else 0) for k in range(workers)]
+
+
+def apportion(total: int, weights: list[int]) -> list[int]:
+    """``total`` split in proportion to ``weights``, in whole numbers that add up to ``total``
+    (largest remainders first, ties to the lower index); all zero when every weight is zero."""
+    whole = sum(weights)
+    if whole <= 0:
+        return [0] * len(weights)
+    exact = [total * w / whole for w in weights]
+    out = [int(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda k: (-(exact[k] - out[k]), k))
+    for k in order[: total - sum(out)]:
+        out[k] += 1
+    return out
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -149,9 +200,9 @@ async def run_plan(
     runs: list[RunRecorder] = []
     try:
         if plan.mode == "closed":
-            for level in plan.levels:
+            for i, level in enumerate(plan.levels):
                 runs += (
-                    await gen.closed(level, plan.bounds)
+                    await gen.closed(level, plan.bounds_for_level(i))
                     if level > 0
                     else _empty(targets, {"mode": "closed", "concurrency": level})
                 )

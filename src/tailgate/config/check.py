@@ -18,8 +18,6 @@ from tailgate.config.presets import PRESETS
 from tailgate.config.resolve import ResolvedProvider, display_url, load_resolved, mask_key
 from tailgate.config.schema import GatewayConfig
 
-IMPLEMENTED_POLICIES = frozenset({"weighted"})
-
 
 @dataclass(frozen=True)
 class CheckReport:
@@ -44,17 +42,6 @@ def is_loopback(host: str) -> bool:
 def find_warnings(cfg: GatewayConfig, providers: Mapping[str, ResolvedProvider]) -> list[str]:
     """Settings that load but do not do what they say, or that ``serve`` would refuse."""
     out: list[str] = []
-    if cfg.routing.policy not in IMPLEMENTED_POLICIES:
-        out.append(
-            f"routing.policy: {cfg.routing.policy!r} is not implemented in this version; "
-            "routes are chosen by weight ('weighted')"
-        )
-    for alias, model in cfg.models.items():
-        if model.policy is not None and model.policy not in IMPLEMENTED_POLICIES:
-            out.append(
-                f"models.{alias}.policy: {model.policy!r} is not implemented in this version; "
-                "routes are chosen by weight ('weighted')"
-            )
     if not cfg.keys and not cfg.allow_open and not is_loopback(cfg.listen.host):
         out.append(
             f"listen.host: {cfg.listen.host} is not a loopback address and no gateway keys are configured: "
@@ -145,7 +132,11 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         "listen": {"host": cfg.listen.host, "port": cfg.listen.port},
         "gateway_keys": [k.id for k in cfg.keys],
         "allow_open": cfg.allow_open,
-        "routing": {"policy": cfg.routing.policy, "effective_policy": "weighted"},
+        "routing": {
+            "policy": cfg.routing.policy,
+            "effective_policy": cfg.routing.policy,
+            "policies": {alias: model.policy or cfg.routing.policy for alias, model in cfg.models.items()},
+        },
         "models": models,
         "providers": providers,
         "warnings": list(report.warnings),
@@ -165,13 +156,13 @@ def to_text(report: CheckReport) -> str:
     lines = [
         f"{report.source}: ok",
         f"listen {cfg.listen.host}:{cfg.listen.port}   gateway keys: {keys}   allow_open: {allow_open}",
-        f"routing.policy: {cfg.routing.policy} (in effect: weighted)   retry: {cfg.retry.max_attempts} attempts "
+        f"routing.policy: {cfg.routing.policy}   retry: {cfg.retry.max_attempts} attempts "
         f"within {_secs(cfg.retry.deadline)}",
         "",
         "models",
     ]
     for alias, model in cfg.models.items():
-        lines.append(f"  {alias}")
+        lines.append(f"  {alias}" + (f"   (policy: {model.policy})" if model.policy else ""))
         rows = [["route", "provider", "preset", "base_url", "upstream model", "weight", "share", "classes"]]
         shares = _shares([r.weight for r in model.routes])
         for i, (r, share) in enumerate(zip(model.routes, shares, strict=True)):

@@ -76,33 +76,116 @@ class RouteConfig(_Strict):
     """Traffic classes (``x-tailgate-class``) this route is reserved for / preferred by; empty: all."""
 
 
+PolicyName = Literal["weighted", "adaptive", "least-latency", "cost"]
+
+
+class SLOConfig(_Strict):
+    """A latency objective: P90 time to first token and P90 end-to-end (defaults 1 s and 3 s)."""
+
+    ttft_p90: PositiveSeconds | None = None
+    e2e_p90: PositiveSeconds | None = None
+
+
+class HedgeConfig(_Strict):
+    """Send a second attempt to the next route when the first has no first token after ``after``."""
+
+    after: Literal["p90", "p95", "p99"] | PositiveSeconds = "p90"
+    """A percentile of the first route's measured TTFT (60 s window), or a fixed duration."""
+    budget: Fraction = 0.05
+    """At most this fraction of the alias's requests (sliding 60 s) are hedged."""
+
+
+class ProbesConfig(_Strict):
+    """Active probes: a tiny standardized streamed chat request per provider × upstream model."""
+
+    enabled: bool = True
+    interval: PositiveSeconds = 10.0
+    jitter: Fraction = 0.2
+    """Each wait is ``interval × (1 ± jitter × u)``, u uniform in [-1, 1], so probes do not align."""
+    timeout: PositiveSeconds = 10.0
+    max_tokens: Annotated[int, Field(ge=1, le=256)] = 8
+    half_open_gap: Seconds = 0.1
+    """Pause between probes while a provider's breaker is half-open (its trials)."""
+
+
+class PacingConfig(_Strict):
+    """Pacing below ``providers.NAME.limits.rpm`` / ``tpm`` (token buckets) and pausing on a 429."""
+
+    enabled: bool = True
+    headroom: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """Buckets fill at this fraction of the limit (0.9: pace at 90 %, leaving room for clock skew)."""
+    burst: PositiveSeconds = 1.0
+    """Bucket size, in seconds of the paced rate."""
+    default_max_tokens: Annotated[int, Field(ge=1)] = 256
+    """Output tokens assumed for a request without ``max_tokens`` (TPM estimate)."""
+    max_pause: PositiveSeconds = 300.0
+    """Longest pause a 429's Retry-After / x-ratelimit-reset-* can impose."""
+
+
+class BreakerSettings(_Strict):
+    """Circuit breaker numbers (one breaker per provider); docs/routing.md explains each."""
+
+    error_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    """Open when the fault rate over ``window`` reaches this, with at least ``min_samples`` outcomes."""
+    min_samples: Annotated[int, Field(ge=1)] = 20
+    window: PositiveSeconds = 30.0
+    consecutive_failures: Annotated[int, Field(ge=1)] = 5
+    cooldown: PositiveSeconds = 5.0
+    """First cool-down; doubles on each re-open, jittered ±20 %, up to ``max_cooldown``."""
+    max_cooldown: PositiveSeconds = 120.0
+    trial_requests: Annotated[int, Field(ge=1)] = 3
+
+    @model_validator(mode="after")
+    def _order(self) -> BreakerSettings:
+        if self.max_cooldown < self.cooldown:
+            raise ValueError("max_cooldown must be at least cooldown")
+        return self
+
+
+class AdaptiveSettings(_Strict):
+    """The ``adaptive`` policy's numbers (docs/routing.md explains each and why the defaults)."""
+
+    floor: Annotated[float, Field(ge=0, le=1)] = 0.02
+    """Least share (of the alias's total weight) a degraded but closed-breaker route keeps."""
+    min_samples: Annotated[int, Field(ge=1)] = 10
+    exponent: Annotated[float, Field(gt=0)] = 2.0
+    error_rate_zero: Annotated[float, Field(gt=0, le=1)] = 0.5
+    """The fault rate at which the error factor reaches 0."""
+    recompute: PositiveSeconds = 1.0
+    smoothing_down: PositiveSeconds = 1.0
+    """Time constant towards a lower health factor (fast: distrust quickly)."""
+    smoothing_up: PositiveSeconds = 3.0
+    """Time constant towards a higher one (slow: trust slowly)."""
+
+
+class RoutingConfig(_Strict):
+    policy: PolicyName = "adaptive"
+    adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
+    window: PositiveSeconds = 60.0
+    """Health window: P50/P90/P99, error rates and tok/s are over the last ``window`` (12 buckets)."""
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+    hedge: HedgeConfig | None = None
+    probes: ProbesConfig = Field(default_factory=ProbesConfig)
+    pacing: PacingConfig = Field(default_factory=PacingConfig)
+
+
 class ModelConfig(_Strict):
     """A model alias that clients send as ``model``."""
 
     routes: list[RouteConfig] = Field(min_length=1)
-    policy: Literal["weighted", "adaptive", "least-latency", "cost"] | None = None
+    policy: PolicyName | None = None
+    """This alias's policy; unset: ``routing.policy``."""
+    slo: SLOConfig | None = None
+    """This alias's latency objective; unset fields: ``routing.slo``'s."""
+    hedge: HedgeConfig | None = None
+    """Hedge this alias's requests; unset: ``routing.hedge`` (off when that is unset too)."""
 
     @model_validator(mode="after")
     def _some_weight(self) -> ModelConfig:
         if not any(r.weight > 0 for r in self.routes):
             raise ValueError("at least one route needs a weight above 0")
         return self
-
-
-class SLOConfig(_Strict):
-    ttft_p90: PositiveSeconds | None = None
-    e2e_p90: PositiveSeconds | None = None
-
-
-class HedgeConfig(_Strict):
-    after: Literal["p90", "p95", "p99"] | PositiveSeconds = "p90"
-    budget: Fraction = 0.05
-
-
-class RoutingConfig(_Strict):
-    policy: Literal["weighted", "adaptive", "least-latency", "cost"] = "weighted"
-    slo: SLOConfig = Field(default_factory=SLOConfig)
-    hedge: HedgeConfig | None = None
 
 
 class RetryConfig(_Strict):

@@ -2,18 +2,22 @@
 
 ``POST /admin/providers/{name}/drain``: no new request goes to that provider from now on; requests
 already in flight finish. ``/enable`` takes it back. ``GET /admin/providers`` shows every provider's
-state, in-flight count and live window stats (never a key).
+state (active / paused / drained), breaker, pacer, probes, live window stats per upstream model
+(P50/P90/P99 TTFT and E2E, error rate and classes, in-flight, 429s, tok/s) and, per alias, every
+route's configured and effective weight with the reason (the factor that moved it). Never a key.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.gateway.auth import unauthorized_admin
+from tailgate.routing import Route
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -35,16 +39,36 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
         if (denied := guard(request)) is not None:
             return denied
         now = time.monotonic()
+        routing = {}
+        weights_by_provider: dict[str, dict[str, Any]] = {}
+        for alias, routes in gw.aliases.items():
+            policy = gw.policy_for(alias)
+            explain = getattr(policy, "explain", None)
+            weights = explain(routes) if explain is not None else _static_weights(routes)
+            hedger = gw.hedgers.get(alias)
+            routing[alias] = {
+                "policy": policy.name,
+                "slo": {"ttft_p90_s": gw.slo_for(alias).ttft_p90, "e2e_p90_s": gw.slo_for(alias).e2e_p90},
+                "weights": weights,
+                "hedge": hedger.snapshot() if hedger is not None else None,
+            }
+            for provider, w in weights.items():
+                weights_by_provider.setdefault(provider, {})[alias] = w
+        health = {(h.provider, h.model): h for h in gw.health}
         providers = []
         for p in gw.providers.values():
             snap = p.snapshot(now)
             snap["breaker"] = gw.breakers.get(p.name).snapshot()
+            snap["effective_weights"] = weights_by_provider.get(p.name, {})
+            models = sorted({r.model for routes in gw.aliases.values() for r in routes if r.provider == p.name})
+            snap["models"] = {
+                m: {
+                    "window": health[(p.name, m)].snapshot() if (p.name, m) in health else None,
+                    "probes": gw.prober.stats[(p.name, m)].as_dict() if (p.name, m) in gw.prober.stats else None,
+                }
+                for m in models
+            }
             providers.append(snap)
-        routing = {}
-        for alias, routes in gw.aliases.items():
-            policy = gw.policy_for(alias)
-            explain = getattr(policy, "explain", None)
-            routing[alias] = {"policy": policy.name, "weights": explain(routes) if explain is not None else None}
         return web.json_response(
             {
                 "policy": gw.config.routing.policy,
@@ -81,3 +105,18 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
     app.router.add_get("/admin/providers", providers)
     app.router.add_post("/admin/providers/{name}/drain", drain)
     app.router.add_post("/admin/providers/{name}/enable", enable)
+
+
+def _static_weights(routes: Sequence[Route]) -> dict[str, dict[str, Any]]:
+    """The ``weighted`` policy's view: effective weight = configured weight, always."""
+    return {
+        r.provider: {
+            "alias": r.alias,
+            "model": r.model,
+            "configured_weight": r.weight,
+            "effective_weight": r.weight,
+            "factor": 1.0,
+            "reason": "static weights (policy weighted)",
+        }
+        for r in routes
+    }

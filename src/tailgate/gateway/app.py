@@ -8,16 +8,20 @@ import time
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import Counter
 
 from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes
 from tailgate.gateway.auth import KeyRing
+from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.metrics import GatewayMetrics
+from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
-from tailgate.gateway.state import ProviderState, endpoint_for
+from tailgate.gateway.state import ProviderState, endpoint_for, pacer_for
 from tailgate.gateway.trace import TraceWriter
+from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.routing import (
     SLO,
@@ -62,7 +66,11 @@ class Gateway:
         self.log = logging.getLogger("tailgate.gateway")
         self.keys = KeyRing(config.keys, config.admin_key)
         self.providers = {
-            name: ProviderState(config=resolved, client=UpstreamClient(endpoint_for(resolved)))
+            name: ProviderState(
+                config=resolved,
+                client=UpstreamClient(endpoint_for(resolved)),
+                pacer=pacer_for(resolved, config.routing.pacing),
+            )
             for name, resolved in providers.items()
         }
         self.aliases: dict[str, list[Route]] = {
@@ -70,12 +78,42 @@ class Gateway:
             for alias, model in config.models.items()
         }
         self.metrics = GatewayMetrics()
-        self.health = HealthRegistry(clock=time.monotonic)
-        self.breakers = BreakerRegistry(BreakerConfig(), clock=time.monotonic, on_transition=self._on_breaker)
+        self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
+        bc = config.routing.breaker
+        breaker_config = BreakerConfig(
+            error_rate_threshold=bc.error_rate,
+            min_samples=bc.min_samples,
+            window_s=bc.window,
+            consecutive_failures=bc.consecutive_failures,
+            cooldown_s=bc.cooldown,
+            max_cooldown_s=bc.max_cooldown,
+            trial_requests=bc.trial_requests,
+        )
+        self.breakers = BreakerRegistry(breaker_config, clock=time.monotonic, on_transition=self._on_breaker)
         self.policies: dict[str, Policy] = {
             alias: self._make_policy(model.policy or config.routing.policy, alias)
             for alias, model in config.models.items()
         }
+        self.paced_total = Counter(
+            "tailgate_paced",
+            "Attempts skipped because the provider's pacer (limits.rpm/tpm, or a 429's pause) could not admit them.",
+            ["provider"],
+            registry=self.metrics.registry,
+        )
+        hedges = hedge_counter(self.metrics.registry)
+        self.hedgers: dict[str, Hedger] = {
+            alias: Hedger(alias, hedge, hedges)
+            for alias, model in config.models.items()
+            if (hedge := model.hedge or config.routing.hedge) is not None
+        }
+        self.prober = Prober(
+            self.providers,
+            [(r.provider, r.model) for routes in self.aliases.values() for r in routes],
+            health=self.health,
+            breakers=self.breakers,
+            config=config.routing.probes,
+            registry=self.metrics.registry,
+        )
         self.ledger: SQLiteLedger | None = None
         if config.ledger.enabled:
             path = ledger_path or (Path(config.ledger.path) if config.ledger.path else default_db_path())
@@ -83,18 +121,38 @@ class Gateway:
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
+        self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
 
     def policy_for(self, alias: str) -> Policy:
         """The routing policy of an alias (``models.<alias>.policy`` or ``routing.policy``)."""
         return self.policies[alias]
 
+    def slo_for(self, alias: str) -> SLO:
+        """The alias's SLO: ``models.<alias>.slo`` field by field, else ``routing.slo``, else 1 s / 3 s."""
+        own = self.config.models[alias].slo
+        base, default = self.config.routing.slo, SLO()
+        ttft = (own.ttft_p90 if own is not None else None) or base.ttft_p90 or default.ttft_p90
+        e2e = (own.e2e_p90 if own is not None else None) or base.e2e_p90 or default.e2e_p90
+        return SLO(ttft_p90=ttft, e2e_p90=e2e)
+
     def _make_policy(self, name: str, alias: str) -> Policy:
-        slo_cfg = self.config.routing.slo
-        default = SLO()
-        slo = SLO(ttft_p90=slo_cfg.ttft_p90 or default.ttft_p90, e2e_p90=slo_cfg.e2e_p90 or default.e2e_p90)
+        slo = self.slo_for(alias)
         if name == "adaptive":
-            return AdaptivePolicy(self.health, breakers=self.breakers, slo=slo, clock=time.monotonic)
+            ac = self.config.routing.adaptive
+            return AdaptivePolicy(
+                self.health,
+                breakers=self.breakers,
+                slo=slo,
+                exponent=ac.exponent,
+                error_rate_zero=ac.error_rate_zero,
+                min_samples=ac.min_samples,
+                floor=ac.floor,
+                recompute_s=ac.recompute,
+                smoothing_tau_s=ac.smoothing_up,
+                smoothing_down_tau_s=ac.smoothing_down,
+                clock=time.monotonic,
+            )
         if name == "least-latency":
             return LeastLatencyPolicy(self.health, breakers=self.breakers)
         if name == "cost":
@@ -111,6 +169,7 @@ class Gateway:
             transition.reason,
         )
         self.metrics.breaker_transitions.labels(provider, transition.to_state).inc()
+        self.prober.on_transition(provider, transition)
 
     def refresh_provider_gauges(self) -> None:
         for name, p in self.providers.items():
@@ -131,10 +190,14 @@ class Gateway:
     async def start(self) -> None:
         if self.ledger is not None:
             await self.ledger.start()
+        await self.traffic.start()
+        self.prober.start()
 
     async def close(self) -> None:
+        await self.prober.close()
         for p in self.providers.values():
             await p.client.close()
+        await self.traffic.close()
         if self.ledger is not None:
             await self.ledger.close()
         if self.trace is not None:
@@ -153,6 +216,45 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
+        # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
+        # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
+        from tailgate.dashboard import Controls, mount
+
+        def live() -> dict[str, object]:
+            # What GET /admin/providers shows, minus base URLs: the dashboard's GETs need no admin key.
+            now = time.monotonic()
+            providers = []
+            for p in self.providers.values():
+                snap = p.snapshot(now)
+                snap.pop("base_url", None)
+                snap["breaker"] = self.breakers.get(p.name).snapshot()
+                providers.append(snap)
+            routing = {}
+            for alias, routes in self.aliases.items():
+                policy = self.policy_for(alias)
+                explain = getattr(policy, "explain", None)
+                routing[alias] = {"policy": policy.name, "weights": explain(routes) if explain is not None else None}
+            aliases = {
+                alias: [{"provider": r.provider, "model": r.model, "weight": r.weight} for r in routes]
+                for alias, routes in self.aliases.items()
+            }
+            return {
+                "policy": self.config.routing.policy,
+                "clock": now,
+                "routing": routing,
+                "providers": providers,
+                "aliases": aliases,
+            }
+
+        def set_drained(name: str, drained: bool) -> dict[str, str]:
+            self.providers[name].drained = drained  # KeyError: unknown provider (404)
+            self.refresh_provider_gauges()
+            self.log.info("provider %s %s from the dashboard", name, "drained" if drained else "enabled")
+            return {"provider": name, "state": "drained" if drained else "active"}
+
+        db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
+        controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
+        mount(app, db_path, live=live, controls=controls)
         return app
 
     async def _models(self, request: web.Request) -> web.Response:

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# Label children are cached (``.labels()`` validates, locks and hashes on every call: eight look-ups
+# per served request cost more than the increments). Aliases in labels come from clients (an unknown
+# model is counted under its name), so the caches stop growing here and fall back to ``.labels()``.
+MAX_CACHED = 4096
+
 # Latency buckets in seconds: fine around the sub-second TTFTs our users care about, up to minutes.
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300)
 _OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -75,5 +80,61 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self._requests: dict[tuple[str, str, str], Counter] = {}
+        self._attempts: dict[tuple[str, str], Counter] = {}
+        self._served: dict[tuple[str, str, str], Served] = {}
+
+    def request(self, alias: str, provider: str, outcome: str) -> Counter:
+        """``requests.labels(alias, provider, outcome)``, cached."""
+        key = (alias, provider, outcome)
+        child = self._requests.get(key)
+        if child is None:
+            child = self.requests.labels(alias, provider, outcome)
+            if len(self._requests) < MAX_CACHED:
+                self._requests[key] = child
+        return child
+
+    def attempt(self, provider: str, outcome: str) -> Counter:
+        """``attempts.labels(provider, outcome)``, cached."""
+        key = (provider, outcome)
+        child = self._attempts.get(key)
+        if child is None:
+            child = self.attempts.labels(provider, outcome)
+            if len(self._attempts) < MAX_CACHED:
+                self._attempts[key] = child
+        return child
+
+    def served(self, alias: str, provider: str, currency: str) -> Served:
+        """The children a served request of this alias and provider updates, cached."""
+        key = (alias, provider, currency)
+        children = self._served.get(key)
+        if children is None:
+            children = Served(self, alias, provider, currency)
+            if len(self._served) < MAX_CACHED:
+                self._served[key] = children
+        return children
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class Served:
+    """The label children of one (alias, provider): what every served request observes."""
+
+    __slots__ = ("_cost", "_cost_labels", "_m", "e2e", "input_tokens", "output_tokens", "overhead", "ttft")
+
+    def __init__(self, m: GatewayMetrics, alias: str, provider: str, currency: str) -> None:
+        self.e2e = m.e2e.labels(alias, provider)
+        self.ttft = m.ttft.labels(alias, provider)
+        self.overhead = m.overhead.labels(alias)
+        self.input_tokens = m.tokens.labels(provider, "input")
+        self.output_tokens = m.tokens.labels(provider, "output")
+        self._m, self._cost_labels = m, (provider, currency)
+        self._cost: Counter | None = None
+
+    @property
+    def cost(self) -> Counter:
+        """Made on first use: a provider without a price shows no cost series at all."""
+        if self._cost is None:
+            self._cost = self._m.cost.labels(*self._cost_labels)
+        return self._cost

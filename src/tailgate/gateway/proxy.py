@@ -6,6 +6,10 @@ timeout, a 5xx, a 429, a malformed or cut stream moves the request to the next r
 token-carrying chunk (the role chunk waits with them); from then on frames are relayed byte for byte
 and a failure ends the stream with an SSE ``error`` event, never a silent cut and never a second
 provider's output. 400/401/403/404 and ``insufficient_quota`` are returned as they are.
+
+A route whose provider's pacer cannot admit the request now is skipped (it spills to the next route);
+when pacing left no route to try, the client gets a 429 with its own Retry-After. The first attempt of a
+hedged alias may race a second one (hedging.py). Both: docs/routing.md.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
+import random
 import time
-import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +30,7 @@ import msgspec
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
+from tailgate.gateway.hedging import Race
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
@@ -34,6 +41,7 @@ from tailgate.wire.types import decode_request
 
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
+    from tailgate.gateway.hedging import Hedger
     from tailgate.gateway.state import ProviderState
 
 Endpoint = Literal["chat", "completions", "embeddings"]
@@ -53,8 +61,17 @@ RETRYABLE = frozenset(
         "stream_error",
     }
 )
-MAX_PAUSE_S = 300.0
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class _SSEResponse(web.StreamResponse):
+    """A stream response whose headers leave with its first write: one system call fewer per stream.
+
+    ``_commit`` writes right after ``prepare()``, so nothing reaches the client later than before.
+    (aiohttp's ``web.Response`` sets the same class switch; a StreamResponse sends headers at once.)
+    """
+
+    _send_headers_immediately = False
 
 
 @dataclass(slots=True)
@@ -78,6 +95,10 @@ class _Ctx:
     status: int = 0
     outcome: str = "ok"
     first_token_at: float | None = None
+    race: Race | None = None
+    """Set while a hedged request's attempts race (hedging.py): the first to claim owns the response."""
+    hedged: bool = False
+    """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
@@ -88,6 +109,11 @@ class Proxy:
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
+        # Request ids: 128 random bits as 32 hex digits, like uuid4().hex, without a getrandom() system
+        # call and a UUID object per request. Ids need to be unique, not secret; seeded per process.
+        self._ids = random.Random(os.urandom(32))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop serving this app (an aiohttp app runs in one); asking each time costs a getpid() call."""
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self.handle(request, "chat")
@@ -101,7 +127,10 @@ class Proxy:
     # -- the request ------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
-        ctx = _Ctx(request_id=request.headers.get("x-request-id", "")[:128] or uuid.uuid4().hex, endpoint=endpoint)
+        ctx = _Ctx(
+            request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
+            endpoint=endpoint,
+        )
         ctx.traffic_class = request.headers.get("x-tailgate-class") or None
         try:
             response = await self._serve(request, ctx)
@@ -110,9 +139,18 @@ class Proxy:
             response = self._error(err, ctx)
         except asyncio.CancelledError:
             ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
-            self._record(ctx)
+            self._record(ctx, time.perf_counter())
             raise
-        self._record(ctx)
+        if response.prepared:
+            self._record(ctx, time.perf_counter())  # a stream: already sent to its end
+        else:
+            # aiohttp sends this response after the handler returns: book it in the next turn of the
+            # loop, once the bytes are handed to the socket, so the bookkeeping is off the client's
+            # critical path. The end time is taken now, as before. The callback runs whatever happens
+            # to the connection, and a graceful stop (serve.py) runs the loop on long after it.
+            if (loop := self._loop) is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._record, ctx, time.perf_counter())
         return response
 
     async def _serve(self, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
@@ -141,32 +179,149 @@ class Proxy:
         order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
             raise self._no_route(routes, now, ctx)
+        tokens = _token_estimate(obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens)
+        hedger = gw.hedgers.get(req.model) if gw.hedgers else None
+        if hedger is not None:
+            hedger.budget.record_request()
         deadline = ctx.t0 + gw.config.retry.deadline
+        queue = deque(order)
+        paced: list[ProviderState] = []
         last: CallResult | None = None
-        for route in order[: gw.config.retry.max_attempts]:
+        while queue and ctx.attempts < gw.config.retry.max_attempts:
             if time.perf_counter() >= deadline:
                 break
-            provider = gw.providers[route.provider]
-            if not gw.breakers.get(route.provider).allow():
-                continue  # its circuit breaker is open (or its half-open trials are taken)
-            health = gw.health.get(route.provider, route.model)
-            health.begin()
-            ctx.attempts += 1
-            ctx.provider, ctx.route = provider, route
-            payload = {**obj, "model": route.model}
-            if ctx.stream:
-                resp, result = await self._attempt_stream(request, ctx, provider, payload, wants_usage)
+            route = queue.popleft()
+            if not self._admit(route, tokens, paced):
+                continue  # paced out (spills to the next route) or its breaker is open / its trials are taken
+            if hedger is not None and ctx.attempts == 0 and queue:
+                resp, result = await self._race(request, ctx, route, queue, hedger, obj, wants_usage, tokens, paced)
             else:
-                resp, result = await self._attempt_unary(ctx, provider, payload)
+                resp, result = await self._attempt(request, ctx, route, obj, wants_usage)
             last = ctx.result = result
-            health.observe(result)
-            gw.breakers.get(route.provider).record_result(result)
-            self._observe(provider, result)
             if resp is not None:
                 return resp
             if result.error_class not in RETRYABLE:
                 break
+        if last is None and paced:
+            raise self._paced_out(paced, tokens, ctx)
         raise self._final_error(last, ctx)
+
+    def _admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
+        """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
+        may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
+        gw = self.gw
+        provider = gw.providers[route.provider]
+        pacer = provider.pacer
+        if not pacer.limited:  # no known limits; a 429's pause already kept it out of the order
+            return gw.breakers.get(route.provider).allow()
+        if pacer.available_in(tokens) > 0:
+            provider.paced += 1
+            paced.append(provider)
+            gw.paced_total.labels(provider.name).inc()
+            return False
+        if not gw.breakers.get(route.provider).allow():
+            return False
+        pacer.try_acquire(tokens)
+        return True
+
+    async def _attempt(
+        self, request: web.Request, ctx: _Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
+    ) -> tuple[web.StreamResponse | None, CallResult]:
+        """One attempt at ``route``, with its bookkeeping (health, breaker, metrics) whatever the outcome:
+        a cancelled attempt (client gone, or a hedge race lost) is recorded as ``cancelled``, then re-raised."""
+        gw = self.gw
+        provider = gw.providers[route.provider]
+        health = gw.health.get(route.provider, route.model)
+        health.begin()
+        ctx.attempts += 1
+        if ctx.race is None:
+            ctx.provider, ctx.route = provider, route
+        payload = {**obj, "model": route.model}
+        try:
+            if ctx.stream:
+                resp, result = await self._attempt_stream(request, ctx, provider, payload, wants_usage)
+            else:
+                resp, result = await self._attempt_unary(ctx, provider, payload)
+        except asyncio.CancelledError:
+            result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
+            health.observe(result)
+            gw.breakers.get(route.provider).record_result(result)
+            raise
+        health.observe(result)
+        gw.breakers.get(route.provider).record_result(result)
+        self._observe(provider, result)
+        return resp, result
+
+    async def _race(
+        self,
+        request: web.Request,
+        ctx: _Ctx,
+        route: Route,
+        queue: deque[Route],
+        hedger: Hedger,
+        obj: Mapping[str, Any],
+        wants_usage: bool,
+        tokens: float,
+        paced: list[ProviderState],
+    ) -> tuple[web.StreamResponse | None, CallResult]:
+        """The first attempt of a hedged alias; after the hedge delay without a first token (a complete
+        answer), the same request also goes to the next admissible route. First to claim wins (hedging.py)."""
+        gw = self.gw
+        racers: dict[asyncio.Task[Any], tuple[Route, bool]] = {}
+
+        def on_claim(task: asyncio.Task[Any]) -> None:
+            won, is_hedge = racers[task]
+            ctx.provider, ctx.route, ctx.hedged = gw.providers[won.provider], won, is_hedge
+
+        race = ctx.race = Race(on_claim)
+
+        def start(r: Route, is_hedge: bool) -> None:
+            task = asyncio.create_task(self._attempt(request, ctx, r, obj, wants_usage))
+            racers[task] = (r, is_hedge)
+            race.tasks.append(task)
+
+        ctx.provider, ctx.route = gw.providers[route.provider], route
+        start(route, False)
+        fired = False
+        last: CallResult | None = None
+        try:
+            delay = hedger.delay(gw.health.get(route.provider, route.model), stream=ctx.stream)
+            done, _ = await asyncio.wait(race.tasks, timeout=delay)
+            if not done and race.winner is None:
+                if not hedger.budget.can_hedge():
+                    hedger.count("no_budget")
+                else:
+                    nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)
+                    if nxt is None:
+                        hedger.count("no_route")
+                    else:
+                        hedger.budget.may_hedge()
+                        hedger.count("fired")
+                        fired = True
+                        start(nxt, True)
+            pending = set(race.tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task.cancelled():
+                        if task is race.winner:
+                            raise asyncio.CancelledError  # the winner's client went away
+                        continue  # lost the race
+                    resp, result = task.result()
+                    if resp is not None or last is None or last.error_class == "cancelled":
+                        last = result
+                    if resp is not None:
+                        if fired:
+                            hedger.count("won" if racers[task][1] else "lost")
+                        return resp, result
+            if fired:
+                hedger.count("failed")
+        finally:
+            await race.cancel_all()
+            ctx.race = None
+        if last is None:  # every racer was cancelled without a winner: only the client can have done that
+            raise asyncio.CancelledError
+        return None, last
 
     # -- attempts ---------------------------------------------------------------------------------
 
@@ -192,9 +347,11 @@ class Proxy:
         assert result is not None
         if not result.ok:
             return None, result
+        if ctx.race is not None and not ctx.race.claim():
+            raise asyncio.CancelledError  # another attempt won the race (it cancels this one first)
         ctx.status = 200
-        ctx.first_token_at = time.perf_counter()
-        headers = self._headers(ctx, time.perf_counter())
+        ctx.first_token_at = now = time.perf_counter()
+        headers = self._headers(ctx, now)
         return web.Response(body=body, content_type="application/json", headers=headers), result
 
     async def _attempt_stream(
@@ -222,6 +379,8 @@ class Proxy:
                                 await resp.write(b"".join(held))
                                 held.clear()
                         elif event.has_token:
+                            if ctx.race is not None and not ctx.race.claim():
+                                raise asyncio.CancelledError  # another attempt won the race
                             resp = await self._commit(request, ctx, held, event.raw, sent)
                             held.clear()
                         else:
@@ -230,10 +389,14 @@ class Proxy:
                         sent = event.t
                     elif isinstance(event, Done):
                         if resp is None:
+                            if ctx.race is not None and not ctx.race.claim():
+                                raise asyncio.CancelledError  # another attempt won the race
                             resp = await self._commit(request, ctx, held, b"", sent)
                             held.clear()
                         held.append(event.raw or DONE_FRAME)
-                        await resp.write(b"".join(held))
+                        # The stream is complete: the last frames and the end of the chunked body
+                        # leave in one write.
+                        await resp.write_eof(b"".join(held))
                         held.clear()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             raise asyncio.CancelledError from None  # the client went away while we wrote to it
@@ -270,7 +433,7 @@ class Proxy:
         ctx.upstream_s += now - sent
         ctx.first_token_at = now
         ctx.status = 200
-        resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **self._headers(ctx, now)})
+        resp = _SSEResponse(status=200, headers={**_SSE_HEADERS, **self._headers(ctx, now)})
         await resp.prepare(request)
         await resp.write(b"".join(held) + first)
         return resp
@@ -278,32 +441,46 @@ class Proxy:
     # -- bookkeeping ------------------------------------------------------------------------------
 
     def _headers(self, ctx: _Ctx, now: float) -> dict[str, str]:
-        return {
+        headers = {
             "x-request-id": ctx.request_id,
             "x-tailgate-provider": ctx.provider.name if ctx.provider else "",
             "x-tailgate-attempts": str(ctx.attempts),
             "x-tailgate-overhead-ms": f"{ctx.overhead_ms(now):.3f}",
         }
+        if ctx.hedged:
+            headers["x-tailgate-hedged"] = "1"
+        return headers
 
     def _observe(self, provider: ProviderState, result: CallResult) -> None:
         provider.observe(result)
-        self.gw.metrics.attempts.labels(provider.name, result.error_class or "ok").inc()
+        self.gw.metrics.attempt(provider.name, result.error_class or "ok").inc()
         if result.error_class == "rate_limited":
-            pause = min(MAX_PAUSE_S, result.retry_after_s if result.retry_after_s is not None else 1.0)
-            provider.paused_until = max(provider.paused_until, time.monotonic() + pause)
+            limit = self.gw.config.routing.pacing.max_pause
+            provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
     def _no_route(self, routes: list[Route], now: float, ctx: _Ctx) -> WireError:
         providers = [self.gw.providers[r.provider] for r in routes]
         paused = [p for p in providers if p.paused(now) and not p.drained]
         ctx.outcome = "no_route"
         if paused:
-            wait = min(p.paused_until for p in paused) - now
+            wait = min(p.admit_in(0.0, now) for p in paused)
             err = wire_errors.rate_limited(
                 f"Every provider for '{ctx.alias}' is rate limited right now. Retry after {wait:.1f}s."
             )
             err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
             return err
         return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
+
+    def _paced_out(self, paced: list[ProviderState], tokens: float, ctx: _Ctx) -> WireError:
+        """Every route was skipped by its pacer: a 429 of our own, Retry-After = the shortest wait."""
+        now = time.monotonic()
+        wait = min(p.admit_in(tokens, now) for p in paced)
+        ctx.outcome = "rate_limited"
+        err = wire_errors.rate_limited(
+            f"Every provider for '{ctx.alias}' is at its known rate limit right now. Retry after {wait:.1f}s."
+        )
+        err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
+        return err
 
     def _final_error(self, last: CallResult | None, ctx: _Ctx) -> WireError:
         if last is None:
@@ -336,9 +513,12 @@ class Proxy:
             headers["x-tailgate-provider"] = ctx.provider.name
         return error_response(err, headers)
 
-    def _record(self, ctx: _Ctx) -> None:
-        """One ledger row and the request metrics, for every request, whatever its outcome."""
-        gw, now = self.gw, time.perf_counter()
+    def _record(self, ctx: _Ctx, now: float) -> None:
+        """One ledger row and the request metrics, for every request, whatever its outcome.
+
+        ``now`` is the request's end (``time.perf_counter()``), taken when the handler finished.
+        """
+        gw = self.gw
         result, provider = ctx.result, ctx.provider
         served = ctx.status == 200 and result is not None
         prompt = result.prompt_tokens if result is not None else None
@@ -348,16 +528,18 @@ class Proxy:
         e2e_ms = (now - ctx.t0) * 1000.0
         overhead_ms = ctx.overhead_ms(ctx.first_token_at if ctx.first_token_at is not None else now)
         pname = provider.name if provider is not None else "-"
-        gw.metrics.requests.labels(ctx.alias, pname, ctx.outcome).inc()
+        gw.metrics.request(ctx.alias, pname, ctx.outcome).inc()
         if served and provider is not None:
-            gw.metrics.e2e.labels(ctx.alias, pname).observe(e2e_ms / 1000.0)
+            m = gw.metrics.served(ctx.alias, pname, provider.config.price.currency)
+            m.e2e.observe(e2e_ms / 1000.0)
             if ttft_ms is not None:
-                gw.metrics.ttft.labels(ctx.alias, pname).observe(ttft_ms / 1000.0)
-            gw.metrics.overhead.labels(ctx.alias).observe(overhead_ms / 1000.0)
-            gw.metrics.tokens.labels(pname, "input").inc(prompt or 0)
-            gw.metrics.tokens.labels(pname, "output").inc(output or 0)
+                m.ttft.observe(ttft_ms / 1000.0)
+            m.overhead.observe(overhead_ms / 1000.0)
+            m.input_tokens.inc(prompt or 0)
+            m.output_tokens.inc(output or 0)
             if cost is not None:
-                gw.metrics.cost.labels(pname, provider.config.price.currency).inc(cost)
+                m.cost.inc(cost)
+        gw.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms)  # per-minute aggregates
         if gw.trace is not None and ctx.alias in gw.aliases:
             gw.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
         if gw.ledger is not None:
@@ -394,3 +576,17 @@ def _error_outcome(err: WireError) -> str:
     if err.status == 429:
         return "rate_limited"
     return "bad_request" if err.status == 400 else f"http_{err.status}"
+
+
+def _drain(queue: deque[Route]) -> Iterator[Route]:
+    while queue:
+        yield queue.popleft()
+
+
+def _token_estimate(obj: Mapping[str, Any], body_bytes: int, endpoint: Endpoint, default_max_tokens: int) -> float:
+    """Tokens a request may use, for TPM pacing: the prompt ≈ body bytes / 4, plus the output it may produce
+    (``max_completion_tokens`` / ``max_tokens``, else ``routing.pacing.default_max_tokens``; none for embeddings)."""
+    if endpoint == "embeddings":
+        return body_bytes / 4
+    out = obj.get("max_completion_tokens") or obj.get("max_tokens")
+    return body_bytes / 4 + (out if isinstance(out, int) and out > 0 else default_max_tokens)

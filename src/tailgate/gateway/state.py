@@ -1,4 +1,4 @@
-"""Live per-provider state inside one gateway process: client pool, drain/pause flags, measured windows."""
+"""Live per-provider state inside one gateway process: client pool, drain/pause flags, pacer, measured windows."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailgate.config.resolve import ResolvedProvider
+from tailgate.config.schema import PacingConfig
+from tailgate.routing import Pacer
 from tailgate.stats import SlidingWindow
 from tailgate.upstream import CallResult, Endpoint, Timeouts, UpstreamClient
 
@@ -25,6 +27,14 @@ def endpoint_for(provider: ResolvedProvider) -> Endpoint:
     )
 
 
+def pacer_for(provider: ResolvedProvider, pacing: PacingConfig) -> Pacer:
+    """The provider's pacer: buckets at ``headroom`` × its known ``limits.rpm`` / ``tpm`` (none: unlimited)."""
+    limits = provider.limits
+    if not pacing.enabled:
+        return Pacer()
+    return Pacer(limits.rpm, limits.tpm, headroom=pacing.headroom, burst_s=pacing.burst, clock=time.monotonic)
+
+
 @dataclass
 class ProviderState:
     """One provider as this gateway sees it right now."""
@@ -37,13 +47,27 @@ class ProviderState:
     in_flight: int = 0
     ttft: SlidingWindow = field(default_factory=lambda: SlidingWindow(WINDOW_S, 12))
     e2e: SlidingWindow = field(default_factory=lambda: SlidingWindow(WINDOW_S, 12))
+    pacer: Pacer = field(default_factory=Pacer)
+    """RPM/TPM buckets from ``limits`` (see :func:`pacer_for`); unlimited by default."""
+    paced: int = 0
+    """Attempts this provider skipped because its pacer could not admit them now."""
 
     @property
     def name(self) -> str:
         return self.config.name
 
     def paused(self, now: float) -> bool:
-        return now < self.paused_until
+        return now < self.paused_until or now < self.pacer.paused_until
+
+    def pause(self, seconds: float, now: float | None = None) -> None:
+        """Keep new requests away for ``seconds`` (a 429's Retry-After); a longer pause in force stays."""
+        now = time.monotonic() if now is None else now
+        self.paused_until = max(self.paused_until, now + seconds)
+        self.pacer.pause_for(seconds)
+
+    def admit_in(self, tokens: float, now: float) -> float:
+        """Seconds until this provider could take a request of ``tokens`` (0.0: now)."""
+        return max(0.0, self.paused_until - now, self.pacer.available_in(tokens))
 
     def observe(self, result: CallResult) -> None:
         """Feed one finished attempt into the live windows (errors by class as counters)."""
@@ -77,7 +101,8 @@ class ProviderState:
             "preset": self.config.preset,
             "base_url": self.config.base_url,
             "state": state,
-            "paused_for_s": round(max(0.0, self.paused_until - now), 3),
+            "paused_for_s": round(max(0.0, self.paused_until - now, self.pacer.paused_until - now), 3),
+            "pacer": self.pacer.snapshot() | {"skipped": self.paced},
             "in_flight": self.in_flight,
             "window_s": WINDOW_S,
             "attempts": attempts,

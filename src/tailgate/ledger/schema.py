@@ -26,6 +26,38 @@ Schema version 1::
       cost              REAL                  in the provider's price currency
     indexes: requests_ts (ts), requests_provider_ts (provider, ts)
 
+Schema version 2 adds the monitor's tables (docs/monitor.md)::
+
+    samples                       one row per monitor probe (source = probe)
+      id                INTEGER PRIMARY KEY
+      ts                REAL    NOT NULL      wall-clock Unix seconds when the probe was sent
+      provider          TEXT    NOT NULL      provider name in the config
+      model             TEXT    NOT NULL      upstream model id
+      workload          TEXT    NOT NULL      short | long | accuracy
+      status            INTEGER               HTTP status; NULL when none arrived (connect error, timeout)
+      error_class       TEXT                  NULL = ok; else the measurement core's error class
+      ttft_ms           REAL
+      e2e_ms            REAL
+      output_tokens     INTEGER
+      tok_s             REAL                  (output_tokens - 1) / (E2E - TTFT); NULL when undefined
+      accuracy_ok       INTEGER               1 | 0 for graded accuracy tasks; NULL otherwise
+    indexes: samples_ts (ts), samples_pm_ts (provider, model, ts)
+
+    traffic_minutes               the gateway's passive per-minute aggregates (source = traffic)
+      minute            REAL    NOT NULL      Unix seconds, start of the minute
+      provider          TEXT    NOT NULL
+      model             TEXT    NOT NULL      upstream model id
+      requests          INTEGER NOT NULL
+      errors            INTEGER NOT NULL
+      output_tokens     INTEGER NOT NULL
+      tok_s_sum         REAL    NOT NULL      sum of per-request tok/s (mean = tok_s_sum / tok_s_n)
+      tok_s_n           INTEGER NOT NULL
+      ttft_hist         TEXT                  JSON of LatencyHistogram.to_dict(), milliseconds
+      e2e_hist          TEXT                  same, for E2E
+    index: traffic_minutes_pm (provider, model, minute)
+    Several gateway worker processes may each write a row for the same (minute, provider, model):
+    readers merge them (sum the counts, merge the histograms).
+
     schema_version                one row per applied migration
       version           INTEGER PRIMARY KEY
       applied_at        REAL    NOT NULL      Unix seconds
@@ -86,8 +118,46 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX requests_provider_ts ON requests (provider, ts)",
         ),
     ),
-    # Version 2 is the monitor's: its probe-sample table(s) go here as Migration(2, ...), indexed for
-    # "provider x model over the last 7 days". Retention (DELETE ... WHERE ts < ?) needs no migration.
+    Migration(
+        2,
+        "samples: the monitor's probes; traffic_minutes: the gateway's per-minute aggregates",
+        (
+            """
+            CREATE TABLE samples (
+                id            INTEGER PRIMARY KEY,
+                ts            REAL    NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                workload      TEXT    NOT NULL,
+                status        INTEGER,
+                error_class   TEXT,
+                ttft_ms       REAL,
+                e2e_ms        REAL,
+                output_tokens INTEGER,
+                tok_s         REAL,
+                accuracy_ok   INTEGER
+            )
+            """,
+            "CREATE INDEX samples_ts ON samples (ts)",
+            "CREATE INDEX samples_pm_ts ON samples (provider, model, ts)",
+            """
+            CREATE TABLE traffic_minutes (
+                minute        REAL    NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                requests      INTEGER NOT NULL,
+                errors        INTEGER NOT NULL,
+                output_tokens INTEGER NOT NULL,
+                tok_s_sum     REAL    NOT NULL,
+                tok_s_n       INTEGER NOT NULL,
+                ttft_hist     TEXT,
+                e2e_hist      TEXT
+            )
+            """,
+            "CREATE INDEX traffic_minutes_pm ON traffic_minutes (provider, model, minute)",
+        ),
+    ),
+    # Retention (DELETE ... WHERE ts < ?) needs no migration.
 )
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

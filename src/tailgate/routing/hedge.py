@@ -51,10 +51,14 @@ class HedgeBudget:
         """Count ``n`` client requests (not hedges)."""
         self._window.incr("requests", n)
 
+    def can_hedge(self) -> bool:
+        """Whether one more hedge would stay within the budget (counts nothing)."""
+        c = self._window.counters()
+        return c.get("hedges", 0) + 1 <= self.ratio * c.get("requests", 0)
+
     def may_hedge(self) -> bool:
         """True (and the hedge is counted) if one more hedge stays within the budget."""
-        c = self._window.counters()
-        if c.get("hedges", 0) + 1 <= self.ratio * c.get("requests", 0):
+        if self.can_hedge():
             self._window.incr("hedges")
             return True
         return False

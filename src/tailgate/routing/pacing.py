@@ -16,6 +16,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from tailgate.routing.ratelimit import TokenBucket
 
@@ -74,6 +75,9 @@ class Pacer:
             raise ValueError("headroom must be in (0, 1]")
         self._clock = clock
         self.paused_until = -math.inf
+        self.headroom = headroom
+        self.rpm_limit = rpm
+        self.tpm_limit = tpm
 
         def bucket(limit: float | None) -> TokenBucket | None:
             if limit is None:
@@ -107,6 +111,22 @@ class Pacer:
     @property
     def paused(self) -> bool:
         return self._clock() < self.paused_until
+
+    @property
+    def limited(self) -> bool:
+        """Whether any bucket is configured (an unlimited pacer only ever pauses)."""
+        return self.rpm is not None or self.tpm is not None
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-able view for ``/admin/providers``: limits as paced, what is left now, the pause."""
+        now = self._clock()
+        out: dict[str, Any] = {"paused_for_s": round(max(0.0, self.paused_until - now), 3)}
+        for name, bucket, limit in (("rpm", self.rpm, self.rpm_limit), ("tpm", self.tpm, self.tpm_limit)):
+            if bucket is None or limit is None:
+                out[name] = None
+            else:
+                out[name] = {"limit": limit, "paced_at": limit * self.headroom, "available": round(bucket.remaining, 3)}
+        return out
 
     def available_in(self, tokens_estimate: float = 0.0) -> float:
         """Seconds until ``try_acquire(tokens_estimate)`` could succeed (0.0 when it can now)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
@@ -130,6 +129,15 @@ class Call:
         self._token_chunks = 0
         self._prompt_tokens: int | None = None
         self._completion_tokens: int | None = None
+        # the read watchdog (see _read)
+        self._loop: asyncio.AbstractEventLoop  # set when the call starts
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._deadline: float | None = None
+        self._expiry_class: ErrorClass = "timeout_idle"
+        self._reader: aiohttp.StreamReader | None = None
+        self._sending: asyncio.Task[Any] | None = None
+        self._send_expired = False
 
     def __repr__(self) -> str:
         return f"Call({self.client.endpoint.name!r}, {self.path!r}, stream={self.stream}, result={self.result!r})"
@@ -213,25 +221,69 @@ class Call:
             headers["x-request-id"] = self.request_id
         return headers
 
+    # -- deadlines: one timer per call, not one per read -------------------------------------------
+
+    def _on_timer(self) -> None:
+        """The watchdog fired: expire the send or read in progress, or re-arm for a deadline that moved on."""
+        self._timer = None
+        reader, task, deadline = self._reader, self._sending, self._deadline
+        if deadline is None or (reader is None and task is None):
+            return  # nothing is waiting; the next read arms the timer again
+        if deadline > self._timer_at:
+            self._arm(deadline)  # the deadline moved on (idle) since the timer was set: wait for the new one
+        elif task is not None:
+            self._send_expired = True  # as asyncio.timeout does: cancel, then turn it into the expiry
+            task.cancel()
+        elif reader is not None:
+            reader.set_exception(_Expired(self._expiry_class))
+
+    def _arm(self, deadline: float) -> None:
+        self._timer_at = deadline
+        self._timer = self._loop.call_at(deadline, self._on_timer)
+
     async def _read(
         self, resp: aiohttp.ClientResponse, phase: float | None, phase_class: ErrorClass, total: float | None
     ) -> bytes:
-        """One read of the body, bounded by the phase deadline and the total deadline (loop time)."""
-        deadline = _min(phase, total)
+        """One read of the body, bounded by the phase deadline and the total deadline (loop time).
+
+        Data already buffered is taken without waiting. Otherwise the read waits on the call's one
+        watchdog timer (``loop.call_at``): it is re-armed only when the deadline moves earlier, and a
+        timer that fires early for a deadline that moved later re-arms itself. On expiry it fails the
+        waiting read with ``_Expired`` through the reader's ``set_exception`` (the response is then closed).
+        A fresh ``asyncio.timeout_at()`` per read cost a Timeout object, a timer handle and a task
+        cancellation path on every read; this costs a comparison.
+        """
+        content = resp.content
         try:
-            async with asyncio.timeout_at(deadline):
-                return await resp.content.readany()
-        except TimeoutError:
+            data = content.read_nowait()
+            if data or content.is_eof():
+                return data
             if total is not None and (phase is None or total <= phase):
-                raise _Expired("timeout_total") from None
-            raise _Expired(phase_class) from None
+                deadline: float | None = total
+                self._expiry_class = "timeout_total"
+            else:
+                deadline = phase
+                self._expiry_class = phase_class
+            if deadline is not None:
+                if self._loop.time() >= deadline:
+                    raise _Expired(self._expiry_class)
+                if self._timer is None or self._timer_at > deadline:
+                    if self._timer is not None:
+                        self._timer.cancel()
+                    self._arm(deadline)
+            self._deadline = deadline
+            self._reader = content
+            try:
+                return await content.readany()
+            finally:
+                self._reader = None
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             raise _Failed("cut", f"the upstream connection broke mid-response ({type(exc).__name__})") from None
 
     async def _run(self) -> AsyncGenerator[Event, None]:
         client, endpoint = self.client, self.client.endpoint
         limits = endpoint.timeouts
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         headers = self._request_headers()
         session = client.session
         resp: aiohttp.ClientResponse | None = None
@@ -250,13 +302,33 @@ class Call:
             waits = [s for s in (limits.headers, limits.first_token) if s is not None]
             headers_at = at(max(waits) if len(waits) == 2 else None)
         try:
+            # The send (pool, connect, request, headers) is bounded by the headers and total deadlines
+            # through the watchdog: on expiry it cancels this task and the cancellation becomes _Expired,
+            # exactly as asyncio.timeout_at() would (one timer for the whole call instead of one per phase).
+            total_first = total_at is not None and (headers_at is None or total_at <= headers_at)
+            deadline = total_at if total_first else headers_at
+            cancelling = 0
+            task: asyncio.Task[Any] | None = None
+            if deadline is not None:
+                task = asyncio.current_task(loop)  # with the loop: no getpid() system call
+                assert task is not None
+                cancelling = task.cancelling()
+                self._expiry_class = "timeout_total" if total_first else "timeout_headers"
+                self._deadline, self._sending = deadline, task
+                self._arm(deadline)
+            expired = False
             try:
-                async with asyncio.timeout_at(_min(headers_at, total_at)) as phase:
+                try:
                     resp = await session.post(endpoint.url(self.path), data=self._payload, headers=headers)
-            except TimeoutError as exc:
-                if phase.expired():
-                    total_first = total_at is not None and (headers_at is None or total_at <= headers_at)
-                    raise _Expired("timeout_total" if total_first else "timeout_headers") from None
+                finally:
+                    self._sending = None
+                    # Ours alone (no other cancel pending) if uncancel() brings it back to where it was.
+                    expired = task is not None and self._send_expired and task.uncancel() <= cancelling
+            except asyncio.CancelledError:
+                if expired:
+                    raise _Expired(self._expiry_class) from None
+                raise
+            except TimeoutError as exc:  # aiohttp's own connect timeout (sock_connect)
                 raise _Failed("connect", f"connect timed out ({type(exc).__name__})") from None
             except (aiohttp.ClientError, OSError) as exc:
                 raise _Failed("connect", f"{type(exc).__name__}: {exc}") from None
@@ -275,12 +347,13 @@ class Call:
 
             first_at = at(limits.first_token)
             if not self.stream:
-                body = bytearray()
+                chunks: list[bytes] = []
+                # Usually one read: the body arrived with the headers and is taken without waiting.
                 while data := await self._read(resp, _min(headers_at, first_at), "timeout_first_token", total_at):
-                    body += data
+                    chunks.append(data)
+                raw = b"".join(chunks)
                 t_end = _perf()
                 clean = True
-                raw = bytes(body)
                 try:
                     parsed = decode_body(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
@@ -300,12 +373,75 @@ class Call:
                 yield self.result
                 return
 
-            async with aclosing(self._stream(resp, first_at, total_at, loop)) as events:
-                async for event in events:
-                    yield event
-            clean = True
-            assert self.result is not None  # _stream sets it on success
-            yield self.result
+            # The stream, inline (one generator level fewer between the socket and the relay).
+            splitter = FrameSplitter()
+            decoder = SSEDecoder(strict=True)
+            idle = limits.idle
+            drop_usage = not self.client_wants_usage
+            read = self._read
+            while True:
+                if self._first is None:
+                    data = await read(resp, first_at, "timeout_first_token", total_at)
+                else:
+                    data = await read(resp, None if idle is None else loop.time() + idle, "timeout_idle", total_at)
+                now = _perf()
+                if not data:
+                    raise _Failed("cut", "the stream ended without [DONE]")
+                try:
+                    frames = splitter.feed(data)
+                except SSEProtocolError as exc:
+                    raise _Failed("malformed", f"bad SSE stream: {exc.problem}") from None
+                final = len(frames) - 1
+                for i, raw in enumerate(frames):
+                    last = i == final  # the relay writes once per upstream read, at its last frame
+                    payload: str | bytes
+                    event_name: str | None = None
+                    if (
+                        raw.startswith(b"data: ")
+                        and raw.endswith(b"\n\n")
+                        and raw.count(b"\n") == 2
+                        and b"\r" not in raw
+                    ):
+                        # The common case, one "data: {...}" line: no need for the full SSE field parser.
+                        payload = raw[6:-2]
+                    else:
+                        try:
+                            sse_events = decoder.feed(raw)
+                        except SSEProtocolError as exc:
+                            raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
+                        if not sse_events:  # a keep-alive comment or stray blank lines
+                            yield Chunk(now, raw, False, 0, last)
+                            continue
+                        payload, event_name = sse_events[0].data, sse_events[0].event
+                    done = payload.startswith(b"[DONE]") if isinstance(payload, bytes) else payload.startswith("[DONE]")
+                    if done:
+                        yield Done(now, raw)
+                        self.result = self._finish(None, end=now)
+                        await self._drain(resp, total_at, loop)
+                        clean = True
+                        yield self.result
+                        return
+                    try:
+                        frame = decode_frame(payload)
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        raise _Failed("malformed", "a stream chunk is not valid JSON") from None
+                    if frame.error or event_name == "error":
+                        yield Chunk(now, raw, False, 0, True)
+                        raise _Failed("stream_error", "the upstream sent an error event mid-stream")
+                    if frame.usage is not None:
+                        self._prompt_tokens = frame.usage.prompt_tokens
+                        self._completion_tokens = frame.usage.completion_tokens
+                        if drop_usage and frame.choices == []:
+                            continue  # the usage chunk we asked for on the client's behalf
+                    n = token_count(frame)
+                    if n:
+                        self._token_chunks += 1
+                        if self._last_token is None:
+                            self._first = now
+                        else:
+                            self._itl.append((now - self._last_token) * 1000.0)
+                        self._last_token = now
+                    yield Chunk(now, raw, n > 0, n, last)
         except _Expired as exc:
             self.result = self._finish(exc.error_class, detail=f"{exc.error_class} after {self._ms(_perf()):.0f} ms")
             yield self.result
@@ -317,6 +453,9 @@ class Call:
                 self.result = self._finish("cancelled", detail="the caller stopped the call")
             raise
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if resp is not None:
                 client.in_flight -= 1
                 if clean:
@@ -324,76 +463,16 @@ class Call:
                 else:
                     resp.close()  # mid-body: drop the connection, the upstream sees the client leave
 
-    async def _stream(
-        self, resp: aiohttp.ClientResponse, first_at: float | None, total_at: float | None, loop: Any
-    ) -> AsyncGenerator[Event, None]:
-        splitter = FrameSplitter()
-        decoder = SSEDecoder(strict=True)
-        idle = self.client.endpoint.timeouts.idle
-        drop_usage = not self.client_wants_usage
-        while True:
-            if self._first is None:
-                data = await self._read(resp, first_at, "timeout_first_token", total_at)
-            else:
-                data = await self._read(resp, None if idle is None else loop.time() + idle, "timeout_idle", total_at)
-            now = _perf()
-            if not data:
-                raise _Failed("cut", "the stream ended without [DONE]")
-            try:
-                frames = splitter.feed(data)
-            except SSEProtocolError as exc:
-                raise _Failed("malformed", f"bad SSE stream: {exc.problem}") from None
-            final = len(frames) - 1
-            for i, raw in enumerate(frames):
-                last = i == final  # the relay writes once per upstream read, at its last frame
-                payload: str | bytes
-                event_name: str | None = None
-                if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2 and b"\r" not in raw:
-                    # The common case, one "data: {...}" line: no need for the full SSE field parser.
-                    payload = raw[6:-2]
-                else:
-                    try:
-                        events = decoder.feed(raw)
-                    except SSEProtocolError as exc:
-                        raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
-                    if not events:  # a keep-alive comment or stray blank lines
-                        yield Chunk(now, raw, False, 0, last)
-                        continue
-                    payload, event_name = events[0].data, events[0].event
-                done = payload.startswith(b"[DONE]") if isinstance(payload, bytes) else payload.startswith("[DONE]")
-                if done:
-                    yield Done(now, raw)
-                    self.result = self._finish(None, end=now)
-                    await self._drain(resp, total_at, loop)
-                    return
-                try:
-                    frame = decode_frame(payload)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-                if frame.error or event_name == "error":
-                    yield Chunk(now, raw, False, 0, True)
-                    raise _Failed("stream_error", "the upstream sent an error event mid-stream")
-                if frame.usage is not None:
-                    self._prompt_tokens = frame.usage.prompt_tokens
-                    self._completion_tokens = frame.usage.completion_tokens
-                    if drop_usage and frame.choices == []:
-                        continue  # the usage chunk we asked for on the client's behalf
-                n = token_count(frame)
-                if n:
-                    self._token_chunks += 1
-                    if self._last_token is None:
-                        self._first = now
-                    else:
-                        self._itl.append((now - self._last_token) * 1000.0)
-                    self._last_token = now
-                yield Chunk(now, raw, n > 0, n, last)
-
     async def _drain(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> None:
         """Read to the end after [DONE] so the connection can be reused; a short, bounded wait."""
         idle = self.client.endpoint.timeouts.idle
-        deadline = _min(total_at, loop.time() + min(idle or 1.0, 1.0))
+        content = resp.content
         try:
-            async with asyncio.timeout_at(deadline):
+            while content.read_nowait():  # usually the end is already here: no timer needed
+                pass
+            if content.is_eof():
+                return
+            async with asyncio.timeout_at(_min(total_at, loop.time() + min(idle or 1.0, 1.0))):
                 while await resp.content.readany():
                     pass
         except (TimeoutError, aiohttp.ClientError, OSError):

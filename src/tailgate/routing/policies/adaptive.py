@@ -8,9 +8,13 @@ For each route (provider × upstream model), at most every ``recompute_s`` (1 s)
 - error factor: ``max(0, 1 - error_rate / error_rate_zero)`` (``error_rate_zero`` 0.5: 10 % faults →
   ×0.8, 50 % → ×0) over the same window, once it holds ``min_samples`` requests;
 - ``raw = f_latency × f_error``; no samples yet → ``raw = 1`` (the prior);
-- ``factor`` = a time-based EWMA of ``raw`` over the recomputations (``smoothing_tau_s`` 3 s): one bad
-  recomputation moves the factor by about ``1 - exp(-1/3)`` ≈ 28 % of the way, so a single slow window
-  does not swing the weights, while a lasting degradation is followed within a few seconds.
+- ``factor`` = a time-based exponential smoothing of ``raw`` over the recomputations, asymmetric: towards a
+  lower ``raw`` with time constant ``smoothing_down_tau_s`` (1 s: a recomputation moves it ``1 - exp(-1)``
+  ≈ 63 % of the way, so a lasting degradation is followed within 2–3 s), towards a higher one with
+  ``smoothing_tau_s`` (3 s: ≈ 28 % per second, a slow start). Distrust fast, trust slowly: a provider
+  that flaps is re-admitted slowly, so weights do not oscillate with it. Blips are filtered before
+  that: the P90 is over the 60 s window, so a burst of slow calls only counts once it is more than
+  10 % of the last minute's calls (and ``min_samples`` of them exist).
 
 Effective weight of a route with configured weight ``w > 0``, among the routes eligible for this request:
 
@@ -27,6 +31,7 @@ the fallbacks by effective weight).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +41,6 @@ from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import SLO, eligible, split_by_class, weighted_order
 from tailgate.routing.weighted import Route
-from tailgate.stats.ewma import EWMA
 
 __all__ = ["AdaptivePolicy", "health_factor"]
 
@@ -70,7 +74,8 @@ def health_factor(
 
 @dataclass(slots=True)
 class _Factor:
-    ewma: EWMA
+    value: float = 1.0
+    """The smoothed factor."""
     computed_at: float = float("-inf")
     raw: float = 1.0
     reason: str = "no samples yet (prior 1.0)"
@@ -94,6 +99,7 @@ class AdaptivePolicy:
         floor: float = 0.02,
         recompute_s: float = 1.0,
         smoothing_tau_s: float = 3.0,
+        smoothing_down_tau_s: float = 1.0,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -107,6 +113,7 @@ class AdaptivePolicy:
         self.floor = floor
         self.recompute_s = recompute_s
         self.smoothing_tau_s = smoothing_tau_s
+        self.smoothing_down_tau_s = smoothing_down_tau_s
         self._clock = clock or health.clock
         self._rng = rng or random.Random()
         self._factors: dict[tuple[str, str, str], _Factor] = {}
@@ -117,11 +124,14 @@ class AdaptivePolicy:
 
     def factor(self, route: Route) -> float:
         """The smoothed health factor of ``route`` (recomputed when older than ``recompute_s``)."""
+        return self._state(route, self._clock()).value
+
+    def _state(self, route: Route, now: float) -> _Factor:
         key = (route.alias, route.provider, route.model)
         st = self._factors.get(key)
         if st is None:
-            st = self._factors[key] = _Factor(EWMA(tau_s=self.smoothing_tau_s, clock=self._clock))
-        now = self._clock()
+            st = self._factors[key] = _Factor()
+            self._seen[key] = route
         if now - st.computed_at >= self.recompute_s:
             h = self.health.get(route.provider, route.model)
             n = h.requests
@@ -133,44 +143,69 @@ class AdaptivePolicy:
                 exponent=self.exponent,
                 error_rate_zero=self.error_rate_zero,
             )
-            st.ewma.update(st.raw)
+            if st.computed_at == float("-inf"):
+                st.value = st.raw
+            else:
+                tau = self.smoothing_down_tau_s if st.raw < st.value else self.smoothing_tau_s
+                keep = math.exp(-(now - st.computed_at) / tau)
+                st.value = st.value * keep + st.raw * (1.0 - keep)
             st.computed_at = now
-        return st.ewma.value
+        return st
+
+    def _effective(self, routes: Sequence[Route], now: float) -> list[tuple[float, _Factor | None, str]]:
+        """Per route (aligned with ``routes``, all eligible): (effective weight, factor state, why), where
+        why is ``fallback``, ``open``, ``half_open``, ``floor`` or ``factor``. The hot path: no strings built."""
+        total = 0.0
+        for r in routes:
+            if r.weight > 0:
+                total += r.weight
+        floor_w = self.floor * total
+        breakers = self.breakers
+        out: list[tuple[float, _Factor | None, str]] = []
+        for r in routes:
+            if r.weight <= 0:
+                out.append((0.0, None, "fallback"))
+                continue
+            st = self._state(r, now)
+            b = breakers.get(r.provider).state if breakers is not None else "closed"
+            if b == "open":
+                out.append((0.0, st, "open"))
+            elif b == "half_open":
+                out.append((floor_w, st, "half_open"))
+            elif r.weight * st.value < floor_w:
+                out.append((floor_w, st, "floor"))
+            else:
+                out.append((r.weight * st.value, st, "factor"))
+        return out
 
     def _weights(self, routes: Sequence[Route]) -> dict[Route, tuple[float, float, str]]:
         """route → (effective weight, smoothed factor, reason) among ``routes`` (all eligible)."""
-        total = sum(r.weight for r in routes if r.weight > 0)
-        floor_w = self.floor * total
         out: dict[Route, tuple[float, float, str]] = {}
-        for r in routes:
-            if r.weight <= 0:
-                out[r] = (0.0, 1.0, "weight 0: fallback only")
-                continue
-            f = self.factor(r)
-            reason = self._factors[(r.alias, r.provider, r.model)].reason
-            b = self.breakers.get(r.provider).state if self.breakers is not None else "closed"
-            if b == "open":
-                out[r] = (0.0, f, "breaker open")
-            elif b == "half_open":
-                out[r] = (floor_w, f, "breaker half-open: trial traffic at the floor")
-            elif r.weight * f < floor_w:
-                out[r] = (floor_w, f, f"{reason}; floor {self.floor:.0%}")
-            else:
-                out[r] = (r.weight * f, f, reason)
+        for r, (w, st, why) in zip(routes, self._effective(routes, self._clock()), strict=True):
+            f = st.value if st is not None else 1.0
+            reason = st.reason if st is not None else ""
+            if why == "fallback":
+                reason = "weight 0: fallback only"
+            elif why == "open":
+                reason = "breaker open"
+            elif why == "half_open":
+                reason = "breaker half-open: trial traffic at the floor"
+            elif why == "floor":
+                reason = f"{reason}; floor {self.floor:.0%}"
+            out[r] = (w, f, reason)
         return out
 
     def order(
         self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
     ) -> list[Route]:
         """Routes to try, best first (see the module docstring); open breakers and ``exclude`` left out."""
-        for r in routes:
-            self._seen[(r.alias, r.provider, r.model)] = r
         usable = eligible(routes, exclude, self.breakers)
-        weights = self._weights(usable)
+        eff = self._effective(usable, self._clock())
+        by_id = {id(r): e[0] for r, e in zip(usable, eff, strict=True)}
         preferred, rest = split_by_class(usable, traffic_class)
 
         def weight(r: Route) -> float:
-            return weights[r][0]
+            return by_id[id(r)]
 
         return weighted_order(preferred, weight, self._rng) + weighted_order(rest, weight, self._rng)
 

@@ -1,0 +1,362 @@
+"""The leaderboard: per provider × model numbers over a window, from probe samples and traffic minutes.
+
+Pure computation (``build``) over rows read from the store (``compute`` reads them). Every column is
+defined in docs/monitor.md; in short, over the window ``[now - window_s, now]``:
+
+* throughput (``tok_s_*``, ``snapshot_tok_s``, ``peak_trough``) from successful ``long`` probes, the
+  workload with ~200 output tokens (a short chat's handful of tokens makes a noisy rate). ``tok_s_avg``
+  is the mean of the per-request tok/s; ``tok_s_min``/``tok_s_max`` are the lowest/highest mean of a
+  time bucket (``window_s / 168``, at least 60 s: one hour for 7 days) so that one slow request is not
+  "the 7-day minimum"; ``peak_trough`` = max / min.
+* TTFT percentiles from every successful probe; E2E percentiles from successful ``long`` probes (the
+  same request everywhere, so providers compare). Percentiles are exact nearest-rank over the samples.
+* reliability = successes / attempts over every probe; accuracy = right / graded accuracy tasks.
+* ``traffic_*``: the gateway's passive numbers, merged from ``traffic_minutes`` (histogram percentiles:
+  within 1/4096 relative of exact, see tailgate.stats).
+
+Too few samples for a number to mean anything gives ``None`` and an entry in ``insufficient``
+(``{"ttft_p99_ms": "n<20"}``) instead of a misleading value; the minimums are in :data:`MINIMUMS`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypedDict
+
+from tailgate.ledger.samples import Sample, TrafficMinute, read_samples, read_traffic
+from tailgate.stats import LatencyHistogram
+
+__all__ = [
+    "MINIMUMS",
+    "SORTS",
+    "LeaderRow",
+    "Prior",
+    "ProviderInfo",
+    "bucket_seconds",
+    "build",
+    "compute",
+    "nearest_rank",
+    "recent_priors",
+]
+
+MINIMUMS: dict[str, int] = {
+    "p50": 5,  # P50 and P90 need at least 5 samples
+    "p90": 5,
+    "p99": 20,  # P99 of fewer than 20 samples is just the maximum
+    "rate": 5,  # reliability % and accuracy %: attempts / graded tasks
+    "tok_s": 3,  # the window's average tok/s
+    "buckets": 3,  # min / max / peak-trough: time buckets with a sample
+}
+"""Smallest sample counts for a number to be shown (else None + an ``insufficient`` note ``n<K``)."""
+
+THROUGHPUT_WORKLOAD = "long"
+BUCKETS_PER_WINDOW = 168  # 7 days / 168 = one hour
+
+
+def bucket_seconds(window_s: float) -> float:
+    """Width of the time buckets behind tok/s min/max: ``window_s / 168``, at least 60 s."""
+    return max(60.0, window_s / BUCKETS_PER_WINDOW)
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    """Exact nearest-rank percentile of ``values`` (sorted or not; non-empty), as tailgate.stats defines it."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered) * (1.0 - 1e-12)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    """What the config says about a provider (price per million tokens, max output length)."""
+
+    price_input: float | None = None
+    price_output: float | None = None
+    currency: str | None = None
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRow:
+    """One provider × model on the leaderboard; ``to_dict()`` is the JSON form (same keys)."""
+
+    provider: str
+    model: str
+    samples: int = 0
+    """Probe samples in the window, every workload, successes and failures."""
+    snapshot_tok_s: float | None = None
+    snapshot_ts: float | None = None
+    tok_s_avg: float | None = None
+    tok_s_min: float | None = None
+    tok_s_max: float | None = None
+    peak_trough: float | None = None
+    tok_s_n: int = 0
+    tok_s_buckets: int = 0
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    ttft_n: int = 0
+    e2e_p50_ms: float | None = None
+    e2e_p90_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    e2e_n: int = 0
+    reliability_pct: float | None = None
+    attempts: int = 0
+    accuracy_pct: float | None = None
+    accuracy_n: int = 0
+    price_input: float | None = None
+    price_output: float | None = None
+    currency: str | None = None
+    max_output_tokens: int | None = None
+    traffic_requests: int = 0
+    traffic_reliability_pct: float | None = None
+    traffic_tok_s_avg: float | None = None
+    traffic_ttft_p50_ms: float | None = None
+    traffic_ttft_p90_ms: float | None = None
+    traffic_ttft_p99_ms: float | None = None
+    traffic_e2e_p50_ms: float | None = None
+    traffic_e2e_p90_ms: float | None = None
+    traffic_e2e_p99_ms: float | None = None
+    insufficient: dict[str, str] = field(default_factory=dict)
+    """Column → why it is None (``"n<20"``): too few samples for the number to mean anything."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["insufficient"] = dict(self.insufficient)
+        return out
+
+
+SORTS: dict[str, tuple[str, bool]] = {
+    "p90": ("ttft_p90_ms", False),
+    "p50": ("ttft_p50_ms", False),
+    "p99": ("ttft_p99_ms", False),
+    "e2e_p90": ("e2e_p90_ms", False),
+    "e2e_p99": ("e2e_p99_ms", False),
+    "tok_s": ("tok_s_avg", True),
+    "min_tok_s": ("tok_s_min", True),
+    "snapshot": ("snapshot_tok_s", True),
+    "reliability": ("reliability_pct", True),
+    "accuracy": ("accuracy_pct", True),
+    "price": ("price_output", False),
+    "samples": ("samples", True),
+    "traffic_p90": ("traffic_ttft_p90_ms", False),
+}
+"""``--sort`` names → (column, descending). Missing values always sort last; ties by provider, model."""
+
+
+class _Cells:
+    """Collects a row's numbers and its insufficient-sample notes."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.insufficient: dict[str, str] = {}
+
+    def put(self, name: str, value: float | None, n: int, minimum: int) -> None:
+        if n < minimum or value is None:
+            self.values[name] = None
+            if n < minimum:
+                self.insufficient[name] = "n=0" if minimum == 1 else f"n<{minimum}"
+        else:
+            self.values[name] = value
+
+    def percentiles(self, prefix: str, values: list[float]) -> None:
+        n = len(values)
+        for q in (50, 90, 99):
+            minimum = MINIMUMS[f"p{q}"]
+            self.put(f"{prefix}_p{q}_ms", nearest_rank(values, q) if n >= minimum else None, n, minimum)
+
+    def histogram(self, prefix: str, hist: LatencyHistogram) -> None:
+        n = hist.count
+        for q in (50, 90, 99):
+            minimum = MINIMUMS[f"p{q}"]
+            self.put(f"{prefix}_p{q}_ms", hist.percentile(q) if n >= minimum else None, n, minimum)
+
+
+def _probe_cells(cells: _Cells, samples: list[Sample], since: float, bucket_s: float) -> None:
+    ok = [s for s in samples if s.ok]
+    rated = [s for s in ok if s.workload == THROUGHPUT_WORKLOAD and s.tok_s is not None]
+    cells.values["samples"] = len(samples)
+    cells.values["attempts"] = len(samples)
+    cells.put("reliability_pct", 100.0 * len(ok) / len(samples) if samples else None, len(samples), MINIMUMS["rate"])
+    graded = [s for s in samples if s.accuracy_ok is not None]
+    cells.values["accuracy_n"] = len(graded)
+    right = sum(1 for s in graded if s.accuracy_ok)
+    cells.put("accuracy_pct", 100.0 * right / len(graded) if graded else None, len(graded), MINIMUMS["rate"])
+
+    rates = [s.tok_s for s in rated if s.tok_s is not None]
+    cells.values["tok_s_n"] = len(rates)
+    if rated:
+        latest = max(rated, key=lambda s: s.ts)  # samples come oldest first; max keeps the first of equal ts
+        cells.values["snapshot_tok_s"], cells.values["snapshot_ts"] = latest.tok_s, latest.ts
+    else:
+        cells.put("snapshot_tok_s", None, 0, 1)
+        cells.values["snapshot_ts"] = None
+    cells.put("tok_s_avg", sum(rates) / len(rates) if rates else None, len(rates), MINIMUMS["tok_s"])
+    buckets: dict[int, list[float]] = defaultdict(list)
+    for s in rated:
+        assert s.tok_s is not None
+        buckets[int((s.ts - since) // bucket_s)].append(s.tok_s)
+    means = [sum(v) / len(v) for v in buckets.values()]
+    nb = len(means)
+    cells.values["tok_s_buckets"] = nb
+    lo, hi = (min(means), max(means)) if means else (None, None)
+    cells.put("tok_s_min", lo, nb, MINIMUMS["buckets"])
+    cells.put("tok_s_max", hi, nb, MINIMUMS["buckets"])
+    ratio = hi / lo if lo is not None and hi is not None and lo > 0 else None
+    cells.put("peak_trough", ratio, nb, MINIMUMS["buckets"])
+
+    ttft = [s.ttft_ms for s in ok if s.ttft_ms is not None]
+    e2e = [s.e2e_ms for s in ok if s.workload == THROUGHPUT_WORKLOAD and s.e2e_ms is not None]
+    cells.values["ttft_n"], cells.values["e2e_n"] = len(ttft), len(e2e)
+    cells.percentiles("ttft", ttft)
+    cells.percentiles("e2e", e2e)
+
+
+def _histogram(text: str | None) -> LatencyHistogram | None:
+    if not text:
+        return None
+    try:
+        return LatencyHistogram.from_dict(json.loads(text))
+    except ValueError:  # a damaged row must not take the leaderboard down; it only loses its latencies
+        return None
+
+
+def _traffic_cells(cells: _Cells, rows: list[TrafficMinute]) -> None:
+    requests = sum(r.requests for r in rows)
+    errors = sum(r.errors for r in rows)
+    n_rates = sum(r.tok_s_n for r in rows)
+    cells.values["traffic_requests"] = requests
+    reliability = 100.0 * (requests - errors) / requests if requests else None
+    cells.put("traffic_reliability_pct", reliability, requests, MINIMUMS["rate"])
+    avg = sum(r.tok_s_sum for r in rows) / n_rates if n_rates else None
+    cells.put("traffic_tok_s_avg", avg, n_rates, MINIMUMS["tok_s"])
+    ttft, e2e = LatencyHistogram(), LatencyHistogram()
+    for r in rows:
+        if (h := _histogram(r.ttft_hist)) is not None:
+            ttft.merge(h)
+        if (h := _histogram(r.e2e_hist)) is not None:
+            e2e.merge(h)
+    cells.histogram("traffic_ttft", ttft)
+    cells.histogram("traffic_e2e", e2e)
+
+
+def _sort_key(column: str, descending: bool) -> Any:
+    def key(row: LeaderRow) -> tuple[int, float, str, str]:
+        value = getattr(row, column)
+        if value is None:
+            return (1, 0.0, row.provider, row.model)
+        return (0, -float(value) if descending else float(value), row.provider, row.model)
+
+    return key
+
+
+def build(
+    samples: Iterable[Sample],
+    traffic: Iterable[TrafficMinute] = (),
+    *,
+    window_s: float,
+    now: float,
+    sort: str = "p90",
+    info: Mapping[str, ProviderInfo] | None = None,
+    pairs: Iterable[tuple[str, str]] = (),
+) -> list[LeaderRow]:
+    """Leaderboard rows from rows already read; rows outside ``[now - window_s, now]`` are ignored.
+
+    ``pairs`` adds provider × model rows that have no data yet (so a configured pair shows up as
+    "n<5" rather than missing); ``info`` fills price and max output length per provider.
+    """
+    if sort not in SORTS:
+        raise ValueError(f"unknown sort {sort!r}; choose from {', '.join(SORTS)}")
+    if window_s <= 0:
+        raise ValueError(f"window must be > 0 seconds, got {window_s}")
+    since = now - window_s
+    by_pair: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    for s in samples:
+        if since <= s.ts <= now:
+            by_pair[(s.provider, s.model)].append(s)
+    traffic_by_pair: dict[tuple[str, str], list[TrafficMinute]] = defaultdict(list)
+    for t in traffic:
+        if since <= t.minute <= now:
+            traffic_by_pair[(t.provider, t.model)].append(t)
+    keys = set(by_pair) | set(traffic_by_pair) | set(pairs)
+    info = info or {}
+    bucket_s = bucket_seconds(window_s)
+    rows: list[LeaderRow] = []
+    for provider, model in keys:
+        cells = _Cells()
+        _probe_cells(cells, by_pair.get((provider, model), []), since, bucket_s)
+        _traffic_cells(cells, traffic_by_pair.get((provider, model), []))
+        meta = info.get(provider, ProviderInfo())
+        rows.append(
+            LeaderRow(
+                provider=provider,
+                model=model,
+                price_input=meta.price_input,
+                price_output=meta.price_output,
+                currency=meta.currency,
+                max_output_tokens=meta.max_output_tokens,
+                insufficient=cells.insufficient,
+                **cells.values,
+            )
+        )
+    column, descending = SORTS[sort]
+    rows.sort(key=_sort_key(column, descending))
+    return rows
+
+
+def compute(
+    conn: sqlite3.Connection,
+    *,
+    window_s: float,
+    now: float,
+    model: str | None = None,
+    sort: str = "p90",
+    info: Mapping[str, ProviderInfo] | None = None,
+    pairs: Iterable[tuple[str, str]] = (),
+) -> list[LeaderRow]:
+    """Read the window's samples and traffic minutes from the store and build the leaderboard.
+
+    ``model`` keeps only that upstream model id (``pairs`` are filtered the same way).
+    """
+    since = now - window_s
+    samples = read_samples(conn, since=since, until=now, model=model)
+    traffic = read_traffic(conn, since=since, until=now, model=model)
+    wanted = [p for p in pairs if model is None or p[1] == model]
+    return build(samples, traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted)
+
+
+class Prior(TypedDict):
+    """What the monitor measured recently for one provider × model (None: too few samples)."""
+
+    ttft_p90_ms: float | None
+    e2e_p90_ms: float | None
+    error_rate: float | None
+    n: int
+
+
+def recent_priors(conn: sqlite3.Connection, window_s: float, now: float) -> dict[tuple[str, str], Prior]:
+    """Per (provider, upstream model): probe TTFT P90, ``long`` E2E P90 and error rate over the window.
+
+    For a router that wants to start from measured numbers instead of from nothing (docs/monitor.md).
+    ``n`` is the number of probes; a figure from fewer than ``MINIMUMS['p90']`` samples is None.
+    """
+    by_pair: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    for s in read_samples(conn, since=now - window_s, until=now):
+        by_pair[(s.provider, s.model)].append(s)
+    minimum = MINIMUMS["p90"]
+    out: dict[tuple[str, str], Prior] = {}
+    for pair, group in sorted(by_pair.items()):
+        ok = [s for s in group if s.ok]
+        ttft = [s.ttft_ms for s in ok if s.ttft_ms is not None]
+        e2e = [s.e2e_ms for s in ok if s.workload == THROUGHPUT_WORKLOAD and s.e2e_ms is not None]
+        out[pair] = Prior(
+            ttft_p90_ms=nearest_rank(ttft, 90) if len(ttft) >= minimum else None,
+            e2e_p90_ms=nearest_rank(e2e, 90) if len(e2e) >= minimum else None,
+            error_rate=(len(group) - len(ok)) / len(group) if len(group) >= MINIMUMS["rate"] else None,
+            n=len(group),
+        )
+    return out

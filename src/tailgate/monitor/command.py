@@ -1,0 +1,190 @@
+"""What ``tailgate monitor`` does, for the CLI: load the config, run rounds on a schedule, report.
+
+Exit codes: 0 after a clean stop (or a ``--once`` round in which at least one probe succeeded);
+1 when a ``--once`` round got no successful answer at all; 2 for a config or store problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tailgate.config.loader import ConfigError
+from tailgate.config.resolve import ResolvedProvider, load_resolved
+from tailgate.config.schema import GatewayConfig
+from tailgate.ledger.paths import default_db_path
+from tailgate.ledger.samples import SampleStore
+from tailgate.ledger.schema import SchemaError
+from tailgate.monitor.runner import Monitor, RoundReport, Target, targets_from_config
+from tailgate.monitor.schedule import Schedule
+from tailgate.monitor.workloads import WORKLOADS
+
+__all__ = ["MonitorOptions", "load_targets", "monitor_main", "round_table", "store_path"]
+
+log = logging.getLogger("tailgate.monitor")
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorOptions:
+    """``tailgate monitor`` flags, parsed."""
+
+    config: Path
+    db: Path | None = None
+    once: bool = False
+    interval_s: float = 60.0
+    jitter: float = 0.1
+    retention_s: float | None = 30 * 86400.0
+    concurrency: int = 2
+    workloads: tuple[str, ...] = WORKLOADS
+    serve: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8090
+
+    def db_path(self, config: GatewayConfig | None = None) -> Path:
+        """``--db``, else the config's ``ledger.path`` (where its gateway writes), else ``default_db_path()``."""
+        return store_path(self.db, config)
+
+
+def store_path(db: Path | None, config: GatewayConfig | None) -> Path:
+    """The store to use: an explicit path, else the gateway config's ``ledger.path``, else the default.
+
+    The same order the gateway follows for its ledger, so a monitor and a gateway run from one config
+    write one file (probes next to the gateway's traffic minutes).
+    """
+    if db is not None:
+        return db
+    if config is not None and config.ledger.path:
+        return Path(config.ledger.path).expanduser()
+    return default_db_path()
+
+
+def load_targets(path: Path) -> tuple[GatewayConfig, dict[str, ResolvedProvider], list[Target]]:
+    """The config, its providers and the provider × model pairs to probe; raises ConfigError."""
+    config, providers = load_resolved(path)
+    return config, providers, targets_from_config(config)
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def round_table(report: RoundReport) -> list[str]:
+    """The samples of one round as aligned text lines (for ``--once``)."""
+    header = ("provider", "model", "workload", "result", "TTFT ms", "E2E ms", "tokens", "tok/s", "right")
+    rows = [header]
+    for s in sorted(report.samples, key=lambda s: (s.provider, s.model, s.workload)):
+        result = "ok" if s.ok else f"{s.error_class}" + (f" ({s.status})" if s.status else "")
+        right = "-" if s.accuracy_ok is None else ("yes" if s.accuracy_ok else "no")
+        rows.append(
+            (
+                s.provider,
+                s.model,
+                s.workload,
+                result,
+                _fmt_ms(s.ttft_ms),
+                _fmt_ms(s.e2e_ms),
+                "-" if s.output_tokens is None else str(s.output_tokens),
+                "-" if s.tok_s is None else f"{s.tok_s:.1f}",
+                right,
+            )
+        )
+    for skip in report.skipped:
+        rows.append((skip.target.provider, skip.target.model, skip.workload, f"skipped: {skip.reason}", *"-" * 5))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo = print) -> int:
+    """Run ``tailgate monitor`` until ``stop`` is set (or one round with ``--once``); return the exit code."""
+    try:
+        config, providers, targets = load_targets(options.config)
+    except ConfigError as exc:
+        echo("error: invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+        return 2
+    if not targets:  # pragma: no cover - the schema requires at least one model with one route
+        echo(f"error: {options.config}: no provider × model pairs to probe (models.*.routes is empty)")
+        return 2
+    db_path = options.db_path(config)
+    store = SampleStore(db_path)
+    try:
+        await store.start()
+    except (OSError, sqlite3.Error, SchemaError) as exc:
+        echo(f"error: cannot open the store {db_path}: {exc}")
+        return 2
+    monitor = Monitor(
+        providers,
+        targets,
+        store,
+        workloads=options.workloads,
+        concurrency=options.concurrency,
+        max_pacing_wait_s=options.interval_s,
+        retention_s=options.retention_s,
+    )
+    runner = None
+    try:
+        if options.serve:
+            from tailgate.monitor.serve import DashboardUnavailable, build_app, start
+
+            try:
+                runner, url = await start(build_app(db_path), options.host, options.port)
+            except DashboardUnavailable as exc:
+                echo(f"error: --serve: {exc}")
+                return 2
+            except OSError as exc:
+                echo(f"error: --serve: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}")
+                return 2
+            echo(f"dashboard: {url}")
+        pairs = len(targets)
+        every = "once" if options.once else f"every {options.interval_s:g} s (jitter {options.jitter:.0%})"
+        echo(
+            f"probing {pairs} provider × model pair{'s' * (pairs != 1)} with {', '.join(options.workloads)} "
+            f"{every}; store {db_path}"
+        )
+        return await _loop(stop, options, monitor, echo)
+    finally:
+        await monitor.close()
+        await store.close()
+        if runner is not None:
+            await runner.cleanup()
+
+
+async def _loop(stop: asyncio.Event, options: MonitorOptions, monitor: Monitor, echo: Echo) -> int:
+    schedule = Schedule(options.interval_s, jitter=options.jitter)
+    index = 0
+    while not stop.is_set():
+        delay = schedule.delay()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            if stop.is_set():
+                break
+        round_task = asyncio.ensure_future(monitor.run_round(index))
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({round_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not round_task.done():  # stopped mid-round: the probes in flight are cancelled, nothing half-stored
+            round_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await round_task
+            break
+        report = round_task.result()
+        echo(report.summary())
+        if options.once:
+            for line in round_table(report):
+                echo(line)
+            if report.ok == 0:
+                echo("error: nothing could be probed: no probe got a successful answer (see the table above)")
+                return 1
+            if not report.stored:
+                echo(f"error: the samples could not be written to {monitor.store.path}")
+                return 1
+            return 0
+        index += 1
+    return 0

@@ -1,0 +1,232 @@
+"""One monitor round: every provider × model × workload probed once through the measurement core.
+
+Providers are probed side by side; within a provider at most ``concurrency`` probes are in flight, and
+each waits for the provider's pacer (``limits.rpm`` / ``limits.tpm`` from the config, shared by all its
+keys) — a probe that would wait longer than ``max_pacing_wait_s`` is skipped and reported, not sent.
+A 429 pauses that provider's probes for its ``Retry-After``. Every probe that was sent becomes one
+:class:`~tailgate.ledger.samples.Sample` (failures included: they are the reliability column).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tailgate.accuracy import grade
+from tailgate.config.resolve import ResolvedProvider
+from tailgate.config.schema import GatewayConfig
+from tailgate.ledger.samples import Sample, SampleStore, tok_s
+from tailgate.monitor.workloads import WORKLOADS, build_probe, content_text
+from tailgate.routing import Pacer
+from tailgate.upstream import Body, Chunk, Endpoint, Timeouts, UpstreamClient, call
+
+__all__ = ["Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
+
+log = logging.getLogger("tailgate.monitor")
+
+MAX_PAUSE_S = 300.0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Target:
+    """One provider × upstream model to probe."""
+
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A probe that was not sent, and why."""
+
+    target: Target
+    workload: str
+    reason: str
+
+
+@dataclass(slots=True)
+class RoundReport:
+    """What one round did."""
+
+    index: int
+    started_at: float
+    """Wall-clock Unix seconds."""
+    duration_s: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    pruned: int = 0
+    """Samples deleted by retention after the round."""
+    stored: bool = True
+    """False when the store could not write the round's samples (they are retried with the next round)."""
+
+    @property
+    def ok(self) -> int:
+        return sum(1 for s in self.samples if s.ok)
+
+    @property
+    def failed(self) -> int:
+        return len(self.samples) - self.ok
+
+    def errors(self) -> Counter[str]:
+        return Counter(s.error_class for s in self.samples if s.error_class is not None)
+
+    def summary(self) -> str:
+        """One progress line: probes, successes, failures by class, skips, time."""
+        parts = [f"round {self.index}: {len(self.samples)} probes, {self.ok} ok"]
+        if self.failed:
+            classes = ", ".join(f"{k} {v}" for k, v in sorted(self.errors().items()))
+            parts.append(f"{self.failed} failed ({classes})")
+        if self.skipped:
+            parts.append(f"{len(self.skipped)} skipped ({self.skipped[0].reason})")
+        if self.pruned:
+            parts.append(f"{self.pruned} old samples deleted")
+        if not self.stored:
+            parts.append("NOT STORED (database unwritable; retrying)")
+        return ", ".join(parts) + f" in {self.duration_s:.1f} s"
+
+
+def targets_from_config(config: GatewayConfig) -> list[Target]:
+    """Every distinct (provider, upstream model) pair the config's routes name, in config order."""
+    seen: dict[Target, None] = {}
+    for model in config.models.values():
+        for route in model.routes:
+            seen.setdefault(Target(route.provider, route.model), None)
+    return list(seen)
+
+
+def endpoint_for(provider: ResolvedProvider, *, max_total_s: float | None = None) -> Endpoint:
+    """The measurement core's endpoint for a configured provider (the gateway builds the same one).
+
+    ``max_total_s`` caps the provider's ``timeouts.total`` so one hung probe cannot hold a round.
+    """
+    t = provider.timeouts
+    total = t.total if max_total_s is None else min(t.total or max_total_s, max_total_s)
+    return Endpoint(
+        name=provider.name,
+        base_url=provider.base_url,
+        api_keys=provider.api_keys,
+        timeouts=Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=total),
+        max_connections=provider.limits.max_connections,
+        headers=dict(provider.headers),
+    )
+
+
+@dataclass(slots=True)
+class _Provider:
+    client: UpstreamClient
+    pacer: Pacer
+    slots: asyncio.Semaphore
+
+
+class Monitor:
+    """Probes ``targets`` round by round and stores every sample; ``await close()`` at the end.
+
+    ``wall`` is the wall clock stamped on samples (injectable for tests); pacing runs on the pacer's
+    monotonic clock. ``retention_s``: after each round, delete samples and traffic minutes older than that.
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, ResolvedProvider],
+        targets: Sequence[Target],
+        store: SampleStore,
+        *,
+        workloads: Sequence[str] = WORKLOADS,
+        concurrency: int = 2,
+        max_pacing_wait_s: float = 60.0,
+        probe_timeout_s: float = 120.0,
+        retention_s: float | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        unknown = [t.provider for t in targets if t.provider not in providers]
+        if unknown:
+            raise ValueError(f"targets name unknown providers: {', '.join(sorted(set(unknown)))}")
+        bad = [w for w in workloads if w not in WORKLOADS]
+        if bad or not workloads:
+            raise ValueError(f"unknown workloads {bad}; known: {', '.join(WORKLOADS)}")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.targets = list(targets)
+        self.workloads = tuple(workloads)
+        self.store = store
+        self.max_pacing_wait_s = max_pacing_wait_s
+        self.retention_s = retention_s
+        self._wall = wall
+        self._providers: dict[str, _Provider] = {}
+        for target in self.targets:
+            if target.provider in self._providers:
+                continue
+            resolved = providers[target.provider]
+            self._providers[target.provider] = _Provider(
+                client=UpstreamClient(endpoint_for(resolved, max_total_s=probe_timeout_s)),
+                pacer=Pacer(resolved.limits.rpm, resolved.limits.tpm),
+                slots=asyncio.Semaphore(concurrency),
+            )
+
+    async def close(self) -> None:
+        for p in self._providers.values():
+            await p.client.close()
+
+    async def run_round(self, index: int) -> RoundReport:
+        """Probe every target with every workload once, store the samples, apply retention."""
+        report = RoundReport(index=index, started_at=self._wall())
+        t0 = time.perf_counter()
+        jobs = [(target, workload) for workload in self.workloads for target in self.targets]
+        outcomes = await asyncio.gather(*(self._probe(t, w, index, report.started_at) for t, w in jobs))
+        for (target, workload), outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, Sample):
+                report.samples.append(outcome)
+                self.store.add(outcome)
+            else:
+                report.skipped.append(Skipped(target, workload, outcome))
+        report.stored = await self.store.flush()
+        if self.retention_s is not None:
+            try:
+                report.pruned, _ = await self.store.prune(self._wall() - self.retention_s)
+            except Exception as exc:  # retention failing must not stop probing; the next round retries
+                log.warning("monitor: retention delete failed: %r", exc)
+        report.duration_s = time.perf_counter() - t0
+        return report
+
+    async def _probe(self, target: Target, workload: str, index: int, round_wall: float) -> Sample | str:
+        state = self._providers[target.provider]
+        probe = build_probe(workload, index, round_wall)
+        async with state.slots:
+            waited = 0.0
+            while not state.pacer.try_acquire(probe.tokens_estimate):
+                wait = max(state.pacer.available_in(probe.tokens_estimate), 0.01)
+                if waited + wait > self.max_pacing_wait_s:
+                    return "paced: over the provider's limits for this round"
+                await asyncio.sleep(wait)
+                waited += wait
+            body = {**probe.body, "model": target.model}
+            text: list[str] = []
+            request_id = f"tailgate-monitor-{index}-{workload}"
+            async with call(
+                state.client, "/chat/completions", body, stream=True, client_wants_usage=True, request_id=request_id
+            ) as c:
+                async for event in c:
+                    if probe.task is not None and isinstance(event, Chunk | Body):
+                        text.append(content_text(event.raw))
+        result = c.result
+        assert result is not None  # a finished iteration always leaves the result
+        if result.status == 429 and result.retry_after_s:
+            state.pacer.pause_for(min(result.retry_after_s, MAX_PAUSE_S))
+        ok = result.error_class is None
+        return Sample(
+            ts=result.started_at,
+            provider=target.provider,
+            model=target.model,
+            workload=workload,
+            status=result.status,
+            error_class=result.error_class,
+            ttft_ms=result.ttft_ms,
+            e2e_ms=result.e2e_ms,
+            output_tokens=result.output_tokens if result.status is not None else None,
+            tok_s=tok_s(result.output_tokens, result.ttft_ms, result.e2e_ms) if ok else None,
+            accuracy_ok=grade(probe.task, "".join(text)) if probe.task is not None and ok else None,
+        )

@@ -1,0 +1,66 @@
+"""``tailgate monitor --serve``: the dashboard over the monitor's store, without a gateway.
+
+The dashboard itself lives in ``tailgate.dashboard`` (a lower layer shared with the gateway); this
+module only makes an aiohttp application, mounts it read-only (no live gateway state, no controls) and
+runs it on a TCP site beside the probe loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["DashboardUnavailable", "build_app", "start"]
+
+
+class DashboardUnavailable(RuntimeError):
+    """This tailgate has no ``tailgate.dashboard.mount``."""
+
+
+def _mount() -> Callable[..., Any]:
+    try:
+        module = importlib.import_module("tailgate.dashboard")
+        mount: Callable[..., Any] = module.mount
+    except (ImportError, AttributeError):
+        raise DashboardUnavailable("this tailgate has no dashboard (tailgate.dashboard.mount is missing)") from None
+    return mount
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _root(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/dashboard")
+
+
+def build_app(db_path: Path) -> web.Application:
+    """An application with ``/dashboard`` (and its JSON API) over ``db_path``, ``/healthz`` and ``/ → /dashboard``."""
+    mount = _mount()
+    app = web.Application()
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/", _root)
+    mount(app, db_path)
+    return app
+
+
+async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port); return the runner and the dashboard URL."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    server = site._server  # aiohttp exposes the bound port only here (port 0)
+    bound = port
+    if server is not None and getattr(server, "sockets", None):
+        bound = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"http://{shown}:{bound}/dashboard"

@@ -1,0 +1,261 @@
+"""From raw records to the comparison: per policy and phase, latency, errors, shares; cut-over times.
+
+Definitions (docs/scenarios.md):
+
+- A request belongs to the phase in which it was *meant to be sent* (open loop: its intended send time).
+- Client latency (TTFT, E2E) is the load generator's, through the measurement core: open loop, from the
+  intended send time (no coordinated omission).
+- Provider share: who served each request, from the gateway's ledger (``x-tailgate-provider``'s value).
+- A request *went to* a provider F when F served it, failed it, or it needed more than one attempt and
+  ended elsewhere (with two routes, the failed first attempt was F's).
+- Cut-over after a fault on F at T: the first request sent at or after T from which fewer than 1% of the
+  next :data:`WINDOW` requests went to F; the time is its send time − T. ``null``: never.
+- Re-admission after F recovers at T: the first request from which F's served share of the next
+  :data:`WINDOW` requests is at least half its share in the first phase.
+- Upstream counts come from the simulators' ground truth (``/sim/truth``): every request they received,
+  the gateway's retries, hedges and probes included.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tailgate.ledger import LedgerRow
+from tailgate.scenario.config import ScenarioConfig
+from tailgate.scenario.runner import PolicyRecord, Sample, UpstreamRecord
+from tailgate.stats import LatencyHistogram
+
+__all__ = ["WINDOW", "PhaseSpan", "analyze_run", "phases_of"]
+
+WINDOW = 200
+"""Requests per window for cut-over and re-admission (10 s at 20 req/s)."""
+CUTOVER_SHARE = 0.01
+READMIT_FRACTION = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpan:
+    name: str
+    start: float
+    end: float
+
+
+def phases_of(cfg: ScenarioConfig) -> list[PhaseSpan]:
+    """The phases of the timeline: the initial one, then one per step that names a phase."""
+    marks = [(0.0, cfg.initial_phase)] + [(s.at, s.phase) for s in cfg.steps if s.phase is not None]
+    out = []
+    for i, (start, name) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else cfg.load.duration
+        if end > start or i + 1 == len(marks):
+            out.append(PhaseSpan(name, start, end))
+    return out
+
+
+def _summary(h: LatencyHistogram) -> dict[str, Any]:
+    if h.count == 0:
+        return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None, "count": 0}
+    s = h.summary()
+    return {k: round(float(s[k]), 1) for k in ("p50", "p90", "p99", "max", "mean")} | {"count": h.count}
+
+
+def _client(samples: Sequence[Sample]) -> dict[str, Any]:
+    ttft, e2e = LatencyHistogram(), LatencyHistogram()
+    errors: dict[str, int] = {}
+    before = after = 0
+    for s in samples:
+        r = s.result
+        if r.ok:
+            if r.ttft_ms is not None:
+                ttft.record(r.ttft_ms + s.lag_ms)
+            if r.e2e_ms is not None:
+                e2e.record(r.e2e_ms + s.lag_ms)
+            continue
+        key = r.error_class or "other"
+        errors[key] = errors.get(key, 0) + 1
+        if r.ttft_ms is None:
+            before += 1
+        else:
+            after += 1
+    return {
+        "requests": len(samples),
+        "errors": before + after,
+        "failed_before_first_token": before,
+        "failed_after_first_token": after,
+        "errors_by_class": dict(sorted(errors.items())),
+        "ttft_ms": _summary(ttft),
+        "e2e_ms": _summary(e2e),
+    }
+
+
+def _served(rows: Sequence[LedgerRow], providers: Sequence[str]) -> dict[str, Any]:
+    counts = dict.fromkeys(providers, 0)
+    e2e = {p: LatencyHistogram() for p in providers}
+    none = fallbacks = 0
+    for row in rows:
+        if row.provider is None:
+            none += 1
+            continue
+        counts[row.provider] = counts.get(row.provider, 0) + 1
+        if row.attempts > 1:
+            fallbacks += 1
+        if row.status == 200 and row.e2e_ms is not None and row.provider in e2e:
+            e2e[row.provider].record(row.e2e_ms)
+    total = len(rows)
+    return {
+        "gateway_requests": total,
+        "share": {p: round(n / total, 4) if total else None for p, n in counts.items()},
+        "no_provider": none,
+        "multi_attempt": fallbacks,
+        "provider_e2e_ms": {p: _summary(h) for p, h in e2e.items()},
+    }
+
+
+def _upstream(records: Sequence[UpstreamRecord], providers: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, dict[str, int]] = {p: {"requests": 0, "rate_limited": 0, "errors": 0} for p in providers}
+    for u in records:
+        slot = out.setdefault(u.provider, {"requests": 0, "rate_limited": 0, "errors": 0})
+        slot["requests"] += 1
+        if u.status == 429:
+            slot["rate_limited"] += 1
+        if u.status != 200:
+            slot["errors"] += 1
+    return out
+
+
+def _went_to(row: LedgerRow, provider: str) -> bool:
+    return row.provider == provider or (row.attempts > 1 and row.provider is not None)
+
+
+def _first_window(times: Sequence[float], flags: Sequence[bool], start: float, end: float, ok: Any) -> float | None:
+    """Send time of the first request in [start, end) whose next WINDOW requests (within the span) pass ``ok``."""
+    lo = bisect.bisect_left(times, start)
+    hi = bisect.bisect_left(times, end)
+    if hi - lo < 1:
+        return None
+    prefix = [0]
+    for f in flags[lo:hi]:
+        prefix.append(prefix[-1] + int(f))
+    n = hi - lo
+    for i in range(n):
+        j = min(n, i + WINDOW)
+        if j - i < min(WINDOW, max(20, n // 4)):
+            return None  # too few requests left to judge
+        if ok((prefix[j] - prefix[i]) / (j - i)):
+            return times[lo + i]
+    return None
+
+
+def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float | None]) -> list[dict[str, Any]]:
+    rows = sorted(record.ledger, key=lambda r: r.ts)
+    times = [record.ledger_t(r) for r in rows]
+    steps = cfg.steps
+    out = []
+    for k, step in enumerate(steps):
+        if step.provider is None:
+            continue
+        provider = step.provider
+        nxt = next((s.at for s in steps[k + 1 :] if s.provider == provider), record.duration_s)
+        event: dict[str, Any] = {"at_s": round(step.at, 3), "provider": provider, "kind": step.kind}
+        if step.phase is not None:
+            event["phase"] = step.phase
+        if step.kind == "fault":
+            flags = [_went_to(r, provider) for r in rows]
+            t = _first_window(times, flags, step.at, nxt, lambda share: share < CUTOVER_SHARE)
+            event["cutover_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+        else:
+            base = baseline.get(provider)
+            flags = [r.provider == provider for r in rows]
+            if base:
+                goal = READMIT_FRACTION * base
+                t = _first_window(times, flags, step.at, nxt, lambda share, goal=goal: share >= goal)
+                event["readmit_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+            else:
+                event["readmit_s"] = None
+        out.append(event)
+    return out
+
+
+def _section(
+    samples: Sequence[Sample],
+    rows: Sequence[LedgerRow],
+    upstream: Sequence[UpstreamRecord],
+    providers: Sequence[str],
+) -> dict[str, Any]:
+    client = _client(samples)
+    up = _upstream(upstream, providers)
+    total_up = sum(v["requests"] for v in up.values())
+    limited = sum(v["rate_limited"] for v in up.values())
+    n = client["requests"]
+    return {
+        **client,
+        **_served(rows, providers),
+        "upstream": up,
+        "upstream_requests": total_up,
+        "upstream_rate_limited": limited,
+        "upstream_rate_limited_ratio": round(limited / n, 5) if n else None,
+        "extra_upstream_ratio": round(total_up / n - 1.0, 4) if n else None,
+    }
+
+
+def _between(items: Sequence[Any], times: Sequence[float], start: float, end: float) -> list[Any]:
+    return list(items[bisect.bisect_left(times, start) : bisect.bisect_left(times, end)])
+
+
+def _buckets(record: PolicyRecord, providers: Sequence[str], size: float) -> dict[str, Any]:
+    """Per time bucket: the share each provider served and the client's P99 E2E (for the charts)."""
+    n = max(1, int(record.duration_s / size + 0.999))
+    share: dict[str, list[float | None]] = {p: [None] * n for p in providers}
+    counts = [dict.fromkeys(providers, 0) for _ in range(n)]
+    for row in record.ledger:
+        b = int(record.ledger_t(row) / size)
+        if 0 <= b < n and row.provider in counts[b]:
+            counts[b][row.provider] += 1
+    for b, c in enumerate(counts):
+        total = sum(c.values())
+        for p in providers:
+            share[p][b] = round(c[p] / total, 4) if total else None
+    hists = [LatencyHistogram() for _ in range(n)]
+    for s in record.samples:
+        b = int(s.t / size)
+        if 0 <= b < n and s.result.ok and s.result.e2e_ms is not None:
+            hists[b].record(s.result.e2e_ms + s.lag_ms)
+    p99 = [round(h.percentile(99.0), 1) if h.count else None for h in hists]
+    return {"bucket_s": size, "share": share, "p99_e2e_ms": p99}
+
+
+def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
+    """The run object of the results document (schema in docs/scenarios.md)."""
+    providers = list(cfg.providers)
+    spans = phases_of(cfg)
+    s_times = [s.t for s in record.samples]
+    rows = sorted(record.ledger, key=lambda r: r.ts)
+    r_times = [record.ledger_t(r) for r in rows]
+    u_times = [u.t for u in record.upstream]
+    end = spans[-1].end if spans else record.duration_s
+    phases = []
+    for span in spans:
+        stop = end + 3600.0 if span is spans[-1] else span.end  # late arrivals belong to the last phase
+        section = _section(
+            _between(record.samples, s_times, span.start, stop),
+            _between(rows, r_times, span.start, stop),
+            _between(record.upstream, u_times, span.start, stop),
+            providers,
+        )
+        phases.append({"name": span.name, "start_s": round(span.start, 3), "end_s": round(span.end, 3), **section})
+    overall = _section(record.samples, rows, [u for u in record.upstream if u.t >= 0.0], providers)
+    baseline = phases[0]["share"] if phases else {}
+    bucket = max(0.5, round(record.duration_s / 60.0, 1))
+    return {
+        "name": record.run.label,
+        "policy": record.run.policy,
+        "hedge": None,
+        "stopped_early": record.stopped,
+        "overall": overall,
+        "phases": phases,
+        "events": _events(cfg, record, baseline),
+        "over_time": _buckets(record, providers, bucket),
+        "gateway_counters": dict(sorted(record.counters.items())),
+    }

@@ -1,0 +1,103 @@
+"""The ``tailgate scenario`` command's logic: load, run every policy with a live view, print, write."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tailgate.scenario.config import ScenarioConfig, load_scenario
+from tailgate.scenario.document import build_document, write_json
+from tailgate.scenario.report import render_html, render_markdown, rich_tables
+from tailgate.scenario.runner import LiveStatus, PolicyRecord, run_scenario
+
+__all__ = ["prepare", "run_command"]
+
+
+def prepare(path: Path, time_scale: float) -> ScenarioConfig:
+    """Load and scale a scenario (raises ConfigError with located messages)."""
+    return load_scenario(path).scaled(time_scale)
+
+
+def _write(doc: dict[str, Any], out: Path | None, html: Path | None, markdown: Path | None) -> list[Path]:
+    written = []
+    if out is not None:
+        write_json(doc, out)
+        written.append(out)
+    if html is not None:
+        html.write_text(render_html(doc), encoding="utf-8")
+        written.append(html)
+    if markdown is not None:
+        markdown.write_text(render_markdown(doc), encoding="utf-8")
+        written.append(markdown)
+    return written
+
+
+def _render(status: LiveStatus) -> Group:
+    table = Table("policy", "t", "phase", "sent", "done", "in flight", "errors", box=None)
+    phase = status.load
+    table.add_row(
+        f"{status.policy} ({status.index}/{status.total})",
+        f"{status.elapsed:5.1f}/{status.duration_s:g} s",
+        status.phase_name,
+        str(phase.sent if phase else 0),
+        str(phase.done if phase else 0),
+        str(phase.in_flight if phase else 0),
+        str(phase.errors if phase else 0),
+    )
+    return Group(table, *(Text(e, style="dim") for e in status.events[-4:]))
+
+
+async def run_command(
+    stop: asyncio.Event,
+    cfg: ScenarioConfig,
+    *,
+    source: str,
+    policies: Sequence[str] = (),
+    time_scale: float = 1.0,
+    out: Path | None = None,
+    html: Path | None = None,
+    markdown: Path | None = None,
+    console: Console | None = None,
+) -> int:
+    """Run the scenario; print the comparison; write the files asked for. Returns the exit code."""
+    console = console or Console(stderr=True)
+    runs = cfg.select(list(policies))
+    started = dt.datetime.now(dt.UTC)
+    status = LiveStatus()
+    name = cfg.name or Path(source).stem
+    console.print(
+        f"scenario [bold]{name}[/]: {len(runs)} polic{'y' if len(runs) == 1 else 'ies'} × "
+        f"{cfg.load.duration:g} s ({', '.join(r.label for r in runs)}); Ctrl-C stops cleanly"
+    )
+
+    def done(record: PolicyRecord) -> None:
+        console.print(f"done: {record.run.label} — {len(record.samples)} requests")
+
+    with Live(console=console, refresh_per_second=4, transient=True, get_renderable=lambda: _render(status)):
+        records = await run_scenario(cfg, runs, stop, status, on_done=done)
+    doc = build_document(
+        cfg,
+        records,
+        source=source,
+        time_scale=time_scale,
+        command=["tailgate", *sys.argv[1:]],
+        started_at=started,
+        planned=len(runs),
+    )
+    stdout = Console() if sys.stdout.isatty() else Console(width=240)
+    for table in rich_tables(doc):
+        stdout.print(table)
+    if doc["partial"]:
+        console.print("[yellow]stopped early: the results are partial[/]")
+    for written in await asyncio.to_thread(_write, doc, out, html, markdown):
+        console.print(f"wrote {written}")
+    return 130 if doc["partial"] and stop.is_set() else 0

@@ -1,0 +1,219 @@
+"""Showing a scenario's results: the comparison table (terminal, Markdown) and a self-contained HTML page.
+
+All three read the results document only (``tailgate.scenario/v1``), so a saved run renders the same.
+The HTML uses the load tester's inline-SVG charts (``tailgate.bench._svg``): no script, no URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from rich.table import Table
+
+from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, line_chart
+
+__all__ = ["comparison_rows", "event_rows", "render_html", "render_markdown", "rich_tables"]
+
+Doc = Mapping[str, Any]
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{float(v):,.0f}"
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100.0 * float(v):.1f}%"
+
+
+def _secs(v: Any) -> str:
+    return "never" if v is None else f"{float(v):.1f} s"
+
+
+def _providers(doc: Doc) -> list[str]:
+    return list((doc.get("scenario") or {}).get("providers") or {})
+
+
+def comparison_head(doc: Doc) -> list[str]:
+    head = ["policy", "phase", "req", "TTFT P50", "P90", "P99", "E2E P50", "P90", "P99", "errors (pre/post 1st tok)"]
+    head += [f"→{p}" for p in _providers(doc)]
+    return [*head, "upstream 429", "extra upstream"]
+
+
+def comparison_rows(doc: Doc) -> list[list[str]]:
+    """One row per policy × phase (and the whole run), latency in ms."""
+    rows = []
+    providers = _providers(doc)
+    for run in doc.get("runs") or []:
+        for ph in [*run["phases"], {"name": "all", **run["overall"]}]:
+            share = ph.get("share") or {}
+            rows.append(
+                [
+                    str(run["name"]),
+                    str(ph["name"]),
+                    str(ph["requests"]),
+                    _ms(ph["ttft_ms"]["p50"]),
+                    _ms(ph["ttft_ms"]["p90"]),
+                    _ms(ph["ttft_ms"]["p99"]),
+                    _ms(ph["e2e_ms"]["p50"]),
+                    _ms(ph["e2e_ms"]["p90"]),
+                    _ms(ph["e2e_ms"]["p99"]),
+                    f"{ph['errors']} ({ph['failed_before_first_token']}/{ph['failed_after_first_token']})",
+                    *[_pct(share.get(p)) for p in providers],
+                    str(ph["upstream_rate_limited"]),
+                    _pct(ph["extra_upstream_ratio"]),
+                ]
+            )
+    return rows
+
+
+def event_rows(doc: Doc) -> list[list[str]]:
+    """One row per policy × timeline event: cut-over after a fault, re-admission after a recovery."""
+    rows = []
+    for run in doc.get("runs") or []:
+        for ev in run["events"]:
+            if ev["kind"] == "fault":
+                what, value = "fault → cut-over (<1% of new traffic)", _secs(ev.get("cutover_s"))
+            else:
+                what, value = "recovery → re-admission (≥½ first-phase share)", _secs(ev.get("readmit_s"))
+            rows.append([str(run["name"]), f"{ev['at_s']:g} s", str(ev["provider"]), what, value])
+    return rows
+
+
+EVENT_HEAD = ["policy", "at", "provider", "event", "time"]
+
+
+def rich_tables(doc: Doc) -> list[Table]:
+    scenario = doc.get("scenario") or {}
+    title = f"scenario {scenario.get('name', '?')}: client latency (ms) per phase, share served per provider"
+    table = Table(*comparison_head(doc), title=title)
+    last = None
+    for row in comparison_rows(doc):
+        if last is not None and row[0] != last:
+            table.add_section()
+        last = row[0]
+        table.add_row(*row)
+    out = [table]
+    events = event_rows(doc)
+    if events:
+        ev = Table(*EVENT_HEAD, title="timeline events")
+        for row in events:
+            ev.add_row(*row)
+        out.append(ev)
+    return out
+
+
+def _md(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(doc: Doc) -> str:
+    """The comparison (and events) as Markdown tables, for docs."""
+    parts = [_md(comparison_head(doc), comparison_rows(doc))]
+    events = event_rows(doc)
+    if events:
+        parts.append(_md(EVENT_HEAD, events))
+    return "\n\n".join(parts) + "\n"
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1500px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.meta{color:#555;font-size:13px}.meta code{background:#f4f4f4;padding:1px 4px}
+.notes{background:#fff8e1;border-left:4px solid #f2b400;padding:6px 12px;margin:10px 0}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#f4f6f8}td.l{text-align:left}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{background:#fff;border:1px solid #e4e4e4}
+svg.chart text{font-size:11px;fill:#333}svg.chart text.title{font-size:13px;font-weight:600}
+svg.chart .axes line,svg.chart line.axes{stroke:#555}svg.chart .grid{stroke:#eee}
+"""
+
+
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=l' if i < left else ''}>{escape(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f'<div class="scroll"><table><tr>{th}</tr>{body}</table></div>'
+
+
+def _charts(doc: Doc) -> list[str]:
+    runs = list(doc.get("runs") or [])
+    providers = _providers(doc)
+    colors = {run["name"]: PALETTE[i % len(PALETTE)] for i, run in enumerate(runs)}
+    charts = []
+    phases = [p["name"] for p in (doc.get("scenario") or {}).get("phases") or []]
+    for metric in ("e2e_ms", "ttft_ms"):
+        series = [Bars(run["name"], [ph[metric]["p99"] for ph in run["phases"]], colors[run["name"]]) for run in runs]
+        label = "E2E" if metric == "e2e_ms" else "TTFT"
+        charts.append(bar_chart(f"p99-{metric}", f"P99 {label} per phase", phases, series, y_label="ms"))
+    lines = []
+    for run in runs:
+        ot = run["over_time"]
+        size = float(ot["bucket_s"])
+        pts = [(i * size, v) for i, v in enumerate(ot["p99_e2e_ms"])]
+        lines.append(Line(run["name"], pts, colors[run["name"]]))
+    charts.append(line_chart("p99-over-time", "client P99 E2E over time", lines, x_label="s", y_label="ms"))
+    for p in providers:
+        share_lines = []
+        for run in runs:
+            ot = run["over_time"]
+            size = float(ot["bucket_s"])
+            vals = ot["share"].get(p) or []
+            share_lines.append(
+                Line(
+                    run["name"],
+                    [(i * size, None if v is None else 100.0 * v) for i, v in enumerate(vals)],
+                    colors[run["name"]],
+                )
+            )
+        charts.append(
+            line_chart(f"share-{p}", f"share served by {p}", share_lines, x_label="s", y_label="%", y_max=100.0)
+        )
+    return charts
+
+
+def render_html(doc: Doc) -> str:
+    """One self-contained page: header, comparison table, events, charts."""
+    scenario = doc.get("scenario") or {}
+    name = str(scenario.get("name", "scenario"))
+    cmd = " ".join(str(c) for c in doc.get("command") or [])
+    meta = f"tailgate {doc.get('tailgate_version', '?')} · started {doc.get('started_at', '?')}"
+    parts = [f"<h1>tailgate scenario: {escape(name)}</h1>", f'<p class="meta">{escape(meta)}</p>']
+    if cmd:
+        parts.append(f'<p class="meta"><code>{escape(cmd)}</code></p>')
+    if scenario.get("description"):
+        parts.append(f"<p>{escape(str(scenario['description']))}</p>")
+    if doc.get("partial"):
+        parts.append('<div class="notes">Stopped early: partial results.</div>')
+    timeline = [
+        [f"{s.get('at', 0):g} s", str(s.get("phase", "")), str(s.get("provider", "")), _step_text(s)]
+        for s in scenario.get("timeline") or []
+    ]
+    parts.append("<h2>Timeline</h2>" + _html_table(["at", "phase", "provider", "action"], timeline, left=4))
+    parts.append("<h2>Comparison (client latency in ms)</h2>" + _html_table(comparison_head(doc), comparison_rows(doc)))
+    events = event_rows(doc)
+    if events:
+        parts.append("<h2>Cut-over and re-admission</h2>" + _html_table(EVENT_HEAD, events, left=4))
+    parts.append('<h2>Charts</h2><div class="charts">' + "\n".join(_charts(doc)) + "</div>")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        f"<title>{escape('tailgate scenario: ' + name)}</title>\n<style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(parts)
+        + "\n</body></html>\n"
+    )
+
+
+def _step_text(step: Mapping[str, Any]) -> str:
+    out = []
+    if step.get("clear"):
+        out.append("clear faults")
+    if step.get("set"):
+        out.append("set " + ", ".join(f"{k}={v}" for k, v in step["set"].items()))
+    return "; ".join(out) or "phase marker"

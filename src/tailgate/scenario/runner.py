@@ -1,0 +1,324 @@
+"""Run a scenario: per policy, fresh simulators + one gateway, the same load and timeline, raw records out.
+
+Everything runs in this process on one event loop, bound to 127.0.0.1 port 0: the simulators
+(``tailgate.sim``), a gateway (``tailgate.gateway``) with its ledger in a temporary directory, and the
+load tester's own generator (``tailgate.bench.loadgen``), which measures every request through the
+one measurement core. Faults are applied at their times through the simulator's fault API
+(``SimProvider.set_faults`` / ``clear_faults``, what ``POST`` / ``DELETE /sim/faults`` call).
+Policies run one after another, each against freshly started simulators with the same seeds, so
+each sees the same arrivals, classes and timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import SecretStr
+
+from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
+from tailgate.bench.results import RunRecorder
+from tailgate.bench.workload import LengthDist, RequestSpec, Workload
+from tailgate.config.resolve import resolve_providers
+from tailgate.config.schema import GatewayConfig, LedgerConfig
+from tailgate.gateway.app import Gateway
+from tailgate.ledger import LedgerRow, read_rows
+from tailgate.scenario.config import PolicyRun, ScenarioConfig, ScenarioStep
+from tailgate.sim.cluster import SimCluster
+from tailgate.sim.config import SimConfig
+from tailgate.upstream import CallResult, Endpoint, Timeouts, UpstreamClient
+
+__all__ = ["LiveStatus", "PolicyRecord", "Sample", "UpstreamRecord", "run_policy", "run_scenario"]
+
+log = logging.getLogger("tailgate.scenario")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One client request: its intended send time (seconds after the load started) and its result."""
+
+    t: float
+    result: CallResult
+    lag_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRecord:
+    """One request a simulator received (its ground truth): when (seconds after load start) and its status."""
+
+    t: float
+    provider: str
+    status: int
+
+
+@dataclass
+class PolicyRecord:
+    """Everything measured for one policy: client samples, the gateway's ledger, the simulators' truth."""
+
+    run: PolicyRun
+    duration_s: float
+    samples: list[Sample] = field(default_factory=list)
+    ledger: list[LedgerRow] = field(default_factory=list)
+    upstream: list[UpstreamRecord] = field(default_factory=list)
+    wall0: float = 0.0
+    stopped: bool = False
+    """Ctrl-C stopped this run before its end."""
+    counters: dict[str, float] = field(default_factory=dict)
+    """The gateway's own counters at the end (hedges, pacing, probes, breaker transitions, attempts)."""
+
+    def ledger_t(self, row: LedgerRow) -> float:
+        return row.ts - self.wall0
+
+
+@dataclass
+class LiveStatus:
+    """What the progress display shows; the runner updates it as it goes."""
+
+    policy: str = ""
+    index: int = 0
+    total: int = 0
+    duration_s: float = 0.0
+    started: float = 0.0
+    phase_name: str = ""
+    load: Phase | None = None
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started if self.started else 0.0
+
+
+class _ClassMixWorkload(Workload):
+    """The bench workload, with each request's traffic class drawn from the scenario's mix."""
+
+    def __init__(self, classes: dict[str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        total = sum(classes.values())
+        self._classes = [(name, share / total) for name, share in classes.items() if share > 0]
+        self._class_rng = random.Random(self.seed + 1)
+
+    def next(self) -> RequestSpec:
+        spec = super().next()
+        if not self._classes:
+            return spec
+        u, acc = self._class_rng.random(), 0.0
+        for name, share in self._classes:
+            acc += share
+            if u < acc:
+                return replace(spec, traffic_class=name)
+        return replace(spec, traffic_class=self._classes[-1][0])
+
+
+class _Capture(RunRecorder):
+    """A bench run recorder that also keeps every result (the scenario splits them by phase)."""
+
+    def __init__(self, base: RunRecorder, sink: list[tuple[CallResult, float]]) -> None:
+        super().__init__(base.target, base.load)
+        self._sink = sink
+
+    def add(
+        self,
+        result: CallResult,
+        *,
+        lag_ms: float = 0.0,
+        t_done: float | None = None,
+        accuracy: bool | None = None,
+    ) -> None:
+        super().add(result, lag_ms=lag_ms, t_done=t_done, accuracy=accuracy)
+        if result.error_class != "cancelled":
+            self._sink.append((result, lag_ms))
+
+
+_COUNTERS = frozenset(
+    {
+        "tailgate_hedges",
+        "tailgate_paced",
+        "tailgate_probes",
+        "tailgate_breaker_transitions",
+        "tailgate_upstream_attempts",
+    }
+)
+
+
+def _counters(gateway: Gateway) -> dict[str, float]:
+    """Non-zero ``*_total`` samples of the gateway counters that explain a run, keyed ``name{label=value,…}``."""
+    out: dict[str, float] = {}
+    for metric in gateway.metrics.registry.collect():
+        if metric.name not in _COUNTERS:
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_total") and sample.value:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}"] = sample.value
+    return out
+
+
+def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, ledger: Path) -> GatewayConfig:
+    """The scenario's gateway section, pointed at the simulators, with this run's policy and hedge."""
+    gw = cfg.gateway
+    providers = {}
+    for name, pc in gw.providers.items():
+        sim = cluster.providers[name]
+        keys = list(pc.api_keys) or [SecretStr(k) for k in sim.spec.api_keys[:1]] or [SecretStr(f"sk-scenario-{name}")]
+        providers[name] = pc.model_copy(update={"base_url": sim.url, "api_keys": keys})
+    hedge = cfg.hedge_of(run)
+    models = {
+        alias: m.model_copy(update={"policy": run.policy, **({"hedge": hedge} if alias == cfg.alias else {})})
+        for alias, m in gw.models.items()
+    }
+    routing = gw.routing.model_copy(update={"policy": run.policy})
+    return gw.model_copy(
+        update={
+            "providers": providers,
+            "models": models,
+            "routing": routing,
+            "ledger": LedgerConfig(enabled=True, path=str(ledger), flush_interval=0.2),
+            "trace": gw.trace.model_copy(update={"path": None}),
+        }
+    )
+
+
+async def _serve(gateway: Gateway) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+    return runner, f"http://127.0.0.1:{port}/v1"
+
+
+async def _timeline(cluster: SimCluster, steps: list[ScenarioStep], t0: float, status: LiveStatus) -> None:
+    for step in steps:
+        delay = t0 + step.at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if step.phase is not None:
+            status.phase_name = step.phase
+        if step.provider is not None:
+            provider = cluster.providers[step.provider]
+            if step.clear:
+                provider.clear_faults()
+            if step.set is not None:
+                provider.set_faults(step.set)
+            what = (
+                "clear"
+                if step.set is None
+                else ("clear + " if step.clear else "") + str(step.set.model_dump(exclude_unset=True))
+            )
+            status.events.append(f"{step.at:6.1f}s {step.provider}: {what}")
+
+
+async def run_policy(
+    cfg: ScenarioConfig, run: PolicyRun, stop: asyncio.Event, status: LiveStatus | None = None
+) -> PolicyRecord:
+    """One policy: start fresh simulators and a gateway, drive the load and the timeline, collect records."""
+    status = status or LiveStatus()
+    sim_cfg = SimConfig(seed=cfg.seed, time_scale=cfg.time_scale, truth_size=1_000_000, providers=cfg.providers)
+    record = PolicyRecord(run=run, duration_s=cfg.load.duration)
+    captured: list[tuple[CallResult, float]] = []
+    load = cfg.load
+    with tempfile.TemporaryDirectory(prefix="tailgate-scenario-") as tmp:
+        ledger_path = Path(tmp) / "ledger.db"
+        async with SimCluster(sim_cfg.specs(), host=sim_cfg.host) as cluster:
+            gw_cfg = _gateway_config(cfg, run, cluster, ledger_path)
+            gateway = Gateway(gw_cfg, resolve_providers(gw_cfg, "scenario gateway"), ledger_path=ledger_path)
+            await gateway.start()
+            runner: web.AppRunner | None = None
+            client: UpstreamClient | None = None
+            try:
+                runner, url = await _serve(gateway)
+                # The client waits as long as users would; the gateway's own timeouts decide failures.
+                timeouts = Timeouts(connect=5.0, headers=None, first_token=None, idle=None, total=None)
+                endpoint = Endpoint(
+                    name=run.label,
+                    base_url=url,
+                    api_keys=("sk-scenario-client",),
+                    timeouts=timeouts,
+                    max_connections=100_000,
+                )
+                client = UpstreamClient(endpoint)
+                workload = _ClassMixWorkload(
+                    load.classes,
+                    input_tokens=LengthDist(load.input_tokens),
+                    max_tokens=load.max_tokens,
+                    stream=load.stream,
+                    seed=cfg.seed,
+                )
+                gen = LoadGenerator([Target(run.label, client, cfg.alias)], workload, stop=stop)
+
+                def on_phase(phase: Phase) -> None:
+                    phase.recorders[:] = [_Capture(r, captured) for r in phase.recorders]
+                    status.load = phase
+
+                gen.on_phase = on_phase
+                status.policy, status.duration_s, status.phase_name = run.label, load.duration, cfg.initial_phase
+                status.events = []
+                record.wall0 = time.time()
+                t0 = status.started = time.perf_counter()
+                timeline = asyncio.create_task(_timeline(cluster, cfg.steps, t0, status))
+                try:
+                    bounds = Bounds(duration=load.duration, warmup=0.0)
+                    if load.rate is not None:
+                        await gen.open(
+                            load.rate, bounds, arrival=load.arrival, seed=cfg.seed, max_in_flight=load.max_in_flight
+                        )
+                    else:
+                        assert load.concurrency is not None
+                        await gen.closed(load.concurrency, bounds)
+                finally:
+                    timeline.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await timeline
+                record.stopped = stop.is_set()
+                record.counters = _counters(gateway)
+                for p in cluster.providers.values():
+                    record.upstream += [
+                        UpstreamRecord(r.received_at - record.wall0, p.name, r.status) for r in p.truth.records()
+                    ]
+            finally:
+                if client is not None:
+                    await client.close()
+                if runner is not None:
+                    await runner.cleanup()
+                await gateway.close()
+        if ledger_path.exists():
+            record.ledger = read_rows(ledger_path)
+    record.upstream.sort(key=lambda u: u.t)
+    for result, lag_ms in captured:
+        intended = result.started_at - lag_ms / 1000.0 - record.wall0
+        record.samples.append(Sample(intended, result, lag_ms))
+    record.samples.sort(key=lambda s: s.t)
+    return record
+
+
+async def run_scenario(
+    cfg: ScenarioConfig,
+    runs: list[PolicyRun],
+    stop: asyncio.Event,
+    status: LiveStatus | None = None,
+    on_done: Callable[[PolicyRecord], None] | None = None,
+) -> list[PolicyRecord]:
+    """Every policy in turn (stops early on ``stop``); returns the records of the runs that started."""
+    status = status or LiveStatus()
+    out = []
+    status.total = len(runs)
+    for i, run in enumerate(runs):
+        if stop.is_set():
+            break
+        status.index = i + 1
+        record = await run_policy(cfg, run, stop, status)
+        out.append(record)
+        if on_done is not None:
+            on_done(record)
+    return out

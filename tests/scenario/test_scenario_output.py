@@ -1,0 +1,105 @@
+"""`tailgate scenario --out/--html/--markdown`: the JSON schema (docs/scenarios.md) and the offline report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tailgate.cli import main
+from tailgate.scenario import SCHEMA, check_document
+
+TINY = """
+name: tiny
+providers:
+  a: {preset: instant}
+  b: {preset: instant}
+gateway:
+  models:
+    m:
+      routes:
+        - {provider: a, model: m, weight: 80}
+        - {provider: b, model: m, weight: 20, classes: [batch]}
+timeline:
+  - {at: 1s, phase: outage, provider: a, set: {outage: true}}
+  - {at: 2s, phase: back, provider: a, clear: true}
+load: {rate: 50, arrival: constant, duration: 3s, classes: {interactive: 80%, batch: 20%}, max_tokens: 8}
+policies: [weighted, {name: adaptive-hedged, policy: adaptive, hedge: {after: 200ms, budget: 5%}}]
+"""
+
+PHASE_KEYS = {
+    "name",
+    "start_s",
+    "end_s",
+    "requests",
+    "errors",
+    "failed_before_first_token",
+    "failed_after_first_token",
+    "errors_by_class",
+    "ttft_ms",
+    "e2e_ms",
+    "gateway_requests",
+    "share",
+    "no_provider",
+    "multi_attempt",
+    "provider_e2e_ms",
+    "upstream",
+    "upstream_requests",
+    "upstream_rate_limited",
+    "upstream_rate_limited_ratio",
+    "extra_upstream_ratio",
+}
+
+
+def test_outputs_follow_the_documented_schema(tmp_path: Path) -> None:
+    """One short run writes a tailgate.scenario/v1 JSON, a script-free HTML page and Markdown tables."""
+    src = tmp_path / "tiny.yaml"
+    src.write_text(TINY, encoding="utf-8")
+    out, html, md = tmp_path / "r.json", tmp_path / "r.html", tmp_path / "r.md"
+    args = ["scenario", str(src), "--out", str(out), "--html", str(html), "--markdown", str(md)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    doc = check_document(json.loads(out.read_text(encoding="utf-8")))
+    assert doc["schema"] == SCHEMA == "tailgate.scenario/v1"
+    assert doc["partial"] is False
+    scenario = doc["scenario"]
+    assert [p["name"] for p in scenario["phases"]] == ["healthy", "outage", "back"]
+    assert scenario["timeline"][0] == {
+        "at": 1.0,
+        "kind": "fault",
+        "phase": "outage",
+        "provider": "a",
+        "set": {"outage": True},
+    }
+    assert scenario["alias"] == "m"
+    assert [r["name"] for r in doc["runs"]] == ["weighted", "adaptive-hedged"]
+    assert doc["runs"][0]["hedge"] is None
+    assert doc["runs"][1]["hedge"] == {"after": 0.2, "budget": 0.05}
+    for run in doc["runs"]:
+        assert run["policy"] in ("weighted", "adaptive")
+        assert run["overall"]["requests"] == 150  # 50/s for 3 s, the same schedule for every policy
+        assert set(run["overall"]) == PHASE_KEYS - {"name", "start_s", "end_s"}
+        for phase in run["phases"]:
+            assert set(phase) == PHASE_KEYS
+            assert set(phase["ttft_ms"]) == {"p50", "p90", "p99", "max", "mean", "count"}
+            assert set(phase["share"]) == {"a", "b"}
+        healthy = run["phases"][0]
+        assert healthy["share"]["a"] > 0.5
+        assert healthy["upstream"]["a"]["requests"] > 0
+        kinds = [(e["kind"], e["provider"]) for e in run["events"]]
+        assert kinds == [("fault", "a"), ("recovery", "a")]
+        assert "cutover_s" in run["events"][0]
+        assert "readmit_s" in run["events"][1]
+        assert any(k.startswith("tailgate_upstream_attempts_total{") for k in run["gateway_counters"])
+        over = run["over_time"]
+        assert set(over) == {"bucket_s", "share", "p99_e2e_ms"}
+        assert len(over["share"]["a"]) == len(over["p99_e2e_ms"])
+    page = html.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script" not in page
+    assert "src=" not in page
+    assert page.count('<svg class="chart"') >= 4
+    table = md.read_text(encoding="utf-8")
+    assert table.startswith("| policy | phase | req |")
+    assert "| adaptive-hedged | outage |" in table
