@@ -55,6 +55,25 @@ def test_a_good_file_loads_with_defaults(tmp_path: Path) -> None:
     assert cfg.alias == "m"
 
 
+def test_policy_entries_set_hedge_and_pacing(tmp_path: Path) -> None:
+    """An entry may turn hedging on (or off with false) and pacing off; names must be unique."""
+    text = GOOD + (
+        "policies: [weighted, {name: hedged, policy: adaptive, hedge: {after: p95}},"
+        " {name: plain, policy: adaptive, hedge: false, pacing: false}]\n"
+    )
+    path = tmp_path / "s.yaml"
+    path.write_text(text, encoding="utf-8")
+    cfg = load_scenario(path)
+    hedged, plain = cfg.policies[1], cfg.policies[2]
+    assert cfg.hedge_of(hedged) is not None
+    assert cfg.hedge_of(plain) is None
+    assert plain.pacing is False
+    problems = _load(tmp_path, GOOD + "policies: [adaptive, {policy: adaptive, hedge: {after: 1s}}]\n")
+    assert problems == [
+        f"{tmp_path / 's.yaml'}:13: policies[1]: another entry has this name; give 'name' (got 'adaptive')"
+    ]
+
+
 def test_unknown_timeline_provider_names_file_line_and_path(tmp_path: Path) -> None:
     """A step naming a provider that is not simulated points at that step's line."""
     problems = _load(tmp_path, GOOD.replace("phase: slow, provider: primary", "phase: slow, provider: primry"))

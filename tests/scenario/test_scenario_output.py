@@ -78,6 +78,7 @@ def test_outputs_follow_the_documented_schema(tmp_path: Path) -> None:
     assert doc["runs"][1]["hedge"] == {"after": 0.2, "budget": 0.05}
     for run in doc["runs"]:
         assert run["policy"] in ("weighted", "adaptive")
+        assert run["pacing"] is True
         assert run["overall"]["requests"] == 150  # 50/s for 3 s, the same schedule for every policy
         assert set(run["overall"]) == PHASE_KEYS - {"name", "start_s", "end_s"}
         for phase in run["phases"]:

@@ -122,6 +122,18 @@ class PacingConfig(_Strict):
     """Longest pause a 429's Retry-After / x-ratelimit-reset-* can impose."""
 
 
+class ShedConfig(_Strict):
+    """Load shedding by traffic class: under pressure ``batch`` is refused first (a 429 with Retry-After).
+
+    Pressure = requests in flight in this gateway process ÷ ``max_in_flight``; unset: never shed.
+    """
+
+    max_in_flight: Annotated[int, Field(ge=1)] | None = None
+    thresholds: dict[Name, Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: {"batch": 0.8})
+    """Pressure at which a class is shed (batch at 80 %); other classes only at 100 %."""
+    retry_after: PositiveSeconds = 1.0
+
+
 class BreakerSettings(_Strict):
     """Circuit breaker numbers (one breaker per provider); docs/routing.md explains each."""
 
@@ -168,6 +180,7 @@ class RoutingConfig(_Strict):
     hedge: HedgeConfig | None = None
     probes: ProbesConfig = Field(default_factory=ProbesConfig)
     pacing: PacingConfig = Field(default_factory=PacingConfig)
+    shed: ShedConfig = Field(default_factory=ShedConfig)
 
 
 class ModelConfig(_Strict):

@@ -100,6 +100,12 @@ class Gateway:
             ["provider"],
             registry=self.metrics.registry,
         )
+        self.shed_total = Counter(
+            "tailgate_shed",
+            "Requests refused by load shedding (routing.shed), by alias and traffic class.",
+            ["alias", "traffic_class"],
+            registry=self.metrics.registry,
+        )
         hedges = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)

@@ -32,7 +32,7 @@ from aiohttp import web
 from tailgate._aiohttp import error_response
 from tailgate.gateway.hedging import Race
 from tailgate.ledger import LedgerRow
-from tailgate.routing import Route
+from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
@@ -112,6 +112,8 @@ class Proxy:
         # Request ids: 128 random bits as 32 hex digits, like uuid4().hex, without a getrandom() system
         # call and a UUID object per request. Ids need to be unique, not secret; seeded per process.
         self._ids = random.Random(os.urandom(32))
+        self.in_flight = 0
+        """Requests in this process between arrival and their handler's end (load shedding's pressure)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop serving this app (an aiohttp app runs in one); asking each time costs a getpid() call."""
 
@@ -132,6 +134,7 @@ class Proxy:
             endpoint=endpoint,
         )
         ctx.traffic_class = request.headers.get("x-tailgate-class") or None
+        self.in_flight += 1
         try:
             response = await self._serve(request, ctx)
         except WireError as err:
@@ -141,6 +144,8 @@ class Proxy:
             ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
             self._record(ctx, time.perf_counter())
             raise
+        finally:
+            self.in_flight -= 1
         if response.prepared:
             self._record(ctx, time.perf_counter())  # a stream: already sent to its end
         else:
@@ -170,6 +175,11 @@ class Proxy:
         if routes is None:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
+        shed = gw.config.routing.shed
+        if shed.max_in_flight is not None:
+            pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
+            if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
+                raise self._shed(ctx, pressure)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(options is not None and options.include_usage)
@@ -470,6 +480,19 @@ class Proxy:
             err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
             return err
         return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
+
+    def _shed(self, ctx: _Ctx, pressure: float) -> WireError:
+        """Load shedding (``routing.shed``): a 429 with Retry-After; batch goes first (docs/routing.md)."""
+        shed = self.gw.config.routing.shed
+        ctx.outcome = "shed"
+        self.gw.shed_total.labels(ctx.alias, ctx.traffic_class or "").inc()
+        who = f"'{ctx.traffic_class}' traffic" if ctx.traffic_class else "traffic"
+        err = wire_errors.rate_limited(
+            f"The gateway is shedding {who}: {self.in_flight - 1} requests in flight, {pressure:.0%} of "
+            f"routing.shed.max_in_flight ({shed.max_in_flight}). Retry after {shed.retry_after:g}s."
+        )
+        err.headers = {"Retry-After": str(max(1, math.ceil(shed.retry_after)))}
+        return err
 
     def _paced_out(self, paced: list[ProviderState], tokens: float, ctx: _Ctx) -> WireError:
         """Every route was skipped by its pacer: a 429 of our own, Retry-After = the shortest wait."""

@@ -252,6 +252,7 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
         "name": record.run.label,
         "policy": record.run.policy,
         "hedge": None,
+        "pacing": record.run.pacing if record.run.pacing is not None else cfg.gateway.routing.pacing.enabled,
         "stopped_early": record.stopped,
         "overall": overall,
         "phases": phases,

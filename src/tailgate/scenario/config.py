@@ -118,6 +118,8 @@ class PolicyRun(_Strict):
     hedge: HedgeConfig | Literal[False] | None = None
     """``models.<alias>.hedge`` for this run (e.g. ``{after: p95, budget: 5%}``); ``false``: hedging off;
     unset: whatever the gateway section says."""
+    pacing: bool | None = None
+    """``routing.pacing.enabled`` for this run (``false``: no pacing below known limits, only pauses on 429s)."""
 
     @property
     def label(self) -> str:

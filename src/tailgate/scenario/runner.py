@@ -176,6 +176,8 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
         for alias, m in gw.models.items()
     }
     routing = gw.routing.model_copy(update={"policy": run.policy})
+    if run.pacing is not None:
+        routing = routing.model_copy(update={"pacing": routing.pacing.model_copy(update={"enabled": run.pacing})})
     return gw.model_copy(
         update={
             "providers": providers,

@@ -27,6 +27,11 @@ Effective weight of a route with configured weight ``w > 0``, among the routes e
 Routes of weight 0 stay pure fallbacks (last). The order is drawn like ``WeightedPolicy``'s: class
 preference first, then a weighted random order by effective weight (first pick ∝ effective weight, then
 the fallbacks by effective weight).
+
+The ``interactive`` class (``x-tailgate-class: interactive``), when no route lists it, prefers the
+fastest healthy route instead: routes whose effective weight comes from their factor (not the floor, not a
+half-open trial) go first by ascending P90 TTFT (routes without ``min_samples`` yet after the measured
+ones), the rest follow in the weighted order. Latency-tolerant ``batch`` work keeps the weights.
 """
 
 from __future__ import annotations
@@ -207,7 +212,20 @@ class AdaptivePolicy:
         def weight(r: Route) -> float:
             return by_id[id(r)]
 
-        return weighted_order(preferred, weight, self._rng) + weighted_order(rest, weight, self._rng)
+        first = weighted_order(preferred, weight, self._rng)
+        if traffic_class == "interactive" and not rest:  # every route may serve it: fastest first
+            healthy = {id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor"}
+            inf = float("inf")
+
+            def speed(r: Route) -> float:
+                if id(r) not in healthy:
+                    return inf
+                p90 = self.health.get(r.provider, r.model).p90_s("ttft", min_samples=self.min_samples)
+                return p90 if p90 is not None else inf
+
+            first.sort(key=speed)  # stable: ties and unmeasured routes keep the weighted order
+            return first
+        return first + weighted_order(rest, weight, self._rng)
 
     def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]:
         """provider → configured weight, effective weight, smoothed factor, raw factor, reason, breaker."""

@@ -1,0 +1,100 @@
+"""Traffic classes under pressure: batch is shed first (routing.shed), interactive goes to the fastest route."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from conftest import GatewayHandle, SimFactory, two_provider_config
+from tailgate.ledger import read_rows
+from tailgate.routing import SLO, AdaptivePolicy, BreakerConfig, BreakerRegistry, HealthRegistry, Route
+from tailgate.upstream.events import CallResult
+
+GwFactory = Callable[..., Awaitable[GatewayHandle]]
+MSG = [{"role": "user", "content": "hi"}]
+
+
+async def test_batch_is_shed_first_and_other_classes_only_at_capacity(
+    sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]
+) -> None:
+    """max_in_flight 4, batch at 50 %: with two slow streams in flight a batch request gets a 429 with
+    Retry-After (and a ledger row with outcome 'shed'), an untagged one is served; at 4 in flight both shed."""
+    a = await sim("instant", models=("up-primary",), faults={"slow_drip_s": 0.4})
+    b = await sim("instant", models=("up-secondary",), faults={"slow_drip_s": 0.4})
+    config = two_provider_config(a.url, b.url, routing={"shed": {"max_in_flight": 4, "thresholds": {"batch": 0.5}}})
+    gw = await gateway(config)
+    client = oai(gw.url)
+
+    async def slow() -> None:
+        stream = await client.chat.completions.create(model="deepseek-v3.2", messages=MSG, max_tokens=4, stream=True)
+        async for _ in stream:
+            pass
+
+    async with aiohttp.ClientSession() as session:
+
+        async def post(cls: str | None) -> tuple[int, dict[str, str], bytes]:
+            headers = {"x-tailgate-class": cls} if cls else {}
+            body = {"model": "deepseek-v3.2", "messages": MSG, "max_tokens": 1}
+            async with session.post(f"{gw.url}/chat/completions", json=body, headers=headers) as resp:
+                return resp.status, dict(resp.headers), await resp.read()
+
+        holders = [asyncio.create_task(slow()) for _ in range(2)]
+        await asyncio.sleep(0.2)  # both streams are in flight (each takes > 1 s)
+        status, headers, body = await post("batch")
+        assert status == 429, body
+        assert headers["Retry-After"] == "1"
+        assert b"shedding 'batch' traffic" in body
+        assert b"routing.shed.max_in_flight" in body
+        status, _, body = await post(None)
+        assert status == 200, body
+        holders += [asyncio.create_task(slow()) for _ in range(2)]
+        await asyncio.sleep(0.2)  # four in flight: pressure 1.0
+        status, _, body = await post(None)
+        assert status == 429, body
+        await asyncio.gather(*holders)
+        status, _, body = await post("batch")  # pressure gone: served again
+        assert status == 200, body
+        async with session.get(f"{gw.root_url}/metrics") as resp:
+            metrics = await resp.text()
+    assert 'tailgate_shed_total{alias="deepseek-v3.2",traffic_class="batch"} 1.0' in metrics
+    await gw.stop()
+    rows = read_rows(gw.gateway.ledger.path)
+    shed = [r for r in rows if r.outcome == "shed"]
+    assert [(r.status, r.traffic_class, r.provider) for r in shed] == [(429, "batch", None), (429, None, None)]
+
+
+def test_interactive_prefers_the_fastest_healthy_route() -> None:
+    """Both routes within the SLO: untagged traffic follows the 80/20 weights, interactive always starts at
+    the faster one; once the fast one's breaker is open, interactive goes to the other."""
+    t = [1000.0]
+    health = HealthRegistry(clock=lambda: t[0])
+    breakers = BreakerRegistry(BreakerConfig(consecutive_failures=2), clock=lambda: t[0])
+    policy = AdaptivePolicy(health, breakers=breakers, slo=SLO(2.0, 6.0), clock=lambda: t[0], rng=random.Random(3))
+    a, b = Route("m", "a", "ma", 80), Route("m", "b", "mb", 20)
+    for _ in range(20):
+        health.get("a", "ma").observe(CallResult(200, None, 0.0, True, ttft_ms=900, e2e_ms=1800, output_tokens=5))
+        health.get("b", "mb").observe(CallResult(200, None, 0.0, True, ttft_ms=300, e2e_ms=900, output_tokens=5))
+    firsts = [policy.order([a, b])[0].provider for _ in range(2000)]
+    assert 0.75 < firsts.count("a") / 2000 < 0.85  # untagged: the weights
+    assert all(policy.order([a, b], "interactive")[0].provider == "b" for _ in range(200))
+    assert [r.provider for r in policy.order([a, b], "interactive")] == ["b", "a"]
+    for _ in range(2):
+        breakers.get("b").record_result(CallResult(None, "connect", 0.0, True))
+    assert breakers.get("b").state == "open"
+    assert [r.provider for r in policy.order([a, b], "interactive")] == ["a"]
+
+
+def test_shed_config_errors_name_the_field() -> None:
+    """A bad shed setting is a config error naming its path, not a silent default."""
+    from tailgate.config.loader import ConfigError, validate_data
+    from tailgate.config.schema import GatewayConfig
+
+    url = "http://127.0.0.1:9/v1"
+    config = two_provider_config(url, url, routing={"shed": {"max_in_flight": 0}})
+    with pytest.raises(ConfigError, match=r"routing\.shed\.max_in_flight"):
+        validate_data(config, GatewayConfig, "gw.yaml")
