@@ -74,6 +74,11 @@ async def test_breaker_opens_on_a_failing_provider_and_stops_attempts(sim: SimFa
     primary = next(p for p in admin["providers"] if p["name"] == "primary")
     assert primary["breaker"]["state"] == "open"
     assert 'tailgate_breaker_transitions_total{provider="primary",state="open"} 1.0' in metrics
+    # scrape-time gauges: the open breaker (2) and the primary's effective weight 0, the secondary's 20
+    assert 'tailgate_breaker_state{provider="primary"} 2.0' in metrics
+    assert 'tailgate_breaker_state{provider="secondary"} 0.0' in metrics
+    assert 'tailgate_effective_weight{alias="deepseek-v3.2",provider="primary"} 0.0' in metrics
+    assert 'tailgate_effective_weight{alias="deepseek-v3.2",provider="secondary"} 20.0' in metrics
 
 
 async def test_adaptive_cuts_over_within_seconds_of_a_degradation(sim: SimFactory, gateway: GwFactory) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.gateway.auth import unauthorized_admin
-from tailgate.routing import Route
+from tailgate.routing import Policy, Route
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -43,8 +43,7 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
         weights_by_provider: dict[str, dict[str, Any]] = {}
         for alias, routes in gw.aliases.items():
             policy = gw.policy_for(alias)
-            explain = getattr(policy, "explain", None)
-            weights = explain(routes) if explain is not None else _static_weights(routes)
+            weights = route_weights(policy, routes)
             hedger = gw.hedgers.get(alias)
             routing[alias] = {
                 "policy": policy.name,
@@ -105,6 +104,12 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
     app.router.add_get("/admin/providers", providers)
     app.router.add_post("/admin/providers/{name}/drain", drain)
     app.router.add_post("/admin/providers/{name}/enable", enable)
+
+
+def route_weights(policy: Policy, routes: Sequence[Route]) -> dict[str, dict[str, Any]]:
+    """provider → explain entry (configured and effective weight, factor, reason) under ``policy``."""
+    explain = getattr(policy, "explain", None)
+    return explain(routes) if explain is not None else _static_weights(routes)
 
 
 def _static_weights(routes: Sequence[Route]) -> dict[str, dict[str, Any]]:

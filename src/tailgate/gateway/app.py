@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 from aiohttp import web
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.admin import add_admin_routes
+from tailgate.gateway.admin import add_admin_routes, route_weights
 from tailgate.gateway.auth import KeyRing
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.metrics import GatewayMetrics
@@ -41,6 +41,9 @@ from tailgate.upstream import UpstreamClient
 from tailgate.wire.errors import WireError
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway", object)  # type: ignore[arg-type]
+
+
+_BREAKER_CODE = {"closed": 0, "half_open": 1, "open": 2}
 
 
 class BindRefused(Exception):
@@ -104,6 +107,18 @@ class Gateway:
             "tailgate_shed",
             "Requests refused by load shedding (routing.shed), by alias and traffic class.",
             ["alias", "traffic_class"],
+            registry=self.metrics.registry,
+        )
+        self.effective_weight = Gauge(
+            "tailgate_effective_weight",
+            "A route's effective weight under its alias's policy (configured weight x health factor), at scrape.",
+            ["alias", "provider"],
+            registry=self.metrics.registry,
+        )
+        self.breaker_state = Gauge(
+            "tailgate_breaker_state",
+            "Circuit breaker state per provider at scrape: 0 closed, 1 half-open, 2 open.",
+            ["provider"],
             registry=self.metrics.registry,
         )
         hedges = hedge_counter(self.metrics.registry)
@@ -238,8 +253,7 @@ class Gateway:
             routing = {}
             for alias, routes in self.aliases.items():
                 policy = self.policy_for(alias)
-                explain = getattr(policy, "explain", None)
-                routing[alias] = {"policy": policy.name, "weights": explain(routes) if explain is not None else None}
+                routing[alias] = {"policy": policy.name, "weights": route_weights(policy, routes)}
             aliases = {
                 alias: [{"provider": r.provider, "model": r.model, "weight": r.weight} for r in routes]
                 for alias, routes in self.aliases.items()
@@ -283,4 +297,8 @@ class Gateway:
     async def _metrics(self, request: web.Request) -> web.Response:
         for name, p in self.providers.items():
             self.metrics.in_flight.labels(name).set(p.in_flight)
+            self.breaker_state.labels(name).set(_BREAKER_CODE[self.breakers.get(name).state])
+        for alias, routes in self.aliases.items():
+            for provider, w in route_weights(self.policy_for(alias), routes).items():
+                self.effective_weight.labels(alias, provider).set(w["effective_weight"])
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
