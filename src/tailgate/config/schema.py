@@ -157,10 +157,10 @@ class BreakerSettings(_Strict):
 class AdaptiveSettings(_Strict):
     """The ``adaptive`` policy's numbers (docs/routing.md explains each and why the defaults)."""
 
-    floor: Annotated[float, Field(ge=0, le=1)] = 0.02
-    """Least share (of the alias's total weight) a degraded but closed-breaker route keeps."""
+    floor: Annotated[float, Field(ge=0, le=1)] = 0.01
+    """Least share of the alias's traffic a degraded but closed-breaker route keeps (its recovery shows)."""
     min_samples: Annotated[int, Field(ge=1)] = 10
-    exponent: Annotated[float, Field(gt=0)] = 2.0
+    exponent: Annotated[float, Field(gt=0)] = 4.0
     error_rate_zero: Annotated[float, Field(gt=0, le=1)] = 0.5
     """The fault rate at which the error factor reaches 0."""
     recompute: PositiveSeconds = 1.0

@@ -21,7 +21,7 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -242,22 +242,24 @@ class Proxy:
         gw = self.gw
         provider = gw.providers[route.provider]
         health = gw.health.get(route.provider, route.model)
-        health.begin()
+        handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
         if ctx.race is None:
             ctx.provider, ctx.route = provider, route
         payload = {**obj, "model": route.model}
         try:
             if ctx.stream:
-                resp, result = await self._attempt_stream(request, ctx, provider, payload, wants_usage)
+                resp, result = await self._attempt_stream(
+                    request, ctx, provider, payload, wants_usage, lambda: health.first_token(handle)
+                )
             else:
                 resp, result = await self._attempt_unary(ctx, provider, payload)
         except asyncio.CancelledError:
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
-            health.observe(result)
+            health.observe(result, handle=handle)
             gw.breakers.get(route.provider).record_result(result)
             raise
-        health.observe(result)
+        health.observe(result, handle=handle)
         gw.breakers.get(route.provider).record_result(result)
         self._observe(provider, result)
         return resp, result
@@ -365,7 +367,13 @@ class Proxy:
         return web.Response(body=body, content_type="application/json", headers=headers), result
 
     async def _attempt_stream(
-        self, request: web.Request, ctx: _Ctx, provider: ProviderState, payload: Mapping[str, Any], wants_usage: bool
+        self,
+        request: web.Request,
+        ctx: _Ctx,
+        provider: ProviderState,
+        payload: Mapping[str, Any],
+        wants_usage: bool,
+        on_first_token: Callable[[], None],
     ) -> tuple[web.StreamResponse | None, CallResult]:
         held: list[bytes] = []
         resp: web.StreamResponse | None = None
@@ -389,6 +397,7 @@ class Proxy:
                                 await resp.write(b"".join(held))
                                 held.clear()
                         elif event.has_token:
+                            on_first_token()
                             if ctx.race is not None and not ctx.race.claim():
                                 raise asyncio.CancelledError  # another attempt won the race
                             resp = await self._commit(request, ctx, held, event.raw, sent)

@@ -12,6 +12,12 @@
 - an in-flight count (``begin()`` when an attempt is sent, ``observe()`` when it ends) and two
   peak-EWMA latency estimates (TTFT and E2E, time constant 30 s as in Helicone's balancer) for the
   least-latency policy.
+- the attempts still **waiting** for their first token (a stream) or their answer (non-stream), with
+  their send times: ``begin()`` returns a handle, ``first_token(handle)`` or ``observe(..., handle=)`` ends
+  the wait. ``stalled_s(stream, now)`` is the age of the second-oldest waiting attempt of that kind —
+  evidence that exists *before* any slow call completes. A provider that slows five-fold shows up here
+  within about one SLO, while the window's P90 only moves once enough slow calls have finished (after
+  their whole, now longer, latency). Two attempts, not one, so a single slow request is not a stall.
 
 Probe results feed the same windows and estimates (a probe's latency is the provider's latency) and are
 also counted apart, so a snapshot says how much of the evidence came from probes. Probes do not touch
@@ -89,20 +95,48 @@ class ProviderHealth:
         self.e2e_peak = PeakEWMA(tau_s=peak_tau_s, clock=clock)
         self.in_flight = 0
         self.last_observed: float | None = None
+        self._waiting: dict[int, tuple[float, bool]] = {}
+        """handle → (send time, stream?) of attempts without a first token (an answer) yet."""
+        self._next_handle = 0
 
     # -- writing ---------------------------------------------------------------------------
 
-    def begin(self) -> None:
-        """An attempt was sent to this provider (pair with ``observe`` of its result)."""
+    def begin(self, *, stream: bool = True) -> int:
+        """An attempt was sent to this provider (pair with ``observe`` of its result); returns its handle
+        for ``first_token`` / ``observe(handle=)``, which end its wait for a first token."""
         self.in_flight += 1
+        handle = self._next_handle = self._next_handle + 1
+        self._waiting[handle] = (self._clock(), stream)
+        return handle
 
-    def observe(self, result: CallResult, *, probe: bool = False) -> None:
+    def first_token(self, handle: int) -> None:
+        """The attempt ``handle`` produced its first token (or, non-streamed, its answer)."""
+        self._waiting.pop(handle, None)
+
+    def stalled_s(self, stream: bool, now: float | None = None) -> float | None:
+        """Seconds the second-oldest attempt of this kind has waited for its first token (stream) or its
+        answer (non-stream); None with fewer than two waiting. See the module docstring."""
+        first = second = float("inf")
+        for t, is_stream in self._waiting.values():
+            if is_stream is stream:
+                if t < first:
+                    first, second = t, first
+                elif t < second:
+                    second = t
+        if second == float("inf"):
+            return None
+        return (self._clock() if now is None else now) - second
+
+    def observe(self, result: CallResult, *, probe: bool = False, handle: int | None = None) -> None:
         """Fold in one finished call; ``probe=True`` for an active probe (not client traffic).
 
-        A non-probe result also ends one in-flight attempt (``begin()`` must have been called for it).
+        A non-probe result also ends one in-flight attempt (``begin()`` must have been called for it), and
+        its wait when ``handle`` is given.
         """
         if not probe and self.in_flight > 0:
             self.in_flight -= 1
+        if handle is not None:
+            self._waiting.pop(handle, None)
         self.last_observed = self._clock()
         w = self.e2e
         cls = result.error_class

@@ -3,8 +3,13 @@
 For each route (provider × upstream model), at most every ``recompute_s`` (1 s) on demand:
 
 - latency factor, per metric ``m`` in (TTFT, E2E) with at least ``min_samples`` samples in the window:
-  ``1`` when ``p90_m <= slo_m``, else ``(slo_m / p90_m) ** exponent`` (exponent 2: twice the SLO → ×0.25,
-  a smooth fall, no cliff); the worse of the two counts: ``min(f_ttft, f_e2e)``;
+  ``1`` when ``p90_m <= slo_m``, else ``(slo_m / p90_m) ** exponent`` (exponent 4: 1.25× the SLO → ×0.41,
+  1.5× → ×0.2, twice → ×0.06: continuous, no cliff, but steep — a provider a few times over its SLO
+  next to a healthy one keeps about the floor, so the alias's P99 stays near the healthy provider's);
+  the worse of the two counts: ``min(f_ttft, f_e2e)``. Attempts still **waiting** count too: when the
+  second-oldest stream without a first token (request without an answer) has waited longer than the
+  window's P90, its age stands in for the P90 (``ProviderHealth.stalled_s``) — so a provider that slows
+  down is seen within about one SLO, not only after its slow calls have finished;
 - error factor: ``max(0, 1 - error_rate / error_rate_zero)`` (``error_rate_zero`` 0.5: 10 % faults →
   ×0.8, 50 % → ×0) over the same window, once it holds ``min_samples`` requests;
 - ``raw = f_latency × f_error``; no samples yet → ``raw = 1`` (the prior);
@@ -20,9 +25,11 @@ Effective weight of a route with configured weight ``w > 0``, among the routes e
 
 - breaker open → 0 and the route is left out (all traffic moves off it);
 - breaker half-open (with a free trial slot) → the floor only: trial traffic, no stampede;
-- otherwise ``max(w × factor, floor × Σw)``, ``floor`` 2 %: a degraded provider keeps a trickle of about
-  2 % of the traffic, so its recovery is seen in the windows. After a recovery the EWMA brings its weight
-  back over a few ``smoothing_tau_s`` (a slow start) as the bad samples leave the window.
+- otherwise ``max(w × factor, floor × T)`` where ``T`` = Σ ``w × factor`` over the closed-breaker routes:
+  ``floor`` 1 % is about a share of the *traffic*, not of the configured weights — a degraded provider
+  keeps a trickle of ~1 % (plus the active probes), so its recovery is seen in the windows while the
+  alias's P99 is barely touched. After a recovery the EWMA brings its weight back over a few
+  ``smoothing_tau_s`` (a slow start) as the bad samples leave the window.
 
 Routes of weight 0 stay pure fallbacks (last). The order is drawn like ``WeightedPolicy``'s: class
 preference first, then a weighted random order by effective weight (first pick ∝ effective weight, then
@@ -30,8 +37,9 @@ the fallbacks by effective weight).
 
 The ``interactive`` class (``x-tailgate-class: interactive``), when no route lists it, prefers the
 fastest healthy route instead: routes whose effective weight comes from their factor (not the floor, not a
-half-open trial) go first by ascending P90 TTFT (routes without ``min_samples`` yet after the measured
-ones), the rest follow in the weighted order. Latency-tolerant ``batch`` work keeps the weights.
+half-open trial) go first by ascending ``peak-EWMA TTFT × (in-flight + 1)`` — the least-latency policy's
+queue-aware score, so the fastest route does not get the whole herd and slow down under it — the rest
+follow in the weighted order. Latency-tolerant ``batch`` work keeps the weights.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ def health_factor(
     error_rate: float | None,
     slo: SLO,
     *,
-    exponent: float = 2.0,
+    exponent: float = 4.0,
     error_rate_zero: float = 0.5,
 ) -> tuple[float, str]:
     """The raw factor in [0, 1] and a human-readable reason; ``None`` inputs mean "not enough samples"."""
@@ -98,10 +106,10 @@ class AdaptivePolicy:
         breakers: BreakerRegistry | None = None,
         slo: SLO | None = None,
         slos: Mapping[str, SLO] | None = None,
-        exponent: float = 2.0,
+        exponent: float = 4.0,
         error_rate_zero: float = 0.5,
         min_samples: int = 10,
-        floor: float = 0.02,
+        floor: float = 0.01,
         recompute_s: float = 1.0,
         smoothing_tau_s: float = 3.0,
         smoothing_down_tau_s: float = 1.0,
@@ -140,14 +148,26 @@ class AdaptivePolicy:
         if now - st.computed_at >= self.recompute_s:
             h = self.health.get(route.provider, route.model)
             n = h.requests
+            ttft = h.p90_s("ttft", min_samples=self.min_samples)
+            e2e = h.p90_s("e2e", min_samples=self.min_samples)
+            # Attempts still waiting count before they finish: a stall is seen within about one SLO.
+            stalled = []
+            if (wait := h.stalled_s(True, now)) is not None and (ttft is None or wait > ttft):
+                ttft = wait
+                stalled.append(f"2 streams waiting {wait:.2f}s for a first token")
+            if (wait := h.stalled_s(False, now)) is not None and (e2e is None or wait > e2e):
+                e2e = wait
+                stalled.append(f"2 requests waiting {wait:.2f}s for an answer")
             st.raw, st.reason = health_factor(
-                h.p90_s("ttft", min_samples=self.min_samples),
-                h.p90_s("e2e", min_samples=self.min_samples),
+                ttft,
+                e2e,
                 h.error_rate if n >= self.min_samples else None,
                 self.slo_for(route.alias),
                 exponent=self.exponent,
                 error_rate_zero=self.error_rate_zero,
             )
+            if stalled and st.raw < 1.0:
+                st.reason = f"{st.reason} ({'; '.join(stalled)})"
             if st.computed_at == float("-inf"):
                 st.value = st.raw
             else:
@@ -160,20 +180,26 @@ class AdaptivePolicy:
     def _effective(self, routes: Sequence[Route], now: float) -> list[tuple[float, _Factor | None, str]]:
         """Per route (aligned with ``routes``, all eligible): (effective weight, factor state, why), where
         why is ``fallback``, ``open``, ``half_open``, ``floor`` or ``factor``. The hot path: no strings built."""
-        total = 0.0
-        for r in routes:
-            if r.weight > 0:
-                total += r.weight
-        floor_w = self.floor * total
         breakers = self.breakers
-        out: list[tuple[float, _Factor | None, str]] = []
+        states: list[tuple[_Factor | None, str]] = []
+        total = 0.0  # effective weight of the closed-breaker routes before the floor
         for r in routes:
             if r.weight <= 0:
-                out.append((0.0, None, "fallback"))
+                states.append((None, "fallback"))
                 continue
-            st = self._state(r, now)
-            b = breakers.get(r.provider).state if breakers is not None else "closed"
-            if b == "open":
+            factor = self._state(r, now)
+            state = breakers.get(r.provider).state if breakers is not None else "closed"
+            states.append((factor, state))
+            if state == "closed":
+                total += r.weight * factor.value
+        if total <= 0.0:  # every closed route at factor 0: the floor splits by configured weight
+            total = sum(r.weight for r in routes if r.weight > 0)
+        floor_w = self.floor * total
+        out: list[tuple[float, _Factor | None, str]] = []
+        for r, (st, b) in zip(routes, states, strict=True):
+            if st is None:
+                out.append((0.0, None, "fallback"))
+            elif b == "open":
                 out.append((0.0, st, "open"))
             elif b == "half_open":
                 out.append((floor_w, st, "half_open"))
@@ -217,13 +243,13 @@ class AdaptivePolicy:
             healthy = {id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor"}
             inf = float("inf")
 
-            def speed(r: Route) -> float:
+            def score(r: Route) -> float:
                 if id(r) not in healthy:
                     return inf
-                p90 = self.health.get(r.provider, r.model).p90_s("ttft", min_samples=self.min_samples)
-                return p90 if p90 is not None else inf
+                h = self.health.get(r.provider, r.model)
+                return h.latency_estimate_ms("ttft") * (h.in_flight + 1)
 
-            first.sort(key=speed)  # stable: ties and unmeasured routes keep the weighted order
+            first.sort(key=score)  # stable: ties keep the weighted order
             return first
         return first + weighted_order(rest, weight, self._rng)
 
