@@ -60,6 +60,20 @@ def test_histogram_merges_only_live_buckets() -> None:
     assert w.count == 3
 
 
+def test_recent_histogram_takes_the_newest_buckets_until_it_has_enough() -> None:
+    """recent_histogram(n): whole buckets, newest first, until n values (or every live bucket)."""
+    w, clock = make()
+    for t, values in [(0.0, [900.0] * 20), (30.0, [800.0] * 3), (50.0, [10.0] * 4), (56.0, [11.0] * 4)]:
+        clock.t = t
+        for v in values:
+            w.record(v)
+    assert w.recent_histogram(4).count == 4  # the newest bucket alone: [55, 60)
+    assert w.recent_histogram(8).max < 12  # the two newest buckets: the slow old values stay out
+    h = w.recent_histogram(10)
+    assert (h.count, h.max) == (11, pytest.approx(800.0, rel=0.01))  # reaches back to the bucket at 30 s
+    assert w.recent_histogram(1000).count == 31  # all live buckets, even if that is fewer
+
+
 def test_counters_sum_live_buckets() -> None:
     """counters() and counter() add up the live buckets and drop expired ones."""
     w, clock = make()

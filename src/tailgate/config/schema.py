@@ -106,6 +106,9 @@ class ProbesConfig(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=256)] = 8
     half_open_gap: Seconds = 0.1
     """Pause between probes while a provider's breaker is half-open (its trials)."""
+    degraded_interval: PositiveSeconds = 2.0
+    """Probe interval while the adaptive policy holds a route below half its weight: fresh evidence, so a
+    recovery is seen in seconds rather than when the bad samples leave the window."""
 
 
 class PacingConfig(_Strict):

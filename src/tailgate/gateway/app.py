@@ -134,6 +134,7 @@ class Gateway:
             breakers=self.breakers,
             config=config.routing.probes,
             registry=self.metrics.registry,
+            degraded=self._degraded,
         )
         self.ledger: SQLiteLedger | None = None
         if config.ledger.enabled:
@@ -144,6 +145,16 @@ class Gateway:
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
+
+    def _degraded(self, provider: str, model: str) -> bool:
+        """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
+        for alias, routes in self.aliases.items():
+            policy = self.policies[alias]
+            if isinstance(policy, AdaptivePolicy):
+                for r in routes:
+                    if r.provider == provider and r.model == model and r.weight > 0 and policy.factor(r) < 0.5:
+                        return True
+        return False
 
     def policy_for(self, alias: str) -> Policy:
         """The routing policy of an alias (``models.<alias>.policy`` or ``routing.policy``)."""

@@ -1,6 +1,6 @@
 """Active probes: a tiny standardized request per provider × upstream model, on an interval.
 
-Passive stats only see providers that get traffic. A provider the adaptive policy has cut to its 2 %
+Passive stats only see providers that get traffic. A provider the adaptive policy has cut to its 1 %
 floor, or whose breaker is open, gets little or none, so its recovery would go unseen; probes keep
 evidence flowing. Each probe is a streamed chat completion (``PROBE_PROMPT``, ``max_tokens`` 8,
 temperature 0) sent through the measurement core (``tailgate.upstream.call``), so its TTFT and E2E mean
@@ -12,10 +12,12 @@ what the gateway's mean. Its result
 - is counted in ``tailgate_probes_total{provider, outcome}``.
 
 Timing: every ``interval`` × (1 ± ``jitter`` × u) per target (the first one interval after start, so a
-gateway that starts and stops at once sends none); when a breaker opens, the probe waits for its
-cool-down, and while it is half-open probes go back to back (``half_open_gap`` apart) until it closes or
-re-opens. A probe takes a slot from the provider's pacer (a probe never causes a 429 of its own; when
-the pacer is full the probe is skipped, outcome ``paced``); drained providers are not probed.
+gateway that starts and stops at once sends none), every ``degraded_interval`` (2 s) instead while the
+``degraded(provider, model)`` callback says the router holds the target down (adaptive factor < 0.5);
+when a breaker opens, the probe waits for its cool-down, and while it is half-open probes go back to
+back (``half_open_gap`` apart) until it closes or re-opens. A probe takes a slot from the provider's
+pacer (a probe never causes a 429 of its own; when the pacer is full the probe is skipped, outcome
+``paced``); drained providers are not probed.
 """
 
 from __future__ import annotations
@@ -89,8 +91,10 @@ class Prober:
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        degraded: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.providers = providers
+        self.degraded = degraded
         self.targets = list(dict.fromkeys(targets))
         self.health = health
         self.breakers = breakers
@@ -132,9 +136,12 @@ class Prober:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def _interval(self) -> float:
+    def _interval(self, provider: str = "", model: str = "") -> float:
         c = self.config
-        return c.interval * (1.0 + c.jitter * (2.0 * self._rng.random() - 1.0))
+        base = c.interval
+        if self.degraded is not None and c.degraded_interval < base and self.degraded(provider, model):
+            base = c.degraded_interval
+        return base * (1.0 + c.jitter * (2.0 * self._rng.random() - 1.0))
 
     async def _loop(self, provider: str, model: str) -> None:
         breaker = self.breakers.get(provider)
@@ -159,7 +166,7 @@ class Prober:
                 await self.probe(provider, model)
             except Exception:  # a bug in one probe must not end the loop (no more probes, silently)
                 log.exception("probe of %s/%s failed", provider, model)
-            due = self._clock() + self._interval()
+            due = self._clock() + self._interval(provider, model)
             if breaker.state == "half_open":
                 await asyncio.sleep(self.config.half_open_gap)
 

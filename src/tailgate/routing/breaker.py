@@ -172,6 +172,11 @@ class CircuitBreaker:
 
     # -- outcomes --------------------------------------------------------------------------
 
+    @property
+    def consecutive_failures(self) -> int:
+        """Faults in a row since the last success (closed state; 0 after any success)."""
+        return self._consecutive
+
     def record(self, success: bool, error_class: ErrorClass | None = None) -> None:
         """The outcome of a request (or probe) to this provider."""
         s = self._tick()

@@ -195,6 +195,16 @@ class ProviderHealth:
         """P90 of ``metric`` (``ttft`` or ``e2e``) in seconds, or None with fewer than ``min_samples``."""
         return self.percentile_s(metric, 90.0, min_samples=min_samples)
 
+    def recent_p90_s(self, metric: str, min_samples: int) -> float | None:
+        """P90 of the newest ``min_samples`` or so samples (whole buckets, newest first), in seconds; None
+        with fewer in the window. Fresh evidence: a recovered provider shows here before its bad samples
+        have left the window."""
+        window = self.ttft if metric == "ttft" else self.e2e
+        hist = window.recent_histogram(min_samples)
+        if hist.count < max(1, min_samples):
+            return None
+        return hist.percentile(90.0) / 1000.0
+
     def percentile_s(self, metric: str, q: float, *, min_samples: int = 1) -> float | None:
         window = self.ttft if metric == "ttft" else self.e2e
         hist = window.histogram()

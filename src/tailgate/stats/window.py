@@ -185,6 +185,17 @@ class SlidingWindow:
             merged.merge(self._hists[i])
         return merged
 
+    def recent_histogram(self, min_count: int) -> LatencyHistogram:
+        """The newest live buckets merged, newest first, until they hold ``min_count`` latencies (or all
+        live buckets do): the freshest evidence of at least that size."""
+        merged = LatencyHistogram(self._unit)
+        live = self._live(self._epoch(self._now()))
+        for i in sorted(live, key=lambda j: self._tags[j], reverse=True):
+            merged.merge(self._hists[i])
+            if merged.count >= min_count:
+                break
+        return merged
+
     @property
     def count(self) -> int:
         """Number of latencies recorded in the live buckets."""

@@ -9,7 +9,10 @@ For each route (provider × upstream model), at most every ``recompute_s`` (1 s)
   the worse of the two counts: ``min(f_ttft, f_e2e)``. Attempts still **waiting** count too: when the
   second-oldest stream without a first token (request without an answer) has waited longer than the
   window's P90, its age stands in for the P90 (``ProviderHealth.stalled_s``) — so a provider that slows
-  down is seen within about one SLO, not only after its slow calls have finished;
+  down is seen within about one SLO, not only after its slow calls have finished. Recovery is believed on
+  fresh evidence: when the newest ``min_samples`` samples (``recent_p90_s``; the probes come every
+  ``probes.degraded_interval`` while a route is down-weighted) have a lower P90 than the whole window,
+  theirs is used — so the slow samples of a past degradation do not hold the weight down for a window;
 - error factor: ``max(0, 1 - error_rate / error_rate_zero)`` (``error_rate_zero`` 0.5: 10 % faults →
   ×0.8, 50 % → ×0) over the same window, once it holds ``min_samples`` requests;
 - ``raw = f_latency × f_error``; no samples yet → ``raw = 1`` (the prior);
@@ -25,6 +28,9 @@ Effective weight of a route with configured weight ``w > 0``, among the routes e
 
 - breaker open → 0 and the route is left out (all traffic moves off it);
 - breaker half-open (with a free trial slot) → the floor only: trial traffic, no stampede;
+- a closed breaker whose last attempt failed → ``w × factor`` without the floor: a provider that is down
+  but not yet counted out (its breaker needs 5 failures in a row, which a trickle takes long to gather)
+  gets no trickle; the probes (or a success) bring the floor back;
 - otherwise ``max(w × factor, floor × T)`` where ``T`` = Σ ``w × factor`` over the closed-breaker routes:
   ``floor`` 1 % is about a share of the *traffic*, not of the configured weights — a degraded provider
   keeps a trickle of ~1 % (plus the active probes), so its recovery is seen in the windows while the
@@ -83,6 +89,14 @@ def health_factor(
         known = ttft_p90 is not None or e2e_p90 is not None or error_rate is not None
         parts.append("within slo" if known else "no samples yet (prior 1.0)")
     return f, "; ".join(parts)
+
+
+def _fresher(window_p90: float | None, recent_p90: float | None) -> float | None:
+    """The window's P90, unless the newest ``min_samples`` say the provider is faster now (a recovery is
+    believed on fresh evidence; a degradation is seen by the window and by waiting attempts)."""
+    if window_p90 is None or recent_p90 is None:
+        return window_p90
+    return min(window_p90, recent_p90)
 
 
 @dataclass(slots=True)
@@ -148,8 +162,8 @@ class AdaptivePolicy:
         if now - st.computed_at >= self.recompute_s:
             h = self.health.get(route.provider, route.model)
             n = h.requests
-            ttft = h.p90_s("ttft", min_samples=self.min_samples)
-            e2e = h.p90_s("e2e", min_samples=self.min_samples)
+            ttft = _fresher(h.p90_s("ttft", min_samples=self.min_samples), h.recent_p90_s("ttft", self.min_samples))
+            e2e = _fresher(h.p90_s("e2e", min_samples=self.min_samples), h.recent_p90_s("e2e", self.min_samples))
             # Attempts still waiting count before they finish: a stall is seen within about one SLO.
             stalled = []
             if (wait := h.stalled_s(True, now)) is not None and (ttft is None or wait > ttft):
@@ -188,9 +202,15 @@ class AdaptivePolicy:
                 states.append((None, "fallback"))
                 continue
             factor = self._state(r, now)
-            state = breakers.get(r.provider).state if breakers is not None else "closed"
+            if breakers is None:
+                state = "closed"
+            else:
+                breaker = breakers.get(r.provider)
+                state = breaker.state
+                if state == "closed" and breaker.consecutive_failures > 0:
+                    state = "failing"  # no floor while its last attempt failed: the probes watch it
             states.append((factor, state))
-            if state == "closed":
+            if state in ("closed", "failing"):
                 total += r.weight * factor.value
         if total <= 0.0:  # every closed route at factor 0: the floor splits by configured weight
             total = sum(r.weight for r in routes if r.weight > 0)
@@ -203,6 +223,8 @@ class AdaptivePolicy:
                 out.append((0.0, st, "open"))
             elif b == "half_open":
                 out.append((floor_w, st, "half_open"))
+            elif b == "failing" and r.weight * st.value < floor_w:
+                out.append((r.weight * st.value, st, "failing"))
             elif r.weight * st.value < floor_w:
                 out.append((floor_w, st, "floor"))
             else:
@@ -223,6 +245,8 @@ class AdaptivePolicy:
                 reason = "breaker half-open: trial traffic at the floor"
             elif why == "floor":
                 reason = f"{reason}; floor {self.floor:.0%}"
+            elif why == "failing":
+                reason = f"{reason}; no floor while its last attempt failed (probes watch for recovery)"
             out[r] = (w, f, reason)
         return out
 
