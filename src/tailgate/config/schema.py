@@ -147,7 +147,7 @@ class BreakerSettings(_Strict):
     consecutive_failures: Annotated[int, Field(ge=1)] = 5
     cooldown: PositiveSeconds = 5.0
     """First cool-down; doubles on each re-open, jittered ±20 %, up to ``max_cooldown``."""
-    max_cooldown: PositiveSeconds = 120.0
+    max_cooldown: PositiveSeconds = 30.0
     trial_requests: Annotated[int, Field(ge=1)] = 3
 
     @model_validator(mode="after")

@@ -244,7 +244,11 @@ async def _settle(stop: asyncio.Event, traffic: Traffic, before: float, grace: f
 
 
 def _report(console: Console, stack: Stack, traffic: Traffic, windows: list[PhaseWindow]) -> None:
-    arrivals = sorted(r.received_at for r in stack.primary.truth.records() if r.received_at >= windows[0].start)
+    arrivals = sorted(
+        r.received_at
+        for r in stack.primary.truth.records()
+        if r.received_at >= windows[0].start and not (r.client_request_id or "").startswith("probe-")
+    )  # the gateway's own active probes are not traffic
     if stack.monitor is not None:  # count the gateway's traffic to the primary, not the monitor's probes
         arrivals = without_probes(arrivals, stack.monitor.probe_times(PRIMARY))
     reports = analyse(windows, traffic.records, arrivals, PRIMARY)

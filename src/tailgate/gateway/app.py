@@ -183,6 +183,7 @@ class Gateway:
                 recompute_s=ac.recompute,
                 smoothing_tau_s=ac.smoothing_up,
                 smoothing_down_tau_s=ac.smoothing_down,
+                half_open_traffic=not self.config.routing.probes.enabled,  # with probes, they are the trials
                 clock=time.monotonic,
             )
         if name == "least-latency":

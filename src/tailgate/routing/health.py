@@ -65,6 +65,9 @@ PROVIDER_FAULTS: frozenset[ErrorClass] = frozenset(
 FAULT_PENALTY_MS = 2000.0
 """A fault feeds the peak-EWMA estimates at least this much (and at least twice the current estimate),
 so a provider that fails fast never looks fast to the least-latency policy."""
+FAULT_PENALTY_CAP_MS = 30_000.0
+"""...but never more than this: doubling on every fault of a long outage would otherwise leave an estimate
+that takes many minutes (a 30 s time constant per factor e) to come back after the provider recovers."""
 
 
 def is_fault(error_class: ErrorClass | None) -> bool:
@@ -169,7 +172,7 @@ class ProviderHealth:
             if probe:
                 w.incr("probe_faults")
             for est in (self.ttft_peak, self.e2e_peak):
-                est.update(max(FAULT_PENALTY_MS, 2.0 * est.value, result.e2e_ms or 0.0))
+                est.update(max(FAULT_PENALTY_MS, min(2.0 * est.value, FAULT_PENALTY_CAP_MS), result.e2e_ms or 0.0))
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -129,6 +129,7 @@ class SimHandlers:
                 status=status,
                 stream=stream,
                 fault=ctx.fault,
+                client_request_id=ctx.headers.get("x-request-id"),
                 **fields,
             )
         )

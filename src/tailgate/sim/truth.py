@@ -33,6 +33,8 @@ class TruthRecord(msgspec.Struct, omit_defaults=True):
     fault: str | None = None
     """Which injected fault shaped this response, if any (``error_rate``, ``disconnect`` …)."""
     api_key_tail: str | None = None
+    client_request_id: str | None = None
+    """The request's ``x-request-id`` header (a gateway sends its own; its active probes ``probe-…``)."""
 
 
 _encoder = msgspec.json.Encoder()

@@ -27,7 +27,12 @@ For each route (provider × upstream model), at most every ``recompute_s`` (1 s)
 Effective weight of a route with configured weight ``w > 0``, among the routes eligible for this request:
 
 - breaker open → 0 and the route is left out (all traffic moves off it);
-- breaker half-open (with a free trial slot) → the floor only: trial traffic, no stampede;
+- breaker half-open (with a free trial slot) → the floor only: trial traffic, no stampede — or nothing when
+  the gateway's active probes are on (``half_open_traffic=False``): the probes are the trials, so a
+  provider that is still down costs clients no failed attempt;
+- a route far over its SLO (smoothed factor < 0.5) while another route meets it (≥ 0.9) → ``w × factor``
+  ramped linearly down to 0 at factor 0.25 (so the floor): splitting by factor alone would still send it a
+  share large enough to set the alias's P99 (at 2× the SLO, 6 % of its weight);
 - a closed breaker whose last attempt failed → ``w × factor`` without the floor: a provider that is down
   but not yet counted out (its breaker needs 5 failures in a row, which a trickle takes long to gather)
   gets no trickle; the probes (or a success) bring the floor back;
@@ -127,6 +132,7 @@ class AdaptivePolicy:
         recompute_s: float = 1.0,
         smoothing_tau_s: float = 3.0,
         smoothing_down_tau_s: float = 1.0,
+        half_open_traffic: bool = True,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -141,6 +147,7 @@ class AdaptivePolicy:
         self.recompute_s = recompute_s
         self.smoothing_tau_s = smoothing_tau_s
         self.smoothing_down_tau_s = smoothing_down_tau_s
+        self.half_open_traffic = half_open_traffic
         self._clock = clock or health.clock
         self._rng = rng or random.Random()
         self._factors: dict[tuple[str, str, str], _Factor] = {}
@@ -215,6 +222,10 @@ class AdaptivePolicy:
         if total <= 0.0:  # every closed route at factor 0: the floor splits by configured weight
             total = sum(r.weight for r in routes if r.weight > 0)
         floor_w = self.floor * total
+        # A route that misses its SLO badly (factor < 0.5) next to one that meets it (factor ≥ 0.9) is
+        # ramped down to the floor (factor 0.25): splitting by factor would still send it a share large
+        # enough to set the alias's P99.
+        healthy_peer = any(st is not None and b == "closed" and st.value >= 0.9 for st, b in states)
         out: list[tuple[float, _Factor | None, str]] = []
         for r, (st, b) in zip(routes, states, strict=True):
             if st is None:
@@ -222,13 +233,17 @@ class AdaptivePolicy:
             elif b == "open":
                 out.append((0.0, st, "open"))
             elif b == "half_open":
-                out.append((floor_w, st, "half_open"))
-            elif b == "failing" and r.weight * st.value < floor_w:
-                out.append((r.weight * st.value, st, "failing"))
-            elif r.weight * st.value < floor_w:
-                out.append((floor_w, st, "floor"))
+                out.append((floor_w if self.half_open_traffic else 0.0, st, "half_open"))
             else:
-                out.append((r.weight * st.value, st, "factor"))
+                w = r.weight * st.value
+                if healthy_peer and st.value < 0.5:
+                    w *= max(0.0, (st.value - 0.25) / 0.25)  # 0 at factor 0.25, 1 at 0.5: no cliff
+                if b == "failing" and w < floor_w:
+                    out.append((w, st, "failing"))
+                elif w < floor_w:
+                    out.append((floor_w, st, "floor"))
+                else:
+                    out.append((w, st, "factor"))
         return out
 
     def _weights(self, routes: Sequence[Route]) -> dict[Route, tuple[float, float, str]]:
@@ -242,7 +257,11 @@ class AdaptivePolicy:
             elif why == "open":
                 reason = "breaker open"
             elif why == "half_open":
-                reason = "breaker half-open: trial traffic at the floor"
+                reason = (
+                    "breaker half-open: trial traffic at the floor"
+                    if self.half_open_traffic
+                    else "breaker half-open: the probes are its trials"
+                )
             elif why == "floor":
                 reason = f"{reason}; floor {self.floor:.0%}"
             elif why == "failing":
