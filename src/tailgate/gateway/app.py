@@ -19,7 +19,7 @@ from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
-from tailgate.gateway.state import ProviderState, endpoint_for, pacer_for
+from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
@@ -37,7 +37,7 @@ from tailgate.routing import (
     Transition,
     WeightedPolicy,
 )
-from tailgate.upstream import UpstreamClient
+from tailgate.upstream import UpstreamClient, endpoint_for
 from tailgate.wire.errors import WireError
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway", object)  # type: ignore[arg-type]

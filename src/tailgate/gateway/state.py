@@ -10,21 +10,9 @@ from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import PacingConfig
 from tailgate.routing import Pacer
 from tailgate.stats import SlidingWindow
-from tailgate.upstream import CallResult, Endpoint, Timeouts, UpstreamClient
+from tailgate.upstream import CallResult, UpstreamClient
 
 WINDOW_S = 60.0
-
-
-def endpoint_for(provider: ResolvedProvider) -> Endpoint:
-    t = provider.timeouts
-    return Endpoint(
-        name=provider.name,
-        base_url=provider.base_url,
-        api_keys=provider.api_keys,
-        timeouts=Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=t.total),
-        max_connections=provider.limits.max_connections,
-        headers=dict(provider.headers),
-    )
 
 
 def pacer_for(provider: ResolvedProvider, pacing: PacingConfig) -> Pacer:

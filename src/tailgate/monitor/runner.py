@@ -22,7 +22,7 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.samples import Sample, SampleStore, tok_s
 from tailgate.monitor.workloads import WORKLOADS, build_probe, content_text
 from tailgate.routing import Pacer
-from tailgate.upstream import Body, Chunk, Endpoint, Timeouts, UpstreamClient, call
+from tailgate.upstream import Body, Chunk, UpstreamClient, call, endpoint_for
 
 __all__ = ["Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
 
@@ -96,23 +96,6 @@ def targets_from_config(config: GatewayConfig) -> list[Target]:
         for route in model.routes:
             seen.setdefault(Target(route.provider, route.model), None)
     return list(seen)
-
-
-def endpoint_for(provider: ResolvedProvider, *, max_total_s: float | None = None) -> Endpoint:
-    """The measurement core's endpoint for a configured provider (the gateway builds the same one).
-
-    ``max_total_s`` caps the provider's ``timeouts.total`` so one hung probe cannot hold a round.
-    """
-    t = provider.timeouts
-    total = t.total if max_total_s is None else min(t.total or max_total_s, max_total_s)
-    return Endpoint(
-        name=provider.name,
-        base_url=provider.base_url,
-        api_keys=provider.api_keys,
-        timeouts=Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=total),
-        max_connections=provider.limits.max_connections,
-        headers=dict(provider.headers),
-    )
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ everywhere (DESIGN.md, "Metric definitions").
 
 from tailgate.upstream.call import Call, call
 from tailgate.upstream.client import UpstreamClient
-from tailgate.upstream.endpoint import Endpoint, Timeouts
+from tailgate.upstream.endpoint import Endpoint, Timeouts, endpoint_for
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
 from tailgate.upstream.keys import KeyPool
 
@@ -25,4 +25,5 @@ __all__ = [
     "Timeouts",
     "UpstreamClient",
     "call",
+    "endpoint_for",
 ]

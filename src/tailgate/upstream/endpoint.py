@@ -6,8 +6,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-__all__ = ["Endpoint", "Timeouts"]
+if TYPE_CHECKING:
+    from tailgate.config.resolve import ResolvedProvider
+
+__all__ = ["Endpoint", "Timeouts", "endpoint_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +71,20 @@ class Endpoint:
     def url(self, path: str) -> str:
         """The full URL of ``path`` (``chat/completions`` or ``/chat/completions``) under the base URL."""
         return f"{self.base_url}/{path.lstrip('/')}"
+
+
+def endpoint_for(provider: ResolvedProvider, *, max_total_s: float | None = None) -> Endpoint:
+    """The endpoint of a configured provider, the same for the gateway, the monitor and ``bench --provider``.
+
+    ``max_total_s`` caps the provider's ``timeouts.total`` (the monitor: one hung probe cannot hold a round).
+    """
+    t = provider.timeouts
+    total = t.total if max_total_s is None else min(t.total or max_total_s, max_total_s)
+    return Endpoint(
+        name=provider.name,
+        base_url=provider.base_url,
+        api_keys=provider.api_keys,
+        timeouts=Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=total),
+        max_connections=provider.limits.max_connections,
+        headers=dict(provider.headers),
+    )
