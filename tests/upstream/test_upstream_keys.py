@@ -40,6 +40,7 @@ def test_public_api() -> None:
         "Timeouts",
         "UpstreamClient",
         "call",
+        "endpoint_for",
     ]
 
 
