@@ -97,3 +97,27 @@ def test_registry_and_fault_classes() -> None:
     assert is_fault("http_5xx")
     assert not is_fault("http_4xx")
     assert not is_fault(None)
+
+
+def test_forget_drops_windows_and_estimates_but_keeps_waits() -> None:
+    """forget() (a breaker closing after an outage): no faults, no samples, no estimate; in-flight stays."""
+    from tailgate.routing import HealthRegistry
+    from tailgate.upstream.events import CallResult
+
+    t = [100.0]
+    health = HealthRegistry(clock=lambda: t[0])
+    h = health.get("p", "m")
+    for _ in range(10):
+        h.observe(CallResult(None, "http_5xx", 0.0, True, e2e_ms=5.0))
+    handle = h.begin(stream=True)
+    h.begin(stream=True)
+    t[0] += 4.0
+    assert h.error_rate == 1.0
+    assert h.latency_estimate_ms("ttft") >= 2000.0
+    h.forget()
+    assert (h.requests, h.error_rate, h.p90_s("ttft")) == (0, 0.0, None)
+    assert h.latency_estimate_ms("ttft", default_ms=250.0) == 250.0
+    assert h.in_flight == 2
+    assert h.stalled_s(True) == 4.0
+    h.first_token(handle)
+    assert h.stalled_s(True) is None

@@ -200,6 +200,22 @@ def test_p2c_prefers_less_loaded_provider() -> None:
     assert "3 in flight" in exp["a"]["reason"]
 
 
+def test_p2c_never_draws_a_several_times_slower_provider_first() -> None:
+    """A provider whose estimate is > 3× the best one's goes last even when the fast one is busy: the
+    in-flight multiplier must not send the idle, 5× slower one a share (it would set the P99)."""
+    clock = Clock()
+    health = HealthRegistry(clock=clock)
+    policy = LeastLatencyPolicy(health, rng=random.Random(9))
+    feed(health, A, 5.0, 1)
+    feed(health, B, 1.0, 1)
+    for _ in range(25):
+        health.get("b", "mb").begin()  # 1.0 × 26 = 26 > 5.0 × 1, but 5.0 > 3 × 1.0
+    assert all(policy.order([A, B]) == [B, A] for _ in range(200))
+    health.get("a", "ma").forget()  # as when its breaker closes: the old estimate is dropped
+    feed(health, A, 2.5, 1)  # within 3× of the best again
+    assert any(policy.order([A, B])[0] == A for _ in range(200))  # now the queue-aware score decides
+
+
 def test_p2c_explores_unseen_with_default_rtt() -> None:
     clock = Clock()
     health = HealthRegistry(clock=clock)

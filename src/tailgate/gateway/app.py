@@ -202,6 +202,10 @@ class Gateway:
             transition.reason,
         )
         self.metrics.breaker_transitions.labels(provider, transition.to_state).inc()
+        if transition.from_state == "half_open" and transition.to_state == "closed":
+            for h in self.health:  # its trials passed: the outage's faults no longer describe it
+                if h.provider == provider:
+                    h.forget()
         self.prober.on_transition(provider, transition)
 
     def refresh_provider_gauges(self) -> None:

@@ -48,7 +48,8 @@ the fallbacks by effective weight).
 
 The ``interactive`` class (``x-tailgate-class: interactive``), when no route lists it, prefers the
 fastest healthy route instead: routes whose effective weight comes from their factor (not the floor, not a
-half-open trial) go first by ascending ``peak-EWMA TTFT × (in-flight + 1)`` — the least-latency policy's
+half-open trial) and whose factor says they about meet the SLO (≥ 0.9; if none does, all factor-weighted
+routes) go first by ascending ``peak-EWMA TTFT × (in-flight + 1)`` — the least-latency policy's
 queue-aware score, so the fastest route does not get the whole herd and slow down under it — the rest
 follow in the weighted order. Latency-tolerant ``batch`` work keeps the weights.
 """
@@ -283,7 +284,13 @@ class AdaptivePolicy:
 
         first = weighted_order(preferred, weight, self._rng)
         if traffic_class == "interactive" and not rest:  # every route may serve it: fastest first
-            healthy = {id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor"}
+            # Healthy: weight from its factor (not the floor, not a trial) and about within the SLO (≥ 0.9);
+            # if none is, every route weighted by its factor.
+            healthy = {
+                id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor" and e[1] and e[1].value >= 0.9
+            }
+            if not healthy:
+                healthy = {id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor"}
             inf = float("inf")
 
             def score(r: Route) -> float:

@@ -14,6 +14,9 @@ broken deployment): unseen routes get explored when the known ones are slower th
 otherwise. Multiplying by the in-flight count makes it queue-aware: a fast provider that is piling up
 requests loses to an idle slightly slower one. The rest of the order follows by ascending score; weight-0
 routes come last; class preference and exclusion are as in ``WeightedPolicy``; open breakers are left out.
+A route whose estimate is more than ``SLOW_FACTOR`` (3) times the best route's is never drawn first: the
+in-flight multiplier would otherwise send an idle but several-times-slower provider a share of the requests,
+and those set the alias's P99.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from tailgate.routing.policies._common import eligible, split_by_class
 from tailgate.routing.weighted import Route
 
 __all__ = ["LeastLatencyPolicy"]
+
+SLOW_FACTOR = 3.0
+"""A route whose estimate exceeds this multiple of the best route's is never drawn first."""
 
 
 class LeastLatencyPolicy:
@@ -64,6 +70,15 @@ class LeastLatencyPolicy:
         if not live:
             return zero
         scores = {r: self.score(r) for r in live}
+        # A route whose latency estimate is several times the best one's goes last, whatever its in-flight
+        # count: the queue-aware score would otherwise send an idle but much slower provider a request now
+        # and then, and those requests set the tail (P99) of the whole alias.
+        estimates = {r: self.estimate_ms(r) for r in live}
+        best = min(estimates.values())
+        fast = [r for r in live if estimates[r] <= SLOW_FACTOR * best]
+        if len(fast) < len(live):
+            slow = sorted((r for r in live if r not in fast), key=lambda r: scores[r])
+            return [*self._order_group(fast), *slow, *zero]
         if len(live) == 1:
             first = live[0]
         else:
