@@ -90,7 +90,7 @@ def drill_summary(reports: Sequence[PhaseReport]) -> list[str]:
         cut = (
             f"{d.cutover_s:.2f} s"
             if d.cutover_s is not None
-            else "not reached (adaptive scales weights down, to a 2% floor)"
+            else "not reached in this phase (adaptive scales the weight down to a 1% floor; a 5× slower request takes ~5 s to tell)"
         )
         lines.append(
             f"degraded (latency x5): {PRIMARY} share of new requests {before} -> {_pct(d.primary_attempt_share)} "
@@ -110,7 +110,7 @@ def drill_summary(reports: Sequence[PhaseReport]) -> list[str]:
         half = f"{r.recovered_s:.1f} s" if r.recovered_s is not None else "not within the phase"
         lines.append(
             f"restored: {PRIMARY} serving again after {back}; back to half its warm-up share after {half} "
-            "(the breaker's cool-down, then the adaptive weight as the outage leaves the 60 s window)"
+            "(the breaker's cool-down and its probe trials, then the adaptive weight's slow start)"
         )
     total = sum(r.failed for r in reports)
     lines.append(

@@ -48,7 +48,7 @@ ALL = (
 
 # The SLO of the demo alias (as in scenarios/primary-degrades.yaml): provider A's P90 TTFT is ≈ 1 s and its
 # E2E for these answers ≈ 1.5–2.5 s, inside it; a primary slowed 5× (P90 TTFT ≈ 5 s) is far over it and
-# loses most of its weight; providers B–E (P90 TTFT 3.8–11 s) stay on the 2% floor.
+# loses most of its weight; providers B–E (P90 TTFT 3.8–11 s) stay on the 1% floor.
 SLO = {"ttft_p90": "1.5s", "e2e_p90": "3s"}
 PRICE = {"input": 2.0, "output": 3.0, "currency": "CNY"}  # ¥ per million tokens, the same everywhere
 
