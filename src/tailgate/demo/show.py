@@ -90,7 +90,10 @@ def drill_summary(reports: Sequence[PhaseReport]) -> list[str]:
         cut = (
             f"{d.cutover_s:.2f} s"
             if d.cutover_s is not None
-            else "not reached in this phase (adaptive scales the weight down to a 1% floor; a 5× slower request takes ~5 s to tell)"
+            else (
+                "not reached in this phase (adaptive scales the weight down to a 1% floor; "
+                "a 5× slower request takes ~5 s to tell)"
+            )
         )
         lines.append(
             f"degraded (latency x5): {PRIMARY} share of new requests {before} -> {_pct(d.primary_attempt_share)} "
