@@ -1,8 +1,10 @@
 """The gateway's passive numbers: per-minute aggregates of its own requests, stored beside the probes.
 
 ``observe()`` runs once per finished request on the event loop: it adds the request to the bucket of
-its wall-clock minute, provider and upstream model — a dictionary lookup, a few additions and two list
-appends (under 1 µs); the latency histograms are built once per finished minute in a worker thread. A
+its wall-clock minute, provider and upstream model — a dictionary lookup, a few additions and two
+histogram records (≈ 1.3 µs; memory stays constant whatever the request rate — a list of raw latencies
+per minute grew by megabytes a minute at a few thousand req/s); finished minutes are serialized in a
+worker thread. A
 background task hands finished minutes to a :class:`~tailgate.ledger.samples.SampleStore` on the
 ledger's database, written in the store's own thread, so the request path never waits on disk.
 ``close()`` writes everything, the current minute included. Each worker process writes its own rows;
@@ -39,20 +41,18 @@ class _Bucket:
     output_tokens: int = 0
     tok_s_sum: float = 0.0
     tok_s_n: int = 0
-    ttft: list[float] = field(default_factory=list)
-    e2e: list[float] = field(default_factory=list)
+    ttft: LatencyHistogram = field(default_factory=LatencyHistogram)
+    e2e: LatencyHistogram = field(default_factory=LatencyHistogram)
 
 
-def _hist_json(values: list[float]) -> str | None:
-    if not values:
+def _hist_json(hist: LatencyHistogram) -> str | None:
+    if not hist.count:
         return None
-    hist = LatencyHistogram()
-    hist.record_many(values)
     return json.dumps(hist.to_dict(), separators=(",", ":"))
 
 
 def _rows(done: list[tuple[tuple[float, str, str], _Bucket]]) -> list[TrafficMinute]:
-    """Finished buckets as table rows; the histograms are built here, in a worker thread, not per request."""
+    """Finished buckets as table rows; serialized here, in a worker thread, not on the event loop."""
     return [
         TrafficMinute(
             minute=minute,
@@ -119,9 +119,9 @@ class TrafficAggregator:
             return
         bucket.output_tokens += output_tokens or 0
         if ttft_ms is not None:
-            bucket.ttft.append(ttft_ms if ttft_ms > 0.0 else 0.0)
+            bucket.ttft.record(ttft_ms if ttft_ms > 0.0 else 0.0)
         if e2e_ms is not None:
-            bucket.e2e.append(e2e_ms if e2e_ms > 0.0 else 0.0)
+            bucket.e2e.record(e2e_ms if e2e_ms > 0.0 else 0.0)
             # tok/s inlined (tailgate.ledger.samples.tok_s): this runs once per request on the event loop.
             if ttft_ms is not None and output_tokens is not None and output_tokens > 1 and e2e_ms > ttft_ms:
                 bucket.tok_s_sum += (output_tokens - 1) * 1000.0 / (e2e_ms - ttft_ms)
