@@ -637,8 +637,10 @@ async def test_timeline_outage_then_recovery(sim: SimFactory, session: aiohttp.C
             phases.append(status)
             changes.append(t)
     assert phases == [200, 503, 200], samples
-    assert 0.2 <= changes[0] <= 0.35
-    assert 0.5 <= changes[1] <= 0.65
+    # A sample's time is taken before its request is sent, so the first sample of a new phase may start
+    # a hair before the switch (the request itself arrives after it): 10 ms of slack below.
+    assert 0.19 <= changes[0] <= 0.35
+    assert 0.49 <= changes[1] <= 0.65
 
 
 async def test_truth_records_the_fault_and_status(sim: SimFactory, session: aiohttp.ClientSession) -> None:
