@@ -265,3 +265,18 @@ def test_any_chunking_decodes_to_the_encoded_events(
     bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
     chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
     assert decode_all(chunks) == expected
+
+
+def test_content_text_joins_deltas_and_bodies_and_skips_the_rest() -> None:
+    """content_text: stream deltas and a whole body give the assistant text; junk lines are skipped."""
+    from tailgate.wire.sse import content_text
+
+    frames = (
+        b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+        b'data: {"choices":[{"delta":{"content":"4"}}]}\n\n'
+        b": keep-alive\n\ndata: not json\n\ndata: [1]\n\n"
+        b'data: {"choices":[{"delta":{"content":"2"}}, "x"]}\n\ndata: [DONE]\n\n'
+    )
+    assert content_text(frames) == "42"
+    assert content_text(b'{"choices":[{"message":{"role":"assistant","content":"17"}}]}') == "17"
+    assert content_text(b'{"choices":[{"message":{"content":null}}]}') == ""

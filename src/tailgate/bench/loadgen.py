@@ -37,6 +37,7 @@ from tailgate.accuracy import Task, grade
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
 from tailgate.upstream import Body, Call, CallResult, Chunk, Sent, UpstreamClient, call
+from tailgate.wire.sse import content_text
 
 
 @dataclass
@@ -115,7 +116,7 @@ async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
             if isinstance(event, Sent):
                 sent_at = event.t
             elif p.task is not None and isinstance(event, Chunk | Body):
-                text.append(_content(event.raw))
+                text.append(content_text(event.raw))
     result = c.result
     assert result is not None
     right = grade(p.task, "".join(text)) if p.task is not None and result.ok else None
@@ -249,26 +250,6 @@ class Alarm:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)
             self._fd = -1
-
-
-def _content(raw: bytes) -> str:
-    """The assistant text in one SSE frame or a whole body (only for accuracy grading)."""
-    import json
-
-    out = []
-    for line in raw.split(b"\n"):
-        data = line[5:].strip() if line.startswith(b"data:") else (line if line.startswith(b"{") else b"")
-        if not data or data == b"[DONE]":
-            continue
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            continue
-        for choice in obj.get("choices") or []:
-            part = (choice.get("delta") or choice.get("message") or {}).get("content")
-            if part:
-                out.append(part)
-    return "".join(out)
 
 
 class LoadGenerator:

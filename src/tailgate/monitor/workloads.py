@@ -13,11 +13,11 @@ Every probe streams (TTFT needs a stream) and asks for ``stream_options.include_
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from tailgate.accuracy import Task, generate
+from tailgate.wire.sse import content_text
 
 __all__ = ["LONG_MAX_TOKENS", "WORKLOADS", "Probe", "build_probe", "content_text", "long_prompt"]
 
@@ -82,25 +82,3 @@ def build_probe(workload: str, round_index: int, wall: float) -> Probe:
         body = {"messages": [{"role": "user", "content": task.prompt}], "max_tokens": ACCURACY_MAX_TOKENS, **stream}
         return Probe(workload, body, task, 64 + ACCURACY_MAX_TOKENS)
     raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
-
-
-def content_text(raw: bytes) -> str:
-    """The assistant text in one SSE frame (or a whole JSON body); only used to grade accuracy tasks."""
-    out: list[str] = []
-    for line in raw.split(b"\n"):
-        data = line[5:].strip() if line.startswith(b"data:") else (line if line.startswith(b"{") else b"")
-        if not data or data == b"[DONE]":
-            continue
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            continue
-        if not isinstance(obj, dict):
-            continue
-        for choice in obj.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            part = (choice.get("delta") or choice.get("message") or {}).get("content")
-            if isinstance(part, str):
-                out.append(part)
-    return "".join(out)

@@ -9,6 +9,7 @@ and a measurement that silently skips it would count a broken call as a success.
 
 from __future__ import annotations
 
+import json
 import re
 
 import msgspec
@@ -20,6 +21,7 @@ __all__ = [
     "SSEDecoder",
     "SSEEvent",
     "SSEProtocolError",
+    "content_text",
     "encode_event",
 ]
 
@@ -266,3 +268,27 @@ class SSEDecoder:
         return SSEProtocolError(
             f"event larger than max_event_size ({self.max_event_size} bytes)", offset=offset, line=line
         )
+
+
+def content_text(raw: bytes) -> str:
+    """The assistant text in raw SSE frames (``data: {...}`` lines) or a whole JSON body: every
+    ``choices[].delta.content`` / ``choices[].message.content``, joined. Tolerant: lines that are not JSON
+    objects are skipped. For grading accuracy answers (bench, monitor), not for relaying."""
+    out: list[str] = []
+    for line in raw.split(b"\n"):
+        data = line[5:].strip() if line.startswith(b"data:") else (line if line.startswith(b"{") else b"")
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        for choice in obj.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            part = (choice.get("delta") or choice.get("message") or {}).get("content")
+            if isinstance(part, str):
+                out.append(part)
+    return "".join(out)
