@@ -375,8 +375,7 @@ def bench(**kw: Any) -> None:
     sys.exit(run_bench(BenchOptions(**fields, preflight=not kw["no_preflight"])))
 
 
-# -- commands added by parallel work: each block is edited only through its own marker ---------------------
-# @@scenario-commands@@
+# -- scenario ------------------------------------------------------------------------------------------------
 @main.command()
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
@@ -431,7 +430,7 @@ def scenario(
     )
 
 
-# @@monitor-commands@@
+# -- monitor, leaderboard -------------------------------------------------------------------------------------
 def _echo_line(line: str) -> None:
     """Progress and results to stdout; lines starting with "error" to stderr."""
     click.echo(line, err=line.startswith("error"))
