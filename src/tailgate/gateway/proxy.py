@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import random
 import time
@@ -30,6 +29,7 @@ import msgspec
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
+from tailgate.gateway import refusals
 from tailgate.gateway.hedging import Race
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route, should_shed
@@ -138,7 +138,7 @@ class Proxy:
         try:
             response = await self._serve(request, ctx)
         except WireError as err:
-            ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else _error_outcome(err)
+            ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
             ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
@@ -179,7 +179,7 @@ class Proxy:
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
             if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
-                raise self._shed(ctx, pressure)
+                raise refusals.shed(gw, ctx, pressure, self.in_flight - 1)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(options is not None and options.include_usage)
@@ -188,7 +188,7 @@ class Proxy:
         exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
         order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
-            raise self._no_route(routes, now, ctx)
+            raise refusals.no_route(gw, routes, now, ctx)
         tokens = _token_estimate(obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens)
         hedger = gw.hedgers.get(req.model) if gw.hedgers else None
         if hedger is not None:
@@ -213,8 +213,8 @@ class Proxy:
             if result.error_class not in RETRYABLE:
                 break
         if last is None and paced:
-            raise self._paced_out(paced, tokens, ctx)
-        raise self._final_error(last, ctx)
+            raise refusals.paced_out(paced, tokens, ctx)
+        raise refusals.final_error(last, ctx)
 
     def _admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
@@ -477,68 +477,6 @@ class Proxy:
             limit = self.gw.config.routing.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
-    def _no_route(self, routes: list[Route], now: float, ctx: _Ctx) -> WireError:
-        providers = [self.gw.providers[r.provider] for r in routes]
-        paused = [p for p in providers if p.paused(now) and not p.drained]
-        ctx.outcome = "no_route"
-        if paused:
-            wait = min(p.admit_in(0.0, now) for p in paused)
-            err = wire_errors.rate_limited(
-                f"Every provider for '{ctx.alias}' is rate limited right now. Retry after {wait:.1f}s."
-            )
-            err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
-            return err
-        return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
-
-    def _shed(self, ctx: _Ctx, pressure: float) -> WireError:
-        """Load shedding (``routing.shed``): a 429 with Retry-After; batch goes first (docs/routing.md)."""
-        shed = self.gw.config.routing.shed
-        ctx.outcome = "shed"
-        self.gw.shed_total.labels(ctx.alias, ctx.traffic_class or "").inc()
-        who = f"'{ctx.traffic_class}' traffic" if ctx.traffic_class else "traffic"
-        err = wire_errors.rate_limited(
-            f"The gateway is shedding {who}: {self.in_flight - 1} requests in flight, {pressure:.0%} of "
-            f"routing.shed.max_in_flight ({shed.max_in_flight}). Retry after {shed.retry_after:g}s."
-        )
-        err.headers = {"Retry-After": str(max(1, math.ceil(shed.retry_after)))}
-        return err
-
-    def _paced_out(self, paced: list[ProviderState], tokens: float, ctx: _Ctx) -> WireError:
-        """Every route was skipped by its pacer: a 429 of our own, Retry-After = the shortest wait."""
-        now = time.monotonic()
-        wait = min(p.admit_in(tokens, now) for p in paced)
-        ctx.outcome = "rate_limited"
-        err = wire_errors.rate_limited(
-            f"Every provider for '{ctx.alias}' is at its known rate limit right now. Retry after {wait:.1f}s."
-        )
-        err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
-        return err
-
-    def _final_error(self, last: CallResult | None, ctx: _Ctx) -> WireError:
-        if last is None:
-            ctx.outcome = "deadline"
-            return wire_errors.timeout("The retry deadline passed before any provider could be tried.")
-        ctx.outcome = last.error_class or "error"
-        if last.error_class == "cancelled":
-            raise asyncio.CancelledError
-        if last.error is not None and last.error_class in (
-            "http_4xx",
-            "insufficient_quota",
-            "rate_limited",
-            "http_5xx",
-        ):
-            err = last.error
-            if last.error_class == "rate_limited" and last.retry_after_s is not None:
-                err.headers = {"Retry-After": str(max(1, math.ceil(last.retry_after_s)))}
-            return err
-        if last.error_class is not None and last.error_class.startswith("timeout"):
-            return wire_errors.timeout(
-                f"The upstream did not answer in time ({last.error_class}) after {ctx.attempts} attempt(s)."
-            )
-        return wire_errors.bad_gateway(
-            f"The upstream failed ({last.error_class}: {last.detail or 'no detail'}) after {ctx.attempts} attempt(s)."
-        )
-
     def _error(self, err: WireError, ctx: _Ctx) -> web.Response:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
@@ -598,16 +536,6 @@ class Proxy:
                     cost=cost,
                 )
             )
-
-
-def _error_outcome(err: WireError) -> str:
-    if err.status == 401:
-        return "unauthorized"
-    if err.status == 413:
-        return "too_large"
-    if err.status == 429:
-        return "rate_limited"
-    return "bad_request" if err.status == 400 else f"http_{err.status}"
 
 
 def _drain(queue: deque[Route]) -> Iterator[Route]:

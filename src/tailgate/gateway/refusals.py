@@ -1,0 +1,113 @@
+"""The gateway's own answers when it cannot serve a request: no route, shed, paced out, or every attempt failed.
+
+Each builds the OpenAI-shaped ``WireError`` to send and sets the request's ledger ``outcome``; a 429 of the
+gateway's own always carries a ``Retry-After``. Split from ``proxy.py``, which keeps the request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import TYPE_CHECKING
+
+from tailgate.wire import errors as wire_errors
+from tailgate.wire.errors import WireError
+
+if TYPE_CHECKING:
+    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.proxy import _Ctx
+    from tailgate.gateway.state import ProviderState
+    from tailgate.routing import Route
+    from tailgate.upstream import CallResult
+
+__all__ = ["error_outcome", "final_error", "no_route", "paced_out", "shed"]
+
+_PASSED_ON = ("http_4xx", "insufficient_quota", "rate_limited", "http_5xx")
+"""Upstream error classes whose (redacted) OpenAI error is returned to the client as it is."""
+
+
+def _retry_after(err: WireError, seconds: float) -> WireError:
+    err.headers = {"Retry-After": str(max(1, math.ceil(seconds)))}
+    return err
+
+
+def no_route(gw: Gateway, routes: list[Route], now: float, ctx: _Ctx) -> WireError:
+    """The policy left no route: every provider drained, or paused by a 429 (then a 429 with Retry-After)."""
+    providers = [gw.providers[r.provider] for r in routes]
+    paused = [p for p in providers if p.paused(now) and not p.drained]
+    ctx.outcome = "no_route"
+    if paused:
+        wait = min(p.admit_in(0.0, now) for p in paused)
+        return _retry_after(
+            wire_errors.rate_limited(
+                f"Every provider for '{ctx.alias}' is rate limited right now. Retry after {wait:.1f}s."
+            ),
+            wait,
+        )
+    return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
+
+
+def shed(gw: Gateway, ctx: _Ctx, pressure: float, others_in_flight: int) -> WireError:
+    """Load shedding (``routing.shed``): a 429 with Retry-After; batch goes first (docs/routing.md)."""
+    cfg = gw.config.routing.shed
+    ctx.outcome = "shed"
+    gw.shed_total.labels(ctx.alias, ctx.traffic_class or "").inc()
+    who = f"'{ctx.traffic_class}' traffic" if ctx.traffic_class else "traffic"
+    return _retry_after(
+        wire_errors.rate_limited(
+            f"The gateway is shedding {who}: {others_in_flight} requests in flight, {pressure:.0%} of "
+            f"routing.shed.max_in_flight ({cfg.max_in_flight}). Retry after {cfg.retry_after:g}s."
+        ),
+        cfg.retry_after,
+    )
+
+
+def paced_out(paced: list[ProviderState], tokens: float, ctx: _Ctx) -> WireError:
+    """Every route was skipped by its pacer: a 429 of our own, Retry-After = the shortest wait."""
+    now = time.monotonic()
+    wait = min(p.admit_in(tokens, now) for p in paced)
+    ctx.outcome = "rate_limited"
+    return _retry_after(
+        wire_errors.rate_limited(
+            f"Every provider for '{ctx.alias}' is at its known rate limit right now. Retry after {wait:.1f}s."
+        ),
+        wait,
+    )
+
+
+def final_error(last: CallResult | None, ctx: _Ctx) -> WireError:
+    """Every attempt failed (or none could start before the deadline): what the client gets.
+
+    A request cancelled under us re-raises ``CancelledError``; an upstream 4xx, 5xx, 429 or
+    insufficient_quota is passed on in the OpenAI shape (redacted); timeouts are 504, the rest 502.
+    """
+    if last is None:
+        ctx.outcome = "deadline"
+        return wire_errors.timeout("The retry deadline passed before any provider could be tried.")
+    ctx.outcome = last.error_class or "error"
+    if last.error_class == "cancelled":
+        raise asyncio.CancelledError
+    if last.error is not None and last.error_class in _PASSED_ON:
+        err = last.error
+        if last.error_class == "rate_limited" and last.retry_after_s is not None:
+            _retry_after(err, last.retry_after_s)
+        return err
+    if last.error_class is not None and last.error_class.startswith("timeout"):
+        return wire_errors.timeout(
+            f"The upstream did not answer in time ({last.error_class}) after {ctx.attempts} attempt(s)."
+        )
+    return wire_errors.bad_gateway(
+        f"The upstream failed ({last.error_class}: {last.detail or 'no detail'}) after {ctx.attempts} attempt(s)."
+    )
+
+
+def error_outcome(err: WireError) -> str:
+    """The ledger outcome of a request refused before any attempt (bad request, key, size …)."""
+    if err.status == 401:
+        return "unauthorized"
+    if err.status == 413:
+        return "too_large"
+    if err.status == 429:
+        return "rate_limited"
+    return "bad_request" if err.status == 400 else f"http_{err.status}"
