@@ -238,7 +238,8 @@ class Proxy:
         self, request: web.Request, ctx: _Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
     ) -> tuple[web.StreamResponse | None, CallResult]:
         """One attempt at ``route``, with its bookkeeping (health, breaker, metrics) whatever the outcome:
-        a cancelled attempt (client gone, or a hedge race lost) is recorded as ``cancelled``, then re-raised."""
+        an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
+        (neutral: never a fault), then re-raised."""
         gw = self.gw
         provider = gw.providers[route.provider]
         health = gw.health.get(route.provider, route.model)
@@ -254,9 +255,9 @@ class Proxy:
                 )
             else:
                 resp, result = await self._attempt_unary(ctx, provider, payload)
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
-            health.observe(result, handle=handle)
+            health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
             gw.breakers.get(route.provider).record_result(result)
             raise
         health.observe(result, handle=handle)
