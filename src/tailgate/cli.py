@@ -366,6 +366,24 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write one CSV row per run.")
 @click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report.")
 @click.option("--no-preflight", is_flag=True, help="Skip the one-request reachability check per target.")
+# capacity, goodput, rate limits, workloads (docs/bench.md)
+@click.option("--find-max", multiple=True, help="Search the largest load at which this holds, e.g. 'p90(ttft)<1s'.")
+@click.option("--by", type=click.Choice(["concurrency", "rate"]), default="concurrency", show_default=True)
+@click.option("--find-start", type=float, help="First level of the search (default 1).")
+@click.option("--find-ceiling", type=float, help="Highest level tried (default 1024 concurrent / 1000 req/s).")
+@click.option("--find-precision", type=float, default=0.1, show_default=True, help="Final bracket, relative.")
+@click.option("--find-repeats", type=click.IntRange(1, 9), default=3, show_default=True, help="Runs of a near level.")
+@click.option("--goodput", help="Per-request SLO for goodput, e.g. ttft:1s,e2e:5s.")
+@click.option("--find-limit", is_flag=True, help="Ramp the rate until the provider answers 429; report the limit.")
+@click.option("--limit-cap", type=click.IntRange(10), default=5000, show_default=True, help="--find-limit: max requests.")
+@click.option("--tokenizer", type=click.Choice(["deepseek", "qwen", "none"]), default="none", show_default=True)
+@click.option(
+    "--workload",
+    type=click.Choice(["synthetic", "shared-prefix", "long-context", "multi-turn", "writing"]),
+    help="A named workload (docs/bench.md).",
+)
+@click.option("--prefix-tokens", type=click.IntRange(1), default=2048, show_default=True, help="shared-prefix.")
+@click.option("--turns", type=click.IntRange(1), default=5, show_default=True, help="multi-turn: turns per chat.")
 def bench(**kw: Any) -> None:
     """Load-test OpenAI-compatible endpoints: TTFT/ITL/TPOT/E2E percentiles, decay ratio, thresholds."""
     from tailgate.bench.command import BenchOptions, run_bench

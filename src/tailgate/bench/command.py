@@ -71,6 +71,20 @@ class BenchOptions:
     html: Path | None = None
     preflight: bool = True
     command: list[str] = field(default_factory=lambda: list(sys.argv))
+    # capacity, goodput, rate limits, prompt lengths (docs/bench.md)
+    find_max: tuple[str, ...] = ()
+    by: str = "concurrency"
+    find_start: float | None = None
+    find_ceiling: float | None = None
+    find_precision: float = 0.1
+    find_repeats: int = 3
+    goodput: str | None = None
+    find_limit: bool = False
+    limit_cap: int = 5000
+    tokenizer: str = "none"
+    workload: str | None = None
+    prefix_tokens: int = 2048
+    turns: int = 5
 
 
 def _key(env: str | None, what: str) -> str | None:
@@ -172,6 +186,23 @@ def _plan(o: BenchOptions) -> Plan:
 
 
 def _workload(o: BenchOptions) -> Workload:
+    if o.workload is not None or o.tokenizer != "none":
+        from tailgate.bench.shapes import build_workload
+
+        try:
+            return build_workload(
+                o.workload,
+                o.tokenizer,
+                o.input_tokens,
+                o.max_tokens,
+                o.stream,
+                o.seed,
+                prefix_tokens=o.prefix_tokens,
+                turns=o.turns,
+                temperature=o.temperature,
+            )
+        except WorkloadError as exc:
+            raise UsageError(str(exc)) from None
     try:
         return Workload(
             input_tokens=LengthDist.parse(o.input_tokens),
@@ -191,6 +222,15 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
     console = console or Console(stderr=True)
     try:
         specs, plan, workload = _targets(o), _plan(o), _workload(o)
+        if o.goodput:
+            from dataclasses import replace
+
+            from tailgate.bench.goodput import SLO, GoodputError
+
+            try:
+                plan = replace(plan, slo=SLO.parse(o.goodput))
+            except GoodputError as exc:
+                raise UsageError(str(exc)) from None
         thresholds = [parse_threshold(t) for t in o.thresholds]
     except (UsageError, ThresholdError) as exc:
         console.print(f"error: {exc}", markup=False, highlight=False)
@@ -210,7 +250,14 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
             return EXIT_USAGE
     started = time.time()
     progress = Progress(console)
-    if o.workers > 1:
+    extra: dict[str, Any] = {}
+    if o.find_max or o.find_limit:
+        try:
+            runs, extra = _search(o, specs, workload, plan, progress)
+        except UsageError as exc:
+            console.print(f"error: {exc}", markup=False, highlight=False)
+            return EXIT_USAGE
+    elif o.workers > 1:
         runs = run_workers(specs, workload, plan, o.workers)
     else:
 
@@ -221,6 +268,10 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
         runs = run(main)
     checks = evaluate(thresholds, runs) if thresholds else []
     doc = doc_mod.build_document(runs, command=o.command, started_at=started, thresholds=checks)
+    describe = getattr(workload, "describe", None)
+    if describe is not None:
+        extra["workload"] = describe()
+    _add_findings(doc, extra)
     if o.workers == 1 and progress.phase is not None:
         progress.on_phase(progress.phase)  # reports the last phase as done
     out = Console() if sys.stdout.isatty() else Console(width=200)
@@ -240,6 +291,72 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
         console.print("thresholds breached: exit 99", markup=False)
         return EXIT_BREACHED
     return EXIT_OK
+
+
+def _search(
+    o: BenchOptions, specs: list[TargetSpec], workload: Workload, plan: Plan, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--find-max`` / ``--find-limit``: (the runs made, the document's extra sections)."""
+    from tailgate.bench.finder import BY, FindSpec
+    from tailgate.bench.goodput import SLO, GoodputError
+    from tailgate.bench.ratelimit import LimitSpec
+    from tailgate.bench.searches import run_find_limit, run_find_max
+
+    if o.workers > 1:
+        raise UsageError("--find-max/--find-limit run in one process; leave out --workers")
+    if o.by not in BY:
+        raise UsageError(f"--by must be one of {', '.join(BY)}, got {o.by!r}")
+    try:
+        slo = SLO.parse(o.goodput) if o.goodput else None
+        thresholds = tuple(parse_threshold(t) for t in o.find_max)
+    except (GoodputError, ThresholdError) as exc:
+        raise UsageError(str(exc)) from None
+    rate = o.by == "rate"
+    start = o.find_start if o.find_start is not None else (plan.rate if rate and plan.rate else 1.0)
+    ceiling = o.find_ceiling if o.find_ceiling is not None else (1000.0 if rate else 1024.0)
+    if start <= 0 or ceiling < start:
+        raise UsageError(f"--find-start/--find-ceiling: need 0 < start <= ceiling, got {start:g} and {ceiling:g}")
+    if not 0 < o.find_precision < 1 or o.find_repeats < 1:
+        raise UsageError("--find-precision must be in (0, 1) and --find-repeats >= 1")
+    bounds = plan.bounds
+
+    async def main(stop: asyncio.Event) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        runs: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {}
+        with progress.live:
+            if o.find_limit:
+                lspec = LimitSpec(
+                    start=o.find_start or 2.0,
+                    ceiling=o.find_ceiling or 2000.0,
+                    cap=o.limit_cap,
+                    step_s=bounds.duration or 5.0,
+                    warmup_s=bounds.warmup,
+                )
+                made, extra["limits"] = await run_find_limit(specs, workload, lspec, stop, slo=slo, on_phase=progress.on_phase)
+                runs += made
+            if thresholds:
+                fspec = FindSpec(thresholds, o.by, start, ceiling, o.find_precision, o.find_repeats)
+                made, cap = await run_find_max(
+                    specs, workload, bounds, fspec, stop, slo=slo, arrival=plan.arrival, on_phase=progress.on_phase
+                )
+                offset = len(runs)
+                for entry in cap:
+                    entry["runs"] = [offset + i for i in entry["runs"]]
+                extra["capacity"] = cap
+                runs += made
+        return runs, extra
+
+    return run(main)
+
+
+def _add_findings(doc: dict[str, Any], extra: dict[str, Any]) -> None:
+    """The document's additive sections: capacity, limits, rate-limit flags (and their notes), goodput SLO."""
+    from tailgate.bench.ratelimit import assess
+
+    doc.update(extra)
+    flags = assess(doc["runs"])
+    doc["rate_limits"] = flags
+    doc["notes"] += [f"{f['target']}: {f['flag']}" for f in flags]
 
 
 def _fmt(v: Any, digits: int = 0) -> str:
@@ -297,7 +414,49 @@ def _print_summary(console: Console, doc: dict[str, Any]) -> None:
                 _fmt(d["mean_tok_s_ratio"], 2),
             )
         console.print(decay)
+    _print_findings(console, doc)
     for check in doc.get("thresholds") or []:
         mark = "PASS" if check["passed"] else "FAIL"
         load = res.describe_load(check["load"]) if isinstance(check.get("load"), dict) else check.get("load")
         console.print(f"{mark} {check['expr']} [{check['target']}, {load}]: {check['value']}", markup=False)
+
+
+def _print_findings(console: Console, doc: dict[str, Any]) -> None:
+    """Capacity curves and answers, rate-limit findings and flags."""
+    for cap in doc.get("capacity") or []:
+        t = Table("level", "verdict", "runs", "req/s", "goodput/s", "TTFT p90", "TTFT p99", "E2E p99", "errors", title=(
+            f"capacity of {cap['target']} by {cap['by']}: {' and '.join(cap['thresholds'])}"
+        ))
+        for p in cap["curve"]:
+            t.add_row(
+                f"{p['level']:g}",
+                "pass" if p["passed"] else "FAIL",
+                str(p["repeats"]),
+                _fmt(p["req_per_s"], 1),
+                _fmt(p["goodput_req_per_s"], 1),
+                _fmt(p["ttft_ms_p90"]),
+                _fmt(p["ttft_ms_p99"]),
+                _fmt(p["e2e_ms_p99"]),
+                _fmt(p["error_rate"] * 100 if p["error_rate"] is not None else None, 1) + "%",
+            )
+        console.print(t)
+        console.print(f"answer: {cap['summary']}", markup=False, highlight=False)
+        d = cap.get("decay_at_answer") or {}
+        if cap.get("knee") is not None or d:
+            console.print(
+                f"  knee of {cap['knee_metric']}: {_fmt(cap.get('knee'), 0)}; decay at the answer vs {d.get('base_level')}: "
+                f"P99 E2E ×{_fmt(d.get('p99_e2e_ratio'), 2)}, P99 TTFT ×{_fmt(d.get('p99_ttft_ratio'), 2)}, "
+                f"mean tok/s ×{_fmt(d.get('mean_tok_s_ratio'), 2)}",
+                markup=False,
+                highlight=False,
+            )
+    for lim in doc.get("limits") or []:
+        console.print(f"rate limit: {lim['summary']}", markup=False, highlight=False)
+    for flag in doc.get("rate_limits") or []:
+        refused = flag["refused"]
+        console.print(
+            f"WARNING {flag['target']}: {flag['flag']} ({refused} of {flag['requests']} requests refused with 429; "
+            f"latency above is of admitted requests only, refused ones are reported apart)",
+            markup=False,
+            highlight=False,
+        )

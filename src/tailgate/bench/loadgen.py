@@ -36,7 +36,8 @@ from typing import Any
 from tailgate.accuracy import Task, grade
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
-from tailgate.upstream import Body, Call, CallResult, Chunk, Sent, UpstreamClient, call
+from tailgate.bench.goodput import SLO
+from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
 from tailgate.wire.sse import content_text
 
 
@@ -93,6 +94,9 @@ class Prepared:
     idx: int
     call: Call
     task: Task | None = None
+    intended: int | None = None
+    ratelimit: dict[str, str] | None = None
+    """The response's ``x-ratelimit-*`` / ``retry-after`` headers, when it had any (set by :func:`execute`)."""
 
 
 def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
@@ -100,7 +104,7 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
     body = {**spec.body, "model": target.model}
     headers = {"x-tailgate-class": spec.traffic_class} if spec.traffic_class else None
     c = call(target.client, "/chat/completions", body, stream=spec.stream, client_wants_usage=True, headers=headers)
-    return Prepared(idx, c, spec.task)
+    return Prepared(idx, c, spec.task, spec.intended_tokens)
 
 
 async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
@@ -115,6 +119,8 @@ async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
         async for event in c:
             if isinstance(event, Sent):
                 sent_at = event.t
+            elif isinstance(event, Headers) and (event.status == 429 or "x-ratelimit-limit-requests" in event.headers):
+                p.ratelimit = {k: v for k, v in event.headers.items() if k.lower().startswith("x-ratelimit-")}
             elif p.task is not None and isinstance(event, Chunk | Body):
                 text.append(content_text(event.raw))
     result = c.result
@@ -262,12 +268,16 @@ class LoadGenerator:
         self.phase: Phase | None = None
         self._turn = itertools.count()
         self.on_phase: Callable[[Phase], None] | None = None
+        self.slo: SLO | None = None
+        """Per-request SLO for goodput (``--goodput``); every recorder of a phase counts good requests."""
 
     def _next_target(self) -> int:
         return next(self._turn) % len(self.targets)
 
     def _new_phase(self, label: str, load: dict[str, Any], bounds: Bounds) -> Phase:
         recorders = [RunRecorder(t.describe(), dict(load)) for t in self.targets]
+        for rec in recorders:
+            rec.slo = self.slo
         phase = Phase(label, recorders, bounds.requests)
         self.phase = phase
         if self.on_phase is not None:
@@ -292,12 +302,17 @@ class LoadGenerator:
         phase.sent += 1
         phase.sent_by[idx] = phase.sent_by.get(idx, 0) + 1
         phase.in_flight += 1
+        p = prepare(self.targets[idx], self.workload.next(), idx)
         try:
-            result, right, _ = await execute(prepare(self.targets[idx], self.workload.next(), idx))
+            result, right, _ = await execute(p)
         finally:
             phase.in_flight -= 1
         if counting() and result.error_class != "cancelled":
             phase.recorders[idx].add(result, t_done=time.perf_counter(), accuracy=right)
+            if p.intended is not None:
+                phase.recorders[idx].note_prompt(p.intended, result)
+            if p.ratelimit:
+                phase.recorders[idx].note_headers(p.ratelimit)
 
     async def _scheduled(self, phase: Phase, p: Prepared, intended: float, counted: bool) -> None:
         """Open loop: send a prepared request; its lag is (sent − intended) and its latency counts from intended."""
@@ -309,6 +324,10 @@ class LoadGenerator:
         if counted and result.error_class != "cancelled":
             lag_ms = max(0.0, (sent_at - intended) * 1000.0)
             phase.recorders[p.idx].add(result, lag_ms=lag_ms, t_done=time.perf_counter(), accuracy=right)
+            if p.intended is not None:
+                phase.recorders[p.idx].note_prompt(p.intended, result)
+            if p.ratelimit:
+                phase.recorders[p.idx].note_headers(p.ratelimit)
 
     async def _schedule(
         self,

@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tailgate.bench.goodput import SLO
 from tailgate.stats import LatencyHistogram
 from tailgate.upstream.events import CallResult
 
@@ -159,6 +160,41 @@ class RunRecorder:
         self.tpot = LatencyHistogram()
         self.tok_s = LatencyHistogram()
         self.lag = LatencyHistogram()
+        # Goodput (--goodput) and rate-limit honesty (docs/bench.md): additive to the v1 run object.
+        self.slo: SLO | None = None
+        self.good = 0
+        self.refused = LatencyHistogram()
+        """Latency of the requests the provider refused with 429 (kept apart from the admitted ones)."""
+        self.retry_after_max: float | None = None
+        self.ratelimit_headers: dict[str, str] = {}
+        """The last ``x-ratelimit-*`` values seen (limit, remaining, reset; requests and tokens)."""
+        self.remaining_min: dict[str, int] = {}
+        self.prompt_counts = [0, 0, 0]
+        """Successes with a known intended prompt length and usage: [count, sum intended, sum usage]."""
+
+    def note_prompt(self, intended: int, result: CallResult) -> None:
+        """Compare a request's intended prompt length with the provider's ``usage.prompt_tokens``."""
+        if result.ok and result.prompt_tokens is not None:
+            c = self.prompt_counts
+            c[0] += 1
+            c[1] += intended
+            c[2] += result.prompt_tokens
+
+    def note_headers(self, headers: Mapping[str, str]) -> None:
+        """Keep the ``x-ratelimit-*`` headers of a response (the latest value, the lowest remaining)."""
+        for name, value in headers.items():
+            low = name.lower()
+            if not low.startswith("x-ratelimit-"):
+                continue
+            key = low[len("x-ratelimit-") :]
+            self.ratelimit_headers[key] = value
+            if key.startswith("remaining-"):
+                try:
+                    n = int(float(value))
+                except ValueError:
+                    continue
+                old = self.remaining_min.get(key)
+                self.remaining_min[key] = n if old is None else min(old, n)
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -210,6 +246,12 @@ class RunRecorder:
             if key not in self.error_examples:
                 self.error_examples[key] = _example(result)
             bucket[1] += 1
+            if key == "rate_limited":
+                if result.e2e_ms is not None:
+                    self.refused.record(result.e2e_ms + lag)
+                ra = result.retry_after_s
+                if ra is not None and (self.retry_after_max is None or ra > self.retry_after_max):
+                    self.retry_after_max = ra
         else:
             self.successes += 1
             out = result.output_tokens
@@ -233,6 +275,8 @@ class RunRecorder:
                 if span > 0.0:
                     self.tpot.record(span / (out - 1))
                     self.tok_s.record((out - 1) / (span / 1000.0))
+        if self.slo is not None and key is None and self.slo.met(result, lag):
+            self.good += 1
         if accuracy is not None:
             self.accuracy_total += 1
             if accuracy:
@@ -316,6 +360,16 @@ class RunRecorder:
         self.tpot.merge(other.tpot)
         self.tok_s.merge(other.tok_s)
         self.lag.merge(other.lag)
+        self.good += other.good
+        if self.slo is None:
+            self.slo = other.slo
+        self.refused.merge(other.refused)
+        self.prompt_counts = [a + b for a, b in zip(self.prompt_counts, other.prompt_counts, strict=True)]
+        if other.retry_after_max is not None:
+            self.retry_after_max = max(self.retry_after_max or 0.0, other.retry_after_max)
+        self.ratelimit_headers.update(other.ratelimit_headers)
+        for k, n in other.remaining_min.items():
+            self.remaining_min[k] = min(n, self.remaining_min.get(k, n))
 
     # -- serialization -----------------------------------------------------------------------
 
@@ -365,7 +419,36 @@ class RunRecorder:
             ),
             "clock": {"start": self.t_start, "stop": self.t_stop, "last": self.t_last},
             "histograms": {name: dict(h.to_dict()) for name, h in hists.items()},
+            **self._extras(duration),
         }
+
+    def _extras(self, duration: float | None) -> dict[str, Any]:
+        """The run object's additive fields: ``goodput`` (with --goodput) and ``rate_limit``."""
+        out: dict[str, Any] = {}
+        if self.slo is not None:
+            out["goodput"] = {
+                **self.slo.to_dict(),
+                "good": self.good,
+                "req_per_s": round(self.good / duration, 3) if duration else None,
+                "fraction": round(self.good / self.requests, 6) if self.requests else None,
+            }
+        n, intended, usage = self.prompt_counts
+        if n:
+            out["prompt_tokens"] = {
+                "count": n,
+                "intended_mean": round(intended / n, 3),
+                "usage_mean": round(usage / n, 3),
+                "usage_minus_intended_mean": round((usage - intended) / n, 3),
+            }
+        out["rate_limit"] = {
+            "refused": self.error_counts.get("rate_limited", 0),
+            "refused_ms": summarize(self.refused),
+            "retry_after_s_max": self.retry_after_max,
+            "headers": dict(sorted(self.ratelimit_headers.items())),
+            "remaining_min": dict(sorted(self.remaining_min.items())),
+            "histogram": dict(self.refused.to_dict()),
+        }
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunRecorder:
@@ -407,6 +490,20 @@ class RunRecorder:
             rec.tok_s = LatencyHistogram.from_dict(hists["output_tokens_per_s"])
             if LAG_METRIC in hists:
                 rec.lag = LatencyHistogram.from_dict(hists[LAG_METRIC])
+            good = d.get("goodput")
+            if good:
+                rec.slo = SLO(tuple((str(k), float(v)) for k, v in good["limits_ms"].items()), str(good["expr"]))
+                rec.good = int(good["good"])
+            pt = d.get("prompt_tokens")
+            if pt:
+                n = int(pt["count"])
+                rec.prompt_counts = [n, round(pt["intended_mean"] * n), round(pt["usage_mean"] * n)]
+            rl = d.get("rate_limit")
+            if rl:
+                rec.refused = LatencyHistogram.from_dict(rl["histogram"])
+                rec.retry_after_max = rl.get("retry_after_s_max")
+                rec.ratelimit_headers = {str(k): str(v) for k, v in (rl.get("headers") or {}).items()}
+                rec.remaining_min = {str(k): int(v) for k, v in (rl.get("remaining_min") or {}).items()}
         except (KeyError, TypeError, AttributeError) as exc:
             raise ResultsError(f"not a {SCHEMA} run object: missing or invalid {exc}") from exc
         if rec.successes + rec.errors != rec.requests:

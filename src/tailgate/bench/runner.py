@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tailgate.bench.goodput import SLO
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import TraceEntry, Workload
@@ -61,6 +62,8 @@ class Plan:
     time_scale: float = 1.0
     replay_name: str = ""
 
+    slo: SLO | None = None
+    """Per-request SLO of ``--goodput``: every run counts its good requests."""
     level_requests: tuple[int, ...] = ()
     """Closed loop: this worker's ``--requests`` for each level (set by :meth:`share`); empty: ``bounds``."""
 
@@ -197,6 +200,7 @@ async def run_plan(
     targets = [spec.build(max_conn) for spec in specs]
     gen = LoadGenerator(targets, workload, stop=stop)
     gen.on_phase = on_phase
+    gen.slo = plan.slo
     runs: list[RunRecorder] = []
     try:
         if plan.mode == "closed":

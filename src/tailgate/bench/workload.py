@@ -77,6 +77,8 @@ class RequestSpec:
     stream: bool
     task: Task | None = None
     traffic_class: str | None = None
+    intended_tokens: int | None = None
+    """The prompt length this request was built to have (exact with --tokenizer, else an estimate)."""
 
 
 @dataclass
