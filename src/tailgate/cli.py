@@ -375,7 +375,9 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option("--find-repeats", type=click.IntRange(1, 9), default=3, show_default=True, help="Runs of a near level.")
 @click.option("--goodput", help="Per-request SLO for goodput, e.g. ttft:1s,e2e:5s.")
 @click.option("--find-limit", is_flag=True, help="Ramp the rate until the provider answers 429; report the limit.")
-@click.option("--limit-cap", type=click.IntRange(10), default=5000, show_default=True, help="--find-limit: max requests.")
+@click.option(
+    "--limit-cap", type=click.IntRange(10), default=5000, show_default=True, help="--find-limit: max requests."
+)
 @click.option("--tokenizer", type=click.Choice(["deepseek", "qwen", "none"]), default="none", show_default=True)
 @click.option(
     "--workload",

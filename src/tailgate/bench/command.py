@@ -332,7 +332,9 @@ def _search(
                     step_s=bounds.duration or 5.0,
                     warmup_s=bounds.warmup,
                 )
-                made, extra["limits"] = await run_find_limit(specs, workload, lspec, stop, slo=slo, on_phase=progress.on_phase)
+                made, extra["limits"] = await run_find_limit(
+                    specs, workload, lspec, stop, slo=slo, on_phase=progress.on_phase
+                )
                 runs += made
             if thresholds:
                 fspec = FindSpec(thresholds, o.by, start, ceiling, o.find_precision, o.find_repeats)
@@ -424,9 +426,18 @@ def _print_summary(console: Console, doc: dict[str, Any]) -> None:
 def _print_findings(console: Console, doc: dict[str, Any]) -> None:
     """Capacity curves and answers, rate-limit findings and flags."""
     for cap in doc.get("capacity") or []:
-        t = Table("level", "verdict", "runs", "req/s", "goodput/s", "TTFT p90", "TTFT p99", "E2E p99", "errors", title=(
-            f"capacity of {cap['target']} by {cap['by']}: {' and '.join(cap['thresholds'])}"
-        ))
+        t = Table(
+            "level",
+            "verdict",
+            "runs",
+            "req/s",
+            "goodput/s",
+            "TTFT p90",
+            "TTFT p99",
+            "E2E p99",
+            "errors",
+            title=(f"capacity of {cap['target']} by {cap['by']}: {' and '.join(cap['thresholds'])}"),
+        )
         for p in cap["curve"]:
             t.add_row(
                 f"{p['level']:g}",
@@ -444,7 +455,8 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
         d = cap.get("decay_at_answer") or {}
         if cap.get("knee") is not None or d:
             console.print(
-                f"  knee of {cap['knee_metric']}: {_fmt(cap.get('knee'), 0)}; decay at the answer vs {d.get('base_level')}: "
+                f"  knee of {cap['knee_metric']}: {_fmt(cap.get('knee'), 0)}; "
+                f"decay at the answer vs {d.get('base_level')}: "
                 f"P99 E2E ×{_fmt(d.get('p99_e2e_ratio'), 2)}, P99 TTFT ×{_fmt(d.get('p99_ttft_ratio'), 2)}, "
                 f"mean tok/s ×{_fmt(d.get('mean_tok_s_ratio'), 2)}",
                 markup=False,

@@ -125,9 +125,9 @@ RunLevel = Callable[[float], Awaitable[dict[str, Any]]]
 """Runs one level once (a concurrency or a rate) against one target and returns its run object."""
 
 
-async def find_max(spec: FindSpec, run_level: RunLevel, *, stopped: Callable[[], bool] = lambda: False) -> tuple[
-    list[dict[str, Any]], dict[str, Any]
-]:
+async def find_max(
+    spec: FindSpec, run_level: RunLevel, *, stopped: Callable[[], bool] = lambda: False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Search one target. Returns (every run made, in order; the ``capacity`` entry for the document)."""
     search = Search(spec)
     runs: list[dict[str, Any]] = []

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailgate.accuracy import Task, grade
+from tailgate.bench.goodput import SLO
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
-from tailgate.bench.goodput import SLO
 from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
 from tailgate.wire.sse import content_text
 

@@ -35,11 +35,11 @@ def admitted_per_s(run: Mapping[str, Any]) -> float | None:
         # error kinds, so they are apportioned: refused share of the run's errors is left out.
         errors = max(1, sum(b["errors"] for b in timeline))
         keep = 1.0 - refused / errors if refused else 1.0
-        return round(statistics.median(b["ok"] + b["errors"] * keep for b in interior), 3)
+        return round(float(statistics.median(b["ok"] + b["errors"] * keep for b in interior)), 3)
     duration = (run.get("throughput") or {}).get("duration_s")
     if not duration:
         return None
-    return round((run["requests"] - refused) / duration, 3)
+    return round((int(run["requests"]) - int(refused)) / float(duration), 3)
 
 
 def _num(text: Any) -> float | None:
@@ -109,9 +109,9 @@ RunRate = Callable[[float, float], Awaitable[dict[str, Any]]]
 """Runs an open loop at (rate, measured seconds) and returns the run object."""
 
 
-async def find_limit(spec: LimitSpec, run_rate: RunRate, *, stopped: Callable[[], bool] = lambda: False) -> tuple[
-    list[dict[str, Any]], dict[str, Any]
-]:
+async def find_limit(
+    spec: LimitSpec, run_rate: RunRate, *, stopped: Callable[[], bool] = lambda: False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Ramp until refused; returns (the runs, the ``limit`` entry of the document)."""
     runs: list[dict[str, Any]] = []
     sent = 0

