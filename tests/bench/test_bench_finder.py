@@ -51,7 +51,8 @@ def test_search_grows_then_bisects_to_one_step() -> None:
     spec = FindSpec((parse_threshold("p90(ttft)<1s"),), "concurrency", start=1, ceiling=1024)
     search, seen = _drive(spec, boundary=16)
     assert seen[:6] == [1, 2, 4, 8, 16, 32]
-    assert search.lo == 16 and search.hi == 17
+    assert search.lo == 16
+    assert search.hi == 17
     assert search.step_at_answer == 1
 
 
@@ -60,7 +61,8 @@ def test_search_brackets_any_boundary(boundary: int) -> None:
     """Whatever the boundary, the answer passes, the failure is above it, and the bracket is within one step."""
     spec = FindSpec((parse_threshold("p90(ttft)<1s"),), "concurrency", start=1, ceiling=1024, precision=0.1)
     search, _ = _drive(spec, boundary)
-    assert search.lo is not None and search.hi is not None
+    assert search.lo is not None
+    assert search.hi is not None
     assert search.lo <= boundary < search.hi
     assert search.hi - search.lo <= spec.step(search.lo)
 
@@ -69,14 +71,19 @@ def test_search_by_rate_and_edges() -> None:
     """Rates bisect to fractions; a first failure gives no answer; a held ceiling ends the search."""
     spec = FindSpec((parse_threshold("p90(ttft)<1s"),), "rate", start=5, ceiling=200, precision=0.05)
     search, _ = _drive(spec, 23.4)
-    assert search.lo is not None and search.hi is not None
-    assert search.lo <= 23.4 < search.hi and search.hi - search.lo <= max(0.5, 0.05 * search.lo)
+    assert search.lo is not None
+    assert search.hi is not None
+    assert search.lo <= 23.4 < search.hi
+    assert search.hi - search.lo <= max(0.5, 0.05 * search.lo)
     search, seen = _drive(FindSpec((), "concurrency", start=4, ceiling=64), boundary=1)
     assert (search.lo, search.hi) == (1, 2)  # a failing start is bisected downwards
     search, seen = _drive(FindSpec((), "concurrency", start=4, ceiling=64), boundary=0)
-    assert search.lo is None and search.hi == 1
+    assert search.lo is None
+    assert search.hi == 1
     search, seen = _drive(FindSpec((), "concurrency", start=1, ceiling=64), boundary=10_000)
-    assert search.lo == 64 and search.hi is None and seen[-1] == 64
+    assert search.lo == 64
+    assert search.hi is None
+    assert seen[-1] == 64
 
 
 async def test_near_levels_are_repeated_and_the_majority_decides() -> None:
@@ -92,10 +99,13 @@ async def test_near_levels_are_repeated_and_the_majority_decides() -> None:
         return _run(x, 100.0 if x < 8 else 5000.0)
 
     runs, cap = await find_max(spec, level)
-    assert calls[8] == 3 and calls[4] == 1 and calls[16] == 1
+    assert calls[8] == 3
+    assert calls[4] == 1
+    assert calls[16] == 1
     assert cap["answer"] == 8
     point = next(p for p in cap["curve"] if p["level"] == 8)
-    assert point["repeats"] == 3 and point["passed"]
+    assert point["repeats"] == 3
+    assert point["passed"]
     assert len(runs) == sum(calls.values()) == len(cap["runs"])
     assert "holds up to 8" in cap["summary"]
 
@@ -123,7 +133,8 @@ def test_goodput_counts_requests_within_every_slo() -> None:
         rec.add(_ok(ttft, 2000.0), t_done=0.1)
     rec.stop(2.0)
     d = rec.to_dict()
-    assert d["goodput"]["good"] == 3 and d["goodput"]["req_per_s"] == 1.5
+    assert d["goodput"]["good"] == 3
+    assert d["goodput"]["req_per_s"] == 1.5
     back = RunRecorder.from_dict(d)
     back.merge(RunRecorder.from_dict(d))
     assert back.to_dict()["goodput"]["good"] == 6
@@ -139,5 +150,7 @@ def test_search_is_deterministic_under_noise() -> None:
     search = Search(spec)
     while (level := search.next_level()) is not None:
         search.record(level, level + rng.uniform(-2, 2) <= 200)
-    assert search.lo is not None and search.hi is not None
-    assert 190 <= search.lo <= 202 and search.hi > search.lo
+    assert search.lo is not None
+    assert search.hi is not None
+    assert 190 <= search.lo <= 202
+    assert search.hi > search.lo

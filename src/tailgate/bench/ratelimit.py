@@ -120,7 +120,7 @@ async def find_limit(
     note = None
     while rate <= spec.ceiling and not stopped():
         budget = spec.cap - sent
-        seconds = min(spec.step_s, budget / rate - spec.warmup_s)
+        seconds = min(spec.step_s, (budget - 1) / rate - spec.warmup_s)
         if seconds < 1.0:
             note = f"stopped at the safety cap of {spec.cap} requests"
             break

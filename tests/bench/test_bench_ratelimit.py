@@ -1,0 +1,115 @@
+"""Rate-limit honesty on a simulator limited to 20 requests/s per key (the field notes' provider)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from conftest import ThreadedSim
+from tailgate.bench.command import BenchOptions, run_bench
+from tailgate.bench.ratelimit import LimitSpec, admitted_per_s, assess, find_limit
+from tailgate.bench.results import RunRecorder
+from tailgate.upstream.events import CallResult
+
+
+def _bench(tmp_path: Path, url: str, *args: str, **kw: Any) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / "r.json"
+    console = Console(record=True, width=200)
+    opts = BenchOptions(base_url=url, model="m", out=out, command=["tailgate", "bench", *args], **kw)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = run_bench(opts, console)
+    text = buf.getvalue() + console.export_text()
+    return code, json.loads(out.read_text()), text
+
+
+@pytest.mark.timeout(60)
+def test_a_rate_limited_run_is_flagged_with_the_limit(tmp_path: Path, threaded_sim: Callable[..., ThreadedSim]) -> None:
+    """Offered 40 req/s against 20 req/s per key: the run is flagged, the limit reported within ±10 %,
+    refused latency kept apart, and the x-ratelimit-* headers read."""
+    sim = threaded_sim("instant", faults={"rate_limit_rps": 20})
+    code, doc, text = _bench(tmp_path, sim.url, rate=40.0, duration="4s", warmup="1s", max_tokens=4)
+    assert code == 0
+    [flag] = doc["rate_limits"]
+    assert 18.0 <= flag["per_s"] <= 22.0, flag
+    assert flag["flag"].startswith("rate-limited above ~")
+    assert "measure the limiter, not the service" in flag["flag"]
+    assert flag["limit_requests_header"] == 20.0
+    assert flag["retry_after_s_max"] is not None
+    assert flag["retry_after_s_max"] > 0
+    assert any("rate-limited above ~" in n for n in doc["notes"])
+    assert "rate-limited above ~" in text
+    assert "measure the limiter" in text
+    [run] = doc["runs"]
+    assert run["errors"]["rate_limited"] > 0
+    assert run["rate_limit"]["refused"] == run["errors"]["rate_limited"]
+    assert run["rate_limit"]["refused_ms"]["count"] == run["errors"]["rate_limited"]
+    assert run["metrics"]["e2e_ms"]["count"] == run["successes"]  # admitted only
+    assert run["rate_limit"]["headers"]["limit-requests"] == "20"
+
+
+@pytest.mark.timeout(60)
+def test_find_limit_ramps_until_refused_and_reports_rpm(
+    tmp_path: Path, threaded_sim: Callable[..., ThreadedSim]
+) -> None:
+    """--find-limit ramps the rate; the first step refused reports ~20 req/s (RPM ~1,200) within ±10 %."""
+    sim = threaded_sim("instant", faults={"rate_limit_rps": 20})
+    code, doc, text = _bench(
+        tmp_path, sim.url, find_limit=True, find_start=15.0, duration="5s", warmup="1s", max_tokens=4, limit_cap=400
+    )
+    assert code == 0
+    [lim] = doc["limits"]
+    assert lim["found"], lim
+    assert 18.0 <= lim["per_s"] <= 22.0, lim
+    assert 1080 <= lim["rpm"] <= 1320
+    assert lim["rates_tried"][0] == 15.0
+    assert lim["refused_at_offered_per_s"] > 20
+    assert lim["requests_sent_max"] <= 400
+    assert "rate limit:" in text
+
+
+async def test_find_limit_never_passes_its_safety_cap() -> None:
+    """A provider that never refuses: the ramp stops at the cap of requests, not at the ceiling."""
+    offered: list[tuple[float, float]] = []
+
+    async def run_rate(rate: float, seconds: float) -> dict[str, Any]:
+        offered.append((rate, seconds))
+        rec = RunRecorder({"name": "t"}, {"mode": "open", "rate": rate})
+        rec.start(0.0)
+        for _ in range(int(rate * seconds)):
+            rec.add(CallResult(status=200, error_class=None, started_at=0.0, stream=False, e2e_ms=1.0), t_done=0.1)
+        rec.stop(seconds)
+        return rec.to_dict()
+
+    runs, entry = await find_limit(LimitSpec(start=10, factor=2, cap=300, step_s=5, warmup_s=1), run_rate)
+    sent = sum(int(r * (s + 1)) + 1 for r, s in offered)
+    assert sent <= 300
+    assert not entry["found"]
+    assert "safety cap" in entry["note"]
+    assert entry["requests_sent_max"] == sent
+
+
+def test_assess_ignores_runs_without_429() -> None:
+    """No 429, no flag; the admitted rate of a limited run is its steady state, not its first burst."""
+    rec = RunRecorder({"name": "a"}, {"mode": "open", "rate": 50})
+    rec.start(0.0)
+    for s in range(6):
+        for _ in range(40 if s == 0 else 20):
+            rec.add(CallResult(status=200, error_class=None, started_at=0.0, stream=False, e2e_ms=1.0), t_done=s + 0.5)
+        for _ in range(30):
+            rec.add(CallResult(status=429, error_class="rate_limited", started_at=0.0, stream=False), t_done=s + 0.5)
+    rec.stop(6.0)
+    run = rec.to_dict()
+    assert admitted_per_s(run) == 20.0
+    clean = RunRecorder({"name": "b"}, {"mode": "open", "rate": 5}).to_dict()
+    [flag] = assess([run, clean])
+    assert flag["target"] == "a"
+    assert flag["per_s"] == 20.0
