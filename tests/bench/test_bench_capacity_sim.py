@@ -48,8 +48,8 @@ async def _find(
 
 
 def _prompt_tokens(runs: list[dict[str, Any]]) -> float:
-    ok = sum(r["successes"] for r in runs)
-    return sum(r["tokens"]["input"] or 0 for r in runs) / max(1, ok)
+    ok = sum(int(r["successes"]) for r in runs)
+    return sum(int(r["tokens"]["input"] or 0) for r in runs) / max(1, ok)
 
 
 @pytest.mark.timeout(90)

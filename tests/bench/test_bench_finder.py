@@ -154,3 +154,27 @@ def test_search_is_deterministic_under_noise() -> None:
     assert search.hi is not None
     assert 190 <= search.lo <= 202
     assert search.hi > search.lo
+
+
+async def test_the_report_plots_the_curve_walked() -> None:
+    """The HTML report gets a capacity section: the answer, the curve as SVG charts and a table, escaped."""
+    from tailgate.bench.document import build_document
+    from tailgate.bench.report import render_html
+
+    th = parse_threshold("p90(ttft)<1000ms")
+
+    async def level(x: float) -> dict[str, Any]:
+        run = _run(x, 100.0 * x)
+        run["target"]["name"] = "<b>evil</b>"
+        return run
+
+    runs, cap = await find_max(FindSpec((th,), "concurrency", start=1, ceiling=64, repeats=1), level)
+    doc = build_document(runs, command=["tailgate", "bench"], started_at=0.0)
+    doc["capacity"] = [cap]
+    html = render_html(doc)
+    assert "<h2>Capacity</h2>" in html
+    assert html.count('class="chart') >= 2 + 1
+    assert "<b>evil</b>" not in html
+    assert "&lt;b&gt;evil&lt;/b&gt;" in html
+    assert cap["answer"] == 9
+    assert "holds up to 9" in html

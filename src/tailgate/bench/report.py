@@ -340,8 +340,16 @@ def render_html(doc: Doc) -> str:
     """The whole report for one ``results.json`` document, as a self-contained HTML page."""
     runs = [r for r in doc.get("runs") or [] if isinstance(r, Mapping)]
     title = "tailgate bench: " + ", ".join(_targets(runs))
+    from tailgate.bench.report_findings import capacity_section, rate_limit_section
+
+    found = [
+        _section(title, body, "")
+        for title, body in (("Capacity", capacity_section(doc)), ("Rate limits", rate_limit_section(doc)))
+        if body
+    ]
     body = [
         _header(doc, runs),
+        *found,
         _section("Runs", _summary_table(runs) if runs else None, "no runs"),
         *_chart_sections(runs),
         _section("Errors by class", _errors_table(runs), "no errors"),
