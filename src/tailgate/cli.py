@@ -490,6 +490,11 @@ def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
 @click.option("--serve", is_flag=True, help="Also serve the dashboard over the store.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: listen address.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8090, show_default=True, help="With --serve: port.")
+@click.option("--peak-at", help="Run a bench profile at this local time (HH:MM, e.g. 11:00): the peak-hour test.")
+@click.option("--peak-days", default="mon-fri", show_default=True, help="Days of the peak test: mon-fri, daily …")
+@click.option("--peak-levels", default="1,10,50", show_default=True, help="Peak test: concurrency levels.")
+@click.option("--peak-duration", default="30s", show_default=True, help="Peak test: per level.")
+@click.option("--peak-find-max", multiple=True, help="Peak test: also search capacity, e.g. 'p90(ttft)<1s'.")
 def monitor(
     config_path: Path,
     once: bool,
@@ -501,6 +506,7 @@ def monitor(
     serve: bool,
     host: str,
     port: int,
+    **peak: Any,
 ) -> None:
     """Probe every provider × model of a gateway config on a schedule and store the samples."""
     from tailgate.monitor.command import MonitorOptions, monitor_main
@@ -519,8 +525,39 @@ def monitor(
         serve=serve,
         host=host,
         port=port,
+        **_peak_options(peak),
     )
     sys.exit(run(lambda stop: monitor_main(stop, options, echo=_echo_line)))
+
+
+def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
+    """``--peak-*`` → MonitorOptions fields; the bench profile runner is wired in here (faces stay apart)."""
+    if not peak.get("peak_at"):
+        return {}
+    from tailgate.bench.profile import run_profile
+    from tailgate.bench.thresholds import ThresholdError, parse_threshold
+    from tailgate.monitor.peak import PeakProfile, PeakSchedule
+
+    try:
+        PeakSchedule.parse(peak["peak_at"], peak["peak_days"])
+        levels = tuple(int(x) for x in str(peak["peak_levels"]).split(","))
+        for expr in peak["peak_find_max"]:
+            parse_threshold(expr)
+    except (ValueError, ThresholdError) as exc:
+        _fail(str(exc) if "--peak" in str(exc) else f"--peak-*: {exc}")
+    if not levels or min(levels) < 1:
+        _fail("--peak-levels: positive integers, e.g. 1,10,50")
+    profile = PeakProfile(
+        levels=levels,
+        duration_s=_duration("--peak-duration", peak["peak_duration"]),
+        find_max=tuple(peak["peak_find_max"]),
+    )
+    return {
+        "peak_at": peak["peak_at"],
+        "peak_days": peak["peak_days"],
+        "peak_profile": profile,
+        "peak_runner": run_profile,
+    }
 
 
 @main.command()

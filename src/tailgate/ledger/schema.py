@@ -58,6 +58,11 @@ Schema version 2 adds the monitor's tables (docs/monitor.md)::
     Several gateway worker processes may each write a row for the same (minute, provider, model):
     readers merge them (sum the counts, merge the histograms).
 
+Schema version 3 adds ``load_tests``: one row per provider × model per scheduled peak-hour load test
+(the monitor's ``--peak-at``): ts, provider, model, profile, requests, errors, ttft/e2e P90 and P99 (ms,
+at the highest level run), decay_p99_e2e (P99 E2E there ÷ at the lowest level), capacity and
+capacity_by (the finder's answer, when the profile searches), detail (the levels as JSON).
+
     schema_version                one row per applied migration
       version           INTEGER PRIMARY KEY
       applied_at        REAL    NOT NULL      Unix seconds
@@ -155,6 +160,32 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
             "CREATE INDEX traffic_minutes_pm ON traffic_minutes (provider, model, minute)",
+        ),
+    ),
+    Migration(
+        3,
+        "load_tests: the monitor's scheduled peak-hour load tests (docs/monitor.md)",
+        (
+            """
+            CREATE TABLE load_tests (
+                id              INTEGER PRIMARY KEY,
+                ts              REAL    NOT NULL,
+                provider        TEXT    NOT NULL,
+                model           TEXT    NOT NULL,
+                profile         TEXT    NOT NULL,
+                requests        INTEGER NOT NULL,
+                errors          INTEGER NOT NULL,
+                ttft_p90_ms     REAL,
+                ttft_p99_ms     REAL,
+                e2e_p90_ms      REAL,
+                e2e_p99_ms      REAL,
+                decay_p99_e2e   REAL,
+                capacity        REAL,
+                capacity_by     TEXT,
+                detail          TEXT
+            )
+            """,
+            "CREATE INDEX load_tests_pm_ts ON load_tests (provider, model, ts)",
         ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.

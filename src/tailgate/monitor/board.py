@@ -20,6 +20,7 @@ from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import load_resolved
 from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.leaderboard import MINIMUMS, SORTS, LeaderRow, ProviderInfo, bucket_seconds, compute
+from tailgate.ledger.loadtests import LoadTest, latest_load_tests
 from tailgate.ledger.schema import SchemaError, open_db
 from tailgate.monitor.command import store_path
 from tailgate.monitor.runner import targets_from_config
@@ -74,7 +75,41 @@ def window_label(window_s: float) -> str:
     return f"{window_s:g}s"
 
 
-def leaderboard_table(rows: list[LeaderRow], *, window_s: float, sort: str) -> Table:
+Peak = dict[tuple[str, str], LoadTest]
+
+
+def _peak_cells(test: LoadTest | None) -> list[str]:
+    """The peak-hour load test columns: P90 / P99 TTFT (s) at the highest level, decay, capacity."""
+    if test is None:
+        return ["-", "-", "-"]
+    p90 = "-" if test.ttft_p90_ms is None else _s(test.ttft_p90_ms)
+    p99 = "-" if test.ttft_p99_ms is None else _s(test.ttft_p99_ms)
+    decay = "-" if test.decay_p99_e2e is None else f"{test.decay_p99_e2e:.2f}×"
+    cap = "-" if test.capacity is None else f"{test.capacity:g}"
+    return [f"{p90} / {p99}", decay, cap]
+
+
+def peak_json(test: LoadTest | None) -> dict[str, Any] | None:
+    """A row's ``peak`` object in ``--json``: the newest scheduled load test of the window."""
+    if test is None:
+        return None
+    return {
+        "ts": test.ts,
+        "profile": test.profile,
+        "requests": test.requests,
+        "errors": test.errors,
+        "ttft_p90_ms": test.ttft_p90_ms,
+        "ttft_p99_ms": test.ttft_p99_ms,
+        "e2e_p90_ms": test.e2e_p90_ms,
+        "e2e_p99_ms": test.e2e_p99_ms,
+        "decay_p99_e2e": test.decay_p99_e2e,
+        "capacity": test.capacity,
+        "capacity_by": test.capacity_by,
+        "levels": test.levels(),
+    }
+
+
+def leaderboard_table(rows: list[LeaderRow], *, window_s: float, sort: str, peak: Peak | None = None) -> Table:
     """The leaderboard as a rich table: probe columns, then the gateway's traffic columns (if any traffic)."""
     pct = "{:.1f}%".format
     rate = "{:.1f}".format
@@ -105,6 +140,8 @@ def leaderboard_table(rows: list[LeaderRow], *, window_s: float, sort: str) -> T
     ]
     if traffic:
         columns += ["traffic req", "traffic reliability", "traffic tok/s", "traffic TTFT", "traffic E2E"]
+    if peak:
+        columns += ["peak TTFT P90 / P99", "peak decay", "peak capacity"]
     for header in columns:
         table.add_column(header, justify="left" if header in ("provider", "model") else "right", no_wrap=True)
     for row in rows:
@@ -132,12 +169,14 @@ def leaderboard_table(rows: list[LeaderRow], *, window_s: float, sort: str) -> T
                 _trio(row, "traffic_ttft"),
                 _trio(row, "traffic_e2e"),
             ]
+        if peak:
+            cells += _peak_cells(peak.get((row.provider, row.model)))
         table.add_row(*cells)
     return table
 
 
 def leaderboard_json(
-    rows: list[LeaderRow], *, window_s: float, now: float, sort: str, model: str | None
+    rows: list[LeaderRow], *, window_s: float, now: float, sort: str, model: str | None, peak: Peak | None = None
 ) -> dict[str, Any]:
     """The JSON document of ``--json`` (schema ``tailgate.leaderboard/v1``, keys in docs/monitor.md)."""
     return {
@@ -148,7 +187,7 @@ def leaderboard_json(
         "model": model,
         "bucket_s": bucket_seconds(window_s),
         "minimums": dict(MINIMUMS),
-        "rows": [row.to_dict() for row in rows],
+        "rows": [{**row.to_dict(), "peak": peak_json((peak or {}).get((row.provider, row.model)))} for row in rows],
     }
 
 
@@ -187,11 +226,14 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
             rows = compute(
                 conn, window_s=options.window_s, now=now, model=options.model, sort=options.sort, info=info, pairs=pairs
             )
+            peak = latest_load_tests(conn, since=now - options.window_s, until=now)
     except (sqlite3.Error, SchemaError) as exc:
         echo(f"error: cannot read {path}: {exc}")
         return 2
     if options.as_json:
-        doc = leaderboard_json(rows, window_s=options.window_s, now=now, sort=options.sort, model=options.model)
+        doc = leaderboard_json(
+            rows, window_s=options.window_s, now=now, sort=options.sort, model=options.model, peak=peak
+        )
         echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return 0
     if not rows:
@@ -200,5 +242,5 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
             + (f" for model {options.model}" if options.model else "")
         )
         return 0
-    show(leaderboard_table(rows, window_s=options.window_s, sort=options.sort))
+    show(leaderboard_table(rows, window_s=options.window_s, sort=options.sort, peak=peak))
     return 0

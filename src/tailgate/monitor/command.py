@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
@@ -46,6 +47,13 @@ class MonitorOptions:
     serve: bool = False
     host: str = "127.0.0.1"
     port: int = 8090
+    peak_at: str | None = None
+    """Local time of the scheduled peak-hour load test (``--peak-at 11:00``); None: no test."""
+    peak_days: str = "mon-fri"
+    peak_profile: Any = None
+    """A :class:`tailgate.monitor.peak.PeakProfile` (None: the default profile)."""
+    peak_runner: Any = None
+    """The bench profile runner the CLI injects (:func:`tailgate.bench.profile.run_profile`)."""
 
     def db_path(self, config: GatewayConfig | None = None) -> Path:
         """``--db``, else the config's ``ledger.path`` (where its gateway writes), else ``default_db_path()``."""
@@ -147,12 +155,41 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
             f"probing {pairs} provider × model pair{'s' * (pairs != 1)} with {', '.join(options.workloads)} "
             f"{every}; store {db_path}"
         )
-        return await _loop(stop, options, monitor, echo)
+        peak = _start_peak(stop, options, providers, targets, db_path, echo)
+        try:
+            return await _loop(stop, options, monitor, echo)
+        finally:
+            if peak is not None:
+                peak.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await peak
     finally:
         await monitor.close()
         await store.close()
         if runner is not None:
             await runner.cleanup()
+
+
+def _start_peak(
+    stop: asyncio.Event,
+    options: MonitorOptions,
+    providers: dict[str, ResolvedProvider],
+    targets: list[Target],
+    db_path: Path,
+    echo: Echo,
+) -> asyncio.Task[None] | None:
+    """The scheduled peak-hour load test as a background task (``--peak-at``), or None."""
+    if options.peak_at is None or options.once or options.peak_runner is None:
+        return None
+    from tailgate.monitor.peak import PeakProfile, PeakSchedule, peak_loop, run_peak
+
+    schedule = PeakSchedule.parse(options.peak_at, options.peak_days)
+    profile = options.peak_profile or PeakProfile()
+
+    async def run() -> Any:
+        return await run_peak(providers, targets, profile, options.peak_runner, db_path)
+
+    return asyncio.ensure_future(peak_loop(stop, schedule, run, echo))
 
 
 async def _loop(stop: asyncio.Event, options: MonitorOptions, monitor: Monitor, echo: Echo) -> int:
