@@ -105,6 +105,7 @@ async def test_near_levels_are_repeated_and_the_majority_decides() -> None:
     assert cap["answer"] == 8
     point = next(p for p in cap["curve"] if p["level"] == 8)
     assert point["repeats"] == 3
+    assert point["req_per_s"] == 20.0  # pooled over the three 1 s windows, not over the span between them
     assert point["passed"]
     assert len(runs) == sum(calls.values()) == len(cap["runs"])
     assert "holds up to 8" in cap["summary"]

@@ -99,7 +99,7 @@ async def test_find_limit_never_passes_its_safety_cap() -> None:
 
 def test_assess_ignores_runs_without_429() -> None:
     """No 429, no flag; the admitted rate of a limited run is its steady state, not its first burst."""
-    rec = RunRecorder({"name": "a"}, {"mode": "open", "rate": 50})
+    rec = RunRecorder({"name": "a"}, {"mode": "closed", "concurrency": 50})
     rec.start(0.0)
     for s in range(6):
         for _ in range(40 if s == 0 else 20):
@@ -110,6 +110,10 @@ def test_assess_ignores_runs_without_429() -> None:
     run = rec.to_dict()
     assert admitted_per_s(run) == 20.0
     clean = RunRecorder({"name": "b"}, {"mode": "open", "rate": 5}).to_dict()
+    opened = dict(run, load={"mode": "open", "rate": 50.0})
+    assert admitted_per_s(opened) == round(
+        50.0 * (run["requests"] - run["errors"]["rate_limited"]) / run["requests"], 3
+    )
     [flag] = assess([run, clean])
     assert flag["target"] == "a"
     assert flag["per_s"] == 20.0

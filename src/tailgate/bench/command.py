@@ -455,7 +455,7 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
         d = cap.get("decay_at_answer") or {}
         if cap.get("knee") is not None or d:
             console.print(
-                f"  knee of {cap['knee_metric']}: {_fmt(cap.get('knee'), 0)}; "
+                f"  knee of {cap['knee_metric']}: {'-' if cap.get('knee') is None else format(cap['knee'], 'g')}; "
                 f"decay at the answer vs {d.get('base_level')}: "
                 f"P99 E2E ×{_fmt(d.get('p99_e2e_ratio'), 2)}, P99 TTFT ×{_fmt(d.get('p99_ttft_ratio'), 2)}, "
                 f"mean tok/s ×{_fmt(d.get('mean_tok_s_ratio'), 2)}",

@@ -170,6 +170,12 @@ def _pooled(tries: list[dict[str, Any]]) -> dict[str, Any]:
     acc = RunRecorder.from_dict(tries[0])
     for other in tries[1:]:
         acc.merge(RunRecorder.from_dict(other))
+    if len(tries) > 1:
+        # The repeats ran one after another: the pooled window is the sum of their windows, not the span
+        # from the first start to the last stop (which would count the gaps and understate req/s).
+        total = sum(float(t["throughput"]["duration_s"] or 0.0) for t in tries)
+        if acc.t_start is not None:
+            acc.t_stop = acc.t_start + total
     return acc.to_dict()
 
 

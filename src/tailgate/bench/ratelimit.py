@@ -4,9 +4,9 @@ Our users found a provider that allowed only ~20 requests/s per API key until su
 (FIELD-NOTES.md); a load test that does not notice measures the limiter, not the service. So:
 
 * :func:`assess` looks at every run of a target: when any was refused with 429 (``rate_limited``), it
-  estimates the rate the provider *admitted* per key (steady state: the median of the per-second
-  admitted counts, first and last second left out, as the token bucket's initial burst and the run's
-  ragged end are not the limit), reads the ``x-ratelimit-*`` headers and the largest ``Retry-After``,
+  estimates the rate the provider *admitted* per key in its most refused run (open loop: the offered
+  rate × the admitted fraction; closed loop: the median of the per-second admitted counts, first and
+  last second left out, as a token bucket's initial burst and the run's ragged end are not the limit), reads the ``x-ratelimit-*`` headers and the largest ``Retry-After``,
   and writes the flag "rate-limited above ~N req/s per key: these numbers measure the limiter, not the
   service". bench uses one API key per target, so per target is per key.
 * :func:`find_limit` ramps an open-loop rate (×``factor`` per step) until the provider refuses more
@@ -26,9 +26,18 @@ FLAG = "rate-limited above ~{n} req/s per key: these numbers measure the limiter
 
 
 def admitted_per_s(run: Mapping[str, Any]) -> float | None:
-    """Steady-state admitted (not refused) requests per second of one run."""
+    """Steady-state admitted (not refused) requests per second of one run.
+
+    Open loop: the offered rate × the admitted fraction (the schedule is exact, so this needs no timing);
+    a warm-up at the same rate has drained the bucket's initial burst. Closed loop: the median of the
+    per-second counts of finished requests, first and last second left out.
+    """
     timeline = run.get("timeline") or []
     refused = (run.get("errors") or {}).get("rate_limited", 0)
+    load = run.get("load") or {}
+    requests = int(run.get("requests") or 0)
+    if load.get("mode") == "open" and load.get("rate") and requests:
+        return round(float(load["rate"]) * (requests - int(refused)) / requests, 3)
     interior = timeline[1:-1]
     if len(interior) >= 3:
         # Errors other than 429 are admitted too (the provider took them in); the timeline does not split
