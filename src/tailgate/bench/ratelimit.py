@@ -163,8 +163,8 @@ async def find_limit(
     if found is not None:
         tpm = f", TPM {found['tpm_header']:g} (header)" if found["tpm_header"] else ""
         entry["summary"] = (
-            f"{target}: refused from {found['offered_per_s']:g} req/s offered; admitted ~{found['per_s']:g} req/s "
-            f"per key (RPM ~{found['rpm']:g}{tpm})"
+            f"{target}: refused from {found['offered_per_s']:g} req/s offered; admitted ~{found['per_s']:.1f} req/s "
+            f"per key (RPM ~{found['rpm']:.0f}{tpm})"
         )
     else:
         last = entry["rates_tried"][-1] if entry["rates_tried"] else None
