@@ -462,6 +462,15 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
                 markup=False,
                 highlight=False,
             )
+    for r in doc["runs"]:
+        pt = r.get("prompt_tokens")
+        if pt:
+            console.print(
+                f"prompt tokens [{r['target']['name']}, {res.describe_load(r['load'])}]: intended {pt['intended_mean']:g}, "
+                f"the provider counted {pt['usage_mean']:g} (usage.prompt_tokens, mean of {pt['count']})",
+                markup=False,
+                highlight=False,
+            )
     for lim in doc.get("limits") or []:
         console.print(f"rate limit: {lim['summary']}", markup=False, highlight=False)
     for flag in doc.get("rate_limits") or []:

@@ -285,7 +285,7 @@ def _fmt(level: float | None, by: str) -> str:
 def describe(spec: FindSpec, search: Search, name: Any, limited_from: float | None) -> str:
     """One sentence for the summary: the answer, its bracket, and why it might be the limiter's."""
     what = " and ".join(th.text for th in spec.thresholds)
-    unit = "concurrent requests" if spec.by == "concurrency" else "req/s"
+    unit = ("concurrent request" + ("" if search.lo == 1 else "s")) if spec.by == "concurrency" else "req/s"
     if search.lo is None:
         text = f"{name}: {what} fails already at {_fmt(search.hi, spec.by)} (the lowest level tried)"
     elif search.hi is None:
