@@ -466,7 +466,8 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
         pt = r.get("prompt_tokens")
         if pt:
             console.print(
-                f"prompt tokens [{r['target']['name']}, {res.describe_load(r['load'])}]: intended {pt['intended_mean']:g}, "
+                f"prompt tokens [{r['target']['name']}, {res.describe_load(r['load'])}]: "
+                f"intended {pt['intended_mean']:g}, "
                 f"the provider counted {pt['usage_mean']:g} (usage.prompt_tokens, mean of {pt['count']})",
                 markup=False,
                 highlight=False,

@@ -6,9 +6,10 @@ Our users found a provider that allowed only ~20 requests/s per API key until su
 * :func:`assess` looks at every run of a target: when any was refused with 429 (``rate_limited``), it
   estimates the rate the provider *admitted* per key in its most refused run (open loop: the offered
   rate × the admitted fraction; closed loop: the median of the per-second admitted counts, first and
-  last second left out, as a token bucket's initial burst and the run's ragged end are not the limit), reads the ``x-ratelimit-*`` headers and the largest ``Retry-After``,
-  and writes the flag "rate-limited above ~N req/s per key: these numbers measure the limiter, not the
-  service". bench uses one API key per target, so per target is per key.
+  last second left out, as a token bucket's initial burst and the run's ragged end are not the limit),
+  reads the ``x-ratelimit-*`` headers and the largest ``Retry-After``, and writes the flag
+  "rate-limited above ~N req/s per key: these numbers measure the limiter, not the service". bench
+  uses one API key per target, so per target is per key.
 * :func:`find_limit` ramps an open-loop rate (×``factor`` per step) until the provider refuses more
   than ``refuse_fraction`` of a step, then reports the observed limit as req/s and RPM (and TPM when
   the headers carry ``x-ratelimit-limit-tokens``). It never sends more than ``cap`` requests in all:
