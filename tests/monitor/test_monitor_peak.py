@@ -138,3 +138,24 @@ def test_load_tests_table_is_a_migration(tmp_path: Path) -> None:
         insert_load_test(conn, row)
         assert read_load_tests(conn, since=0, until=10) == [row]
         assert row.levels() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--peak-at", "25:00"], "--peak-at"),
+        (["--peak-at", "11:00", "--peak-days", "weekdays"], "--peak-days"),
+        (["--peak-at", "11:00", "--peak-levels", "1,x"], "--peak"),
+        (["--peak-at", "11:00", "--peak-find-max", "p90(ttft)<<1s"], "p90(ttft)<<1s"),
+        (["--peak-at", "11:00", "--peak-duration", "0s"], "--peak-duration"),
+    ],
+)
+def test_bad_peak_options_exit_2_naming_the_option(tmp_path: Path, args: list[str], needle: str) -> None:
+    """A bad --peak-* value stops the command with exit 2 and a message naming it."""
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    result = CliRunner().invoke(main, ["monitor", "--config", str(tmp_path / "none.yaml"), *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
