@@ -179,3 +179,30 @@ async def test_the_report_plots_the_curve_walked() -> None:
     assert "&lt;b&gt;evil&lt;/b&gt;" in html
     assert cap["answer"] == 9
     assert "holds up to 9" in html
+
+
+def _open_run(rate: float, done_per_s: int, seconds: int = 8) -> dict[str, Any]:
+    rec = RunRecorder({"name": "t"}, {"mode": "open", "rate": rate, "arrival": "constant"})
+    rec.start(0.0)
+    for s in range(seconds):
+        for _ in range(done_per_s):
+            rec.add(_ok(100.0, 200.0), t_done=s + 0.5)
+    rec.stop(float(seconds))
+    return rec.to_dict()
+
+
+async def test_by_rate_a_level_that_falls_behind_fails() -> None:
+    """Open loop past the service rate: the queue grows for as long as the level lasts, so a level whose
+    provider finishes fewer requests per second than offered fails even when its percentiles pass."""
+    th = parse_threshold("p90(e2e)<3s")
+    spec = FindSpec((th,), "rate", start=50, ceiling=400, precision=0.05)
+
+    async def level(x: float) -> dict[str, Any]:
+        return _open_run(x, int(min(x, 120.0)))  # serves at most 120 req/s; latency stays low in the window
+
+    _, cap = await find_max(spec, level)
+    assert cap["answer"] is not None
+    assert cap["failed_at"] is not None
+    assert 114 <= cap["answer"] <= 126 < cap["failed_at"] + 7
+    assert cap["service_rate_per_s"] == 120.0
+    assert "its service rate" in cap["summary"]

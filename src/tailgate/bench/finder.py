@@ -121,6 +121,36 @@ def verdict(thresholds: Sequence[Threshold], run: dict[str, Any], margin: float)
     return passed, close, values
 
 
+def completed_per_s(run: dict[str, Any]) -> float | None:
+    """Open loop: requests finished per second in the run's steady part, None when too short to tell.
+
+    The timeline counts finished requests per second; the first seconds (until the first answers come
+    back, E2E P50 rounded up) and the last one are left out. A provider that keeps up finishes what it is
+    offered; one past its service rate finishes at that rate while its queue grows.
+    """
+    timeline = run.get("timeline") or []
+    duration = (run.get("throughput") or {}).get("duration_s") or 0.0
+    e2e = ((run.get("metrics") or {}).get("e2e_ms") or {}).get("p50") or 0.0
+    inner = timeline[int(e2e / 1000.0) + 1 : int(duration)]
+    if len(inner) < 3:
+        return None
+    return round(sum(int(b["ok"]) + int(b["errors"]) for b in inner) / len(inner), 3)
+
+
+def keeps_up(run: dict[str, Any]) -> tuple[bool | None, float | None]:
+    """(whether an open-loop run finished what it was offered, its completion rate); (None, …) if unknown.
+
+    Past its service rate a provider's queue grows for as long as the level lasts, so its latency is only
+    bounded by the level's length: such a level fails whatever its percentiles (5 % and one request of
+    slack for counting whole requests per second).
+    """
+    rate = (run.get("load") or {}).get("rate")
+    done = completed_per_s(run)
+    if rate is None or done is None:
+        return None, done
+    return bool(done >= 0.95 * float(rate) - 1.0), done
+
+
 RunLevel = Callable[[float], Awaitable[dict[str, Any]]]
 """Runs one level once (a concurrency or a rate) against one target and returns its run object."""
 
@@ -141,6 +171,11 @@ async def find_max(
             runs.append(run)
             tries.append(run)
             ok, close, vals = verdict(spec.thresholds, run, spec.margin)
+            if spec.by == "rate":
+                steady, done = keeps_up(run)
+                vals["completed_per_s"] = done
+                if steady is False:
+                    ok, vals["keeps_up"] = False, False
             votes.append(ok)
             values.append(vals)
             if not close and len(tries) == 1:
@@ -196,8 +231,14 @@ def _point(level: dict[str, Any]) -> dict[str, Any]:
         "rate_limited": run["errors"].get("rate_limited", 0),
         **{f"{name}_{stat}": m[name][stat] for name in ("ttft_ms", "e2e_ms") for stat in ("p50", "p90", "p99")},
         "mean_tok_s": m["output_tokens_per_s"]["mean"],
+        "completed_per_s": _median([v.get("completed_per_s") for v in level["values"]]),
         "values": level["values"],
     }
+
+
+def _median(xs: list[Any]) -> float | None:
+    vals = sorted(float(x) for x in xs if x is not None)
+    return None if not vals else vals[len(vals) // 2]
 
 
 def knee(points: Sequence[tuple[float, float]]) -> float | None:
@@ -256,6 +297,11 @@ def _capacity(
             "mean_tok_s_ratio": _ratio(at["mean_tok_s"], base["mean_tok_s"]),
         }
     limited = [p["level"] for p in points if p["rate_limited"]]
+    behind = [
+        p["completed_per_s"]
+        for p in points
+        if p["completed_per_s"] is not None and not p["passed"] and p["completed_per_s"] < 0.95 * p["level"] - 1.0
+    ]
     return {
         "target": target.get("name"),
         "by": spec.by,
@@ -269,10 +315,12 @@ def _capacity(
         "knee_metric": f"{stat}({metric})",
         "decay_at_answer": decay,
         "rate_limited_from": min(limited) if limited else None,
+        "service_rate_per_s": _median(behind) if spec.by == "rate" else None,
         "curve": points,
         "levels_run": [lv["level"] for lv in levels],
         "runs": [i for lv in levels for i in lv["runs"]],
-        "summary": describe(spec, search, target.get("name"), min(limited) if limited else None),
+        "summary": describe(spec, search, target.get("name"), min(limited) if limited else None)
+        + (f"; offered more, it finishes ~{_median(behind):g} req/s (its service rate)" if behind else ""),
     }
 
 
