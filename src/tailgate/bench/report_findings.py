@@ -64,6 +64,7 @@ def _capacity_one(cap: Doc) -> str:
             _td("pass" if p.get("passed") else "FAIL", "pass" if p.get("passed") else "fail"),
             _td(p.get("repeats")),
             _td(_v(p.get("req_per_s"))),
+            _td(_v(p.get("completed_per_s"))),
             _td(_v(p.get("goodput_req_per_s"))),
             _td(_v(p.get("ttft_ms_p90"), 0)),
             _td(_v(p.get("ttft_ms_p99"), 0)),
@@ -84,7 +85,8 @@ def _capacity_one(cap: Doc) -> str:
             f"P99 TTFT ×{_v(d.get('p99_ttft_ratio'), 2)}, mean tok/s ×{_v(d.get('mean_tok_s_ratio'), 2)}"
         ),
     ]
-    head = ["level", "verdict", "runs", "req/s", "goodput/s", "TTFT P90", "TTFT P99", "E2E P90", "E2E P99"]
+    head = ["level", "verdict", "runs", "req/s", "finished/s", "goodput/s", "TTFT P90", "TTFT P99", "E2E P90"]
+    head.append("E2E P99")
     return (
         "<p>"
         + "<br>".join(facts)
