@@ -236,6 +236,10 @@ def _point(level: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rate_text(x: float | None) -> str:
+    return "?" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
 def _median(xs: list[Any]) -> float | None:
     vals = sorted(float(x) for x in xs if x is not None)
     return None if not vals else vals[len(vals) // 2]
@@ -320,7 +324,7 @@ def _capacity(
         "levels_run": [lv["level"] for lv in levels],
         "runs": [i for lv in levels for i in lv["runs"]],
         "summary": describe(spec, search, target.get("name"), min(limited) if limited else None)
-        + (f"; offered more, it finishes ~{_median(behind):g} req/s (its service rate)" if behind else ""),
+        + (f"; offered more, it finishes ~{_rate_text(_median(behind))} req/s (its service rate)" if behind else ""),
     }
 
 
