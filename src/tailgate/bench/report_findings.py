@@ -50,6 +50,8 @@ def _capacity_one(cap: Doc) -> str:
         Line("req/s", [(x, p.get("req_per_s")) for x, p in pts], PALETTE[0]),
         Line("goodput/s", [(x, p.get("goodput_req_per_s")) for x, p in pts], PALETTE[2], "6 3"),
     ]
+    if any(p.get("completed_per_s") is not None for _, p in pts):
+        rates.append(Line("finished/s", [(x, p.get("completed_per_s")) for x, p in pts], PALETTE[3], "2 3"))
     charts = [
         line_chart(
             "capacity-latency", f"{cap.get('target')}: latency along the search", latency, x_label=unit, y_label="ms"
