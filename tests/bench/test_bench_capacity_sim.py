@@ -47,6 +47,19 @@ async def _find(
     return runs, caps[0]
 
 
+def _skip_if_the_simulator_fell_behind(sim: ThreadedSim, p: EngineParams, scale: float) -> None:
+    """The implied answer assumes the engine keeps its step times; on a saturated machine it cannot (each
+    step of a full batch runs late, T_eng grows), and the comparison would test the machine, not bench."""
+    late = sim.call(_lateness(sim))
+    step_ms = (p.step_ms + p.step_per_seq_ms * (p.slots - 1)) * scale
+    if late["p90"] is not None and late["p90"] > 0.25 * step_ms:
+        pytest.skip(f"the simulator ran late (step lateness P90 {late['p90']:.2f} ms of {step_ms:.2f} ms steps)")
+
+
+async def _lateness(sim: ThreadedSim) -> dict[str, Any]:
+    return dict(sim.provider.engine.lateness_ms.summary())
+
+
 def _prompt_tokens(runs: list[dict[str, Any]]) -> float:
     ok = sum(int(r["successes"]) for r in runs)
     return sum(int(r["tokens"]["input"] or 0) for r in runs) / max(1, ok)
@@ -85,6 +98,7 @@ async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callab
     workload = Workload(input_tokens=LengthDist(128), max_tokens=128, stream=True)
     spec = FindSpec((parse_threshold("p99(ttft)<250ms"),), "concurrency", start=4, ceiling=64)
     runs, cap = await _find(sim.url, spec, workload, Bounds(duration=4.0, warmup=1.5))
+    _skip_if_the_simulator_fell_behind(sim, p, scale)
     te = t_eng(p, _prompt_tokens(runs), 128, scale)
     c_sat = p.slots * (t_pre(p, scale) + te) / te
     step = cap["uncertainty"]
@@ -106,6 +120,7 @@ async def test_finder_answer_for_provider_a_matches_littles_law(threaded_sim: Ca
     limit_s = 2.2
     spec = FindSpec((parse_threshold(f"avg(e2e)<{limit_s}s"),), "concurrency", start=64, ceiling=1024)
     runs, cap = await _find(sim.url, spec, workload, Bounds(duration=5.0, warmup=3.0))
+    _skip_if_the_simulator_fell_behind(sim, p, scale)
     te = t_eng(p, _prompt_tokens(runs), 256, scale)
     implied = limit_s * p.slots / te
     assert t_pre(p, scale) + te < limit_s  # below saturation the threshold holds: the boundary is the queue
