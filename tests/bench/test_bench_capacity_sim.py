@@ -98,7 +98,7 @@ async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callab
     workload = Workload(input_tokens=LengthDist(128), max_tokens=128, stream=True)
     spec = FindSpec((parse_threshold("p99(ttft)<250ms"),), "concurrency", start=4, ceiling=64)
     runs, cap = await _find(sim.url, spec, workload, Bounds(duration=4.0, warmup=1.5))
-    _skip_if_the_simulator_fell_behind(sim, p, scale)
+    # No lateness guard here: the bracket rests on the slot count, which a slow machine does not change.
     te = t_eng(p, _prompt_tokens(runs), 128, scale)
     c_sat = p.slots * (t_pre(p, scale) + te) / te
     step = cap["uncertainty"]
