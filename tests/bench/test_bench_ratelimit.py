@@ -63,7 +63,7 @@ def test_find_limit_ramps_until_refused_and_reports_rpm(
     """--find-limit ramps the rate; the first step refused reports ~20 req/s (RPM ~1,200) within ±10 %."""
     sim = threaded_sim("instant", faults={"rate_limit_rps": 20})
     code, doc, text = _bench(
-        tmp_path, sim.url, find_limit=True, find_start=15.0, duration="5s", warmup="1s", max_tokens=4, limit_cap=400
+        tmp_path, sim.url, find_limit=True, find_start=15.0, duration="3s", warmup="1s", max_tokens=4, limit_cap=400
     )
     assert code == 0
     [lim] = doc["limits"]
