@@ -150,3 +150,20 @@ async def test_status_and_replicas(state: SharedState) -> None:
     assert st.replica == "solo"
     assert st.backend == state.backend
     assert not st.fallback_active
+
+
+async def test_a_refund_goes_back_to_the_bucket_of_its_take(state: SharedState) -> None:
+    """Refund with the take's bucket: counted there (never below 0), and dropped once that bucket has left
+    the window, so a late refund never lets extra through (a 0.6 s window: 10 ms buckets)."""
+    first = await state.take("k", 4, 10, 0.6)
+    assert first.ok
+    assert first.bucket is not None
+    assert await state.adjust("k", -1, 0.6, first.bucket) == pytest.approx(3)
+    assert await state.adjust("k", -10, 0.6, first.bucket) == 0  # that bucket never goes below 0
+    late = await state.take("k", 10, 10, 0.6)
+    assert late.ok
+    await asyncio.sleep(0.65)  # ``late`` has left the window
+    assert (await state.take("k", 10, 10, 0.6)).ok
+    assert await state.adjust("k", -10, 0.6, late.bucket) == pytest.approx(10)  # dropped: nothing to refund
+    assert not (await state.take("k", 1, 10, 0.6)).ok
+    assert (await state.take("k", 0, 10, 0.6)).bucket is None  # asking counts nowhere

@@ -12,7 +12,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# KEYS[1] counter hash; ARGV amount, limit, window (<= 0: none). -> {ok, retry_after, remaining, reset}
+# KEYS[1] counter hash; ARGV amount, limit, window (<= 0: none).
+# -> {ok, retry_after, remaining, reset, bucket counted in or '-'}
 TAKE = (
     _NOW
     + """
@@ -21,10 +22,10 @@ if window <= 0 then
   local used = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
   if used < 0 then used = 0 end
   if amount > limit or used + amount > limit then
-    return {0, 'inf', tostring(math.max(0, limit - used)), '0'}
+    return {0, 'inf', tostring(math.max(0, limit - used)), '0', '-'}
   end
   if amount > 0 then redis.call('HINCRBYFLOAT', KEYS[1], 't', amount) end
-  return {1, '0', tostring(math.max(0, limit - used - amount)), '0'}
+  return {1, '0', tostring(math.max(0, limit - used - amount)), '0', '-'}
 end
 local b = window / 60
 local epoch = math.floor(now / b)
@@ -47,15 +48,16 @@ local function reset(n)
   return tostring(math.max(0, (n + 60) * b - now))
 end
 if amount > limit then
-  return {0, 'inf', tostring(math.max(0, limit - used)), reset(newest)}
+  return {0, 'inf', tostring(math.max(0, limit - used)), reset(newest), '-'}
 end
 if used + amount <= limit then
   if amount > 0 then
     redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), amount)
     redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
     if newest == nil or epoch > newest then newest = epoch end
+    return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), tostring(epoch)}
   end
-  return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest)}
+  return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), '-'}
 end
 table.sort(live, function(a, c) return a[1] < c[1] end)
 local need, freed, wait = used + amount - limit, 0, window
@@ -66,15 +68,15 @@ for _, kv in ipairs(live) do
     break
   end
 end
-return {0, tostring(math.max(0, wait)), tostring(math.max(0, limit - used)), reset(newest)}
+return {0, tostring(math.max(0, wait)), tostring(math.max(0, limit - used)), reset(newest), '-'}
 """
 )
 
-# KEYS[1] counter hash; ARGV delta, window (<= 0: none). -> usage after (string)
+# KEYS[1] counter hash; ARGV delta, window (<= 0: none), bucket of the take refunded or '-'. -> usage after
 ADJUST = (
     _NOW
     + """
-local delta, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+local delta, window, at = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if window <= 0 then
   local v = tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 't', delta))
   if v < 0 then redis.call('HSET', KEYS[1], 't', '0'); v = 0 end
@@ -83,8 +85,17 @@ end
 local b = window / 60
 local epoch = math.floor(now / b)
 local lo = epoch - 59
-redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), delta)
-redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
+if delta < 0 and at ~= nil then
+  if at >= lo then
+    local cur = tonumber(redis.call('HGET', KEYS[1], tostring(at)) or 'nil')
+    if cur ~= nil then
+      redis.call('HSET', KEYS[1], tostring(at), tostring(math.max(0, cur + delta)))
+    end
+  end
+else
+  redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), delta)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
+end
 local flat = redis.call('HGETALL', KEYS[1])
 local used = 0
 for i = 1, #flat, 2 do

@@ -178,21 +178,26 @@ class RedisState(SharedState):
         _check(amount, limit, window_s)
         key = f"{self._p}c:{window_s or 0:g}:{name}"
         try:
-            ok, retry, remaining, reset = await self._call(self._take(keys=[key], args=[amount, limit, window_s or 0]))
+            ok, retry, remaining, reset, bucket = await self._call(
+                self._take(keys=[key], args=[amount, limit, window_s or 0])
+            )
         except _Unavailable:
             if self.config.fallback == "closed":
                 return Admission(False, 1.0, 0.0, limit)
-            return self.fallback.take_now(name, amount, self._share(limit), window_s)
-        return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset))
+            adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
+            return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None)
+        at = int(bucket) if ok and bucket != b"-" else None
+        return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
 
-    async def adjust(self, name: str, delta: float, window_s: float | None) -> float:
+    async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
         if not math.isfinite(delta):
             raise ValueError(f"delta must be finite, got {delta!r}")
         key = f"{self._p}c:{window_s or 0:g}:{name}"
+        at = bucket if bucket is not None else "-"
         try:
-            return _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0])))
+            return _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at])))
         except _Unavailable:
-            return self.fallback.adjust_now(name, delta, window_s)
+            return self.fallback.adjust_now(name, delta, window_s, bucket)
 
     async def usage(self, name: str, window_s: float | None) -> float:
         key = f"{self._p}c:{window_s or 0:g}:{name}"
