@@ -72,9 +72,9 @@ async def test_redis_killed_then_back_fallback_then_convergence() -> None:
             t0 = time.monotonic()
             results.append(await a.take("k", 1, 10, 60.0))
             assert time.monotonic() - t0 < 0.5  # never a wait on a dead Redis (budget 20 ms, 3 tries to "down")
-        assert sum(r.ok for r in results) == 5  # the fallback's share: 10 ÷ 2 replicas last seen
-        assert a.status().fallback_active
+        assert sum(r.ok for r in results) == 4  # the fallback's share, 10 ÷ 2 replicas, less the 1 taken via Redis
         assert a.fallbacks >= 8
+        await eventually(lambda: a.status().fallback_active)  # the next sync fails: Redis is down
         await a.set_flag("drain:p", True)  # while down: applied here, queued for Redis
         assert a.flag("drain:p") is True
         server.start()

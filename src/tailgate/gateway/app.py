@@ -150,6 +150,7 @@ class Gateway:
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
         self.fleet.install()
+        self.fleet.register_metrics(self.metrics.registry)
 
     def _degraded(self, provider: str, model: str) -> bool:
         """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
@@ -318,6 +319,7 @@ class Gateway:
         return web.json_response({"status": "ready", "providers": usable})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        self.fleet.refresh_metrics()
         for name, p in self.providers.items():
             self.metrics.in_flight.labels(name).set(p.in_flight)
             self.breaker_state.labels(name).set(_BREAKER_CODE[self.breakers.get(name).state])

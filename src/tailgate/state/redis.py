@@ -8,8 +8,9 @@ Redis's (``TIME`` in the scripts), so hosts' clocks never have to agree.
 
 Failure handling (docs/fleet.md, "Redis down or slow"): each call on the request path is bounded by
 ``state.timeout``; a call that fails or runs past it is answered by the fallback for that call. Three
-failures in a row, or a connection error, mark Redis *down*: calls then go straight to the fallback (no
-wait at all) while the sync loop retries with exponential back-off (0.1 s doubling to 5 s). The first
+failures in a row with no success for 0.5 s, or a failed sync, mark Redis *down*: calls then go straight
+to the fallback (no wait at all) while the sync loop retries with exponential back-off (0.1 s doubling to
+5 s). The first
 sync that succeeds marks it up again and re-sends the drain flags set meanwhile. Down and up are logged
 once each. ``fallback: local`` decides limits in an in-process :class:`LocalState` at ``limit ÷`` the
 replicas last seen; ``fallback: closed`` refuses them.
@@ -37,6 +38,10 @@ __all__ = ["RedisState"]
 log = logging.getLogger("tailgate.state")
 
 _FAILURES_TO_DOWN = 3
+_DOWN_AFTER_S = 0.5
+_POOL_SIZE = 16
+_WARM = 4
+"""Connections opened (and scripts loaded) at start and on every reconnect, so the first burst finds them."""
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
 _SYNC_TIMEOUT_S = 1.0
 _HEARTBEAT_TTL_S = 3.0
@@ -68,13 +73,18 @@ class RedisState(SharedState):
         self.replica = replica or config.replica or default_replica_id()
         self.timeout = config.timeout
         self._p = config.namespace + ":"
-        self._r: aioredis.Redis = aioredis.Redis.from_url(
+        # A bounded pool: a burst of requests waits (within its budget) for one of a few warm connections
+        # instead of opening dozens of new ones at once, which is what made calls slow under load.
+        pool = aioredis.BlockingConnectionPool.from_url(
             config.url.get_secret_value(),
+            max_connections=_POOL_SIZE,
+            timeout=None,
             socket_connect_timeout=1.0,
             socket_timeout=_SYNC_TIMEOUT_S,
             retry_on_timeout=False,
             health_check_interval=0,
         )
+        self._r: aioredis.Redis = aioredis.Redis(connection_pool=pool)
         self._take = self._r.register_script(_lua.TAKE)
         self._adjust = self._r.register_script(_lua.ADJUST)
         self._usage = self._r.register_script(_lua.USAGE)
@@ -97,6 +107,7 @@ class RedisState(SharedState):
         self.connected = False
         self._down = True  # until the first sync answers
         self._failures = 0
+        self._last_ok = 0.0
         self._backoff = _BACKOFF_MIN_S
         self._announced_down = False
         self._task: asyncio.Task[None] | None = None
@@ -125,7 +136,7 @@ class RedisState(SharedState):
             with contextlib.suppress(*_Failure):
                 async with asyncio.timeout(_SYNC_TIMEOUT_S):
                     await self._r.hdel(self._p + "replicas", self.replica)
-        await self._r.aclose()
+        await self._r.aclose(close_connection_pool=True)  # the pool was passed in: not closed by default
 
     def status(self) -> StateStatus:
         return StateStatus("redis", self.replica, self.connected, self._down, self._replicas)
@@ -150,12 +161,15 @@ class RedisState(SharedState):
             self._failed(type(err).__name__)
             raise _Unavailable from None
         self._failures = 0
+        self._last_ok = time.monotonic()
         return out
 
     def _failed(self, why: str) -> None:
         self.fallbacks += 1
         self._failures += 1
-        if self._failures >= _FAILURES_TO_DOWN and not self._down:
+        # A few slow calls under a burst are not an outage: only failures that persist mark Redis down.
+        persistent = time.monotonic() - self._last_ok > _DOWN_AFTER_S
+        if self._failures >= _FAILURES_TO_DOWN and persistent and not self._down:
             self._down = True
             self.connected = False
             self._announce_down(why)
@@ -187,6 +201,11 @@ class RedisState(SharedState):
             adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
             return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None)
         at = int(bucket) if ok and bucket != b"-" else None
+        if ok and amount:
+            # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
+            # is down, the fallback's share (limit ÷ replicas) already includes this replica's recent takes,
+            # so a slow burst cannot add a whole share on top of what Redis admitted.
+            self.fallback.adjust_now(name, amount, window_s)
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
 
     async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
@@ -299,6 +318,12 @@ class RedisState(SharedState):
     def replicas(self) -> int:
         return self._replicas
 
+    async def _warm(self) -> None:
+        """Open a few connections and load the scripts (a reconnect, or the start)."""
+        await asyncio.gather(*(self._r.ping() for _ in range(_WARM)))
+        for script in (self._take, self._adjust, self._usage, self._acquire, self._pause, self._publish, self._sync):
+            await self._r.script_load(script.script)
+
     # -- the sync loop ----------------------------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
@@ -319,7 +344,7 @@ class RedisState(SharedState):
         channels = sorted(self._channels)
         keys = [p + "gen", p + "pause", p + "flag", p + "replicas", *(f"{p}pub:{c}" for c in channels)]
         if self._down:
-            await self._r.ping()  # a fresh connection, or an error
+            await self._warm()
             for name, value in list(self._pending_flags.items()):
                 await (self._r.hdel(p + "flag", name) if value is None else self._r.hset(p + "flag", name, int(value)))
                 self._pending_flags.pop(name, None)
@@ -347,6 +372,7 @@ class RedisState(SharedState):
         self.last_sync = mono
         self.connected = True
         self._failures = 0
+        self._last_ok = mono
         self._backoff = _BACKOFF_MIN_S
         if self._down:
             self._down = False
