@@ -46,7 +46,8 @@ class Replica:
             stdout=subprocess.DEVNULL,
             text=True,
         )
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
 
     def _drain(self) -> None:
         assert self.proc.stderr is not None
@@ -71,6 +72,9 @@ class Replica:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+        self._thread.join(timeout=5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
 
 FleetFactory = Callable[..., Awaitable[list[Replica]]]
@@ -94,11 +98,13 @@ def fleet_config(tmp_path: Path, redis_url: str, namespace: str, primary: str, s
         },
         "routing": {"probes": {"enabled": False}},
         "ledger": {"enabled": False},
-        # A generous Redis call budget: this 2-core machine runs three gateways, Redis and the load at once.
-        "state": {"backend": "redis", "url": redis_url, "namespace": namespace, "timeout": "50ms"},
+        # A generous Redis call budget (default 5 ms): this 2-core machine runs three gateways, Redis, the
+        # simulators and the load at once, and other test runs beside them; a call past its budget is decided
+        # by the fallback (tests/state covers that), which is not what these tests measure.
+        "state": {"backend": "redis", "url": redis_url, "namespace": namespace, "timeout": "250ms"},
     }
     for k, v in extra.items():
-        data[k] = v | data[k] if isinstance(v, dict) and isinstance(data.get(k), dict) else v
+        data[k] = data[k] | v if isinstance(v, dict) and isinstance(data.get(k), dict) else v
     path = tmp_path / f"fleet-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -136,12 +142,16 @@ async def _providers(session: aiohttp.ClientSession, replica: Replica) -> dict[s
 
 
 async def test_a_key_with_rpm_60_admits_60_across_three_replicas(sim: SimFactory, fleet: FleetFactory) -> None:
-    """150 requests spread over three replicas within seconds: exactly 60 pass (not 3 × 60), the rest get a
-    429 with Retry-After and x-ratelimit-* headers."""
+    """150 requests over three replicas in 1.5 s: 60 ± 2 pass (not 3 × 60), the rest get a 429 with
+    Retry-After and x-ratelimit-* headers."""
     a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
     replicas = await fleet(3, a.url, b.url)
     async with aiohttp.ClientSession() as session:
-        out = await asyncio.gather(*(_chat(session, replicas[i % 3]) for i in range(150)))
+        tasks = []
+        for i in range(150):
+            tasks.append(asyncio.create_task(_chat(session, replicas[i % 3])))
+            await asyncio.sleep(0.01)
+        out = await asyncio.gather(*tasks)
     statuses = Counter(r.status for r in out)
     assert 58 <= statuses[200] <= 62, (statuses, "".join(replicas[0].log))  # 60 ± 2: see docs/fleet.md
     assert statuses[429] == 150 - statuses[200]
@@ -161,11 +171,11 @@ async def test_pacing_is_global_and_a_429_pauses_the_whole_fleet(sim: SimFactory
         3, a.url, b.url, providers={"a": {"base_url": a.url, "limits": {"rpm": 600}}, "b": {"base_url": b.url}}
     )
     free = {"Authorization": "Bearer tg-free-key-0123"}
-    await asyncio.sleep(0.5)  # a couple of sync ticks: each replica has seen the others
+    await asyncio.sleep(1.0)  # started together, the replicas learn of each other in their first ticks
     async with aiohttp.ClientSession() as session:
         t0 = time.time()
         tasks = []
-        for i in range(160):  # 20/s for 8 s, round-robin over the replicas
+        for i in range(110):  # 20/s for 5.5 s, round-robin over the replicas
             tasks.append(asyncio.create_task(_chat(session, replicas[i % 3], free)))
             await asyncio.sleep(1 / 20)
         out = await asyncio.gather(*tasks)
@@ -178,7 +188,8 @@ async def test_pacing_is_global_and_a_429_pauses_the_whole_fleet(sim: SimFactory
         assert rate >= 0.9 * 9.0, rate
         # a now answers 429 with a Retry-After of about a minute; only replica 0 sees it.
         a.set_faults(Faults(rate_limit_rpm=1))
-        for _ in range(30):
+        await asyncio.sleep(1.5)  # replica 0's pacer share refills (3/s): a gets requests again
+        for _ in range(60):
             await _chat(session, replicas[0], free)
             if (await _providers(session, replicas[0]))["a"]["state"] == "paused":
                 break

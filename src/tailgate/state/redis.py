@@ -338,6 +338,8 @@ class RedisState(SharedState):
                     self._down = True
                     self._announce_down(type(err).__name__)
                 self._backoff = min(_BACKOFF_MAX_S, self._backoff * 2)
+            except Exception:  # a bug must not stop the views from refreshing for good
+                log.exception("state: sync failed")
 
     async def _sync_once(self) -> None:
         p = self._p
