@@ -20,6 +20,7 @@ from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
+from tailgate.gateway.reload import Providers, Reloader, add_config_routes
 from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
@@ -65,19 +66,26 @@ class Gateway:
     """One gateway process. ``await start()`` before serving, ``await close()`` after."""
 
     def __init__(
-        self, config: GatewayConfig, providers: dict[str, ResolvedProvider], *, ledger_path: Path | None = None
+        self,
+        config: GatewayConfig,
+        providers: dict[str, ResolvedProvider],
+        *,
+        ledger_path: Path | None = None,
+        config_path: Path | None = None,
     ) -> None:
         self.config = config
         self.log = logging.getLogger("tailgate.gateway")
         self.keys = KeyRing(config.keys, config.admin_key)
-        self.providers = {
-            name: ProviderState(
-                config=resolved,
-                client=UpstreamClient(endpoint_for(resolved)),
-                pacer=pacer_for(resolved, config.routing.pacing),
-            )
-            for name, resolved in providers.items()
-        }
+        self.providers = Providers(
+            {  # a reload swaps it (gateway/reload.py)
+                name: ProviderState(
+                    config=resolved,
+                    client=UpstreamClient(endpoint_for(resolved)),
+                    pacer=pacer_for(resolved, config.routing.pacing),
+                )
+                for name, resolved in providers.items()
+            }
+        )
         self.state = open_state(config.state)
         self.fleet = Fleet(self, self.state)  # docs/fleet.md: what replicas share, through the state layer
         self.aliases: dict[str, list[Route]] = {
@@ -125,7 +133,7 @@ class Gateway:
             ["provider"],
             registry=self.metrics.registry,
         )
-        hedges = hedge_counter(self.metrics.registry)
+        hedges = self.hedge_counter = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)
             for alias, model in config.models.items()
@@ -151,6 +159,7 @@ class Gateway:
         self.refresh_provider_gauges()
         self.fleet.install()
         self.fleet.register_metrics(self.metrics.registry)
+        self.reloader = Reloader(self, config_path)  # SIGHUP, POST /admin/reload, GET /admin/config
 
     def _degraded(self, provider: str, model: str) -> bool:
         """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
@@ -262,6 +271,7 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
+        add_config_routes(app, self)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
         from tailgate.dashboard import Controls, mount

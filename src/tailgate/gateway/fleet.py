@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tailgate.gateway.reload import publish_version
 from tailgate.routing import Transition
 from tailgate.state import SharedState
 from tailgate.state.lease import LeasedLimiter
@@ -321,6 +322,7 @@ class Fleet:
                 if now >= next_publish:
                     next_publish = now + self.publish_interval
                     await self._publish_windows()
+                    await publish_version(self.gw)
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("fleet sync tick failed")
 
