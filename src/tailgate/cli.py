@@ -247,6 +247,10 @@ def demo(
 )
 def serve(config_path: Path, host: str | None, port: int | None, workers: int, drain_timeout: float) -> None:
     """Run the OpenAI-compatible gateway: clients change only base_url and api_key."""
+    if workers > 1:  # before anything imports prometheus_client: one coherent /metrics for all workers
+        from tailgate.gateway.workers import multiprocess_metrics
+
+        multiprocess_metrics()
     from tailgate.config.resolve import load_resolved
     from tailgate.gateway.app import BindRefused, Gateway
     from tailgate.gateway.serve import serve_forever

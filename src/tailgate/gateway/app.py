@@ -336,4 +336,5 @@ class Gateway:
         for alias, routes in self.aliases.items():
             for provider, w in route_weights(self.policy_for(alias), routes).items():
                 self.effective_weight.labels(alias, provider).set(w["effective_weight"])
-        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+        body = self.metrics.render(self.fleet.replica_label)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")

@@ -124,54 +124,51 @@ class Fleet:
         self._spawn(self.state.pause(f"provider:{name}", seconds, f"429 seen by {self.state.replica}"))
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
-        replica = ["replica"]
         self._m_connected = Gauge(
             "tailgate_state_connected",
             "1 while the state backend answers (always 1 for state: local).",
-            replica,
             registry=registry,
         )
         self._m_fallback = Gauge(
             "tailgate_state_fallback_active",
             "1 while shared decisions are made by the local fallback (Redis down or slow).",
-            replica,
             registry=registry,
         )
         self._m_fallbacks = Counter(
             "tailgate_state_fallback",
             "Decisions made by the local fallback instead of the state backend (Redis down, slow or failing).",
-            replica,
             registry=registry,
         )
         self._m_replicas = Gauge(
-            "tailgate_state_replicas",
-            "Replicas of the fleet seen alive (this one included).",
-            replica,
-            registry=registry,
+            "tailgate_state_replicas", "Replicas of the fleet seen alive (this one included).", registry=registry
         )
         self._m_leases = Counter(
             "tailgate_state_limit_takes",
             "Shared-limit takes by where they were decided: local (a leased slice) or backend (a round trip).",
-            ["replica", "where"],
+            ["where"],
             registry=registry,
         )
         self._counted = {"fallbacks": 0, "local": 0, "backend": 0}
 
+    @property
+    def replica_label(self) -> str | None:
+        """The ``replica`` label of every series in a fleet (``state: redis``); None alone."""
+        return self.state.replica if self.shared else None
+
     def refresh_metrics(self) -> None:
         """Bring the state gauges and counters up to date (at scrape)."""
         st = self.state.status()
-        r = st.replica
-        self._m_connected.labels(r).set(1 if st.connected else 0)
-        self._m_fallback.labels(r).set(1 if st.fallback_active else 0)
-        self._m_replicas.labels(r).set(st.replicas)
+        self._m_connected.set(1 if st.connected else 0)
+        self._m_fallback.set(1 if st.fallback_active else 0)
+        self._m_replicas.set(st.replicas)
         now = {
             "fallbacks": int(getattr(self.state, "fallbacks", 0)),
             "local": self.limiter.local_takes,
             "backend": self.limiter.remote_takes,
         }
-        self._m_fallbacks.labels(r).inc(now["fallbacks"] - self._counted["fallbacks"])
-        self._m_leases.labels(r, "local").inc(now["local"] - self._counted["local"])
-        self._m_leases.labels(r, "backend").inc(now["backend"] - self._counted["backend"])
+        self._m_fallbacks.inc(now["fallbacks"] - self._counted["fallbacks"])
+        self._m_leases.labels("local").inc(now["local"] - self._counted["local"])
+        self._m_leases.labels("backend").inc(now["backend"] - self._counted["backend"])
         self._counted = now
 
     async def start(self) -> None:

@@ -25,6 +25,7 @@ from aiohttp import web
 from tailgate._runtime import run, setup_logging
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import Gateway
+from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -139,3 +140,5 @@ def serve_forever(
                 child.terminate()  # SIGTERM: the child drains and flushes like we did
         for child in children:
             child.join(timeout=drain_timeout + 10)
+            if child.pid is not None:
+                worker_gone(child.pid)
