@@ -396,6 +396,13 @@ def bench(**kw: Any) -> None:
     help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay).",
 )
 @click.option("--check", is_flag=True, help="Validate FILE and exit.")
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Run the gateway as a fleet of N replicas sharing state through a private redis-server (docs/fleet.md).",
+)
 def scenario(
     file: Path,
     policies: tuple[str, ...],
@@ -404,6 +411,7 @@ def scenario(
     markdown: Path | None,
     time_scale: float,
     check: bool,
+    replicas: int,
 ) -> None:
     """Compare routing policies on simulated providers with a scripted fault timeline (see docs/scenarios.md)."""
     from tailgate.scenario.command import prepare, run_command
@@ -418,6 +426,11 @@ def scenario(
     if check:
         click.echo(f"{file}: ok ({len(cfg.select(list(policies)))} policies, {cfg.load.duration:g} s each)")
         return
+    if replicas > 1:
+        from tailgate.gateway.replicas import redis_available
+
+        if not redis_available():
+            _fail("--replicas needs redis-server (apt-get install redis-server); not found on PATH")
     sys.exit(
         run(
             lambda stop: run_command(
@@ -429,6 +442,7 @@ def scenario(
                 out=out,
                 html=html,
                 markdown=markdown,
+                replicas=replicas,
             )
         )
     )
