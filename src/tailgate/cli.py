@@ -198,6 +198,13 @@ def mock(
     show_default=True,
     help="Multiply every simulated time (0.1: ten times faster providers).",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Gateway replicas sharing state through a private redis-server (started if installed; docs/fleet.md).",
+)
 def demo(
     port: int,
     duration: float | None,
@@ -207,6 +214,7 @@ def demo(
     db: Path | None,
     n_requests: int,
     time_scale: float,
+    replicas: int,
 ) -> None:
     """Simulated providers + gateway + traffic + a failover drill, on this machine (no keys, no network)."""
     from tailgate.demo import DemoOptions, run_demo
@@ -220,6 +228,7 @@ def demo(
         rate=rate,
         db=db,
         check_requests=n_requests,
+        replicas=replicas,
     )
     try:
         run(lambda stop: run_demo(stop, options, console=_stdout()))
