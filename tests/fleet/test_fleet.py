@@ -293,6 +293,14 @@ async def test_weights_agree_across_replicas_from_merged_windows(sim: SimFactory
 
         await asyncio.sleep(2.5)  # one publish interval plus the policy's smoothing
         w0, w1 = await weights(replicas[0]), await weights(replicas[1])
+        views = {}
+        for view in ("fleet", "replica"):
+            async with session.get(f"{replicas[1].url}/admin/providers?view={view}", headers=ADMIN) as resp:
+                body = await resp.json()
+            assert body["fleet"]["windows"] == view
+            a_view = next(p for p in body["providers"] if p["name"] == "a")
+            views[view] = a_view["models"]["up"]["window"]["requests"]
+    assert views["replica"] == 0 < views["fleet"]  # replica 1 sent nothing itself; it sees replica 0's calls
     assert w0["a"] < 40, w0  # a moved off: the evidence is real
     assert abs(w0["a"] - w1["a"]) <= 5.0, (w0, w1)
 

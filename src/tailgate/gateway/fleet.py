@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import math
 import time
@@ -30,7 +31,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tailgate.gateway.reload import publish_version
-from tailgate.routing import Transition
+from tailgate.routing import ProviderHealth, Transition
 from tailgate.state import SharedState
 from tailgate.state.lease import LeasedLimiter
 from tailgate.stats import SlidingWindow
@@ -219,6 +220,27 @@ class Fleet:
             "x-ratelimit-reset-requests": f"{max(wait, adm.reset_s):.3f}s",
         }
         raise err
+
+    # -- views ------------------------------------------------------------------------------------------
+
+    def view(self, own: bool) -> dict[str, Any]:
+        """What ``/admin/providers`` says about the fleet it shows."""
+        st = self.state.status()
+        return {
+            "backend": st.backend,
+            "replica": st.replica,
+            "replicas": st.replicas,
+            "windows": "replica" if own or not self.shared else "fleet",
+            "fallback_active": st.fallback_active,
+        }
+
+    def window_snapshot(self, h: ProviderHealth, *, own: bool) -> dict[str, Any]:
+        """``h.snapshot()``: the fleet's merged windows, or with ``own`` this replica's alone."""
+        if not own or not isinstance(h.ttft, FleetWindow) or not isinstance(h.e2e, FleetWindow):
+            return h.snapshot()
+        mine = copy.copy(h)
+        mine.ttft, mine.e2e = h.ttft.own, h.e2e.own
+        return mine.snapshot()
 
     # -- pacing demand ----------------------------------------------------------------------------------
 
