@@ -214,9 +214,12 @@ class RedisState(SharedState):
         key = f"{self._p}c:{window_s or 0:g}:{name}"
         at = bucket if bucket is not None else "-"
         try:
-            return _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at])))
+            out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at])))
         except _Unavailable:
-            return self.fallback.adjust_now(name, delta, window_s, bucket)
+            return self.fallback.adjust_now(name, delta, window_s, None)
+        if delta < 0:
+            self.fallback.adjust_now(name, delta, window_s, None)  # the mirror gives back what Redis got back
+        return out
 
     async def usage(self, name: str, window_s: float | None) -> float:
         key = f"{self._p}c:{window_s or 0:g}:{name}"
