@@ -245,7 +245,7 @@ def demo(
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Processes sharing the port (SO_REUSEPORT); each keeps its own stats and metrics.",
+    help="Processes sharing the port (SO_REUSEPORT); one /metrics for all; state per process unless state: redis.",
 )
 @click.option(
     "--drain-timeout",
