@@ -49,6 +49,8 @@ class Admission:
     bucket: int | None = None
     """The window bucket the amount was counted in (None: refused, or no window). Pass it to ``adjust`` to
     refund exactly what this take counted."""
+    local: bool = False
+    """Decided by this replica's fallback (Redis down or slower than ``state.timeout``), not fleet-wide."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,9 +197,9 @@ class RedisState(SharedState):
             )
         except _Unavailable:
             if self.config.fallback == "closed":
-                return Admission(False, 1.0, 0.0, limit)
+                return Admission(False, 1.0, 0.0, limit, local=True)
             adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
-            return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None)
+            return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None, local=True)
         at = int(bucket) if ok and bucket != b"-" else None
         if ok and amount:
             # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
