@@ -31,6 +31,7 @@ __all__ = ["LeasedLimiter"]
 
 @dataclass(slots=True)
 class _Slice:
+    size: float
     balance: float
     bucket: int | None
     limit: float
@@ -60,6 +61,8 @@ class LeasedLimiter:
         self.max_age_s = max_age_s
         self._slices: dict[str, _Slice] = {}
         self._refused_until: dict[str, tuple[float, float]] = {}
+        self._rate: dict[str, float] = {}
+        """name → units per second this replica spent from its last slice (sizes the next one)."""
         """name → (monotonic time, limit): a refusal Redis gave, valid until enough of the window rolls off."""
         self._task: asyncio.Task[None] | None = None
         self.local_takes = 0
@@ -107,11 +110,14 @@ class LeasedLimiter:
         if s is not None:
             await self._give_back(name)
         self.remote_takes += 1
-        size = math.floor(limit * self.slice_fraction / max(1, self.state.replicas()))
-        if size >= self.min_slice:
+        cap = math.floor(limit * self.slice_fraction / max(1, self.state.replicas()))
+        # Sized to what this replica spent per max_age last time (x2), so a huge limit is not leased in huge
+        # slices that mostly go back: fewer units in flight, less to lose if a replica dies holding one.
+        size = min(cap, max(self.min_slice, math.ceil(2 * self._rate.get(name, 0.0) * self.max_age_s)))
+        if cap >= self.min_slice:
             adm = await self.state.take(name, amount + size, limit, window_s)
             if adm.ok and not adm.local:
-                self._slices[name] = _Slice(size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
+                self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
                 return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket)
             if adm.ok:  # the fallback decided (Redis away or slow): no slice to hold, just this request
                 return adm
@@ -122,6 +128,9 @@ class LeasedLimiter:
 
     async def _give_back(self, name: str) -> None:
         s = self._slices.pop(name, None)
+        if s is not None:
+            age = max(1e-3, time.monotonic() - s.taken_at)
+            self._rate[name] = (s.size - s.balance) / age
         if s is not None and s.balance > 0:
             await self.state.adjust(name, -s.balance, s.window_s, s.bucket)
 

@@ -121,7 +121,8 @@ class SharedState(abc.ABC):
         A refund (``delta < 0``) with the ``bucket`` of the take it corrects is applied to that bucket, at most
         down to 0, and dropped once that bucket has left the window (the take no longer counts anyway) —
         so a refund never lets more through than the window allows. Without ``bucket``, and for any
-        ``delta > 0``, it goes to the current bucket."""
+        ``delta > 0``, it goes to the current bucket. No client waits on it: with Redis it is bounded by 1 s,
+        not by ``state.timeout``."""
 
     @abc.abstractmethod
     async def usage(self, name: str, window_s: float | None) -> float:

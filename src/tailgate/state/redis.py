@@ -143,7 +143,7 @@ class RedisState(SharedState):
 
     # -- the call wrapper -------------------------------------------------------------------------------
 
-    async def _call(self, coro: Any) -> Any:
+    async def _call(self, coro: Any, budget: float | None = None) -> Any:
         """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback."""
         if self._down:
             coro.close()
@@ -151,7 +151,7 @@ class RedisState(SharedState):
             raise _Unavailable
         self.calls += 1
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(budget or self.timeout):
                 out = await coro
         except TimeoutError:
             self.timeouts += 1
@@ -214,7 +214,9 @@ class RedisState(SharedState):
         key = f"{self._p}c:{window_s or 0:g}:{name}"
         at = bucket if bucket is not None else "-"
         try:
-            out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at])))
+            # A refund or a settlement follows an admission: no client waits on it, and a lost refund would
+            # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
+            out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
         except _Unavailable:
             return self.fallback.adjust_now(name, delta, window_s, None)
         if delta < 0:
