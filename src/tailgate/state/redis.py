@@ -23,6 +23,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -111,6 +112,8 @@ class RedisState(SharedState):
         self._backoff = _BACKOFF_MIN_S
         self._announced_down = False
         self._task: asyncio.Task[None] | None = None
+        self._late: set[asyncio.Future[Any]] = set()
+        """Calls past their budget, still running (and the undo work they caused)."""
         self.calls = 0
         self.fallbacks = 0
         """Decisions made by the fallback (Redis down, slow or failing) since start."""
@@ -128,6 +131,8 @@ class RedisState(SharedState):
         self._task = asyncio.create_task(self._sync_loop(), name="tailgate-state-sync")
 
     async def close(self) -> None:
+        if self._late:
+            await asyncio.wait(list(self._late), timeout=_SYNC_TIMEOUT_S)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -143,18 +148,24 @@ class RedisState(SharedState):
 
     # -- the call wrapper -------------------------------------------------------------------------------
 
-    async def _call(self, coro: Any, budget: float | None = None) -> Any:
-        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback."""
+    async def _call(self, coro: Any, budget: float | None = None, late: Callable[[Any], None] | None = None) -> Any:
+        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback.
+
+        A call past its budget is not cancelled: it runs on in the background (cancelling would drop the
+        connection, and the script may already have run in Redis). ``late`` gets its result if it succeeds,
+        so what Redis did after the fallback had decided can be undone (a take refunded, a slot released)."""
         if self._down:
             coro.close()
             self.fallbacks += 1
             raise _Unavailable
         self.calls += 1
+        task = asyncio.ensure_future(coro)
         try:
-            async with asyncio.timeout(budget or self.timeout):
-                out = await coro
+            out = await asyncio.wait_for(asyncio.shield(task), budget or self.timeout)
         except TimeoutError:
             self.timeouts += 1
+            self._late.add(task)
+            task.add_done_callback(lambda t: self._finish_late(t, late))
             self._failed("slower than state.timeout")
             raise _Unavailable from None
         except _Failure as err:
@@ -163,6 +174,28 @@ class RedisState(SharedState):
         self._failures = 0
         self._last_ok = time.monotonic()
         return out
+
+    def _finish_late(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
+        self._late.discard(task)
+        if task.cancelled() or task.exception() is not None or late is None:
+            return
+        late(task.result())
+
+    def _undo_take(self, name: str, amount: float, window_s: float | None) -> Callable[[Any], None]:
+        """A take that Redis granted after the fallback had decided it: give it back (exactly, to its bucket)."""
+
+        def undo(result: Any) -> None:
+            ok, _, _, _, bucket = result
+            if ok and amount:
+                at = int(bucket) if bucket != b"-" else None
+                self._spawn(self.adjust(name, -amount, window_s, at, mirror=False))
+
+        return undo
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
 
     def _failed(self, why: str) -> None:
         self.fallbacks += 1
@@ -193,7 +226,8 @@ class RedisState(SharedState):
         key = f"{self._p}c:{window_s or 0:g}:{name}"
         try:
             ok, retry, remaining, reset, bucket = await self._call(
-                self._take(keys=[key], args=[amount, limit, window_s or 0])
+                self._take(keys=[key], args=[amount, limit, window_s or 0]),
+                late=self._undo_take(name, amount, window_s),
             )
         except _Unavailable:
             if self.config.fallback == "closed":
@@ -208,7 +242,9 @@ class RedisState(SharedState):
             self.fallback.adjust_now(name, amount, window_s)
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
 
-    async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
+    async def adjust(
+        self, name: str, delta: float, window_s: float | None, bucket: int | None = None, *, mirror: bool = True
+    ) -> float:
         if not math.isfinite(delta):
             raise ValueError(f"delta must be finite, got {delta!r}")
         key = f"{self._p}c:{window_s or 0:g}:{name}"
@@ -218,8 +254,8 @@ class RedisState(SharedState):
             # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
             out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
         except _Unavailable:
-            return self.fallback.adjust_now(name, delta, window_s, None)
-        if delta < 0:
+            return self.fallback.adjust_now(name, delta, window_s, None) if mirror else 0.0
+        if delta < 0 and mirror:
             self.fallback.adjust_now(name, delta, window_s, None)  # the mirror gives back what Redis got back
         return out
 
@@ -236,7 +272,10 @@ class RedisState(SharedState):
         self._tokens += 1
         token = f"{self.replica}/{self._tokens}"
         try:
-            ok, n = await self._call(self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]))
+            ok, n = await self._call(
+                self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]),
+                late=lambda result: self._spawn(self.release(name, token)) if result[0] else None,
+            )
         except _Unavailable:
             if self.config.fallback == "closed":
                 return Lease(False, "", 0, limit)
