@@ -62,6 +62,7 @@ class LeasedLimiter:
         self._slices: dict[str, _Slice] = {}
         self._refused_until: dict[str, tuple[float, float]] = {}
         self._rate: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         """name → units per second this replica spent from its last slice (sizes the next one)."""
         """name → (monotonic time, limit): a refusal Redis gave, valid until enough of the window rolls off."""
         self._task: asyncio.Task[None] | None = None
@@ -101,27 +102,51 @@ class LeasedLimiter:
                 self.local_takes += 1
                 return Admission(False, wait, 0.0, limit, wait)
             del self._refused_until[name]
-        s = self._slices.get(name)
-        if s is not None and s.limit == limit and s.window_s == window_s and s.balance >= amount:
-            s.balance -= amount
-            s.used = True
-            self.local_takes += 1
-            return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)
-        if s is not None:
-            await self._give_back(name)
-        self.remote_takes += 1
+        hit = self._spend(name, amount, limit, window_s)
+        if hit is not None:
+            return hit
         cap = math.floor(limit * self.slice_fraction / max(1, self.state.replicas()))
-        # Sized to what this replica spent per max_age last time (x2), so a huge limit is not leased in huge
-        # slices that mostly go back: fewer units in flight, less to lose if a replica dies holding one.
-        size = min(cap, max(self.min_slice, math.ceil(2 * self._rate.get(name, 0.0) * self.max_age_s)))
-        if cap >= self.min_slice:
+        if cap < self.min_slice:
+            return await self._direct(name, amount, limit, window_s)  # a small limit: exact, per request
+        # One slice fetch per name at a time: the requests that find the slice spent meanwhile wait for the
+        # new one instead of each fetching (and overwriting) their own.
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        async with lock:
+            hit = self._spend(name, amount, limit, window_s)
+            if hit is not None:
+                return hit
+            refused = self._refused_until.get(name)
+            if refused is not None and refused[0] > time.monotonic() and refused[1] == limit:
+                self.local_takes += 1
+                wait = refused[0] - time.monotonic()
+                return Admission(False, wait, 0.0, limit, wait)
+            await self._give_back(name)
+            # Sized to what this replica spent per max_age last time (x2), so a huge limit is not leased in
+            # huge slices that mostly go back: fewer units in flight, less lost if a replica dies holding one.
+            size = min(cap, max(self.min_slice, math.ceil(2 * self._rate.get(name, 0.0) * self.max_age_s)))
+            self.remote_takes += 1
             adm = await self.state.take(name, amount + size, limit, window_s)
             if adm.ok and not adm.local:
                 self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
                 return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket)
             if adm.ok:  # the fallback decided (Redis away or slow): no slice to hold, just this request
                 return adm
-        adm = await self.state.take(name, amount, limit, window_s)  # small limit, or no room for a slice
+            return await self._direct(name, amount, limit, window_s)  # no room for a slice: the last units
+
+    def _spend(self, name: str, amount: float, limit: float, window_s: float) -> Admission | None:
+        s = self._slices.get(name)
+        if s is not None and s.limit == limit and s.window_s == window_s and s.balance >= amount:
+            s.balance -= amount
+            s.used = True
+            self.local_takes += 1
+            return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)
+        return None
+
+    async def _direct(self, name: str, amount: float, limit: float, window_s: float) -> Admission:
+        self.remote_takes += 1
+        adm = await self.state.take(name, amount, limit, window_s)
         if not adm.ok and not adm.local and math.isfinite(adm.retry_after_s):
             self._refused_until[name] = (time.monotonic() + adm.retry_after_s, limit)
         return adm
