@@ -113,6 +113,8 @@ class RedisState(SharedState):
         self._announced_down = False
         self._task: asyncio.Task[None] | None = None
         self._late: set[asyncio.Future[Any]] = set()
+        self._room: dict[tuple[str, float | None], list[float]] = {}
+        """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
         """Calls past their budget, still running (and the undo work they caused)."""
         self.calls = 0
         self.fallbacks = 0
@@ -232,8 +234,8 @@ class RedisState(SharedState):
         except _Unavailable:
             if self.config.fallback == "closed":
                 return Admission(False, 1.0, 0.0, limit, local=True)
-            adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
-            return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None, local=True)
+            return self._fallback_take(name, amount, limit, window_s)
+        self._room[(name, window_s)] = [_f(remaining), time.monotonic(), 0.0]
         at = int(bucket) if ok and bucket != b"-" else None
         if ok and amount:
             # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
@@ -241,6 +243,23 @@ class RedisState(SharedState):
             # so a slow burst cannot add a whole share on top of what Redis admitted.
             self.fallback.adjust_now(name, amount, window_s)
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
+
+    def _fallback_take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        """Decide a take Redis could not, in time. With a fleet-wide answer for this counter from less than a
+        window ago, this replica may spend its share of the room that answer left (``remaining ÷
+        replicas``), less what it spent so since: a slow call near the limit cannot overshoot it. Without
+        one (Redis down for long), the share of the limit, counted against what Redis gave this replica in
+        the window (the mirror)."""
+        room = self._room.get((name, window_s))
+        if room is not None and window_s is not None and time.monotonic() - room[1] < window_s:
+            left = room[0] / max(1, self._replicas) - room[2]
+            if amount <= left:
+                room[2] += amount
+                self.fallback.adjust_now(name, amount, window_s)
+                return Admission(True, 0.0, max(0.0, room[0] - amount), limit, 0.0, None, local=True)
+            return Admission(False, 1.0, max(0.0, room[0]), limit, 1.0, None, local=True)
+        adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
+        return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None, local=True)
 
     async def adjust(
         self, name: str, delta: float, window_s: float | None, bucket: int | None = None, *, mirror: bool = True
