@@ -179,20 +179,28 @@ class RedisState(SharedState):
 
     def _finish_late(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
         self._late.discard(task)
-        if task.cancelled() or task.exception() is not None or late is None:
+        if task.cancelled() or late is None:
             return
-        late(task.result())
+        late(None if task.exception() is not None else task.result())
 
-    def _undo_take(self, name: str, amount: float, window_s: float | None) -> Callable[[Any], None]:
-        """A take that Redis granted after the fallback had decided it: give it back (exactly, to its bucket)."""
+    def _settle_late(
+        self, name: str, amount: float, window_s: float | None, decided: list[bool]
+    ) -> Callable[[Any], None]:
+        """Reconcile a take whose Redis answer came after the fallback had decided it (``decided[0]``), so
+        Redis counts it exactly once: granted in Redis but refused here → refunded to its bucket; admitted
+        here but refused (or lost) in Redis → charged to the current bucket, for the whole fleet to see."""
 
-        def undo(result: Any) -> None:
-            ok, _, _, _, bucket = result
-            if ok and amount:
-                at = int(bucket) if bucket != b"-" else None
+        def settle(result: Any) -> None:
+            if not amount or not decided:
+                return
+            granted = result is not None and bool(result[0])
+            if granted and not decided[0]:
+                at = int(result[4]) if result[4] != b"-" else None
                 self._spawn(self.adjust(name, -amount, window_s, at, mirror=False))
+            elif decided[0] and not granted:
+                self._spawn(self.adjust(name, amount, window_s, mirror=False))
 
-        return undo
+        return settle
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -226,15 +234,19 @@ class RedisState(SharedState):
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
         _check(amount, limit, window_s)
         key = f"{self._p}c:{window_s or 0:g}:{name}"
+        decided: list[bool] = []  # filled with the fallback's answer, for a late Redis answer to reconcile
         try:
             ok, retry, remaining, reset, bucket = await self._call(
                 self._take(keys=[key], args=[amount, limit, window_s or 0]),
-                late=self._undo_take(name, amount, window_s),
+                late=self._settle_late(name, amount, window_s, decided),
             )
         except _Unavailable:
             if self.config.fallback == "closed":
+                decided.append(False)
                 return Admission(False, 1.0, 0.0, limit, local=True)
-            return self._fallback_take(name, amount, limit, window_s)
+            adm = self._fallback_take(name, amount, limit, window_s)
+            decided.append(adm.ok)
+            return adm
         self._room[(name, window_s)] = [_f(remaining), time.monotonic(), 0.0]
         at = int(bucket) if ok and bucket != b"-" else None
         if ok and amount:
