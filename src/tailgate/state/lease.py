@@ -128,11 +128,11 @@ class LeasedLimiter:
             size = min(cap, max(self.min_slice, math.ceil(2 * self._rate.get(name, 0.0) * self.max_age_s)))
             self.remote_takes += 1
             adm = await self.state.take(name, amount + size, limit, window_s)
-            if adm.ok and not adm.local:
+            if adm.ok:
+                # A slice the fallback granted (Redis slow or away) is spent the same way: a late Redis answer
+                # charges or keeps it there whole, so what is not spent must be given back all the same.
                 self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
-                return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket)
-            if adm.ok:  # the fallback decided (Redis away or slow): no slice to hold, just this request
-                return adm
+                return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket, adm.local)
             return await self._direct(name, amount, limit, window_s)  # no room for a slice: the last units
 
     def _spend(self, name: str, amount: float, limit: float, window_s: float) -> Admission | None:
