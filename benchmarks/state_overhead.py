@@ -105,14 +105,23 @@ def overhead(wrk: Wrk, local: Server, redis: Server, st: argparse.Namespace, che
             for name in order:
                 res = wrk.run(hops[name], script, connections=conns, duration_s=st.duration, timeout_s=10)
                 check_wrk(checks, f"round {r + 1} c{conns} {name}", res)
+                cpu_us = res.server_cpu / res.rps * 1e6 if res.server_cpu and res.rps else float("nan")
                 runs.setdefault((name, conns), []).append(
-                    {"rps": res.rps, "p50": res.latency_ms["p50"], "p99": res.latency_ms["p99"]}
+                    {"rps": res.rps, "p50": res.latency_ms["p50"], "p99": res.latency_ms["p99"], "cpu_us": cpu_us}
                 )
     ratio = statistics.median(
         b["rps"] / a["rps"] for a, b in zip(runs[("local", 50)], runs[("redis", 50)], strict=True)
     )
     added = statistics.median(b["p50"] - a["p50"] for a, b in zip(runs[("local", 1)], runs[("redis", 1)], strict=True))
-    return {"runs": {f"{k[0]}-c{k[1]}": v for k, v in runs.items()}, "rps_ratio_c50": ratio, "added_p50_ms_c1": added}
+    cpu = statistics.median(
+        b["cpu_us"] / a["cpu_us"] for a, b in zip(runs[("local", 50)], runs[("redis", 50)], strict=True)
+    )
+    return {
+        "runs": {f"{k[0]}-c{k[1]}": v for k, v in runs.items()},
+        "rps_ratio_c50": ratio,
+        "added_p50_ms_c1": added,
+        "cpu_per_request_ratio_c50": cpu,
+    }
 
 
 async def _accuracy(replicas: list[Server], duration_s: float) -> dict[str, Any]:
@@ -240,10 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         f"  calls decided by the fallback: overhead (redis replica, timeout 5ms) {ov['redis_fallbacks']}; "
         f"accuracy (3 replicas, timeout {st.accuracy_timeout}) {result['accuracy_fallbacks']}"
     )
+    console.print(
+        f"  gateway CPU per request, redis ÷ local (c=50, median of rounds): {ov['cpu_per_request_ratio_c50']:.3f} "
+        "(robust to other load on the machine, unlike req/s)"
+    )
     for mode, runs in ov["runs"].items():
         rps = ", ".join(f"{r['rps']:.0f}" for r in runs)
         p50 = ", ".join(f"{r['p50']:.3f}" for r in runs)
-        console.print(f"  {mode}: req/s {rps}; P50 ms {p50}")
+        cpu = ", ".join(f"{r['cpu_us']:.0f}" for r in runs)
+        console.print(f"  {mode}: req/s {rps}; P50 ms {p50}; gateway CPU µs/request {cpu}")
     for c in checks.items:
         if not c["ok"]:
             console.print(f"[red]FAILED[/] {c['name']}: {c['detail']}")
