@@ -33,6 +33,7 @@ policies: [adaptive]
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(find_redis_server() is None, reason="redis-server is not installed")
 async def test_a_scenario_runs_on_three_replicas(tmp_path: Path) -> None:
     """Every request is answered and the fleet moves traffic off the slow primary; the counters add up."""
