@@ -15,10 +15,12 @@ from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes, route_weights
 from tailgate.gateway.auth import KeyRing
+from tailgate.gateway.fleet import Fleet
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
+from tailgate.gateway.reload import Providers, Reloader, add_config_routes
 from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
@@ -37,6 +39,7 @@ from tailgate.routing import (
     Transition,
     WeightedPolicy,
 )
+from tailgate.state import open_state
 from tailgate.upstream import UpstreamClient, endpoint_for
 from tailgate.wire.errors import WireError
 
@@ -63,19 +66,28 @@ class Gateway:
     """One gateway process. ``await start()`` before serving, ``await close()`` after."""
 
     def __init__(
-        self, config: GatewayConfig, providers: dict[str, ResolvedProvider], *, ledger_path: Path | None = None
+        self,
+        config: GatewayConfig,
+        providers: dict[str, ResolvedProvider],
+        *,
+        ledger_path: Path | None = None,
+        config_path: Path | None = None,
     ) -> None:
         self.config = config
         self.log = logging.getLogger("tailgate.gateway")
         self.keys = KeyRing(config.keys, config.admin_key)
-        self.providers = {
-            name: ProviderState(
-                config=resolved,
-                client=UpstreamClient(endpoint_for(resolved)),
-                pacer=pacer_for(resolved, config.routing.pacing),
-            )
-            for name, resolved in providers.items()
-        }
+        self.providers = Providers(
+            {  # a reload swaps it (gateway/reload.py)
+                name: ProviderState(
+                    config=resolved,
+                    client=UpstreamClient(endpoint_for(resolved)),
+                    pacer=pacer_for(resolved, config.routing.pacing),
+                )
+                for name, resolved in providers.items()
+            }
+        )
+        self.state = open_state(config.state)
+        self.fleet = Fleet(self, self.state)  # docs/fleet.md: what replicas share, through the state layer
         self.aliases: dict[str, list[Route]] = {
             alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
             for alias, model in config.models.items()
@@ -121,7 +133,7 @@ class Gateway:
             ["provider"],
             registry=self.metrics.registry,
         )
-        hedges = hedge_counter(self.metrics.registry)
+        hedges = self.hedge_counter = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)
             for alias, model in config.models.items()
@@ -145,6 +157,9 @@ class Gateway:
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
+        self.fleet.install()
+        self.fleet.register_metrics(self.metrics.registry)
+        self.reloader = Reloader(self, config_path)  # SIGHUP, POST /admin/reload, GET /admin/config
 
     def _degraded(self, provider: str, model: str) -> bool:
         """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
@@ -202,6 +217,7 @@ class Gateway:
             transition.reason,
         )
         self.metrics.breaker_transitions.labels(provider, transition.to_state).inc()
+        self.fleet.on_breaker(provider, transition)
         if transition.from_state == "half_open" and transition.to_state == "closed":
             for h in self.health:  # its trials passed: the outage's faults no longer describe it
                 if h.provider == provider:
@@ -225,6 +241,7 @@ class Gateway:
             )
 
     async def start(self) -> None:
+        await self.fleet.start()
         if self.ledger is not None:
             await self.ledger.start()
         await self.traffic.start()
@@ -239,6 +256,7 @@ class Gateway:
             await self.ledger.close()
         if self.trace is not None:
             self.trace.close()
+        await self.fleet.close()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[openai_shaped_errors])
@@ -253,6 +271,7 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
+        add_config_routes(app, self)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
         from tailgate.dashboard import Controls, mount
@@ -283,8 +302,7 @@ class Gateway:
             }
 
         def set_drained(name: str, drained: bool) -> dict[str, str]:
-            self.providers[name].drained = drained  # KeyError: unknown provider (404)
-            self.refresh_provider_gauges()
+            self.fleet.set_drained_soon(name, drained)  # KeyError: unknown provider (404)
             self.log.info("provider %s %s from the dashboard", name, "drained" if drained else "enabled")
             return {"provider": name, "state": "drained" if drained else "active"}
 
@@ -311,10 +329,12 @@ class Gateway:
         return web.json_response({"status": "ready", "providers": usable})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        self.fleet.refresh_metrics()
         for name, p in self.providers.items():
             self.metrics.in_flight.labels(name).set(p.in_flight)
             self.breaker_state.labels(name).set(_BREAKER_CODE[self.breakers.get(name).state])
         for alias, routes in self.aliases.items():
             for provider, w in route_weights(self.policy_for(alias), routes).items():
                 self.effective_weight.labels(alias, provider).set(w["effective_weight"])
-        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+        body = self.metrics.render(self.fleet.replica_label)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")

@@ -1,17 +1,15 @@
-"""Client keys: stored as SHA-256 digests, compared in constant time, optional per-key RPM limit."""
+"""Client keys: stored as SHA-256 digests, compared in constant time; a per-key RPM (counted by gateway.fleet)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 from dataclasses import dataclass
 
 from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
-from tailgate.routing import TokenBucket
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -32,7 +30,7 @@ def bearer(request: web.Request) -> str | None:
 class _Key:
     id: str
     digest: bytes
-    bucket: TokenBucket | None
+    rpm: float | None
 
 
 class KeyRing:
@@ -43,18 +41,23 @@ class KeyRing:
             _Key(
                 k.id,
                 _digest(k.key.get_secret_value()) if k.key is not None else bytes.fromhex(k.key_sha256 or ""),
-                TokenBucket(k.rpm, 60.0) if k.rpm else None,
+                k.rpm,
             )
             for k in keys
         ]
+        self._rpm = {k.id: k.rpm for k in keys if k.rpm}
         self._admin = _digest(admin_key.get_secret_value()) if admin_key is not None else None
 
     @property
     def open(self) -> bool:
         return not self._keys
 
+    def rpm(self, key_id: str | None) -> float | None:
+        """The key's ``rpm`` limit (None: unlimited); counted fleet-wide by ``gateway.fleet``."""
+        return self._rpm.get(key_id) if key_id is not None else None
+
     def identify(self, request: web.Request) -> str | None:
-        """The key id of the caller; raises a 401 (or 429 over the key's RPM) as a WireError."""
+        """The key id of the caller; raises a 401 as a WireError."""
         if not self._keys:
             return None
         token = bearer(request)
@@ -69,11 +72,6 @@ class KeyRing:
                 found = key
         if found is None:
             raise wire_errors.authentication_error("Incorrect API key provided.")
-        if found.bucket is not None and not found.bucket.try_take():
-            wait = found.bucket.wait_time()
-            err = wire_errors.rate_limited(f"Rate limit of this gateway key reached. Retry after {wait:.1f}s.")
-            err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
-            raise err
         return found.id
 
     def is_admin(self, request: web.Request) -> bool:

@@ -1,0 +1,471 @@
+"""The ``redis`` backend: fleet state in one Redis (or Valkey), with a local fallback when it is away.
+
+Keys (all under ``{namespace}:``): ``c:{window}:{name}`` counter hashes (bucket epoch → amount, ``t`` for a
+total), ``g:{name}`` concurrency zsets (token → expiry), and four hashes read by every sync tick: ``gen``
+(namespace → generation), ``pause`` (name → ``until|reason``), ``flag`` (name → ``0``/``1``, persistent),
+``replicas`` (replica → heartbeat expiry), plus ``pub:{channel}`` (replica → ``until|blob``). Times are
+Redis's (``TIME`` in the scripts), so hosts' clocks never have to agree.
+
+Failure handling (docs/fleet.md, "Redis down or slow"): each call on the request path is bounded by
+``state.timeout``; a call that fails or runs past it is answered by the fallback for that call. Three
+failures in a row with no success for 0.5 s, or a failed sync, mark Redis *down*: calls then go straight
+to the fallback (no wait at all) while the sync loop retries with exponential back-off (0.1 s doubling to
+5 s). The first
+sync that succeeds marks it up again and re-sends the drain flags set meanwhile. Down and up are logged
+once each. ``fallback: local`` decides limits in an in-process :class:`LocalState` at ``limit ÷`` the
+replicas last seen; ``fallback: closed`` refuses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from tailgate.config.schema import StateConfig
+from tailgate.state import _lua
+from tailgate.state.local import LocalState, default_replica_id
+from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+
+__all__ = ["RedisState"]
+
+log = logging.getLogger("tailgate.state")
+
+_FAILURES_TO_DOWN = 3
+_DOWN_AFTER_S = 0.5
+_POOL_SIZE = 16
+_WARM = 4
+"""Connections opened (and scripts loaded) at start and on every reconnect, so the first burst finds them."""
+_BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
+_SYNC_TIMEOUT_S = 1.0
+_HEARTBEAT_TTL_S = 3.0
+_Failure = (RedisError, OSError, asyncio.TimeoutError)
+
+
+def _f(v: Any) -> float:
+    s = v.decode() if isinstance(v, bytes) else str(v)
+    return math.inf if s == "inf" else float(s)
+
+
+def _pairs(flat: list[Any]) -> list[tuple[bytes, bytes]]:
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def _split(v: bytes) -> tuple[float, bytes]:
+    head, _, tail = v.partition(b"|")
+    return float(head), tail
+
+
+class RedisState(SharedState):
+    """Fleet state in Redis; see the module docstring."""
+
+    backend: Backend = "redis"
+
+    def __init__(self, config: StateConfig, *, replica: str | None = None) -> None:
+        assert config.url is not None  # the schema requires it for this backend
+        self.config = config
+        self.replica = replica or config.replica or default_replica_id()
+        self.timeout = config.timeout
+        self._p = config.namespace + ":"
+        # A bounded pool: a burst of requests waits (within its budget) for one of a few warm connections
+        # instead of opening dozens of new ones at once, which is what made calls slow under load.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            config.url.get_secret_value(),
+            max_connections=_POOL_SIZE,
+            timeout=None,
+            socket_connect_timeout=1.0,
+            socket_timeout=_SYNC_TIMEOUT_S,
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+        self._r: aioredis.Redis = aioredis.Redis(connection_pool=pool)
+        self._take = self._r.register_script(_lua.TAKE)
+        self._adjust = self._r.register_script(_lua.ADJUST)
+        self._usage = self._r.register_script(_lua.USAGE)
+        self._acquire = self._r.register_script(_lua.ACQUIRE)
+        self._pause = self._r.register_script(_lua.PAUSE)
+        self._publish = self._r.register_script(_lua.PUBLISH)
+        self._sync = self._r.register_script(_lua.SYNC)
+        self.fallback = LocalState(self.replica)
+        self._tokens = 0
+        # Views, refreshed by the sync loop; deadlines on *our* monotonic clock.
+        self._generations: dict[str, int] = {}
+        self._pauses: dict[str, tuple[float, str]] = {}
+        self._flags: dict[str, bool] = {}
+        self._peers: dict[str, dict[str, tuple[float, bytes]]] = {}
+        self._channels: set[str] = set()
+        self._replicas = config.replicas_hint or 1
+        self._pending_flags: dict[str, bool | None] = {}
+        self._pending_bumps: dict[str, int] = {}
+        # Health of the connection.
+        self.connected = False
+        self._down = True  # until the first sync answers
+        self._failures = 0
+        self._last_ok = 0.0
+        self._backoff = _BACKOFF_MIN_S
+        self._announced_down = False
+        self._task: asyncio.Task[None] | None = None
+        self._late: set[asyncio.Future[Any]] = set()
+        self._room: dict[tuple[str, float | None], list[float]] = {}
+        """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
+        """Calls past their budget, still running (and the undo work they caused)."""
+        self.calls = 0
+        self.fallbacks = 0
+        """Decisions made by the fallback (Redis down, slow or failing) since start."""
+        self.timeouts = 0
+        self.last_sync: float | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        with contextlib.suppress(*_Failure):
+            async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                await self._sync_once()
+        if self._down:
+            self._announce_down("not reachable at start")
+        self._task = asyncio.create_task(self._sync_loop(), name="tailgate-state-sync")
+
+    async def close(self) -> None:
+        if self._late:
+            await asyncio.wait(list(self._late), timeout=_SYNC_TIMEOUT_S)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if not self._down:
+            with contextlib.suppress(*_Failure):
+                async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                    await self._r.hdel(self._p + "replicas", self.replica)
+        await self._r.aclose(close_connection_pool=True)  # the pool was passed in: not closed by default
+
+    def status(self) -> StateStatus:
+        return StateStatus("redis", self.replica, self.connected, self._down, self._replicas)
+
+    # -- the call wrapper -------------------------------------------------------------------------------
+
+    async def _call(self, coro: Any, budget: float | None = None, late: Callable[[Any], None] | None = None) -> Any:
+        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback.
+
+        A call past its budget is not cancelled: it runs on in the background (cancelling would drop the
+        connection, and the script may already have run in Redis). ``late`` gets its result if it succeeds,
+        so what Redis did after the fallback had decided can be undone (a take refunded, a slot released)."""
+        if self._down:
+            coro.close()
+            self.fallbacks += 1
+            raise _Unavailable
+        self.calls += 1
+        task = asyncio.ensure_future(coro)
+        try:
+            out = await asyncio.wait_for(asyncio.shield(task), budget or self.timeout)
+        except TimeoutError:
+            self.timeouts += 1
+            self._late.add(task)
+            task.add_done_callback(lambda t: self._finish_late(t, late))
+            self._failed("slower than state.timeout")
+            raise _Unavailable from None
+        except _Failure as err:
+            self._failed(type(err).__name__)
+            raise _Unavailable from None
+        self._failures = 0
+        self._last_ok = time.monotonic()
+        return out
+
+    def _finish_late(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
+        self._late.discard(task)
+        if task.cancelled() or late is None:
+            return
+        late(None if task.exception() is not None else task.result())
+
+    def _settle_late(
+        self, name: str, amount: float, window_s: float | None, decided: list[bool]
+    ) -> Callable[[Any], None]:
+        """Reconcile a take whose Redis answer came after the fallback had decided it (``decided[0]``), so
+        Redis counts it exactly once: granted in Redis but refused here → refunded to its bucket; admitted
+        here but refused (or lost) in Redis → charged to the current bucket, for the whole fleet to see."""
+
+        def settle(result: Any) -> None:
+            if not amount or not decided:
+                return
+            granted = result is not None and bool(result[0])
+            if granted and not decided[0]:
+                at = int(result[4]) if result[4] != b"-" else None
+                self._spawn(self.adjust(name, -amount, window_s, at, mirror=False))
+            elif decided[0] and not granted:
+                self._spawn(self.adjust(name, amount, window_s, mirror=False))
+
+        return settle
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
+
+    def _failed(self, why: str) -> None:
+        self.fallbacks += 1
+        self._failures += 1
+        # A few slow calls under a burst are not an outage: only failures that persist mark Redis down.
+        persistent = time.monotonic() - self._last_ok > _DOWN_AFTER_S
+        if self._failures >= _FAILURES_TO_DOWN and persistent and not self._down:
+            self._down = True
+            self.connected = False
+            self._announce_down(why)
+
+    def _announce_down(self, why: str) -> None:
+        if not self._announced_down:
+            self._announced_down = True
+            log.warning(
+                "state: Redis unavailable (%s): deciding with the %s fallback until it answers again",
+                why,
+                self.config.fallback,
+            )
+
+    def _share(self, limit: float) -> float:
+        return limit / max(1, self._replicas)
+
+    # -- counters ---------------------------------------------------------------------------------------
+
+    async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        _check(amount, limit, window_s)
+        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        decided: list[bool] = []  # filled with the fallback's answer, for a late Redis answer to reconcile
+        try:
+            ok, retry, remaining, reset, bucket = await self._call(
+                self._take(keys=[key], args=[amount, limit, window_s or 0]),
+                late=self._settle_late(name, amount, window_s, decided),
+            )
+        except _Unavailable:
+            if self.config.fallback == "closed":
+                decided.append(False)
+                return Admission(False, 1.0, 0.0, limit, local=True)
+            adm = self._fallback_take(name, amount, limit, window_s)
+            decided.append(adm.ok)
+            return adm
+        self._room[(name, window_s)] = [_f(remaining), time.monotonic(), 0.0]
+        at = int(bucket) if ok and bucket != b"-" else None
+        if ok and amount:
+            # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
+            # is down, the fallback's share (limit ÷ replicas) already includes this replica's recent takes,
+            # so a slow burst cannot add a whole share on top of what Redis admitted.
+            self.fallback.adjust_now(name, amount, window_s)
+        return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
+
+    def _fallback_take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        """Decide a take Redis could not, in time. With a fleet-wide answer for this counter from less than a
+        window ago, this replica may spend its share of the room that answer left (``remaining ÷
+        replicas``), less what it spent so since: a slow call near the limit cannot overshoot it. Without
+        one (Redis down for long), the share of the limit, counted against what Redis gave this replica in
+        the window (the mirror)."""
+        room = self._room.get((name, window_s))
+        if room is not None and window_s is not None and time.monotonic() - room[1] < window_s:
+            left = room[0] / max(1, self._replicas) - room[2]
+            if amount <= left:
+                room[2] += amount
+                self.fallback.adjust_now(name, amount, window_s)
+                return Admission(True, 0.0, max(0.0, room[0] - amount), limit, 0.0, None, local=True)
+            return Admission(False, 1.0, max(0.0, room[0]), limit, 1.0, None, local=True)
+        adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
+        return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None, local=True)
+
+    async def adjust(
+        self, name: str, delta: float, window_s: float | None, bucket: int | None = None, *, mirror: bool = True
+    ) -> float:
+        if not math.isfinite(delta):
+            raise ValueError(f"delta must be finite, got {delta!r}")
+        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        at = bucket if bucket is not None else "-"
+        try:
+            # A refund or a settlement follows an admission: no client waits on it, and a lost refund would
+            # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
+            out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
+        except _Unavailable:
+            return self.fallback.adjust_now(name, delta, window_s, None) if mirror else 0.0
+        if delta < 0 and mirror:
+            self.fallback.adjust_now(name, delta, window_s, None)  # the mirror gives back what Redis got back
+        return out
+
+    async def usage(self, name: str, window_s: float | None) -> float:
+        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        try:
+            return _f(await self._call(self._usage(keys=[key], args=[window_s or 0])))
+        except _Unavailable:
+            return await self.fallback.usage(name, window_s)
+
+    # -- gauges -----------------------------------------------------------------------------------------
+
+    async def acquire(self, name: str, limit: int, ttl_s: float = 600.0) -> Lease:
+        self._tokens += 1
+        token = f"{self.replica}/{self._tokens}"
+        try:
+            ok, n = await self._call(
+                self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]),
+                late=lambda result: self._spawn(self.release(name, token)) if result[0] else None,
+            )
+        except _Unavailable:
+            if self.config.fallback == "closed":
+                return Lease(False, "", 0, limit)
+            share = max(1, math.floor(limit / max(1, self._replicas)))
+            lease = self.fallback.acquire_now(name, share, ttl_s)
+            return Lease(lease.ok, "local:" + lease.token if lease.ok else "", lease.in_use, limit)
+        return Lease(bool(ok), token if ok else "", int(n), limit)
+
+    async def release(self, name: str, token: str) -> None:
+        if token.startswith("local:"):
+            self.fallback.release_now(name, token.removeprefix("local:"))
+            return
+        with contextlib.suppress(_Unavailable):
+            await self._call(self._r.zrem(f"{self._p}g:{name}", token))
+
+    # -- generations ------------------------------------------------------------------------------------
+
+    async def bump(self, namespace: str) -> int:
+        try:
+            n = int(await self._call(self._r.hincrby(self._p + "gen", namespace, 1)))
+        except _Unavailable:
+            n = self._generations.get(namespace, 0) + 1  # seen here only, and sent when Redis answers again
+            self._pending_bumps[namespace] = self._pending_bumps.get(namespace, 0) + 1
+        self._generations[namespace] = max(n, self._generations.get(namespace, 0))
+        return n
+
+    def generation(self, namespace: str) -> int:
+        return self._generations.get(namespace, 0)
+
+    # -- pauses -----------------------------------------------------------------------------------------
+
+    async def pause(self, name: str, seconds: float, reason: str = "") -> None:
+        if seconds > 0 and not math.isfinite(seconds):
+            raise ValueError(f"seconds must be finite, got {seconds!r}")
+        # Our own view at once (the sync would show it within an interval anyway).
+        self.fallback.pause_now(name, seconds, reason)
+        if seconds <= 0:
+            self._pauses.pop(name, None)
+        with contextlib.suppress(_Unavailable):
+            await self._call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
+
+    def paused_for(self, name: str) -> float:
+        own = self.fallback.paused_for(name)
+        p = self._pauses.get(name)
+        return max(own, p[0] - time.monotonic()) if p is not None else own
+
+    def pause_reason(self, name: str) -> str:
+        p = self._pauses.get(name)
+        if p is not None and p[0] > time.monotonic():
+            return p[1]
+        return self.fallback.pause_reason(name)
+
+    # -- flags ------------------------------------------------------------------------------------------
+
+    async def set_flag(self, name: str, value: bool | None) -> None:
+        if value is None:
+            self._flags.pop(name, None)
+        else:
+            self._flags[name] = value
+        try:
+            key = self._p + "flag"
+            await self._call(self._r.hdel(key, name) if value is None else self._r.hset(key, name, int(value)))
+        except _Unavailable:
+            self._pending_flags[name] = value  # sent when Redis answers again
+
+    def flag(self, name: str) -> bool | None:
+        return self._flags.get(name)
+
+    # -- blobs ------------------------------------------------------------------------------------------
+
+    async def publish(self, channel: str, blob: bytes, ttl_s: float = 5.0) -> None:
+        self._channels.add(channel)
+        if self._down:
+            return
+        with contextlib.suppress(*_Failure):
+            async with asyncio.timeout(_SYNC_TIMEOUT_S):  # background work: not the request path's budget
+                await self._publish(keys=[f"{self._p}pub:{channel}"], args=[self.replica, ttl_s, blob])
+
+    def peers(self, channel: str) -> dict[str, bytes]:
+        self._channels.add(channel)
+        now = time.monotonic()
+        return {r: blob for r, (until, blob) in self._peers.get(channel, {}).items() if until > now}
+
+    def replicas(self) -> int:
+        return self._replicas
+
+    async def _warm(self) -> None:
+        """Open a few connections and load the scripts (a reconnect, or the start)."""
+        await asyncio.gather(*(self._r.ping() for _ in range(_WARM)))
+        for script in (self._take, self._adjust, self._usage, self._acquire, self._pause, self._publish, self._sync):
+            await self._r.script_load(script.script)
+
+    # -- the sync loop ----------------------------------------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sync_interval if not self._down else self._backoff)
+            try:
+                async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                    await self._sync_once()
+            except _Failure as err:
+                self.connected = False
+                if not self._down:
+                    self._down = True
+                    self._announce_down(type(err).__name__)
+                self._backoff = min(_BACKOFF_MAX_S, self._backoff * 2)
+            except Exception:  # a bug must not stop the views from refreshing for good
+                log.exception("state: sync failed")
+
+    async def _sync_once(self) -> None:
+        p = self._p
+        channels = sorted(self._channels)
+        keys = [p + "gen", p + "pause", p + "flag", p + "replicas", *(f"{p}pub:{c}" for c in channels)]
+        if self._down:
+            await self._warm()
+            for name, value in list(self._pending_flags.items()):
+                await (self._r.hdel(p + "flag", name) if value is None else self._r.hset(p + "flag", name, int(value)))
+                self._pending_flags.pop(name, None)
+            for namespace, n in list(self._pending_bumps.items()):
+                await self._r.hincrby(p + "gen", namespace, n)
+                self._pending_bumps.pop(namespace, None)
+        out = await self._sync(keys=keys, args=[self.replica, max(_HEARTBEAT_TTL_S, 3 * self.config.sync_interval)])
+        mono = time.monotonic()
+        redis_now = float(out[0])
+        self._generations = {k.decode(): int(v) for k, v in _pairs(out[1])}
+        pauses: dict[str, tuple[float, str]] = {}
+        for k, v in _pairs(out[2]):
+            until, reason = _split(v)
+            pauses[k.decode()] = (mono + until - redis_now, reason.decode(errors="replace"))
+        self._pauses = pauses
+        self._flags = {k.decode(): v == b"1" for k, v in _pairs(out[3])}
+        self._replicas = max(1, len(out[4]) // 2)
+        for channel, flat in zip(channels, out[5:], strict=True):
+            self._peers[channel] = {
+                k.decode(): (mono + until - redis_now, blob)
+                for k, v in _pairs(flat)
+                if k.decode() != self.replica
+                for until, blob in (_split(v),)
+            }
+        self.last_sync = mono
+        self.connected = True
+        self._failures = 0
+        self._last_ok = mono
+        self._backoff = _BACKOFF_MIN_S
+        if self._down:
+            self._down = False
+            if self._announced_down:
+                log.warning("state: Redis answers again; fleet-wide decisions resumed")
+            self._announced_down = False
+
+
+class _Unavailable(Exception):
+    """Redis could not decide this call (down, slow, failing): the fallback decides it."""
+
+
+def _check(amount: float, limit: float, window_s: float | None) -> None:
+    if not (math.isfinite(amount) and amount >= 0):
+        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+    if not (limit >= 0):
+        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    if window_s is not None and not (0 < window_s < math.inf):
+        raise ValueError(f"window_s must be positive and finite (or None), got {window_s!r}")
