@@ -70,7 +70,9 @@ class PostgresCluster:
     def _pg_ctl(self, *args: str, timeout: float = 60) -> None:
         pg_ctl = find_bin("pg_ctl")
         assert pg_ctl is not None
-        subprocess.run([*self._as_user, pg_ctl, "-D", str(self.data), *args], check=True, capture_output=True, timeout=timeout)
+        subprocess.run(
+            [*self._as_user, pg_ctl, "-D", str(self.data), *args], check=True, capture_output=True, timeout=timeout
+        )
 
     def start(self) -> None:
         options = (

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
 from tailgate.ledger.samples import Sample, TrafficMinute, read_samples, read_traffic
+from tailgate.ledger.store import Queryable
 from tailgate.stats import LatencyHistogram
 
 __all__ = [
@@ -309,7 +309,7 @@ def build(
 
 
 def compute(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     window_s: float,
     now: float,
@@ -338,7 +338,7 @@ class Prior(TypedDict):
     n: int
 
 
-def recent_priors(conn: sqlite3.Connection, window_s: float, now: float) -> dict[tuple[str, str], Prior]:
+def recent_priors(conn: Queryable, window_s: float, now: float) -> dict[tuple[str, str], Prior]:
     """Per (provider, upstream model): probe TTFT P90, ``long`` E2E P90 and error rate over the window.
 
     For a router that wants to start from measured numbers instead of from nothing (docs/monitor.md).

@@ -84,15 +84,16 @@ class StoreConn:
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
         if self.dialect == "postgres":
-            return self.raw.execute(sql.replace("?", "%s"), parameters)  # type: ignore[arg-type]
-        return self.raw.execute(sql, parameters)  # type: ignore[arg-type]
+            return self.raw.execute(sql.replace("?", "%s"), parameters)
+        return self.raw.execute(sql, parameters)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if self.dialect == "postgres":
-            with self.raw.cursor() as cur:  # type: ignore[union-attr]
-                cur.executemany(sql.replace("?", "%s"), rows)  # type: ignore[arg-type]
+        raw = self.raw
+        if isinstance(raw, sqlite3.Connection):
+            raw.executemany(sql, rows)
         else:
-            self.raw.executemany(sql, rows)  # type: ignore[union-attr,arg-type]
+            with raw.cursor() as cur:
+                cur.executemany(sql.replace("?", "%s"), rows)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[StoreConn]:
