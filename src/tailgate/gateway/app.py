@@ -23,6 +23,7 @@ from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
+from tailgate.ledger.spool import Shipper
 from tailgate.routing import (
     SLO,
     AdaptivePolicy,
@@ -142,6 +143,10 @@ class Gateway:
             self.ledger = SQLiteLedger(
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
+        self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
+        if self.ledger is not None and (url := config.ledger.url):
+            lc = config.ledger
+            self.shipper = Shipper(self.ledger.path, url, interval=lc.ship_interval, batch=lc.ship_batch)
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
@@ -228,6 +233,8 @@ class Gateway:
         if self.ledger is not None:
             await self.ledger.start()
         await self.traffic.start()
+        if self.shipper is not None:
+            await self.shipper.start()  # a newer schema in PostgreSQL refuses to start
         self.prober.start()
 
     async def close(self) -> None:
@@ -237,6 +244,8 @@ class Gateway:
         await self.traffic.close()
         if self.ledger is not None:
             await self.ledger.close()
+        if self.shipper is not None:
+            await self.shipper.close()  # after the ledger: its last rows are in the spool now
         if self.trace is not None:
             self.trace.close()
 
