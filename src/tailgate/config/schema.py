@@ -271,6 +271,38 @@ class LedgerConfig(_Strict):
     """Hourly roll-ups older than this are deleted."""
 
 
+class StateConfig(_Strict):
+    """Fleet state (docs/fleet.md): ``local`` (this process only, the default) or ``redis`` (a fleet)."""
+
+    backend: Literal["local", "redis"] = "local"
+    url: SecretStr | None = None
+    """``redis://[user:password@]host:6379/0`` (or ``rediss://``); required with ``backend: redis``. A secret
+    (it may hold a password): never printed."""
+    namespace: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")] = "tailgate"
+    """Prefix of every Redis key, so several fleets can share one Redis."""
+    replica: Name | None = None
+    """This replica's id in metrics labels and published data; default ``host:pid``."""
+    timeout: PositiveSeconds = 0.005
+    """Budget of one Redis call on the request path; past it the local fallback decides that call."""
+    sync_interval: PositiveSeconds = 0.25
+    """How often fleet views (pauses, breakers, drain flags, generations) are re-read."""
+    publish_interval: PositiveSeconds = 1.0
+    """How often this replica publishes its health windows for the others to merge."""
+    fallback: Literal["local", "closed"] = "local"
+    """Redis down or slow: ``local`` decides limits in this process at limit ÷ the replicas last seen
+    (the safe default: serve), ``closed`` refuses requests that need a shared limit (429)."""
+    replicas_hint: Annotated[int, Field(ge=1)] | None = None
+    """Replica count for the fallback's limit split when none was ever seen (default 1)."""
+
+    @model_validator(mode="after")
+    def _url_for_redis(self) -> StateConfig:
+        if self.backend == "redis" and not self.url:
+            raise ValueError("backend redis needs 'url' (e.g. redis://127.0.0.1:6379/0)")
+        if self.url is not None and not self.url.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        return self
+
+
 class GatewayConfig(_Strict):
     """The whole gateway config file."""
 
@@ -286,6 +318,7 @@ class GatewayConfig(_Strict):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     trace: TraceConfig = Field(default_factory=TraceConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
 
     @model_validator(mode="after")
     def _routes_name_known_providers(self) -> GatewayConfig:

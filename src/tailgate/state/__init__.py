@@ -1,0 +1,16 @@
+"""Fleet state: one protocol (:class:`SharedState`), two backends (``local``, ``redis``). docs/fleet.md."""
+
+from tailgate.state.factory import open_state
+from tailgate.state.local import LocalState, default_replica_id
+from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+
+__all__ = [
+    "Admission",
+    "Backend",
+    "Lease",
+    "LocalState",
+    "SharedState",
+    "StateStatus",
+    "default_replica_id",
+    "open_state",
+]

@@ -1,0 +1,173 @@
+"""The ``local`` backend: fleet state of a fleet of one, in this process (the embedded default).
+
+Every call is answered at once from dicts; views are always current. Redis's backend also keeps one of
+these as its fallback while Redis is down (``redis.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+from tailgate.state.window import WindowCounter
+
+__all__ = ["LocalState", "default_replica_id"]
+
+
+def default_replica_id() -> str:
+    """``host:pid``: unique on a host, readable in a label."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LocalState(SharedState):
+    """In-process state; ``clock`` is injectable (seconds, monotonic)."""
+
+    backend: Backend = "local"
+
+    def __init__(self, replica: str | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.replica = replica or default_replica_id()
+        self._clock = clock
+        self._counters: dict[tuple[str, float | None], WindowCounter] = {}
+        self._gauges: dict[str, dict[str, float]] = {}
+        self._generations: dict[str, int] = {}
+        self._pauses: dict[str, tuple[float, str]] = {}
+        self._flags: dict[str, bool] = {}
+        self._tokens = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def status(self) -> StateStatus:
+        return StateStatus("local", self.replica, connected=True, fallback_active=False, replicas=1)
+
+    # -- counters ---------------------------------------------------------------------------------------
+
+    def _counter(self, name: str, window_s: float | None) -> WindowCounter:
+        key = (name, window_s)
+        c = self._counters.get(key)
+        if c is None:
+            c = self._counters[key] = WindowCounter()
+        return c
+
+    def take_now(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        """``take`` without a coroutine (the local backend never waits)."""
+        _check(amount, limit, window_s)
+        return self._counter(name, window_s).take(self._clock(), amount, limit, window_s)
+
+    async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        return self.take_now(name, amount, limit, window_s)
+
+    def adjust_now(self, name: str, delta: float, window_s: float | None) -> float:
+        if not math.isfinite(delta):
+            raise ValueError(f"delta must be finite, got {delta!r}")
+        return self._counter(name, window_s).adjust(self._clock(), delta, window_s)
+
+    async def adjust(self, name: str, delta: float, window_s: float | None) -> float:
+        return self.adjust_now(name, delta, window_s)
+
+    async def usage(self, name: str, window_s: float | None) -> float:
+        c = self._counters.get((name, window_s))
+        return c.usage(self._clock(), window_s) if c is not None else 0.0
+
+    # -- gauges -----------------------------------------------------------------------------------------
+
+    def acquire_now(self, name: str, limit: int, ttl_s: float = 600.0) -> Lease:
+        now = self._clock()
+        held = self._gauges.setdefault(name, {})
+        for token in [t for t, exp in held.items() if exp <= now]:
+            del held[token]
+        if len(held) >= limit:
+            return Lease(False, "", len(held), limit)
+        self._tokens += 1
+        token = f"{self.replica}/{self._tokens}"
+        held[token] = now + ttl_s
+        return Lease(True, token, len(held), limit)
+
+    async def acquire(self, name: str, limit: int, ttl_s: float = 600.0) -> Lease:
+        return self.acquire_now(name, limit, ttl_s)
+
+    def release_now(self, name: str, token: str) -> None:
+        held = self._gauges.get(name)
+        if held is not None:
+            held.pop(token, None)
+
+    async def release(self, name: str, token: str) -> None:
+        self.release_now(name, token)
+
+    # -- generations ------------------------------------------------------------------------------------
+
+    async def bump(self, namespace: str) -> int:
+        n = self._generations[namespace] = self._generations.get(namespace, 0) + 1
+        return n
+
+    def generation(self, namespace: str) -> int:
+        return self._generations.get(namespace, 0)
+
+    # -- pauses -----------------------------------------------------------------------------------------
+
+    def pause_now(self, name: str, seconds: float, reason: str = "") -> None:
+        if seconds <= 0:
+            self._pauses.pop(name, None)
+            return
+        if not math.isfinite(seconds):
+            raise ValueError(f"seconds must be finite, got {seconds!r}")
+        until = self._clock() + seconds
+        current = self._pauses.get(name)
+        if current is None or current[0] < until:
+            self._pauses[name] = (until, reason)
+
+    async def pause(self, name: str, seconds: float, reason: str = "") -> None:
+        self.pause_now(name, seconds, reason)
+
+    def paused_for(self, name: str) -> float:
+        p = self._pauses.get(name)
+        return max(0.0, p[0] - self._clock()) if p is not None else 0.0
+
+    def pause_reason(self, name: str) -> str:
+        p = self._pauses.get(name)
+        return p[1] if p is not None and p[0] > self._clock() else ""
+
+    # -- flags ------------------------------------------------------------------------------------------
+
+    def set_flag_now(self, name: str, value: bool | None) -> None:
+        if value is None:
+            self._flags.pop(name, None)
+        else:
+            self._flags[name] = value
+
+    async def set_flag(self, name: str, value: bool | None) -> None:
+        self.set_flag_now(name, value)
+
+    def flag(self, name: str) -> bool | None:
+        return self._flags.get(name)
+
+    def flags(self) -> dict[str, bool]:
+        """Every flag set (for the fallback's hand-over back to Redis)."""
+        return dict(self._flags)
+
+    # -- blobs ------------------------------------------------------------------------------------------
+
+    async def publish(self, channel: str, blob: bytes, ttl_s: float = 5.0) -> None:
+        return None  # a fleet of one has no one to tell
+
+    def peers(self, channel: str) -> dict[str, bytes]:
+        return {}
+
+    def replicas(self) -> int:
+        return 1
+
+
+def _check(amount: float, limit: float, window_s: float | None) -> None:
+    if not (math.isfinite(amount) and amount >= 0):
+        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+    if not (limit >= 0):
+        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    if window_s is not None and not (0 < window_s < math.inf):
+        raise ValueError(f"window_s must be positive and finite (or None), got {window_s!r}")

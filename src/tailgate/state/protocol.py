@@ -1,0 +1,181 @@
+"""The fleet-state protocol: what replicas of one gateway share, and the promise of each primitive.
+
+Two backends implement it: ``local`` (in-process; one replica, today's behaviour) and ``redis`` (a fleet of
+replicas on one Redis or Valkey). Routing and the gateway talk to :class:`SharedState` only, and one contract
+suite (``tests/state``) runs against both.
+
+Two kinds of call:
+
+- **Atomic decisions** (``take``, ``adjust``, ``acquire``, ``release``, ``bump``, ``pause``, ``set_flag``,
+  ``publish``) are coroutines: with Redis each is one round trip (a Lua script where it must be atomic),
+  bounded by ``state.timeout`` (a few ms). When Redis is down or slow the call is answered by the local
+  fallback (see ``fallback`` below), never by an exception and never by a wait longer than the budget.
+- **Fleet views** (``generation``, ``paused_for``, ``flag``, ``peers``, ``replicas``) are plain methods that
+  read a cache the backend refreshes in the background every ``state.sync_interval`` (0.25 s), so reading
+  them costs a dict look-up and is safe on the per-request path. A change made on any replica is visible
+  in every replica's view within ``sync_interval`` + one round trip (< 1 s).
+
+Names are free-form strings chosen by the caller (``key:team-a:rpm``, ``provider:lanyun``); a backend
+prefixes them with its namespace. Amounts are floats (tokens, money, requests).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Admission", "Backend", "Lease", "SharedState", "StateStatus"]
+
+Backend = Literal["local", "redis"]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer of :meth:`SharedState.take` (and :meth:`SharedState.acquire`).
+
+    ``ok``: the amount was taken. ``retry_after_s``: when refused, the earliest time a retry of the same
+    amount could succeed (0.0 when ok; ``inf`` when it never can, e.g. an amount above the limit or a spent
+    budget without a window). ``remaining``: what is left under the limit after this decision. ``limit``:
+    the limit decided against. ``reset_s``: seconds until the whole window's usage has rolled off (for
+    ``x-ratelimit-reset-*``; 0.0 without a window).
+    """
+
+    ok: bool
+    retry_after_s: float
+    remaining: float
+    limit: float
+    reset_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One held slot of a concurrency gauge (:meth:`SharedState.acquire`); give it back with ``release``."""
+
+    ok: bool
+    token: str
+    """Identifies this slot for ``release``; empty when refused."""
+    in_use: int
+    """Slots held fleet-wide after this decision (this one included when ok)."""
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateStatus:
+    """What ``/admin/config``, ``/metrics`` and the logs say about the state backend."""
+
+    backend: Backend
+    replica: str
+    connected: bool
+    """Redis answered the last sync (always True for ``local``)."""
+    fallback_active: bool
+    """Decisions are being made by the local fallback right now (Redis down or slow)."""
+    replicas: int
+    """Replicas seen alive in the last few sync intervals (this one included)."""
+
+
+class SharedState(abc.ABC):
+    """Fleet state behind one protocol; see the module docstring. ``await start()`` before use."""
+
+    backend: Backend
+    replica: str
+    """This replica's id (``state.replica`` or ``host:pid``): the label of its series and its published data."""
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Connect (Redis) and start the background sync; returns without waiting for Redis to answer."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the sync, withdraw this replica's published data and held slots where possible."""
+
+    @abc.abstractmethod
+    def status(self) -> StateStatus: ...
+
+    # -- counters over a sliding window (rate limits, token limits, budgets) ---------------------------
+
+    @abc.abstractmethod
+    async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        """Take ``amount`` under ``limit`` per ``window_s`` seconds for the counter ``name``, all or nothing.
+
+        Sliding window in 1/60-window sub-buckets (1 s buckets for a 60 s window): the usage counted at
+        time t is what was taken in the buckets that started within the last ``window_s``, so over any
+        window of that length at most ``limit`` plus one bucket's takes can pass (exactly ``limit`` over
+        windows aligned to buckets). ``window_s=None``: no window — a total (a budget) that only
+        ``adjust`` lowers. ``amount`` above ``limit`` is refused with ``retry_after_s = inf``. ``amount``
+        0 asks without taking.
+        """
+
+    @abc.abstractmethod
+    async def adjust(self, name: str, delta: float, window_s: float | None) -> float:
+        """Add ``delta`` (negative: a refund) to the usage of ``name`` in its *current* bucket, whatever the
+        limit (settling an estimate on the actual usage may go over it; usage never goes below 0 in sum).
+        Returns the counter's usage over the window after the change."""
+
+    @abc.abstractmethod
+    async def usage(self, name: str, window_s: float | None) -> float:
+        """The counter's usage over the window now (no change)."""
+
+    # -- concurrency gauges ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def acquire(self, name: str, limit: int, ttl_s: float = 600.0) -> Lease:
+        """Hold one of ``limit`` slots of ``name`` (e.g. a key's ``max_concurrency``), or be refused.
+
+        A slot not released within ``ttl_s`` (its replica died) is freed by itself."""
+
+    @abc.abstractmethod
+    async def release(self, name: str, token: str) -> None:
+        """Give back the slot ``token`` of ``name`` (unknown or already expired tokens are ignored)."""
+
+    # -- generations (a version per namespace: "something in here changed, reload it") -----------------
+
+    @abc.abstractmethod
+    async def bump(self, namespace: str) -> int:
+        """Increment ``namespace``'s generation; returns the new value. Every replica's
+        :meth:`generation` shows it within one sync interval."""
+
+    @abc.abstractmethod
+    def generation(self, namespace: str) -> int:
+        """The generation of ``namespace`` as of the last sync (0 if never bumped). Cheap; per request ok."""
+
+    # -- pauses (a provider's 429 Retry-After, a breaker's open cool-down) -----------------------------
+
+    @abc.abstractmethod
+    async def pause(self, name: str, seconds: float, reason: str = "") -> None:
+        """Mark ``name`` paused for ``seconds`` fleet-wide; a longer pause in force stays. ``seconds <= 0``
+        clears the pause."""
+
+    @abc.abstractmethod
+    def paused_for(self, name: str) -> float:
+        """Seconds left of ``name``'s pause as of the last sync (0.0: not paused). Cheap."""
+
+    @abc.abstractmethod
+    def pause_reason(self, name: str) -> str:
+        """The reason given with the pause in force ("" when none)."""
+
+    # -- flags (drain / enable; persisted, survive restarts of every replica) -------------------------
+
+    @abc.abstractmethod
+    async def set_flag(self, name: str, value: bool | None) -> None:
+        """Set ``name`` to ``value`` fleet-wide (None: remove it, back to each replica's default)."""
+
+    @abc.abstractmethod
+    def flag(self, name: str) -> bool | None:
+        """The flag as of the last sync (None: never set). Cheap."""
+
+    # -- published blobs (each replica's health windows, merged by every replica) ---------------------
+
+    @abc.abstractmethod
+    async def publish(self, channel: str, blob: bytes, ttl_s: float = 5.0) -> None:
+        """Publish this replica's ``blob`` on ``channel``; it is dropped from views after ``ttl_s``."""
+
+    @abc.abstractmethod
+    def peers(self, channel: str) -> dict[str, bytes]:
+        """The other live replicas' latest blobs on ``channel`` (replica id → blob), as of the last sync."""
+
+    @abc.abstractmethod
+    def replicas(self) -> int:
+        """Replicas alive in the fleet (this one included), as of the last sync; 1 for ``local``."""
