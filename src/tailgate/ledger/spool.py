@@ -172,7 +172,7 @@ class Shipper:
         try:
             async with asyncio.timeout(self._close_timeout):
                 await self.ship_now()
-        except (TimeoutError, Exception) as exc:  # noqa: BLE001 - the rows stay in the spool for next time
+        except (TimeoutError, Exception) as exc:
             log.warning("ledger shipper: %d rows left in the spool at close (%r)", self.stats.backlog, exc)
         executor, self._executor = self._executor, None
         await asyncio.get_running_loop().run_in_executor(executor, self._close_sync)
@@ -188,7 +188,7 @@ class Shipper:
             except SchemaError as exc:
                 self._note_error(exc)
                 full, delay = False, self._max_backoff
-            except Exception as exc:  # noqa: BLE001 - PostgreSQL down, slow, or the spool busy: retry
+            except Exception as exc:
                 self._note_error(exc)
                 full, delay = False, min(self._max_backoff, max(delay * 2, 0.1))
             else:
@@ -302,7 +302,7 @@ class Shipper:
         if pg is not None:
             try:
                 pg.close()
-            except Exception:  # noqa: BLE001 - already broken
+            except Exception:
                 log.debug("ledger shipper: close failed", exc_info=True)
 
     def _prune_sync(self) -> None:
