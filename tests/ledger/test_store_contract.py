@@ -27,7 +27,7 @@ from tailgate.ledger.schema import SCHEMA_VERSION, SchemaError
 from tailgate.ledger.store import StoreConn, has_table, open_store
 from tailgate.ledger.usage import cells, hour_start, retention, rollup, spend, usage
 
-_INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
 
 
 def insert_rows(store: StoreConn, rows: list[LedgerRow]) -> None:
@@ -55,7 +55,8 @@ def test_a_newer_schema_is_refused_with_a_clear_message(store: StoreConn, store_
 def test_keys_create_list_update_revoke(store: StoreConn) -> None:
     v0 = keys_version(store)
     rec, secret = create_key(store, "team-a", tpm=1000, tokens_per_day=50_000, models=["chat"], metadata={"team": "a"})
-    assert secret.startswith("sk-") and len(secret) > 40
+    assert secret.startswith("sk-")
+    assert len(secret) > 40
     assert rec.key_sha256 == digest(secret)
     assert secret not in repr(store.execute("SELECT * FROM keys").fetchall())  # only the digest is stored
     assert keys_version(store) == v0 + 1
@@ -63,7 +64,9 @@ def test_keys_create_list_update_revoke(store: StoreConn) -> None:
         create_key(store, "team-a")
     got = get_key(store, "team-a")
     assert got == rec
-    assert got is not None and got.models == ("chat",) and got.metadata == {"team": "a"}
+    assert got is not None
+    assert got.models == ("chat",)
+    assert got.metadata == {"team": "a"}
 
     updated = update_key(store, "team-a", tpm=None, cost_per_month=12.5, models=None)
     assert (updated.tpm, updated.cost_per_month, updated.models, updated.tokens_per_day) == (None, 12.5, None, 50_000)
@@ -76,7 +79,8 @@ def test_keys_create_list_update_revoke(store: StoreConn) -> None:
 
     create_key(store, "team-b")
     revoked = revoke_key(store, "team-a")
-    assert revoked.revoked_at is not None and revoked.public()["state"] == "revoked"
+    assert revoked.revoked_at is not None
+    assert revoked.public()["state"] == "revoked"
     assert [k.id for k in list_keys(store)] == ["team-a", "team-b"]
     assert [k.id for k in list_keys(store, include_revoked=False)] == ["team-b"]
     assert "key_sha256" not in revoked.public()
@@ -177,13 +181,13 @@ def test_samples_and_traffic_read_back_the_same(store: StoreConn) -> None:
     minute = TrafficMinute(BASE_TS, "p1", "m", 10, 1, 400, 500.0, 9, None, None)
     cols = [f.name for f in dataclasses.fields(Sample)]
     store.execute(
-        f"INSERT INTO samples ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+        f"INSERT INTO samples ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",  # noqa: S608
         list(dataclasses.astuple(sample)),
     )
     tcols = [f.name for f in dataclasses.fields(TrafficMinute)]
     for _ in range(2):
         store.execute(
-            f"INSERT INTO traffic_minutes ({', '.join(tcols)}) VALUES ({', '.join('?' * len(tcols))})",
+            f"INSERT INTO traffic_minutes ({', '.join(tcols)}) VALUES ({', '.join('?' * len(tcols))})",  # noqa: S608
             list(dataclasses.astuple(minute)),
         )
     assert read_samples(store) == [sample]
