@@ -26,8 +26,8 @@ def _pg_rows(url: str) -> tuple[int, int, list[str]]:
     return int(total), int(distinct), ids
 
 
-async def _until(check: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _until(check: object, within: float) -> None:
+    deadline = time.monotonic() + within
     while not check():  # type: ignore[operator]
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
