@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
 
+from tailgate.config.schema import StateConfig
 from tailgate.sim.faults import Faults
 from tailgate.sim.presets import preset
 from tailgate.sim.provider import ProviderSpec, SimProvider
+from tailgate.state import LocalState, SharedState
+from tailgate.state.redis import RedisState
+from tailgate.state.server import RedisServer, find_redis_server
 
 T = TypeVar("T")
 SimFactory = Callable[..., Awaitable[SimProvider]]
@@ -244,3 +249,67 @@ def two_provider_config(primary_url: str, secondary_url: str, **extra: Any) -> d
     }
     config.update(extra)
     return config
+
+
+# -- fleet state (tests/state, tests/fleet): a real redis-server per session -------------------------------
+
+StateFactory = Callable[..., Awaitable[SharedState]]
+
+
+async def eventually(check: Callable[[], bool], within_s: float = 1.0) -> float:
+    """Seconds until ``check()`` held (polled every 10 ms); fails the test after ``within_s``."""
+    import time
+
+    t0 = time.monotonic()
+    while not check():
+        if time.monotonic() - t0 > within_s:
+            pytest.fail(f"not within {within_s}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session (tests isolate themselves by namespace)."""
+    if find_redis_server() is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
+    with RedisServer() as server:
+        yield server
+
+
+def redis_config(url: str, namespace: str, **fields: object) -> StateConfig:
+    # A generous call budget: the contract tests assert decisions, not speed, on a shared 2-core machine.
+    return StateConfig.model_validate(
+        {"backend": "redis", "url": url, "namespace": namespace, "timeout": 0.5, "sync_interval": 0.05} | fields
+    )
+
+
+@pytest.fixture
+async def replicas(redis_server: RedisServer) -> AsyncIterator[StateFactory]:
+    """Factory of started RedisState replicas sharing one fresh namespace; all closed afterwards."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    made: list[SharedState] = []
+
+    async def factory(replica: str | None = None, **fields: object) -> SharedState:
+        s = RedisState(redis_config(redis_server.url, namespace, **fields), replica=replica or f"r{len(made)}")
+        await s.start()
+        made.append(s)
+        return s
+
+    yield factory
+    for s in made:
+        await s.close()
+
+
+@pytest.fixture(params=["local", "redis"])
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
+    """The contract suite's subject: each backend in turn."""
+    if request.param == "local":
+        s: SharedState = LocalState("solo")
+        await s.start()
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        s = RedisState(redis_config(server.url, f"t{uuid.uuid4().hex[:12]}"), replica="solo")
+        await s.start()
+    yield s
+    await s.close()

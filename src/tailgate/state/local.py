@@ -64,13 +64,13 @@ class LocalState(SharedState):
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
         return self.take_now(name, amount, limit, window_s)
 
-    def adjust_now(self, name: str, delta: float, window_s: float | None) -> float:
+    def adjust_now(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
         if not math.isfinite(delta):
             raise ValueError(f"delta must be finite, got {delta!r}")
-        return self._counter(name, window_s).adjust(self._clock(), delta, window_s)
+        return self._counter(name, window_s).adjust(self._clock(), delta, window_s, bucket)
 
-    async def adjust(self, name: str, delta: float, window_s: float | None) -> float:
-        return self.adjust_now(name, delta, window_s)
+    async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
+        return self.adjust_now(name, delta, window_s, bucket)
 
     async def usage(self, name: str, window_s: float | None) -> float:
         c = self._counters.get((name, window_s))

@@ -46,6 +46,9 @@ class Admission:
     remaining: float
     limit: float
     reset_s: float = 0.0
+    bucket: int | None = None
+    """The window bucket the amount was counted in (None: refused, or no window). Pass it to ``adjust`` to
+    refund exactly what this take counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +112,14 @@ class SharedState(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def adjust(self, name: str, delta: float, window_s: float | None) -> float:
-        """Add ``delta`` (negative: a refund) to the usage of ``name`` in its *current* bucket, whatever the
-        limit (settling an estimate on the actual usage may go over it; usage never goes below 0 in sum).
-        Returns the counter's usage over the window after the change."""
+    async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
+        """Add ``delta`` to the usage of ``name``, whatever the limit (settling an estimate on the actual usage
+        may go over it); usage never reads below 0. Returns the counter's usage over the window after.
+
+        A refund (``delta < 0``) with the ``bucket`` of the take it corrects is applied to that bucket, at most
+        down to 0, and dropped once that bucket has left the window (the take no longer counts anyway) —
+        so a refund never lets more through than the window allows. Without ``bucket``, and for any
+        ``delta > 0``, it goes to the current bucket."""
 
     @abc.abstractmethod
     async def usage(self, name: str, window_s: float | None) -> float:

@@ -63,7 +63,7 @@ class WindowCounter:
             if amount:
                 self.buckets[epoch] = self.buckets.get(epoch, 0.0) + amount
             used += amount
-            return Admission(True, 0.0, max(0.0, limit - used), limit, self._reset(now, b))
+            return Admission(True, 0.0, max(0.0, limit - used), limit, self._reset(now, b), epoch if amount else None)
         # Refused: find when enough of the oldest buckets have rolled off for this amount to fit.
         need = used + amount - limit
         freed, wait = 0.0, window_s
@@ -78,11 +78,15 @@ class WindowCounter:
         live = [k for k, v in self.buckets.items() if v > 0]
         return max(0.0, (max(live) + SUB_BUCKETS) * b - now) if live else 0.0
 
-    def adjust(self, now: float, delta: float, window_s: float | None) -> float:
+    def adjust(self, now: float, delta: float, window_s: float | None, bucket: int | None = None) -> float:
         if window_s is None:
             self.total = max(0.0, self.total + delta)
             return self.total
         epoch = math.floor(now / (window_s / SUB_BUCKETS))
         self._expire(epoch)
-        self.buckets[epoch] = self.buckets.get(epoch, 0.0) + delta
+        if delta < 0 and bucket is not None:
+            if bucket in self.buckets:  # still in the window: refund there, never below 0
+                self.buckets[bucket] = max(0.0, self.buckets[bucket] + delta)
+        else:
+            self.buckets[epoch] = self.buckets.get(epoch, 0.0) + delta
         return max(0.0, sum(self.buckets.values()))

@@ -1,0 +1,192 @@
+"""The Lua scripts of the Redis backend; each runs atomically inside Redis (or Valkey) on Redis's clock.
+
+Times come from ``TIME`` inside the script, so replicas on hosts with different clocks agree. Numbers that
+may be fractional are returned as strings: Redis turns a Lua number reply into an integer by truncation.
+The counter is the same sliding window of 60 sub-buckets as ``window.py`` (see its docstring for why).
+"""
+
+from __future__ import annotations
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+"""
+
+# KEYS[1] counter hash; ARGV amount, limit, window (<= 0: none).
+# -> {ok, retry_after, remaining, reset, bucket counted in or '-'}
+TAKE = (
+    _NOW
+    + """
+local amount, limit, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if window <= 0 then
+  local used = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+  if used < 0 then used = 0 end
+  if amount > limit or used + amount > limit then
+    return {0, 'inf', tostring(math.max(0, limit - used)), '0', '-'}
+  end
+  if amount > 0 then redis.call('HINCRBYFLOAT', KEYS[1], 't', amount) end
+  return {1, '0', tostring(math.max(0, limit - used - amount)), '0', '-'}
+end
+local b = window / 60
+local epoch = math.floor(now / b)
+local lo = epoch - 59
+local flat = redis.call('HGETALL', KEYS[1])
+local used, live, newest = 0, {}, nil
+for i = 1, #flat, 2 do
+  local k, v = tonumber(flat[i]), tonumber(flat[i + 1])
+  if k < lo then
+    redis.call('HDEL', KEYS[1], flat[i])
+  else
+    used = used + v
+    table.insert(live, {k, v})
+    if v > 0 and (newest == nil or k > newest) then newest = k end
+  end
+end
+if used < 0 then used = 0 end
+local function reset(n)
+  if n == nil then return '0' end
+  return tostring(math.max(0, (n + 60) * b - now))
+end
+if amount > limit then
+  return {0, 'inf', tostring(math.max(0, limit - used)), reset(newest), '-'}
+end
+if used + amount <= limit then
+  if amount > 0 then
+    redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), amount)
+    redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
+    if newest == nil or epoch > newest then newest = epoch end
+    return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), tostring(epoch)}
+  end
+  return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), '-'}
+end
+table.sort(live, function(a, c) return a[1] < c[1] end)
+local need, freed, wait = used + amount - limit, 0, window
+for _, kv in ipairs(live) do
+  freed = freed + kv[2]
+  if freed >= need then
+    wait = (kv[1] + 60) * b - now
+    break
+  end
+end
+return {0, tostring(math.max(0, wait)), tostring(math.max(0, limit - used)), reset(newest), '-'}
+"""
+)
+
+# KEYS[1] counter hash; ARGV delta, window (<= 0: none), bucket of the take refunded or '-'. -> usage after
+ADJUST = (
+    _NOW
+    + """
+local delta, window, at = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if window <= 0 then
+  local v = tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 't', delta))
+  if v < 0 then redis.call('HSET', KEYS[1], 't', '0'); v = 0 end
+  return tostring(v)
+end
+local b = window / 60
+local epoch = math.floor(now / b)
+local lo = epoch - 59
+if delta < 0 and at ~= nil then
+  if at >= lo then
+    local cur = tonumber(redis.call('HGET', KEYS[1], tostring(at)) or 'nil')
+    if cur ~= nil then
+      redis.call('HSET', KEYS[1], tostring(at), tostring(math.max(0, cur + delta)))
+    end
+  end
+else
+  redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), delta)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
+end
+local flat = redis.call('HGETALL', KEYS[1])
+local used = 0
+for i = 1, #flat, 2 do
+  if tonumber(flat[i]) < lo then redis.call('HDEL', KEYS[1], flat[i]) else used = used + tonumber(flat[i + 1]) end
+end
+return tostring(math.max(0, used))
+"""
+)
+
+# KEYS[1] counter hash; ARGV window. -> usage (string)
+USAGE = (
+    _NOW
+    + """
+local window = tonumber(ARGV[1])
+if window <= 0 then return tostring(math.max(0, tonumber(redis.call('HGET', KEYS[1], 't') or '0'))) end
+local lo = math.floor(now / (window / 60)) - 59
+local flat = redis.call('HGETALL', KEYS[1])
+local used = 0
+for i = 1, #flat, 2 do
+  if tonumber(flat[i]) >= lo then used = used + tonumber(flat[i + 1]) end
+end
+return tostring(math.max(0, used))
+"""
+)
+
+# KEYS[1] gauge zset; ARGV token, limit, ttl. -> {ok, in_use}
+ACQUIRE = (
+    _NOW
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+if n >= tonumber(ARGV[2]) then return {0, n} end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000) + 1000)
+return {1, n + 1}
+"""
+)
+
+# KEYS[1] pause hash; ARGV name, seconds, reason. A longer pause in force stays; seconds <= 0 clears.
+PAUSE = (
+    _NOW
+    + """
+local seconds = tonumber(ARGV[2])
+if seconds <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]); return 0 end
+local until_ = now + seconds
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur then
+  local bar = string.find(cur, '|', 1, true)
+  if tonumber(string.sub(cur, 1, bar - 1)) >= until_ then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.6f', until_) .. '|' .. ARGV[3])
+return 1
+"""
+)
+
+# KEYS[1] channel hash; ARGV replica, ttl, blob.
+PUBLISH = (
+    _NOW
+    + """
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.6f', now + tonumber(ARGV[2])) .. '|' .. ARGV[3])
+return 1
+"""
+)
+
+# One round trip per sync tick. KEYS: generations, pauses, flags, replicas, then one hash per channel.
+# ARGV: replica, heartbeat ttl. Heartbeats this replica, drops expired pauses, replicas and blobs, and
+# returns {now, generations, pauses, flags, replicas, channel 1, channel 2, ...} as flat lists.
+SYNC = (
+    _NOW
+    + """
+redis.call('HSET', KEYS[4], ARGV[1], string.format('%.6f', now + tonumber(ARGV[2])))
+local out = {string.format('%.6f', now), redis.call('HGETALL', KEYS[1])}
+for i = 2, #KEYS do
+  if i ~= 3 then
+    local flat = redis.call('HGETALL', KEYS[i])
+    local keep = {}
+    for j = 1, #flat, 2 do
+      local v = flat[j + 1]
+      local bar = string.find(v, '|', 1, true)
+      local until_ = tonumber(bar and string.sub(v, 1, bar - 1) or v)
+      if until_ < now then
+        redis.call('HDEL', KEYS[i], flat[j])
+      else
+        table.insert(keep, flat[j]); table.insert(keep, v)
+      end
+    end
+    table.insert(out, keep)
+  else
+    table.insert(out, redis.call('HGETALL', KEYS[i]))
+  end
+end
+return out
+"""
+)

@@ -1,0 +1,368 @@
+"""The ``redis`` backend: fleet state in one Redis (or Valkey), with a local fallback when it is away.
+
+Keys (all under ``{namespace}:``): ``c:{window}:{name}`` counter hashes (bucket epoch → amount, ``t`` for a
+total), ``g:{name}`` concurrency zsets (token → expiry), and four hashes read by every sync tick: ``gen``
+(namespace → generation), ``pause`` (name → ``until|reason``), ``flag`` (name → ``0``/``1``, persistent),
+``replicas`` (replica → heartbeat expiry), plus ``pub:{channel}`` (replica → ``until|blob``). Times are
+Redis's (``TIME`` in the scripts), so hosts' clocks never have to agree.
+
+Failure handling (docs/fleet.md, "Redis down or slow"): each call on the request path is bounded by
+``state.timeout``; a call that fails or runs past it is answered by the fallback for that call. Three
+failures in a row, or a connection error, mark Redis *down*: calls then go straight to the fallback (no
+wait at all) while the sync loop retries with exponential back-off (0.1 s doubling to 5 s). The first
+sync that succeeds marks it up again and re-sends the drain flags set meanwhile. Down and up are logged
+once each. ``fallback: local`` decides limits in an in-process :class:`LocalState` at ``limit ÷`` the
+replicas last seen; ``fallback: closed`` refuses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from tailgate.config.schema import StateConfig
+from tailgate.state import _lua
+from tailgate.state.local import LocalState, default_replica_id
+from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+
+__all__ = ["RedisState"]
+
+log = logging.getLogger("tailgate.state")
+
+_FAILURES_TO_DOWN = 3
+_BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
+_SYNC_TIMEOUT_S = 1.0
+_HEARTBEAT_TTL_S = 3.0
+_Failure = (RedisError, OSError, asyncio.TimeoutError)
+
+
+def _f(v: Any) -> float:
+    s = v.decode() if isinstance(v, bytes) else str(v)
+    return math.inf if s == "inf" else float(s)
+
+
+def _pairs(flat: list[Any]) -> list[tuple[bytes, bytes]]:
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def _split(v: bytes) -> tuple[float, bytes]:
+    head, _, tail = v.partition(b"|")
+    return float(head), tail
+
+
+class RedisState(SharedState):
+    """Fleet state in Redis; see the module docstring."""
+
+    backend: Backend = "redis"
+
+    def __init__(self, config: StateConfig, *, replica: str | None = None) -> None:
+        assert config.url is not None  # the schema requires it for this backend
+        self.config = config
+        self.replica = replica or config.replica or default_replica_id()
+        self.timeout = config.timeout
+        self._p = config.namespace + ":"
+        self._r: aioredis.Redis = aioredis.Redis.from_url(
+            config.url.get_secret_value(),
+            socket_connect_timeout=1.0,
+            socket_timeout=_SYNC_TIMEOUT_S,
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+        self._take = self._r.register_script(_lua.TAKE)
+        self._adjust = self._r.register_script(_lua.ADJUST)
+        self._usage = self._r.register_script(_lua.USAGE)
+        self._acquire = self._r.register_script(_lua.ACQUIRE)
+        self._pause = self._r.register_script(_lua.PAUSE)
+        self._publish = self._r.register_script(_lua.PUBLISH)
+        self._sync = self._r.register_script(_lua.SYNC)
+        self.fallback = LocalState(self.replica)
+        self._tokens = 0
+        # Views, refreshed by the sync loop; deadlines on *our* monotonic clock.
+        self._generations: dict[str, int] = {}
+        self._pauses: dict[str, tuple[float, str]] = {}
+        self._flags: dict[str, bool] = {}
+        self._peers: dict[str, dict[str, tuple[float, bytes]]] = {}
+        self._channels: set[str] = set()
+        self._replicas = config.replicas_hint or 1
+        self._pending_flags: dict[str, bool | None] = {}
+        self._pending_bumps: dict[str, int] = {}
+        # Health of the connection.
+        self.connected = False
+        self._down = True  # until the first sync answers
+        self._failures = 0
+        self._backoff = _BACKOFF_MIN_S
+        self._announced_down = False
+        self._task: asyncio.Task[None] | None = None
+        self.calls = 0
+        self.fallbacks = 0
+        """Decisions made by the fallback (Redis down, slow or failing) since start."""
+        self.timeouts = 0
+        self.last_sync: float | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        with contextlib.suppress(*_Failure):
+            async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                await self._sync_once()
+        if self._down:
+            self._announce_down("not reachable at start")
+        self._task = asyncio.create_task(self._sync_loop(), name="tailgate-state-sync")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if not self._down:
+            with contextlib.suppress(*_Failure):
+                async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                    await self._r.hdel(self._p + "replicas", self.replica)
+        await self._r.aclose()
+
+    def status(self) -> StateStatus:
+        return StateStatus("redis", self.replica, self.connected, self._down, self._replicas)
+
+    # -- the call wrapper -------------------------------------------------------------------------------
+
+    async def _call(self, coro: Any) -> Any:
+        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback."""
+        if self._down:
+            coro.close()
+            self.fallbacks += 1
+            raise _Unavailable
+        self.calls += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                out = await coro
+        except TimeoutError:
+            self.timeouts += 1
+            self._failed("slower than state.timeout")
+            raise _Unavailable from None
+        except _Failure as err:
+            self._failed(type(err).__name__)
+            raise _Unavailable from None
+        self._failures = 0
+        return out
+
+    def _failed(self, why: str) -> None:
+        self.fallbacks += 1
+        self._failures += 1
+        if self._failures >= _FAILURES_TO_DOWN and not self._down:
+            self._down = True
+            self.connected = False
+            self._announce_down(why)
+
+    def _announce_down(self, why: str) -> None:
+        if not self._announced_down:
+            self._announced_down = True
+            log.warning(
+                "state: Redis unavailable (%s): deciding with the %s fallback until it answers again",
+                why,
+                self.config.fallback,
+            )
+
+    def _share(self, limit: float) -> float:
+        return limit / max(1, self._replicas)
+
+    # -- counters ---------------------------------------------------------------------------------------
+
+    async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        _check(amount, limit, window_s)
+        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        try:
+            ok, retry, remaining, reset, bucket = await self._call(
+                self._take(keys=[key], args=[amount, limit, window_s or 0])
+            )
+        except _Unavailable:
+            if self.config.fallback == "closed":
+                return Admission(False, 1.0, 0.0, limit)
+            adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
+            return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None)
+        at = int(bucket) if ok and bucket != b"-" else None
+        return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
+
+    async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
+        if not math.isfinite(delta):
+            raise ValueError(f"delta must be finite, got {delta!r}")
+        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        at = bucket if bucket is not None else "-"
+        try:
+            return _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at])))
+        except _Unavailable:
+            return self.fallback.adjust_now(name, delta, window_s, bucket)
+
+    async def usage(self, name: str, window_s: float | None) -> float:
+        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        try:
+            return _f(await self._call(self._usage(keys=[key], args=[window_s or 0])))
+        except _Unavailable:
+            return await self.fallback.usage(name, window_s)
+
+    # -- gauges -----------------------------------------------------------------------------------------
+
+    async def acquire(self, name: str, limit: int, ttl_s: float = 600.0) -> Lease:
+        self._tokens += 1
+        token = f"{self.replica}/{self._tokens}"
+        try:
+            ok, n = await self._call(self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]))
+        except _Unavailable:
+            if self.config.fallback == "closed":
+                return Lease(False, "", 0, limit)
+            share = max(1, math.floor(limit / max(1, self._replicas)))
+            lease = self.fallback.acquire_now(name, share, ttl_s)
+            return Lease(lease.ok, "local:" + lease.token if lease.ok else "", lease.in_use, limit)
+        return Lease(bool(ok), token if ok else "", int(n), limit)
+
+    async def release(self, name: str, token: str) -> None:
+        if token.startswith("local:"):
+            self.fallback.release_now(name, token.removeprefix("local:"))
+            return
+        with contextlib.suppress(_Unavailable):
+            await self._call(self._r.zrem(f"{self._p}g:{name}", token))
+
+    # -- generations ------------------------------------------------------------------------------------
+
+    async def bump(self, namespace: str) -> int:
+        try:
+            n = int(await self._call(self._r.hincrby(self._p + "gen", namespace, 1)))
+        except _Unavailable:
+            n = self._generations.get(namespace, 0) + 1  # seen here only, and sent when Redis answers again
+            self._pending_bumps[namespace] = self._pending_bumps.get(namespace, 0) + 1
+        self._generations[namespace] = max(n, self._generations.get(namespace, 0))
+        return n
+
+    def generation(self, namespace: str) -> int:
+        return self._generations.get(namespace, 0)
+
+    # -- pauses -----------------------------------------------------------------------------------------
+
+    async def pause(self, name: str, seconds: float, reason: str = "") -> None:
+        if seconds > 0 and not math.isfinite(seconds):
+            raise ValueError(f"seconds must be finite, got {seconds!r}")
+        # Our own view at once (the sync would show it within an interval anyway).
+        self.fallback.pause_now(name, seconds, reason)
+        if seconds <= 0:
+            self._pauses.pop(name, None)
+        with contextlib.suppress(_Unavailable):
+            await self._call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
+
+    def paused_for(self, name: str) -> float:
+        own = self.fallback.paused_for(name)
+        p = self._pauses.get(name)
+        return max(own, p[0] - time.monotonic()) if p is not None else own
+
+    def pause_reason(self, name: str) -> str:
+        p = self._pauses.get(name)
+        if p is not None and p[0] > time.monotonic():
+            return p[1]
+        return self.fallback.pause_reason(name)
+
+    # -- flags ------------------------------------------------------------------------------------------
+
+    async def set_flag(self, name: str, value: bool | None) -> None:
+        if value is None:
+            self._flags.pop(name, None)
+        else:
+            self._flags[name] = value
+        try:
+            key = self._p + "flag"
+            await self._call(self._r.hdel(key, name) if value is None else self._r.hset(key, name, int(value)))
+        except _Unavailable:
+            self._pending_flags[name] = value  # sent when Redis answers again
+
+    def flag(self, name: str) -> bool | None:
+        return self._flags.get(name)
+
+    # -- blobs ------------------------------------------------------------------------------------------
+
+    async def publish(self, channel: str, blob: bytes, ttl_s: float = 5.0) -> None:
+        self._channels.add(channel)
+        if self._down:
+            return
+        with contextlib.suppress(*_Failure):
+            async with asyncio.timeout(_SYNC_TIMEOUT_S):  # background work: not the request path's budget
+                await self._publish(keys=[f"{self._p}pub:{channel}"], args=[self.replica, ttl_s, blob])
+
+    def peers(self, channel: str) -> dict[str, bytes]:
+        self._channels.add(channel)
+        now = time.monotonic()
+        return {r: blob for r, (until, blob) in self._peers.get(channel, {}).items() if until > now}
+
+    def replicas(self) -> int:
+        return self._replicas
+
+    # -- the sync loop ----------------------------------------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sync_interval if not self._down else self._backoff)
+            try:
+                async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                    await self._sync_once()
+            except _Failure as err:
+                self.connected = False
+                if not self._down:
+                    self._down = True
+                    self._announce_down(type(err).__name__)
+                self._backoff = min(_BACKOFF_MAX_S, self._backoff * 2)
+
+    async def _sync_once(self) -> None:
+        p = self._p
+        channels = sorted(self._channels)
+        keys = [p + "gen", p + "pause", p + "flag", p + "replicas", *(f"{p}pub:{c}" for c in channels)]
+        if self._down:
+            await self._r.ping()  # a fresh connection, or an error
+            for name, value in list(self._pending_flags.items()):
+                await (self._r.hdel(p + "flag", name) if value is None else self._r.hset(p + "flag", name, int(value)))
+                self._pending_flags.pop(name, None)
+            for namespace, n in list(self._pending_bumps.items()):
+                await self._r.hincrby(p + "gen", namespace, n)
+                self._pending_bumps.pop(namespace, None)
+        out = await self._sync(keys=keys, args=[self.replica, max(_HEARTBEAT_TTL_S, 3 * self.config.sync_interval)])
+        mono = time.monotonic()
+        redis_now = float(out[0])
+        self._generations = {k.decode(): int(v) for k, v in _pairs(out[1])}
+        pauses: dict[str, tuple[float, str]] = {}
+        for k, v in _pairs(out[2]):
+            until, reason = _split(v)
+            pauses[k.decode()] = (mono + until - redis_now, reason.decode(errors="replace"))
+        self._pauses = pauses
+        self._flags = {k.decode(): v == b"1" for k, v in _pairs(out[3])}
+        self._replicas = max(1, len(out[4]) // 2)
+        for channel, flat in zip(channels, out[5:], strict=True):
+            self._peers[channel] = {
+                k.decode(): (mono + until - redis_now, blob)
+                for k, v in _pairs(flat)
+                if k.decode() != self.replica
+                for until, blob in (_split(v),)
+            }
+        self.last_sync = mono
+        self.connected = True
+        self._failures = 0
+        self._backoff = _BACKOFF_MIN_S
+        if self._down:
+            self._down = False
+            if self._announced_down:
+                log.warning("state: Redis answers again; fleet-wide decisions resumed")
+            self._announced_down = False
+
+
+class _Unavailable(Exception):
+    """Redis could not decide this call (down, slow, failing): the fallback decides it."""
+
+
+def _check(amount: float, limit: float, window_s: float | None) -> None:
+    if not (math.isfinite(amount) and amount >= 0):
+        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+    if not (limit >= 0):
+        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    if window_s is not None and not (0 < window_s < math.inf):
+        raise ValueError(f"window_s must be positive and finite (or None), got {window_s!r}")

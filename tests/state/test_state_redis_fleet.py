@@ -1,0 +1,127 @@
+"""What only the Redis backend promises: one limit across replicas, views within 1 s, and Redis trouble
+answered by the documented fallback (real redis-server processes; killed and restarted on their port)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from conftest import StateFactory, eventually, redis_config
+from tailgate.state.redis import RedisState
+from tailgate.state.server import RedisServer
+
+
+async def test_three_replicas_share_one_limit_exactly(replicas: StateFactory) -> None:
+    """Three replicas taking concurrently from one rpm-60 counter admit exactly 60 together."""
+    fleet = [await replicas() for _ in range(3)]
+
+    async def hammer(s: RedisState) -> int:
+        results = await asyncio.gather(*(s.take("key:a:rpm", 1, 60, 60.0) for _ in range(50)))
+        return sum(r.ok for r in results)
+
+    admitted = await asyncio.gather(*(hammer(s) for s in fleet))  # type: ignore[arg-type]
+    assert sum(admitted) == 60
+    assert all(s.status().fallback_active is False for s in fleet)
+
+
+async def test_a_change_on_one_replica_shows_on_the_others_within_a_second(replicas: StateFactory) -> None:
+    """Generation, pause and flag set on A are seen by B within 1 s; B counts two replicas."""
+    a, b = await replicas(), await replicas()
+    await a.bump("keys")
+    await a.pause("provider:p", 10.0, "429")
+    await a.set_flag("drain:p", True)
+    await eventually(lambda: b.generation("keys") == 1 and b.paused_for("provider:p") > 8.0)
+    await eventually(lambda: b.flag("drain:p") is True and b.pause_reason("provider:p") == "429")
+    await eventually(lambda: a.replicas() == 2 and b.replicas() == 2)
+
+
+async def test_flags_survive_every_replica_restarting(replicas: StateFactory) -> None:
+    """A drain set by a replica that is gone is still there for a replica started later."""
+    a = await replicas()
+    await a.set_flag("drain:p", True)
+    await a.close()
+    c = await replicas()
+    await eventually(lambda: c.flag("drain:p") is True)
+
+
+async def test_published_blobs_reach_the_other_replicas_only(replicas: StateFactory) -> None:
+    """Each replica sees the others' blobs, not its own; a blob past its ttl is gone."""
+    a, b = await replicas("a"), await replicas("b")
+    await a.publish("health", b"from-a", ttl_s=0.5)
+    await b.publish("health", b"from-b", ttl_s=5.0)
+    await eventually(lambda: b.peers("health") == {"a": b"from-a"} and a.peers("health") == {"b": b"from-b"})
+    await eventually(lambda: b.peers("health") == {}, within_s=2.0)
+
+
+async def test_redis_killed_then_back_fallback_then_convergence() -> None:
+    """Redis killed: every call still answers, within its budget, from the local fallback at limit ÷ replicas;
+    Redis back on its port: the replicas reconnect, re-send what changed meanwhile, and decide in Redis again."""
+    server = RedisServer().start()
+    try:
+        cfg = redis_config(server.url, "down", timeout=0.02, sync_interval=0.05)
+        a, b = RedisState(cfg, replica="a"), RedisState(cfg, replica="b")
+        await a.start()
+        await b.start()
+        await eventually(lambda: a.replicas() == 2)
+        assert (await a.take("k", 1, 10, 60.0)).ok
+        server.kill()
+        results = []
+        for _ in range(8):
+            t0 = time.monotonic()
+            results.append(await a.take("k", 1, 10, 60.0))
+            assert time.monotonic() - t0 < 0.5  # never a wait on a dead Redis (budget 20 ms, 3 tries to "down")
+        assert sum(r.ok for r in results) == 5  # the fallback's share: 10 ÷ 2 replicas last seen
+        assert a.status().fallback_active
+        assert a.fallbacks >= 8
+        await a.set_flag("drain:p", True)  # while down: applied here, queued for Redis
+        assert a.flag("drain:p") is True
+        server.start()
+        await eventually(lambda: a.status().connected and not a.status().fallback_active, within_s=10.0)
+        await eventually(lambda: b.flag("drain:p") is True, within_s=10.0)
+        ok = await a.take("k", 1, 10, 60.0)
+        assert ok.ok
+        assert ok.remaining == 9  # a fresh Redis (no persistence): counting in Redis again
+        await a.close()
+        await b.close()
+    finally:
+        server.close()
+
+
+async def test_slow_redis_never_holds_a_call_past_its_budget(redis_server: RedisServer) -> None:
+    """While Redis holds every command (CLIENT PAUSE 0.5 s), a take returns from the fallback at its budget."""
+    import redis.asyncio as aioredis
+
+    s = RedisState(redis_config(redis_server.url, "slow", timeout=0.02), replica="s")
+    await s.start()
+    blocker = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await blocker.client_pause(500, all=True)  # every client's commands wait 0.5 s
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        adm = await s.take("k", 1, 10, 60.0)
+        took = time.monotonic() - t0
+        assert adm.ok
+        assert took < 0.3, took  # the budget is 20 ms; Redis answers only after 0.5 s
+        assert s.timeouts == 1
+        await asyncio.sleep(0.5)
+    finally:
+        await blocker.aclose()
+        await s.close()
+
+
+@pytest.mark.parametrize("fallback", ["closed"])
+async def test_fail_closed_refuses_limits_while_redis_is_away(fallback: str) -> None:
+    """``fallback: closed``: with Redis unreachable, limited calls are refused (Retry-After 1 s)."""
+    with RedisServer() as server:
+        url = server.url
+    s = RedisState(redis_config(url, "closed", fallback=fallback, timeout=0.02), replica="c")
+    await s.start()  # Redis is gone: start does not fail, it announces the fallback
+    try:
+        adm = await s.take("k", 1, 10, 60.0)
+        assert not adm.ok
+        assert adm.retry_after_s == 1.0
+        assert not (await s.acquire("g", 5)).ok
+    finally:
+        await s.close()
