@@ -14,8 +14,10 @@ from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes, route_weights
+from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
 from tailgate.gateway.auth import KeyRing
 from tailgate.gateway.hedging import Hedger, hedge_counter
+from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
@@ -68,7 +70,9 @@ class Gateway:
     ) -> None:
         self.config = config
         self.log = logging.getLogger("tailgate.gateway")
-        self.keys = KeyRing(config.keys, config.admin_key)
+        keys_at = key_store(config, ledger_path)  # runtime keys, budgets: docs/keys.md
+        self.key_directory = KeyDirectory(keys_at, config.keys, generation=self._keys_generation)
+        self.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
         self.providers = {
             name: ProviderState(
                 config=resolved,
@@ -82,6 +86,9 @@ class Gateway:
             for alias, model in config.models.items()
         }
         self.metrics = GatewayMetrics()
+        self.admission = KeyAdmission(
+            self.key_directory, lambda: fleet_state(self), self.metrics.registry, store=keys_at
+        )
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         bc = config.routing.breaker
         breaker_config = BreakerConfig(
@@ -150,6 +157,10 @@ class Gateway:
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
+
+    def _keys_generation(self) -> int:
+        state = fleet_state(self)
+        return state.generation("keys") if state is not None else 0
 
     def _degraded(self, provider: str, model: str) -> bool:
         """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
@@ -235,6 +246,7 @@ class Gateway:
         await self.traffic.start()
         if self.shipper is not None:
             await self.shipper.start()  # a newer schema in PostgreSQL refuses to start
+        await self.key_directory.start()
         self.prober.start()
 
     async def close(self) -> None:
@@ -242,6 +254,8 @@ class Gateway:
         for p in self.providers.values():
             await p.client.close()
         await self.traffic.close()
+        await self.admission.close()
+        await self.key_directory.close()
         if self.ledger is not None:
             await self.ledger.close()
         if self.shipper is not None:

@@ -11,6 +11,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
+from tailgate.gateway.keys import KeyDirectory
 from tailgate.routing import TokenBucket
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
@@ -38,7 +39,11 @@ class _Key:
 class KeyRing:
     """Gateway keys and the admin key. With no keys configured the gateway is open (loopback only)."""
 
-    def __init__(self, keys: list[GatewayKeyConfig], admin_key: SecretStr | None) -> None:
+    def __init__(
+        self, keys: list[GatewayKeyConfig], admin_key: SecretStr | None, directory: KeyDirectory | None = None
+    ) -> None:
+        self.directory = directory
+        """The store's runtime keys (docs/keys.md), looked up after the YAML's."""
         self._keys = [
             _Key(
                 k.id,
@@ -51,11 +56,11 @@ class KeyRing:
 
     @property
     def open(self) -> bool:
-        return not self._keys
+        return not self._keys and not (self.directory is not None and self.directory.has_store_keys)
 
     def identify(self, request: web.Request) -> str | None:
         """The key id of the caller; raises a 401 (or 429 over the key's RPM) as a WireError."""
-        if not self._keys:
+        if self.open:
             return None
         token = bearer(request)
         if not token:
@@ -68,7 +73,12 @@ class KeyRing:
             if hmac.compare_digest(key.digest, digest):
                 found = key
         if found is None:
-            raise wire_errors.authentication_error("Incorrect API key provided.")
+            stored = self.directory.find(digest) if self.directory is not None else None
+            if stored is None:
+                raise wire_errors.authentication_error("Incorrect API key provided.")
+            if stored.revoked:
+                raise wire_errors.authentication_error("This API key has been revoked.")
+            return stored.id  # its limits (rpm included) are applied by admission.py
         if found.bucket is not None and not found.bucket.try_take():
             wait = found.bucket.wait_time()
             err = wire_errors.rate_limited(f"Rate limit of this gateway key reached. Retry after {wait:.1f}s.")
