@@ -14,6 +14,7 @@ from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes, route_weights
+from tailgate.gateway.admin_keys import add_key_routes
 from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
 from tailgate.gateway.auth import KeyRing
 from tailgate.gateway.hedging import Hedger, hedge_counter
@@ -276,6 +277,7 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
+        add_key_routes(app, self)  # /admin/keys (docs/keys.md)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
         from tailgate.dashboard import Controls, mount
