@@ -83,7 +83,7 @@ async def test_a_store_key_works_and_a_revoked_one_is_refused_within_a_second(
             assert time.monotonic() - t0 < 1.0, "a revoked key was still served after 1 s"
             await asyncio.sleep(0.02)
         assert status == 401
-    await gw.gateway.ledger.flush()  # type: ignore[union-attr]
+    await gw.gateway.ledger.flush()
     assert {r.key_id for r in read_rows(path) if r.status == 200} == {"team-a", "yaml"}
 
 
@@ -146,7 +146,7 @@ async def test_refusals_are_openai_shaped_and_counted_per_key(sim: SimFactory, g
         assert await _metric(session, gw, "chat-only", "model_not_allowed") == 1
         assert await _metric(session, gw, "small-tpm", "tpm_limited") == 1
         assert await _metric(session, gw, "old", "key_expired") == 1
-    await gw.gateway.ledger.flush()  # type: ignore[union-attr]
+    await gw.gateway.ledger.flush()
     refused = {(r.key_id, r.outcome, r.status) for r in read_rows(path) if r.status != 200}
     assert refused == {
         ("chat-only", "model_not_allowed", 403),
@@ -170,7 +170,7 @@ async def test_max_concurrency_refuses_the_extra_request(sim: SimFactory, gatewa
 
 async def _budget_usage(gw: GatewayHandle, key: str) -> float:
     state = gw.gateway.admission._state()
-    return await state.usage(f"key:{key}:budget:tokens:daily:{int(day_start(time.time()))}", None)
+    return float(await state.usage(f"key:{key}:budget:tokens:daily:{int(day_start(time.time()))}", None))
 
 
 async def test_daily_token_budget_admits_until_spent(sim: SimFactory, gateway: GwFactory) -> None:
@@ -191,7 +191,7 @@ async def test_daily_token_budget_admits_until_spent(sim: SimFactory, gateway: G
                 break
             await eventually(lambda: not gw.gateway.admission._pending, 1.0)  # settled
     assert codes[-1] == 429
-    await gw.gateway.ledger.flush()  # type: ignore[union-attr]
+    await gw.gateway.ledger.flush()
     served = [r for r in read_rows(path) if r.key_id == "budgeted" and r.status == 200]
     spent = sum((r.prompt_tokens or 0) + (r.output_tokens or 0) for r in served)
     reservation = 100 + 200 / 4  # max_tokens + about the body's bytes / 4
@@ -209,7 +209,7 @@ async def test_a_cut_stream_is_charged_for_what_it_produced(sim: SimFactory, gat
     assert status == 200
     assert b"error" in body  # ended with an SSE error event
     await eventually(lambda: not gw.gateway.admission._pending, 1.0)
-    await gw.gateway.ledger.flush()  # type: ignore[union-attr]
+    await gw.gateway.ledger.flush()
     (row,) = [r for r in read_rows(path) if r.key_id == "streamer"]
     assert row.outcome != "ok"
     assert row.output_tokens == 7
@@ -235,7 +235,7 @@ async def test_a_cancelled_stream_is_charged_for_what_it_produced(sim: SimFactor
             seen += 1
             if seen >= 5:
                 break  # the client goes away mid-stream
-    await gw.gateway.ledger.flush()  # type: ignore[union-attr]
+    await gw.gateway.ledger.flush()
     await eventually(lambda: any(r.key_id == "leaver" for r in read_rows(path)), 3.0)
     await eventually(lambda: not gw.gateway.admission._pending, 1.0)
     (row,) = [r for r in read_rows(path) if r.key_id == "leaver"]
