@@ -22,15 +22,14 @@ from tailgate._aiohttp import error_response
 from tailgate.config.units import parse_duration
 from tailgate.gateway.admission import fleet_state
 from tailgate.gateway.auth import unauthorized_admin
-from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, list_keys, revoke_key, update_key
+from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.store import StoreConn, StoreError, open_store
-from tailgate.ledger.usage import day_start, month_start, usage
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
 
-__all__ = ["add_key_routes", "fields_from_json", "keys_with_spend"]
+__all__ = ["add_key_routes", "fields_from_json"]
 
 
 def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
@@ -39,25 +38,6 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
     if "expires" in body:
         value = body["expires"]
         out["expires_at"] = None if value is None else now + float(parse_duration(value))
-    return out
-
-
-def keys_with_spend(conn: StoreConn, now: float) -> list[dict[str, Any]]:
-    """Every key's public fields plus ``spend`` today and this month (tokens and cost, from the store)."""
-    today = {g["key"]: g for g in usage(conn, since=day_start(now), by="key")}
-    month = {g["key"]: g for g in usage(conn, since=month_start(now), by="key")}
-    out = []
-    for rec in list_keys(conn):
-        entry = rec.public(now)
-        entry["spend"] = {
-            period: {
-                "requests": g.get("requests", 0),
-                "tokens": g.get("input_tokens", 0) + g.get("output_tokens", 0),
-                "cost": g.get("cost", 0.0),
-            }
-            for period, g in (("day", today.get(rec.id, {})), ("month", month.get(rec.id, {})))
-        }
-        out.append(entry)
     return out
 
 

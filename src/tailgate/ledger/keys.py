@@ -28,6 +28,7 @@ __all__ = [
     "digest",
     "get_key",
     "keys_version",
+    "keys_with_spend",
     "list_keys",
     "new_secret",
     "revoke_key",
@@ -223,3 +224,24 @@ def revoke_key(conn: StoreConn, key_id: str, *, now: float | None = None) -> Key
         conn.execute("UPDATE keys SET revoked_at = ?, updated_at = ? WHERE id = ?", (at, at, key_id))
         _bump(conn)
     return replace(rec, revoked_at=at, updated_at=at)
+
+
+def keys_with_spend(conn: StoreConn, now: float) -> list[dict[str, Any]]:
+    """Every key's public fields plus ``spend`` today and this month (tokens and cost, from the store)."""
+    from tailgate.ledger.usage import day_start, month_start, usage
+
+    today = {g["key"]: g for g in usage(conn, since=day_start(now), by="key")}
+    month = {g["key"]: g for g in usage(conn, since=month_start(now), by="key")}
+    out = []
+    for rec in list_keys(conn):
+        entry = rec.public(now)
+        entry["spend"] = {
+            period: {
+                "requests": g.get("requests", 0),
+                "tokens": g.get("input_tokens", 0) + g.get("output_tokens", 0),
+                "cost": g.get("cost", 0.0),
+            }
+            for period, g in (("day", today.get(rec.id, {})), ("month", month.get(rec.id, {})))
+        }
+        out.append(entry)
+    return out

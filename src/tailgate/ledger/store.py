@@ -29,6 +29,7 @@ __all__ = [
     "Queryable",
     "StoreConn",
     "StoreError",
+    "db_errors",
     "dialect_of",
     "has_table",
     "is_postgres_url",
@@ -47,6 +48,18 @@ class Queryable(Protocol):
     """What readers need: ``execute(sql, params)`` returning a cursor with ``fetchall`` / ``fetchone``."""
 
     def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+
+def db_errors() -> tuple[type[BaseException], ...]:
+    """What reading a store may raise besides bugs: SQLite's and psycopg's errors, StoreError, SchemaError."""
+    from tailgate.ledger.schema import SchemaError
+
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error, StoreError, SchemaError)
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - a dependency, but the SQLite store works without it
+        return errors
+    return (*errors, psycopg.Error)
 
 
 def is_postgres_url(target: str | Path | None) -> bool:
