@@ -243,3 +243,30 @@ async def test_a_cancelled_stream_is_charged_for_what_it_produced(sim: SimFactor
     assert row.output_tokens is not None
     assert 0 < row.output_tokens < 400
     assert await _budget_usage(gw, "leaver") == (row.prompt_tokens or 0) + row.output_tokens
+
+
+async def test_dashboard_keys_page_and_its_json(sim: SimFactory, gateway: GwFactory) -> None:
+    """Keys & spend: the page, keys with their spend and the usage report, read-only without the admin key."""
+    _, gw, path = await _start(sim, gateway)
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "team-a", tokens_per_day=100_000, metadata={"team": "a"})
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            assert (await _chat(session, gw, secret))[0] == 200
+        await gw.gateway.ledger.flush()
+        async with session.get(f"{gw.root_url}/dashboard/keys") as r:
+            assert r.status == 200
+            assert "keys &amp; spend" in await r.text()
+        async with session.get(f"{gw.root_url}/dashboard/api/keys") as r:
+            keys = (await r.json())["keys"]
+        (team,) = keys
+        assert team["id"] == "team-a"
+        assert team["spend"]["day"]["requests"] == 3
+        assert team["spend"]["day"]["tokens"] > 0
+        assert secret not in str(keys)
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=key&since=24h") as r:
+            groups = (await r.json())["groups"]
+        assert {g["key"]: g["requests"] for g in groups} == {"team-a": 3}
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=nope") as r:
+            assert r.status == 400

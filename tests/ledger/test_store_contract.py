@@ -7,7 +7,7 @@ import dataclasses
 import random
 
 import pytest
-from ledger_support import BASE_TS, make_row
+from ledger_support import BASE_TS, insert_rows, make_row
 
 from tailgate.ledger import LedgerRow
 from tailgate.ledger.keys import (
@@ -21,19 +21,10 @@ from tailgate.ledger.keys import (
     update_key,
 )
 from tailgate.ledger.leaderboard import compute
-from tailgate.ledger.row import COLUMNS
 from tailgate.ledger.samples import Sample, TrafficMinute, read_samples, read_traffic
 from tailgate.ledger.schema import SCHEMA_VERSION, SchemaError
 from tailgate.ledger.store import StoreConn, has_table, open_store
 from tailgate.ledger.usage import cells, hour_start, retention, rollup, spend, usage
-
-_INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
-
-
-def insert_rows(store: StoreConn, rows: list[LedgerRow]) -> None:
-    params = [tuple(int(v) if isinstance(v, bool) else v for v in dataclasses.astuple(r)) for r in rows]
-    with store.transaction():
-        store.executemany(_INSERT, params)
 
 
 def test_fresh_store_is_at_the_current_version_with_every_table(store: StoreConn, store_target: str) -> None:

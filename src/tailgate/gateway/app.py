@@ -26,6 +26,7 @@ from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
+from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper
 from tailgate.routing import (
     SLO,
@@ -155,6 +156,10 @@ class Gateway:
         if self.ledger is not None and (url := config.ledger.url):
             lc = config.ledger
             self.shipper = Shipper(self.ledger.path, url, interval=lc.ship_interval, batch=lc.ship_batch)
+        self.maintenance: Maintenance | None = None  # roll-ups and retention of the store (docs/ledger.md)
+        if self.ledger is not None and keys_at is not None:
+            lc = config.ledger
+            self.maintenance = Maintenance(keys_at, raw_s=lc.retention, rollup_s=lc.rollup_retention)
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
@@ -248,6 +253,8 @@ class Gateway:
         if self.shipper is not None:
             await self.shipper.start()  # a newer schema in PostgreSQL refuses to start
         await self.key_directory.start()
+        if self.maintenance is not None:
+            await self.maintenance.start()
         self.prober.start()
 
     async def close(self) -> None:
@@ -256,6 +263,8 @@ class Gateway:
             await p.client.close()
         await self.traffic.close()
         await self.admission.close()
+        if self.maintenance is not None:
+            await self.maintenance.close()
         await self.key_directory.close()
         if self.ledger is not None:
             await self.ledger.close()
@@ -315,7 +324,7 @@ class Gateway:
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
         controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        mount(app, db_path, live=live, controls=controls)
+        mount(app, self.config.ledger.url or db_path, live=live, controls=controls)  # the fleet's store if PostgreSQL
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
