@@ -126,6 +126,7 @@ async def test_refusals_are_openai_shaped_and_counted_per_key(sim: SimFactory, g
         _, chat_only = create_key(conn, "chat-only", models=["chat"])
         _, small_tpm = create_key(conn, "small-tpm", tpm=300)
         _, expired = create_key(conn, "old", expires_at=time.time() - 1)
+        _, one_rpm = create_key(conn, "one-rpm", rpm=1)
     await gw.gateway.key_directory.reload()
     async with aiohttp.ClientSession() as session:
         status, _, body = await _chat(session, gw, chat_only, model="code")
@@ -143,7 +144,13 @@ async def test_refusals_are_openai_shaped_and_counted_per_key(sim: SimFactory, g
         assert status == 401
         assert b"key_expired" in body
 
+        assert (await _chat(session, gw, one_rpm))[0] == 200
+        status, headers, _ = await _chat(session, gw, one_rpm)
+        assert status == 429
+        assert int(headers["Retry-After"]) >= 1
+
         assert await _metric(session, gw, "chat-only", "model_not_allowed") == 1
+        assert await _metric(session, gw, "one-rpm", "rpm_limited") == 1
         assert await _metric(session, gw, "small-tpm", "tpm_limited") == 1
         assert await _metric(session, gw, "old", "key_expired") == 1
     await gw.gateway.ledger.flush()
@@ -152,6 +159,7 @@ async def test_refusals_are_openai_shaped_and_counted_per_key(sim: SimFactory, g
         ("chat-only", "model_not_allowed", 403),
         ("small-tpm", "tpm_limited", 429),
         ("old", "key_expired", 401),
+        ("one-rpm", "rpm_limited", 429),
     }
 
 

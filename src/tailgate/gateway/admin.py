@@ -90,8 +90,7 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
         provider = gw.providers.get(name)
         if provider is None:
             return error_response(wire_errors.not_found(f"No provider named {name!r}."))
-        provider.drained = drained
-        gw.refresh_provider_gauges()
+        await gw.fleet.set_drained(name, drained)  # every replica of a fleet, within a second (docs/fleet.md)
         gw.log.info("provider %s %s by admin", name, "drained" if drained else "enabled")
         return web.json_response({"provider": name, "state": "drained" if drained else "active"})
 

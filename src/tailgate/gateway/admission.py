@@ -1,4 +1,4 @@
-"""Per-key admission: allowed models, expiry, rpm, tpm, concurrency and budgets — reserve, then settle.
+"""Per-key admission: models, expiry, tpm, concurrency and budgets — reserve, then settle (rpm: gateway.fleet).
 
 At admission (``admit``) a request reserves what it may use: tokens = prompt estimate (body bytes / 4)
 + ``max_tokens`` (or ``routing.pacing.default_max_tokens``), and money = those tokens at the highest price
@@ -189,24 +189,15 @@ class KeyAdmission:
         return self._fleet() or self._own
 
     def _refuse(self, key_id: str, reason: Reason, error: WireError) -> KeyRefused:
-        self.refusals.labels(key_id, reason).inc()
-        return KeyRefused(reason, error)
+        return KeyRefused(self.refused(key_id, reason), error)
+
+    def refused(self, key_id: str | None, reason: Reason) -> Reason:
+        """Count one refusal of ``key_id`` for ``reason`` (also for the rpm check in gateway.fleet); return it."""
+        self.refusals.labels(key_id or "-", reason).inc()
+        return reason
 
     async def _take_all(self, state: SharedState, limits: KeyLimits, ticket: Ticket, now: float) -> None:
         kid = limits.id
-        if limits.rpm is not None and limits.source == "store":  # YAML keys' rpm: the key ring's limiter
-            adm = await state.take(f"key:{kid}:rpm", 1, limits.rpm, 60.0)
-            if not adm.ok:
-                err = _error(
-                    429,
-                    f"Rate limit of this key reached ({limits.rpm:g} requests per minute). "
-                    f"Retry after {adm.retry_after_s:.1f}s.",
-                    "rate_limit_exceeded",
-                    "requests",
-                    adm.retry_after_s,
-                )
-                raise self._refuse(kid, "rpm_limited", err)
-            ticket.takes.append(_Take(f"key:{kid}:rpm", 60.0, "requests", 1, adm.bucket))
         if limits.tpm is not None:
             adm = await state.take(f"key:{kid}:tpm", ticket.tokens, limits.tpm, 60.0)
             if not adm.ok:

@@ -17,6 +17,7 @@ from tailgate.gateway.admin import add_admin_routes, route_weights
 from tailgate.gateway.admin_keys import add_key_routes
 from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
 from tailgate.gateway.auth import KeyRing
+from tailgate.gateway.fleet import Fleet
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.metrics import GatewayMetrics
@@ -42,6 +43,7 @@ from tailgate.routing import (
     Transition,
     WeightedPolicy,
 )
+from tailgate.state import open_state
 from tailgate.upstream import UpstreamClient, endpoint_for
 from tailgate.wire.errors import WireError
 
@@ -83,6 +85,8 @@ class Gateway:
             )
             for name, resolved in providers.items()
         }
+        self.state = open_state(config.state)
+        self.fleet = Fleet(self, self.state)  # docs/fleet.md: what replicas share, through the state layer
         self.aliases: dict[str, list[Route]] = {
             alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
             for alias, model in config.models.items()
@@ -163,6 +167,7 @@ class Gateway:
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
+        self.fleet.install()
 
     def _keys_generation(self) -> int:
         state = fleet_state(self)
@@ -224,6 +229,7 @@ class Gateway:
             transition.reason,
         )
         self.metrics.breaker_transitions.labels(provider, transition.to_state).inc()
+        self.fleet.on_breaker(provider, transition)
         if transition.from_state == "half_open" and transition.to_state == "closed":
             for h in self.health:  # its trials passed: the outage's faults no longer describe it
                 if h.provider == provider:
@@ -247,6 +253,7 @@ class Gateway:
             )
 
     async def start(self) -> None:
+        await self.fleet.start()
         if self.ledger is not None:
             await self.ledger.start()
         await self.traffic.start()
@@ -272,6 +279,7 @@ class Gateway:
             await self.shipper.close()  # after the ledger: its last rows are in the spool now
         if self.trace is not None:
             self.trace.close()
+        await self.fleet.close()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[openai_shaped_errors])
@@ -317,8 +325,7 @@ class Gateway:
             }
 
         def set_drained(name: str, drained: bool) -> dict[str, str]:
-            self.providers[name].drained = drained  # KeyError: unknown provider (404)
-            self.refresh_provider_gauges()
+            self.fleet.set_drained_soon(name, drained)  # KeyError: unknown provider (404)
             self.log.info("provider %s %s from the dashboard", name, "drained" if drained else "enabled")
             return {"provider": name, "state": "drained" if drained else "active"}
 

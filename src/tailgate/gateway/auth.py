@@ -1,10 +1,9 @@
-"""Client keys: stored as SHA-256 digests, compared in constant time, optional per-key RPM limit."""
+"""Client keys: stored as SHA-256 digests, compared in constant time; a per-key RPM (counted by gateway.fleet)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -12,7 +11,6 @@ from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
 from tailgate.gateway.keys import KeyDirectory
-from tailgate.routing import TokenBucket
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -33,7 +31,7 @@ def bearer(request: web.Request) -> str | None:
 class _Key:
     id: str
     digest: bytes
-    bucket: TokenBucket | None
+    rpm: float | None
 
 
 class KeyRing:
@@ -48,18 +46,29 @@ class KeyRing:
             _Key(
                 k.id,
                 _digest(k.key.get_secret_value()) if k.key is not None else bytes.fromhex(k.key_sha256 or ""),
-                TokenBucket(k.rpm, 60.0) if k.rpm else None,
+                k.rpm,
             )
             for k in keys
         ]
+        self._rpm = {k.id: k.rpm for k in keys if k.rpm}
         self._admin = _digest(admin_key.get_secret_value()) if admin_key is not None else None
 
     @property
     def open(self) -> bool:
         return not self._keys and not (self.directory is not None and self.directory.has_store_keys)
 
+    def rpm(self, key_id: str | None) -> float | None:
+        """The key's ``rpm`` limit (None: unlimited); counted fleet-wide by ``gateway.fleet``."""
+        if key_id is None:
+            return None
+        rpm = self._rpm.get(key_id)
+        if rpm is None and key_id not in self._rpm and self.directory is not None:
+            stored = self.directory.limits(key_id)  # a runtime key from the store (docs/keys.md)
+            rpm = stored.rpm if stored is not None else None
+        return rpm
+
     def identify(self, request: web.Request) -> str | None:
-        """The key id of the caller; raises a 401 (or 429 over the key's RPM) as a WireError."""
+        """The key id of the caller; raises a 401 as a WireError."""
         if self.open:
             return None
         token = bearer(request)
@@ -79,11 +88,6 @@ class KeyRing:
             if stored.revoked:
                 raise wire_errors.authentication_error("This API key has been revoked.")
             return stored.id  # its limits (rpm included) are applied by admission.py
-        if found.bucket is not None and not found.bucket.try_take():
-            wait = found.bucket.wait_time()
-            err = wire_errors.rate_limited(f"Rate limit of this gateway key reached. Retry after {wait:.1f}s.")
-            err.headers = {"Retry-After": str(max(1, math.ceil(wait)))}
-            raise err
         return found.id
 
     def is_admin(self, request: web.Request) -> bool:

@@ -44,7 +44,7 @@ class KeyLimits:
     expires_at: float | None = None
     revoked: bool = False
     source: str = "store"
-    """``store`` or ``config`` (YAML: its rpm is applied by the key ring, as before)."""
+    """``store`` or ``config``. Either's ``rpm`` is counted by ``gateway.fleet`` (fleet-wide), not here."""
 
     @property
     def budgeted(self) -> bool:
@@ -60,7 +60,6 @@ class KeyLimits:
             or self.tpm is not None
             or self.max_concurrency is not None
             or self.budgeted
-            or (self.rpm is not None and self.source == "store")
             or self.expires_at is not None
         )
 

@@ -164,6 +164,12 @@ class Proxy:
     async def _serve(self, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
         gw = self.gw
         ctx.key_id = gw.keys.identify(request)
+        if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
+            try:
+                await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # a key with rpm has an id
+            except WireError:
+                ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
+                raise
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -226,6 +232,7 @@ class Proxy:
         may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
         gw = self.gw
         provider = gw.providers[route.provider]
+        gw.fleet.wanted(route.provider)  # this replica's demand, for its share of a fleet's pacing
         pacer = provider.pacer
         if not pacer.limited:  # no known limits; a 429's pause already kept it out of the order
             return gw.breakers.get(route.provider).allow()

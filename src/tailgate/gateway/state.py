@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import PacingConfig
 from tailgate.routing import Pacer
+from tailgate.state import SharedState
 from tailgate.stats import SlidingWindow
 from tailgate.upstream import CallResult, UpstreamClient
 
@@ -39,23 +41,35 @@ class ProviderState:
     """RPM/TPM buckets from ``limits`` (see :func:`pacer_for`); unlimited by default."""
     paced: int = 0
     """Attempts this provider skipped because its pacer could not admit them now."""
+    shared: SharedState | None = None
+    """The fleet's state (``state: redis``): pauses are fleet-wide (docs/fleet.md); None alone."""
+    on_pause: Callable[[str, float], None] | None = None
+    """Tells the fleet about a pause (set by ``gateway.fleet``)."""
 
     @property
     def name(self) -> str:
         return self.config.name
 
     def paused(self, now: float) -> bool:
-        return now < self.paused_until or now < self.pacer.paused_until
+        if now < self.paused_until or now < self.pacer.paused_until:
+            return True
+        return self.shared is not None and self.shared.paused_for("provider:" + self.config.name) > 0
 
     def pause(self, seconds: float, now: float | None = None) -> None:
-        """Keep new requests away for ``seconds`` (a 429's Retry-After); a longer pause in force stays."""
+        """Keep new requests away for ``seconds`` (a 429's Retry-After); a longer pause in force stays.
+        In a fleet every replica keeps them away (within one sync)."""
         now = time.monotonic() if now is None else now
         self.paused_until = max(self.paused_until, now + seconds)
         self.pacer.pause_for(seconds)
+        if self.on_pause is not None:
+            self.on_pause(self.config.name, seconds)
+
+    def fleet_paused_for(self) -> float:
+        return self.shared.paused_for("provider:" + self.config.name) if self.shared is not None else 0.0
 
     def admit_in(self, tokens: float, now: float) -> float:
         """Seconds until this provider could take a request of ``tokens`` (0.0: now)."""
-        return max(0.0, self.paused_until - now, self.pacer.available_in(tokens))
+        return max(0.0, self.paused_until - now, self.pacer.available_in(tokens), self.fleet_paused_for())
 
     def observe(self, result: CallResult) -> None:
         """Feed one finished attempt into the live windows (errors by class as counters)."""
@@ -89,7 +103,9 @@ class ProviderState:
             "preset": self.config.preset,
             "base_url": self.config.base_url,
             "state": state,
-            "paused_for_s": round(max(0.0, self.paused_until - now, self.pacer.paused_until - now), 3),
+            "paused_for_s": round(
+                max(0.0, self.paused_until - now, self.pacer.paused_until - now, self.fleet_paused_for()), 3
+            ),
             "pacer": self.pacer.snapshot() | {"skipped": self.paced},
             "in_flight": self.in_flight,
             "window_s": WINDOW_S,

@@ -130,6 +130,27 @@ class CircuitBreaker:
         self._consecutive = 0
         self._move("open", f"{reason}; cool-down {self.last_cooldown_s:.2f}s")
 
+    def force_open(self, seconds: float, reason: str) -> None:
+        """Open (or stay open) for ``seconds`` from now because the fleet says so (another replica opened it,
+        or runs the half-open trials); the back-off count is left alone. docs/fleet.md."""
+        self._open_until = self._clock() + max(0.0, seconds)
+        self.last_cooldown_s = max(0.0, seconds)
+        self._trials.clear()
+        self._trial_successes = 0
+        self._consecutive = 0
+        if self._state != "open":
+            self._move("open", reason)
+
+    def force_close(self, reason: str) -> None:
+        """Close now because the fleet says so (another replica's trials passed): back-off reset."""
+        if self._state != "closed":
+            self._reopens = 0
+            self._window.reset()
+            self._trials.clear()
+            self._trial_successes = 0
+            self._consecutive = 0
+            self._move("closed", reason)
+
     def _tick(self) -> BreakerState:
         if self._state == "open" and self._clock() >= self._open_until:
             self._move("half_open", "cool-down elapsed")

@@ -78,6 +78,9 @@ class Pacer:
         self.headroom = headroom
         self.rpm_limit = rpm
         self.tpm_limit = tpm
+        self.burst_s = burst_s
+        self.share = 1.0
+        """This replica's share of the limits in a fleet (``set_share``); 1.0 alone."""
 
         def bucket(limit: float | None) -> TokenBucket | None:
             if limit is None:
@@ -103,6 +106,15 @@ class Pacer:
             self.tpm.try_take(n)
         return True
 
+    def set_share(self, fraction: float) -> None:
+        """Pace at ``fraction`` of the limits from now on: this replica's share of a fleet's (docs/fleet.md)."""
+        fraction = min(1.0, max(fraction, 1e-6))
+        self.share = fraction
+        for bucket, limit in ((self.rpm, self.rpm_limit), (self.tpm, self.tpm_limit)):
+            if bucket is not None and limit is not None:
+                rate = limit * self.headroom * fraction
+                bucket.set_rate(rate, 60.0, burst=max(1.0, rate / 60.0 * self.burst_s))
+
     def pause_for(self, seconds: float) -> None:
         """Refuse everything for ``seconds`` from now (a longer pause already in force stays)."""
         if math.isfinite(seconds) and seconds > 0:
@@ -121,6 +133,8 @@ class Pacer:
         """A JSON-able view for ``/admin/providers``: limits as paced, what is left now, the pause."""
         now = self._clock()
         out: dict[str, Any] = {"paused_for_s": round(max(0.0, self.paused_until - now), 3)}
+        if self.share != 1.0:
+            out["fleet_share"] = round(self.share, 4)
         for name, bucket, limit in (("rpm", self.rpm, self.rpm_limit), ("tpm", self.tpm, self.tpm_limit)):
             if bucket is None or limit is None:
                 out[name] = None

@@ -45,6 +45,15 @@ class TokenBucket:
         self._refill()
         return max(0.0, (n - self._tokens) / self._rate)
 
+    def set_rate(self, rate: float, period: float = 60.0, *, burst: float | None = None) -> None:
+        """Change the fill rate (and size) from now on; tokens held are kept up to the new size."""
+        if rate <= 0 or period <= 0:
+            raise ValueError(f"rate and period must be positive, got {rate}/{period}s")
+        self._refill()
+        self._rate = rate / period
+        self.burst = burst if burst is not None else max(1.0, rate)
+        self._tokens = min(self._tokens, self.burst)
+
     @property
     def remaining(self) -> float:
         self._refill()

@@ -18,6 +18,8 @@ import math
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from tailgate.stats.histogram import LatencyHistogram
 
 __all__ = ["SlidingWindow"]
@@ -155,6 +157,38 @@ class SlidingWindow:
             for name, n in other._counters[j].items():
                 mine[name] = mine.get(name, 0) + n
         self._created = min(self._created, other._created)
+
+    def to_bytes(self) -> bytes:
+        """The live buckets as msgpack, each tagged with its *age* in buckets (0 = current), not its clock
+        epoch: another process (another host, another monotonic clock) merges them by age with
+        :meth:`merge_bytes`. Used to publish health windows across a fleet (docs/fleet.md)."""
+        epoch = self._epoch(self._now())
+        slots = [
+            (epoch - self._tags[i], self._hists[i].to_bytes(), self._counters[i])
+            for i in self._live(epoch)
+            if self._hists[i].count or self._counters[i]
+        ]
+        return msgspec.msgpack.encode((self._bucket_s, self._buckets, self._unit, slots))
+
+    def merge_bytes(self, data: bytes) -> None:
+        """Add a window published with :meth:`to_bytes` into ours, bucket by age; raises ``ValueError`` on
+        malformed data or a different shape."""
+        try:
+            bucket_s, buckets, unit, slots = msgspec.msgpack.decode(
+                data, type=tuple[float, int, float, list[tuple[int, bytes, dict[str, int]]]]
+            )
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"invalid window bytes: {exc}") from exc
+        if (bucket_s, buckets, unit) != (self._bucket_s, self._buckets, self._unit):
+            raise ValueError(f"cannot merge a window of {bucket_s}s x {buckets} (unit {unit}) into {self!r}")
+        epoch = self._epoch(self._now())
+        for age, hist, counters in slots:
+            if 0 <= age < self._buckets:
+                i = self._slot(epoch - age)
+                self._hists[i].merge(LatencyHistogram.from_bytes(hist))
+                mine = self._counters[i]
+                for name, n in counters.items():
+                    mine[name] = mine.get(name, 0) + n
 
     def reset(self) -> None:
         """Drop everything; the window's age restarts from now."""

@@ -1,0 +1,301 @@
+"""The gateway's side of the fleet: what it shares through the state layer, and how (docs/fleet.md).
+
+- **Gateway keys' rpm**: a sliding-window counter per key in the state backend, through a
+  :class:`LeasedLimiter` (slices for large limits, one atomic take per request for small ones).
+- **Provider pacing**: each replica paces a provider at its *share* of the provider's limits; the shares
+  are proportional to the demand each replica publishes every sync tick, so they always add up to the
+  provider's pacing target and follow the load balancer's spread. Nothing per request goes to Redis.
+- **429 pauses**: a provider's Retry-After pauses it fleet-wide (``provider:NAME`` pause).
+- **Breakers**: a replica whose breaker opens on its own evidence publishes ``breaker:NAME`` for the
+  cool-down; every other replica's breaker is opened at its next sync (≤ ``sync_interval``) and held while
+  the trials run. The first replica to go half-open takes the ``trial:NAME`` slot and runs the trials; the
+  others stay open. When the trials pass it bumps the ``breaker:NAME`` generation and every replica closes
+  (and forgets the outage's samples, as a lone replica does).
+- **Drain / enable**: persistent flags ``drain:NAME``; applied by every replica at its next sync.
+- **Health windows**: each replica publishes its own TTFT and E2E windows every ``publish_interval``;
+  every replica routes on its own plus the others' (:class:`FleetWindow`), so adaptive weights agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from tailgate.routing import Transition
+from tailgate.state import SharedState
+from tailgate.state.lease import LeasedLimiter
+from tailgate.stats import SlidingWindow
+from tailgate.wire import errors as wire_errors
+
+if TYPE_CHECKING:
+    from tailgate.gateway.app import Gateway
+
+__all__ = ["Fleet", "FleetWindow"]
+
+log = logging.getLogger("tailgate.gateway")
+
+_FLEET = "fleet: "
+"""Prefix of the reason of a breaker transition made because of the fleet (not republished)."""
+_TRIAL_HOLD_S = 10.0
+"""How long a replica keeps a fleet-opened breaker open after the cool-down while another runs the trials."""
+_DEMAND_FLOOR = 0.05
+"""Each replica's demand counts at least this many requests per second in the share split, so a replica
+that has seen no traffic yet can still send its first requests."""
+
+
+class FleetWindow(SlidingWindow):
+    """A window that routing reads as this replica's samples plus the fleet's; ``own`` holds ours only."""
+
+    __slots__ = ("own",)
+
+    def __init__(self, width_s: float, buckets: int, clock: Callable[[], float]) -> None:
+        super().__init__(width_s, buckets, clock)
+        self.own = SlidingWindow(width_s, buckets, clock)
+
+    def record(self, value: float, count: int = 1) -> None:
+        super().record(value, count)
+        self.own.record(value, count)
+
+    def incr(self, name: str, n: int = 1) -> None:
+        super().incr(name, n)
+        self.own.incr(name, n)
+
+    def reset(self) -> None:
+        super().reset()
+        self.own.reset()
+
+    def rebuild(self, peers: list[bytes]) -> None:
+        """Ours plus the peers' latest published windows (a malformed one is skipped)."""
+        SlidingWindow.reset(self)
+        self.merge_from(self.own)
+        for blob in peers:
+            with contextlib.suppress(ValueError):
+                self.merge_bytes(blob)
+
+
+class Fleet:
+    """Binds one :class:`Gateway` to its :class:`SharedState`; see the module docstring."""
+
+    def __init__(self, gw: Gateway, state: SharedState) -> None:
+        self.gw = gw
+        self.state = state
+        self.shared = state.backend != "local"
+        self.limiter = LeasedLimiter(state)
+        self.sync_interval = gw.config.state.sync_interval
+        self.publish_interval = gw.config.state.publish_interval
+        self._task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[object]] = set()
+        self._breaker_gen: dict[str, int] = {}
+        self._trial_tokens: dict[str, str] = {}
+        self._wanted: dict[str, int] = dict.fromkeys(gw.providers, 0)
+        self._demand: dict[str, float] = dict.fromkeys(gw.providers, 0.0)
+        self._last_tick = time.monotonic()
+        self._windows: dict[tuple[str, str], tuple[FleetWindow, FleetWindow]] = {}
+        self.published = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Hook the shared parts in (before serving): fleet windows on every route's health."""
+        if not self.shared:
+            return
+        for routes in self.gw.aliases.values():
+            for r in routes:
+                h = self.gw.health.get(r.provider, r.model)
+                if (r.provider, r.model) not in self._windows:
+                    clock = self.gw.health.clock
+                    h.ttft = FleetWindow(h.ttft.width_s, h.ttft.buckets, clock)
+                    h.e2e = FleetWindow(h.e2e.width_s, h.e2e.buckets, clock)
+                    self._windows[(r.provider, r.model)] = (h.ttft, h.e2e)
+        for p in self.gw.providers.values():
+            p.shared = self.state
+            p.on_pause = self._pause_provider
+
+    def _pause_provider(self, name: str, seconds: float) -> None:
+        self._spawn(self.state.pause(f"provider:{name}", seconds, f"429 seen by {self.state.replica}"))
+
+    async def start(self) -> None:
+        await self.state.start()
+        self.limiter.start()
+        if self.shared:
+            for name in self.gw.providers:
+                self._breaker_gen[name] = self.state.generation(f"breaker:{name}")
+            self._apply_flags()
+            self._task = asyncio.create_task(self._loop(), name="tailgate-fleet")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._pending):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+        for name, token in self._trial_tokens.items():
+            await self.state.release(f"trial:{name}", token)
+        await self.limiter.close()
+        await self.state.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        task: asyncio.Task[object] = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    # -- gateway keys -----------------------------------------------------------------------------------
+
+    async def admit_key(self, key_id: str, rpm: float) -> None:
+        """Count one request against the key's rpm fleet-wide; a 429 with Retry-After and x-ratelimit-*
+        headers when it is spent."""
+        adm = await self.limiter.take(f"key:{key_id}:rpm", 1.0, rpm, 60.0)
+        if adm.ok:
+            return
+        wait = adm.retry_after_s if math.isfinite(adm.retry_after_s) else 60.0
+        err = wire_errors.rate_limited(f"Rate limit of this gateway key reached. Retry after {wait:.1f}s.")
+        err.headers = {
+            "Retry-After": str(max(1, math.ceil(wait))),
+            "x-ratelimit-limit-requests": f"{rpm:g}",
+            "x-ratelimit-remaining-requests": str(max(0, math.floor(adm.remaining))),
+            "x-ratelimit-reset-requests": f"{max(wait, adm.reset_s):.3f}s",
+        }
+        raise err
+
+    # -- pacing demand ----------------------------------------------------------------------------------
+
+    def wanted(self, provider: str) -> None:
+        """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand."""
+        self._wanted[provider] = self._wanted.get(provider, 0) + 1
+
+    # -- drain / enable ---------------------------------------------------------------------------------
+
+    async def set_drained(self, name: str, drained: bool) -> None:
+        """Drain or enable ``name`` here now and, through the state, on every replica (persistent)."""
+        self.gw.providers[name].drained = drained  # KeyError: unknown provider
+        self.gw.refresh_provider_gauges()
+        await self.state.set_flag(f"drain:{name}", drained)
+
+    def set_drained_soon(self, name: str, drained: bool) -> None:
+        """``set_drained`` from synchronous code (the dashboard's controls): here now, the fleet shortly."""
+        self.gw.providers[name].drained = drained
+        self.gw.refresh_provider_gauges()
+        self._spawn(self.state.set_flag(f"drain:{name}", drained))
+
+    def _apply_flags(self) -> None:
+        changed = False
+        for name, p in self.gw.providers.items():
+            flag = self.state.flag(f"drain:{name}")
+            if flag is not None and flag != p.drained:
+                p.drained = flag
+                changed = True
+                log.info("provider %s %s by the fleet", name, "drained" if flag else "enabled")
+        if changed:
+            self.gw.refresh_provider_gauges()
+
+    # -- breakers ---------------------------------------------------------------------------------------
+
+    def on_breaker(self, provider: str, tr: Transition) -> None:
+        """Called for every breaker transition of this replica (``Gateway._on_breaker``)."""
+        if not self.shared or tr.reason.startswith(_FLEET):
+            return
+        breaker = self.gw.breakers.get(provider)
+        key = f"breaker:{provider}"
+        if tr.to_state == "open":
+            self._spawn(self.state.pause(key, breaker.last_cooldown_s, f"{self.state.replica}: {tr.reason}"))
+            self._spawn(self._release_trial(provider))
+        elif tr.to_state == "half_open":
+            self._spawn(self._take_trial(provider))
+        elif tr.to_state == "closed":
+            self._spawn(self._close_fleet(provider))
+
+    async def _take_trial(self, provider: str) -> None:
+        lease = await self.state.acquire(f"trial:{provider}", 1, ttl_s=self.gw.breakers.config.trial_timeout_s)
+        if lease.ok:
+            self._trial_tokens[provider] = lease.token
+            return
+        breaker = self.gw.breakers.get(provider)
+        if breaker.state == "half_open":
+            breaker.force_open(_TRIAL_HOLD_S, _FLEET + "another replica runs the half-open trials")
+
+    async def _release_trial(self, provider: str) -> None:
+        token = self._trial_tokens.pop(provider, None)
+        if token is not None:
+            await self.state.release(f"trial:{provider}", token)
+
+    async def _close_fleet(self, provider: str) -> None:
+        await self._release_trial(provider)
+        await self.state.pause(f"breaker:{provider}", 0)
+        self._breaker_gen[provider] = await self.state.bump(f"breaker:{provider}")
+
+    def _apply_breakers(self) -> None:
+        for name in self.gw.providers:
+            breaker = self.gw.breakers.get(name)
+            key = f"breaker:{name}"
+            gen = self.state.generation(key)
+            if gen != self._breaker_gen.get(name, 0):
+                self._breaker_gen[name] = gen
+                if breaker.state != "closed":
+                    breaker.force_close(_FLEET + "another replica's trials passed")
+                    for h in self.gw.health:
+                        if h.provider == name:
+                            h.forget()
+                continue
+            left = self.state.paused_for(key)
+            if left > 0 and breaker.state != "open":
+                breaker.force_open(left + _TRIAL_HOLD_S, _FLEET + (self.state.pause_reason(key) or "opened"))
+            elif left > 0 and breaker.retry_in() < left:
+                breaker.force_open(left + _TRIAL_HOLD_S, _FLEET + "re-opened")
+
+    # -- the loop ---------------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        next_publish = 0.0
+        while True:
+            await asyncio.sleep(self.sync_interval)
+            try:
+                self._apply_flags()
+                self._apply_breakers()
+                await self._share_pacing()
+                now = time.monotonic()
+                if now >= next_publish:
+                    next_publish = now + self.publish_interval
+                    await self._publish_windows()
+            except Exception:  # the loop must outlive any one bad tick
+                log.exception("fleet sync tick failed")
+
+    async def _share_pacing(self) -> None:
+        now = time.monotonic()
+        dt, self._last_tick = max(1e-3, now - self._last_tick), now
+        limited = [n for n, p in self.gw.providers.items() if p.pacer.limited]
+        for name in self._wanted:
+            rate = self._wanted[name] / dt
+            self._wanted[name] = 0
+            self._demand[name] = 0.5 * self._demand.get(name, 0.0) + 0.5 * rate
+        if not limited:
+            return
+        mine = {n: round(self._demand[n], 3) for n in limited}
+        await self.state.publish("pacing", msgspec.json.encode(mine), ttl_s=max(1.0, 4 * self.sync_interval))
+        others = [msgspec.json.decode(b, type=dict[str, float]) for b in self.state.peers("pacing").values()]
+        for name in limited:
+            own = mine[name] + _DEMAND_FLOOR
+            total = own + sum(o.get(name, 0.0) + _DEMAND_FLOOR for o in others)
+            self.gw.providers[name].pacer.set_share(own / total)
+
+    async def _publish_windows(self) -> None:
+        blob = msgspec.msgpack.encode(
+            {f"{p}\x1f{m}": (t.own.to_bytes(), e.own.to_bytes()) for (p, m), (t, e) in self._windows.items()}
+        )
+        await self.state.publish("health", blob, ttl_s=max(3.0, 3 * self.publish_interval))
+        self.published += 1
+        peers = [
+            msgspec.msgpack.decode(b, type=dict[str, tuple[bytes, bytes]]) for b in self.state.peers("health").values()
+        ]
+        for (p, m), (ttft, e2e) in self._windows.items():
+            k = f"{p}\x1f{m}"
+            ttft.rebuild([peer[k][0] for peer in peers if k in peer])
+            e2e.rebuild([peer[k][1] for peer in peers if k in peer])
