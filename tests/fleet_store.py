@@ -52,8 +52,16 @@ def fleet_config(
         "retry": {"max_attempts": 1},
         "ledger": {"path": str(folder / f"spool{index}.db"), "url": pg_url, **ledger},
     }
+    if cut_url is not None:  # a provider that cuts every stream is the point here, not a fault to route around
+        data["routing"] = {"breaker": {"min_samples": 1_000_000, "consecutive_failures": 1_000_000}}
     if redis_url is not None:
-        data["state"] = {"backend": "redis", "url": redis_url, "namespace": namespace, "replica": f"r{index}"}
+        data["state"] = {
+            "backend": "redis",
+            "url": redis_url,
+            "namespace": namespace,
+            "replica": f"r{index}",
+            "timeout": 0.5,  # a shared 2-core machine: decide in Redis, not in the fallback
+        }
     path = folder / f"replica{index}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -7,14 +7,19 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+import uuid
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from conftest import SimFactory
 from fleet_store import Replica, fleet_config, pg_request_ids, run_load
 from pg_cluster import PostgresCluster
+from tailgate.ledger.keys import create_key
 from tailgate.ledger.spool import Shipper
+from tailgate.ledger.store import open_store
+from tailgate.state.server import RedisServer
 
 
 async def _fleet(tmp_path: Path, provider_url: str, pg_url: str, n: int = 3, **kw: object) -> list[Replica]:
@@ -99,3 +104,87 @@ async def test_sigkill_of_a_replica_loses_at_most_its_last_flush(
     assert len(lost) <= max(rate, 1), f"lost {len(lost)} rows; {rate} requests were answered in the last second"
     for rid in lost:  # every lost row was answered in the last second
         assert load.answered_at[rid] > killed_at - 1.0
+
+
+async def test_a_daily_token_budget_holds_across_three_replicas(
+    tmp_path: Path, sim: SimFactory, pg_cluster: PostgresCluster, redis_server: RedisServer
+) -> None:
+    """Budget X tokens/day, requests spread over 3 replicas sharing Redis, a third of them streams cut after 5
+    tokens: the tokens served (as the ledger records them) end between X − one reservation and X."""
+    pg_url = pg_cluster.fresh_database("fleet_budget")
+    provider = await sim("instant", models=("m",))
+    cutter = await sim("instant", models=("m",), faults={"disconnect_after_tokens": 5})
+    budget = 4000
+    replicas = await _fleet(
+        tmp_path, provider.url, pg_url, redis_url=redis_server.url, namespace=f"b{uuid.uuid4().hex[:8]}",
+        cut_url=cutter.url,
+    )  # fmt: skip
+    try:
+        with open_store(pg_url) as conn:
+            _, secret = create_key(conn, "team-a", tokens_per_day=budget)
+        auth = {"Authorization": f"Bearer {secret}"}
+        msgs = [{"role": "user", "content": "hi"}]
+        statuses: list[int] = []
+
+        async def one(session: aiohttp.ClientSession, i: int) -> int:
+            body = {"model": "chat", "messages": msgs, "max_tokens": 50}
+            if i % 3 == 0:
+                body = {"model": "cut", "messages": msgs, "max_tokens": 50, "stream": True}
+            url = replicas[i % 3].url
+            async with session.post(f"{url}/v1/chat/completions", json=body, headers=auth) as resp:
+                await resp.read()
+                return resp.status
+
+        async with aiohttp.ClientSession() as session:
+            for r in replicas:  # each replica has loaded the new key (it polls the store): closed to others
+                deadline = time.monotonic() + 5
+                while True:
+                    async with session.get(f"{r.url}/v1/models", headers={"Authorization": "Bearer nope"}) as resp:
+                        if resp.status == 401:
+                            break
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+            i = 0
+            while statuses.count(429) < 6 and i < 1000:  # concurrent until refusals begin
+                batch = await asyncio.gather(*(one(session, i + j) for j in range(6)))
+                statuses.extend(batch)
+                i += 6
+            await asyncio.sleep(0.3)  # every settlement done
+            refused_in_a_row = 0
+            while refused_in_a_row < 3 and i < 2000:  # then one at a time until nothing fits
+                status = await one(session, i)
+                statuses.append(status)
+                refused_in_a_row = refused_in_a_row + 1 if status == 429 else 0
+                i += 1
+                await asyncio.sleep(0.05)
+        assert set(statuses) <= {200, 429}
+        ok = statuses.count(200)
+        want = len(statuses)
+
+        def team_rows() -> int:
+            with open_store(pg_url) as conn:
+                return int(conn.execute("SELECT COUNT(*) FROM requests WHERE key_id = 'team-a'").fetchone()[0])
+
+        for _ in range(100):  # shipped within ~1 s; 20 s at most
+            if await asyncio.to_thread(team_rows) >= want:
+                break
+            await asyncio.sleep(0.2)
+        with open_store(pg_url) as conn:
+            served = conn.execute(
+                "SELECT outcome, prompt_tokens, output_tokens FROM requests WHERE key_id = 'team-a' AND status = 200"
+            ).fetchall()
+            refused = conn.execute(
+                "SELECT COUNT(*) FROM requests WHERE key_id = 'team-a' AND outcome = 'budget_exceeded'"
+            ).fetchone()[0]
+        assert len(served) == ok
+        assert refused == statuses.count(429)
+        spent = sum((p or 0) + (o or 0) for _, p, o in served)
+        reservation = 50 + 60  # max_tokens + about the body's bytes / 4
+        cut = [o for outcome, _, o in served if outcome != "ok"]
+        print(f"budget {budget} tokens/day over 3 replicas: {ok} served ({len(cut)} cut), {spent} tokens charged")
+        assert budget - reservation <= spent <= budget, (spent, budget)
+        assert cut  # streams were cut ...
+        assert set(cut) == {5}  # ... and charged the 5 tokens they produced
+    finally:
+        for r in replicas:
+            r.stop()

@@ -128,7 +128,9 @@ class KeyDirectory:
 
     @property
     def has_store_keys(self) -> bool:
-        return bool(self._by_digest)
+        """True while the store holds keys — or could not be read yet (fail closed: an unreadable store
+        must not turn a gateway that has runtime keys into an open one)."""
+        return bool(self._by_digest) or (self.target is not None and self._version < 0)
 
     def find(self, digest: bytes) -> KeyLimits | None:
         """The store key with this SHA-256 digest (revoked and expired ones included: the caller says why)."""
