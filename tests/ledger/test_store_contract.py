@@ -4,6 +4,7 @@ refusal, keys, roll-ups + usage matching the raw rows exactly, retention, and th
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -185,3 +186,48 @@ def test_samples_and_traffic_read_back_the_same(store: StoreConn) -> None:
     assert read_traffic(store, provider="p1") == [minute, minute]
     rows = compute(store, window_s=3600, now=BASE_TS + 60)
     assert [(r.provider, r.model, r.samples, r.traffic_requests) for r in rows] == [("p1", "m", 1, 20)]
+
+
+def test_traffic_hours_give_the_same_leaderboard_as_the_minutes(store: StoreConn) -> None:
+    """Minute rows from two workers over 5 hours (histograms included), rolled up into hours, some arriving
+    after the roll-up: the leaderboard over an hour-unaligned window equals the one computed from minutes."""
+    from tailgate.ledger.leaderboard import build
+    from tailgate.ledger.traffic_hours import read_window, rollup_traffic
+    from tailgate.stats import LatencyHistogram
+
+    rng = random.Random(5)
+    tcols = [f.name for f in dataclasses.fields(TrafficMinute)]
+    insert = f"INSERT INTO traffic_minutes ({', '.join(tcols)}) VALUES ({', '.join('?' * len(tcols))})"  # noqa: S608
+    start = hour_start(BASE_TS)
+    minutes: list[TrafficMinute] = []
+
+    def hist() -> str:
+        h = LatencyHistogram()
+        for _ in range(5):
+            h.record(rng.uniform(50, 3000))
+        return json.dumps(h.to_dict(), separators=(",", ":"))
+
+    def add(n: int) -> None:
+        rows = []
+        for _ in range(n):
+            m = start + rng.randrange(5 * 60) * 60.0
+            rows.append(
+                TrafficMinute(m, rng.choice(["p1", "p2"]), "m", 5, rng.randint(0, 1), 100, 250.0, 4, hist(), hist())
+            )
+        with store.transaction():
+            store.executemany(insert, [dataclasses.astuple(r) for r in rows])
+        minutes.extend(rows)
+
+    add(400)
+    assert rollup_traffic(store) == 400
+    add(50)  # late: not rolled up yet
+    now = start + 4.5 * 3600
+    window = 3.7 * 3600
+    got = build([], read_window(store, since=now - window, until=now), window_s=window, now=now)
+    want = build([], minutes, window_s=window, now=now)
+    assert [r.to_dict() for r in got] == [r.to_dict() for r in want]
+    assert rollup_traffic(store) == 50
+    got = build([], read_window(store, since=now - window, until=now), window_s=window, now=now)
+    assert [r.to_dict() for r in got] == [r.to_dict() for r in want]
+    (hours,) = store.execute("SELECT COUNT(*) FROM traffic_hours").fetchone()
+    assert hours <= 10  # 5 hours x 2 providers, both workers merged

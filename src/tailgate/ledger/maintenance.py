@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tailgate.ledger.store import StoreConn, open_store
+from tailgate.ledger.traffic_hours import rollup_traffic
 from tailgate.ledger.usage import retention, rollup
 
 __all__ = ["Maintenance"]
@@ -79,6 +80,7 @@ class Maintenance:
             if self._conn is None:
                 self._conn = open_store(self.target, connect_timeout=2.0)
             self.rolled += rollup(self._conn)
+            rollup_traffic(self._conn)
             now = time.time()
             if now >= self._next_retention:
                 raw, _ = retention(self._conn, now=now, raw_s=self._raw_s, rollup_s=self._rollup_s)

@@ -147,6 +147,22 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE rollup_state (name TEXT PRIMARY KEY, upto BIGINT NOT NULL)",
             "INSERT INTO rollup_state (name, upto) VALUES ('requests', 0)",
             "CREATE INDEX requests_key_ts ON requests (key_id, ts)",
+            """
+            CREATE TABLE traffic_hours (
+                hour          DOUBLE PRECISION NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                requests      BIGINT  NOT NULL,
+                errors        BIGINT  NOT NULL,
+                output_tokens BIGINT  NOT NULL,
+                tok_s_sum     DOUBLE PRECISION NOT NULL,
+                tok_s_n       BIGINT  NOT NULL,
+                ttft_hist     TEXT,
+                e2e_hist      TEXT,
+                PRIMARY KEY (hour, provider, model)
+            )
+            """,
+            "INSERT INTO rollup_state (name, upto) VALUES ('traffic', 0)",
         ),
     ),
 )

@@ -202,6 +202,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE spool_state (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
             "INSERT INTO spool_state (name, value) VALUES ('origin', lower(hex(randomblob(16))))",
             "CREATE INDEX requests_key_ts ON requests (key_id, ts)",
+            """
+            CREATE TABLE traffic_hours (
+                hour          REAL    NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                requests      INTEGER NOT NULL,
+                errors        INTEGER NOT NULL,
+                output_tokens INTEGER NOT NULL,
+                tok_s_sum     REAL    NOT NULL,
+                tok_s_n       INTEGER NOT NULL,
+                ttft_hist     TEXT,
+                e2e_hist      TEXT,
+                PRIMARY KEY (hour, provider, model)
+            )
+            """,
+            "INSERT INTO rollup_state (name, upto) VALUES ('traffic', 0)",
         ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.
