@@ -176,7 +176,7 @@ def _monitor_week(conn: StoreConn, now: float) -> None:
     samples = []
     traffic = []
     hists = []
-    for p in range(6):
+    for _ in range(6):
         h = LatencyHistogram()
         for _ in range(100):
             h.record(rng.uniform(100, 3000))

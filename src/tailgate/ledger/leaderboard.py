@@ -25,6 +25,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any, NamedTuple, TypedDict, cast
 
 from tailgate.ledger.samples import Sample, TrafficMinute, read_samples
@@ -66,7 +67,11 @@ def bucket_seconds(window_s: float) -> float:
 
 def nearest_rank(values: list[float], q: float) -> float:
     """Exact nearest-rank percentile of ``values`` (sorted or not; non-empty), as tailgate.stats defines it."""
-    ordered = values if all(values[i] <= values[i + 1] for i in range(len(values) - 1)) else sorted(values)
+    return _ranked(sorted(values), q)
+
+
+def _ranked(ordered: list[float], q: float) -> float:
+    """``nearest_rank`` of values already sorted."""
     rank = max(1, math.ceil(q / 100.0 * len(ordered) * (1.0 - 1e-12)))
     return ordered[min(rank, len(ordered)) - 1]
 
@@ -169,7 +174,7 @@ class _Cells:
         ordered = sorted(values)  # once, not once per percentile
         for q in (50, 90, 99):
             minimum = MINIMUMS[f"p{q}"]
-            self.put(f"{prefix}_p{q}_ms", nearest_rank(ordered, q) if n >= minimum else None, n, minimum)
+            self.put(f"{prefix}_p{q}_ms", _ranked(ordered, q) if n >= minimum else None, n, minimum)
 
     def histogram(self, prefix: str, hist: LatencyHistogram) -> None:
         n = hist.count
@@ -335,8 +340,8 @@ def _fast_samples(conn: Queryable, *, since: float, until: float, model: str | N
         f"WHERE ts >= ? AND ts <= ? {clause}ORDER BY ts, id",
         args,
     )
-    make = _SampleRow._make
-    return cast(list[Sample], [make(r) for r in cursor.fetchall()])  # duck-typed: the fields build() reads
+    make = partial(tuple.__new__, _SampleRow)  # what _make does, without its per-row Python call
+    return cast(list[Sample], list(map(make, cursor.fetchall())))  # duck-typed: the fields build() reads
 
 
 def compute(
