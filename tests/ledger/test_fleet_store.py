@@ -21,6 +21,8 @@ from tailgate.ledger.spool import Shipper
 from tailgate.ledger.store import open_store
 from tailgate.state.server import RedisServer
 
+pytestmark = pytest.mark.timeout(180)  # real processes and a real PostgreSQL on a shared machine
+
 
 async def _fleet(tmp_path: Path, provider_url: str, pg_url: str, n: int = 3, **kw: object) -> list[Replica]:
     replicas = [
