@@ -126,3 +126,20 @@ async def test_unreachable_postgres_at_start_only_delays_shipping(tmp_path: Path
     assert shipper.stats.last_error is not None
     assert "secret-pw" not in shipper.stats.last_error
     await shipper.close()
+
+
+async def test_a_row_postgres_refuses_does_not_block_the_spool(tmp_path: Path, pg_url: str) -> None:
+    """A value PostgreSQL cannot take (a NUL in text: SQLite stores it) is skipped and counted; the rest ships."""
+    spool = tmp_path / "spool.db"
+    async with SampleStore(spool) as store:
+        for requests, model in ((3, "m"), (5, "m\x00"), (7, "m")):
+            store.add_traffic(TrafficMinute(60.0, "p", model, requests, 0, 9, 1.0, 1, None, None))
+        await store.flush()
+    shipper = Shipper(spool, pg_url)
+    await shipper.start()
+    await shipper.ship_now()
+    await shipper.close()
+    assert shipper.stats.rejected == 1
+    assert shipper.stats.backlog == 0
+    with open_store(pg_url) as conn:
+        assert sorted(r[0] for r in conn.execute("SELECT requests FROM traffic_minutes").fetchall()) == [3, 7]

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from tailgate.ledger.row import COLUMNS
 from tailgate.ledger.samples import Sample, TrafficMinute
 from tailgate.ledger.schema import SchemaError, open_db
@@ -87,6 +89,8 @@ class ShipperStats:
     batches: int = 0
     errors: int = 0
     """Failed shipping attempts (each retried)."""
+    rejected: int = 0
+    """Rows PostgreSQL refused as bad data (logged, skipped; the rest of their batch is stored)."""
     backlog: int = 0
     """Rows in the spool not yet shipped, at the last look."""
     last_error: str | None = None
@@ -258,6 +262,9 @@ class Shipper:
                                 copy.write_row(p)
                         cur.execute(table.insert())
                         inserted = cur.rowcount
+                except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError):
+                    # A row PostgreSQL refuses would block the spool for ever: store the others one by one.
+                    inserted = self._insert_each(pg, table, params)
                 except Exception:
                     self._reset()
                     raise
@@ -279,6 +286,22 @@ class Shipper:
             self._next_prune = time.monotonic() + 60.0
             self._prune_sync()
         return sent, full
+
+    def _insert_each(self, pg: Any, table: _Table, params: list[tuple[Any, ...]]) -> int:
+        cols = ", ".join((*table.columns, "origin", "origin_id"))
+        marks = ", ".join(["%s"] * (len(table.columns) + 2))
+        sql = f"INSERT INTO {table.name} ({cols}) VALUES ({marks}) ON CONFLICT (origin, origin_id) DO NOTHING"  # noqa: S608
+        inserted = 0
+        for p in params:
+            try:
+                with pg.transaction():
+                    inserted += pg.execute(sql, p).rowcount
+            except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as exc:
+                self.stats.rejected += 1
+                log.error(
+                    "ledger shipper: PostgreSQL refused a %s row (id %s in the spool): %s", table.name, p[-1], exc
+                )
+        return inserted
 
     def _backlog_sync(self) -> int:
         local = self._local
