@@ -231,3 +231,50 @@ def test_traffic_hours_give_the_same_leaderboard_as_the_minutes(store: StoreConn
     assert [r.to_dict() for r in got] == [r.to_dict() for r in want]
     (hours,) = store.execute("SELECT COUNT(*) FROM traffic_hours").fetchone()
     assert hours <= 10  # 5 hours x 2 providers, both workers merged
+
+
+def test_the_leaderboard_computed_in_the_store_equals_the_one_from_every_sample(store: StoreConn) -> None:
+    """compute() aggregates probes in SQL; build() over every sample read back is the reference."""
+    from tailgate.ledger.leaderboard import build
+
+    rng = random.Random(9)
+    cols = [f.name for f in dataclasses.fields(Sample)]
+    insert = f"INSERT INTO samples ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"  # noqa: S608
+    rows = []
+    for i in range(3000):
+        ok = rng.random() > 0.1
+        workload = rng.choice(["short", "long", "accuracy"])
+        ttft = rng.uniform(50, 2000) if ok else None
+        e2e = (ttft or 0) + rng.uniform(100, 5000) if ok else None
+        rows.append(
+            Sample(
+                BASE_TS + rng.uniform(0, 86400) if i % 7 else BASE_TS + 1000.0,  # some equal timestamps
+                rng.choice(["p1", "p2", "p3"]),
+                rng.choice(["m", "n"]),
+                workload,
+                200 if ok else 502,
+                None if ok else "http_5xx",
+                ttft,
+                e2e,
+                rng.randint(1, 300) if ok else None,
+                rng.uniform(10, 90) if ok and workload == "long" and rng.random() > 0.05 else None,
+                (rng.random() > 0.3) if ok and workload == "accuracy" else None,
+            )
+        )
+    with store.transaction():
+        store.executemany(
+            insert, [tuple(int(v) if isinstance(v, bool) else v for v in dataclasses.astuple(r)) for r in rows]
+        )
+    now, window = BASE_TS + 80000.0, 70000.0
+    for model in (None, "m"):
+        got = compute(store, window_s=window, now=now, model=model)
+        want = build([r for r in rows if model is None or r.model == model], window_s=window, now=now)
+        assert [(r.provider, r.model) for r in got] == [(r.provider, r.model) for r in want]
+        for g, w in zip(got, want, strict=True):
+            gd, wd = g.to_dict(), w.to_dict()
+            assert gd.keys() == wd.keys()
+            for k in wd:
+                if isinstance(wd[k], float):
+                    assert gd[k] == pytest.approx(wd[k], rel=1e-9), k
+                else:
+                    assert gd[k] == wd[k], k

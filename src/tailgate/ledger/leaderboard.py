@@ -25,11 +25,10 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from functools import partial
-from typing import Any, NamedTuple, TypedDict, cast
+from typing import Any, TypedDict
 
 from tailgate.ledger.samples import Sample, TrafficMinute, read_samples
-from tailgate.ledger.store import Queryable
+from tailgate.ledger.store import Queryable, dialect_of
 from tailgate.ledger.traffic_hours import read_window
 from tailgate.stats import LatencyHistogram
 
@@ -270,11 +269,13 @@ def build(
     sort: str = "p90",
     info: Mapping[str, ProviderInfo] | None = None,
     pairs: Iterable[tuple[str, str]] = (),
+    probes: Mapping[tuple[str, str], _Cells] | None = None,
 ) -> list[LeaderRow]:
     """Leaderboard rows from rows already read; rows outside ``[now - window_s, now]`` are ignored.
 
     ``pairs`` adds provider × model rows that have no data yet (so a configured pair shows up as
-    "n<5" rather than missing); ``info`` fills price and max output length per provider.
+    "n<5" rather than missing); ``info`` fills price and max output length per provider. ``probes``:
+    the probe columns already computed by the store (``compute`` does that in SQL) instead of ``samples``.
     """
     if sort not in SORTS:
         raise ValueError(f"unknown sort {sort!r}; choose from {', '.join(SORTS)}")
@@ -289,13 +290,16 @@ def build(
     for t in traffic:
         if since <= t.minute <= now:
             traffic_by_pair[(t.provider, t.model)].append(t)
-    keys = set(by_pair) | set(traffic_by_pair) | set(pairs)
+    keys = set(by_pair) | set(traffic_by_pair) | set(pairs) | set(probes or ())
     info = info or {}
     bucket_s = bucket_seconds(window_s)
     rows: list[LeaderRow] = []
     for provider, model in keys:
-        cells = _Cells()
-        _probe_cells(cells, by_pair.get((provider, model), []), since, bucket_s)
+        if probes is not None:
+            cells = probes.get((provider, model)) or _empty_probe_cells(since, bucket_s)
+        else:
+            cells = _Cells()
+            _probe_cells(cells, by_pair.get((provider, model), []), since, bucket_s)
         _traffic_cells(cells, traffic_by_pair.get((provider, model), []))
         meta = info.get(provider, ProviderInfo())
         rows.append(
@@ -315,33 +319,72 @@ def build(
     return rows
 
 
-class _SampleRow(NamedTuple):
-    """A probe sample as the leaderboard reads it: a plain tuple (a week is ~10^5 rows; no dataclass each)."""
-
-    ts: float
-    provider: str
-    model: str
-    workload: str
-    error_class: str | None
-    ttft_ms: float | None
-    e2e_ms: float | None
-    tok_s: float | None
-    accuracy_ok: int | None
-
-    @property
-    def ok(self) -> bool:
-        return self.error_class is None
+def _empty_probe_cells(since: float, bucket_s: float) -> _Cells:
+    cells = _Cells()
+    _probe_cells(cells, [], since, bucket_s)
+    return cells
 
 
-def _fast_samples(conn: Queryable, *, since: float, until: float, model: str | None) -> list[Sample]:
-    clause, args = ("AND model = ? ", (since, until, model)) if model is not None else ("", (since, until))
-    cursor = conn.execute(
-        "SELECT ts, provider, model, workload, error_class, ttft_ms, e2e_ms, tok_s, accuracy_ok FROM samples "  # noqa: S608
-        f"WHERE ts >= ? AND ts <= ? {clause}ORDER BY ts, id",
+def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, until: float, bucket_s: float) -> _Cells:
+    """``_probe_cells`` computed by the store: aggregates in SQL, each percentile column fetched sorted.
+
+    Same numbers as reading every sample (nearest-rank on the same values; means up to float rounding).
+    """
+    cells = _Cells()
+    base = "FROM samples WHERE provider = ? AND model = ? AND ts >= ? AND ts <= ?"
+    args = (provider, model, since, until)
+    long_ok = f"{base} AND error_class IS NULL AND workload = '{THROUGHPUT_WORKLOAD}'"
+    n, ok, graded, right = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN error_class IS NULL THEN 1 ELSE 0 END), 0), "
+        "COALESCE(SUM(CASE WHEN accuracy_ok IS NOT NULL THEN 1 ELSE 0 END), 0), "
+        f"COALESCE(SUM(CASE WHEN accuracy_ok = 1 THEN 1 ELSE 0 END), 0) {base}",
         args,
-    )
-    make = partial(tuple.__new__, _SampleRow)  # what _make does, without its per-row Python call
-    return cast(list[Sample], list(map(make, cursor.fetchall())))  # duck-typed: the fields build() reads
+    ).fetchone()
+    n, ok, graded, right = int(n), int(ok), int(graded), int(right)
+    cells.values["samples"] = n
+    cells.values["attempts"] = n
+    cells.put("reliability_pct", 100.0 * ok / n if n else None, n, MINIMUMS["rate"])
+    cells.values["accuracy_n"] = graded
+    cells.put("accuracy_pct", 100.0 * right / graded if graded else None, graded, MINIMUMS["rate"])
+
+    rated = f"{long_ok} AND tok_s IS NOT NULL"
+    n_rates, total = conn.execute(f"SELECT COUNT(*), SUM(tok_s) {rated}", args).fetchone()
+    n_rates = int(n_rates)
+    cells.values["tok_s_n"] = n_rates
+    latest = conn.execute(f"SELECT tok_s, ts {rated} ORDER BY ts DESC, id ASC LIMIT 1", args).fetchone()
+    if latest is not None:
+        cells.values["snapshot_tok_s"], cells.values["snapshot_ts"] = float(latest[0]), float(latest[1])
+    else:
+        cells.put("snapshot_tok_s", None, 0, 1)
+        cells.values["snapshot_ts"] = None
+    cells.put("tok_s_avg", float(total) / n_rates if n_rates else None, n_rates, MINIMUMS["tok_s"])
+    floor = "floor" if dialect_of(conn) == "postgres" else ""
+    bucket = f"CAST({floor}((ts - ?) / ?) AS INTEGER)"
+    means = [
+        float(m)
+        for (m,) in conn.execute(
+            f"SELECT AVG(tok_s) {rated} GROUP BY {bucket}",
+            (*args, since, bucket_s),
+        ).fetchall()
+    ]
+    nb = len(means)
+    cells.values["tok_s_buckets"] = nb
+    lo, hi = (min(means), max(means)) if means else (None, None)
+    cells.put("tok_s_min", lo, nb, MINIMUMS["buckets"])
+    cells.put("tok_s_max", hi, nb, MINIMUMS["buckets"])
+    ratio = hi / lo if lo is not None and hi is not None and lo > 0 else None
+    cells.put("peak_trough", ratio, nb, MINIMUMS["buckets"])
+
+    ttft = [float(v) for (v,) in conn.execute(
+        f"SELECT ttft_ms {base} AND error_class IS NULL AND ttft_ms IS NOT NULL ORDER BY ttft_ms", args
+    ).fetchall()]  # fmt: skip
+    e2e = [float(v) for (v,) in conn.execute(
+        f"SELECT e2e_ms {long_ok} AND e2e_ms IS NOT NULL ORDER BY e2e_ms", args
+    ).fetchall()]  # fmt: skip
+    cells.values["ttft_n"], cells.values["e2e_n"] = len(ttft), len(e2e)
+    cells.percentiles("ttft", ttft)
+    cells.percentiles("e2e", e2e)
+    return cells
 
 
 def compute(
@@ -359,10 +402,16 @@ def compute(
     ``model`` keeps only that upstream model id (``pairs`` are filtered the same way).
     """
     since = now - window_s
-    samples = _fast_samples(conn, since=since, until=now, model=model)
     traffic = read_window(conn, since=since, until=now, model=model)  # whole hours from the hourly roll-up
+    clause, args = ("AND model = ? ", (since, now, model)) if model is not None else ("", (since, now))
+    found = conn.execute(
+        f"SELECT DISTINCT provider, model FROM samples WHERE ts >= ? AND ts <= ? {clause}",  # noqa: S608
+        args,
+    ).fetchall()
+    bucket_s = bucket_seconds(window_s)
+    probes = {(p, m): _probe_cells_sql(conn, p, m, since, now, bucket_s) for p, m in found}
     wanted = [p for p in pairs if model is None or p[1] == model]
-    return build(samples, traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted)
+    return build((), traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted, probes=probes)
 
 
 class Prior(TypedDict):
