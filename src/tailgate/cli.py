@@ -260,6 +260,11 @@ def serve(config_path: Path, host: str | None, port: int | None, workers: int, d
         _fail(str(exc))
     if workers > 1 and (port if port is not None else config.listen.port) == 0:
         _fail("--workers > 1 needs a fixed port (the workers share it)")
+    if config.ledger.url:  # the fleet's PostgreSQL: refuse a newer schema before any worker starts
+        from tailgate.ledger.commands import check_store
+
+        if (problem := check_store(config.ledger.url)) is not None:
+            _fail(problem)
     serve_forever(config_path, host=host, port=port, workers=workers, drain_timeout=drain_timeout)
 
 

@@ -14,7 +14,7 @@ from ledger_support import insert_rows, make_row
 
 from tailgate.cli import main
 from tailgate.ledger.keys import digest, get_key
-from tailgate.ledger.store import StoreConn
+from tailgate.ledger.store import StoreConn, open_store
 
 
 def _config(tmp_path: Path, store_target: str) -> Path:
@@ -91,3 +91,11 @@ def test_usage_json_and_csv_match_the_rows(tmp_path: Path, store_target: str, st
     code, out, _ = _run("usage", "--config", cfg)
     assert "team-a" in out
     assert "total" in out
+
+
+def test_serve_refuses_a_newer_schema_in_postgres(tmp_path: Path, pg_url: str) -> None:
+    with open_store(pg_url) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, ?)", (77, 0.0, "from a newer tailgate"))
+    code, _, err = _run("serve", "--config", str(_config(tmp_path, pg_url)), "--port", "0")
+    assert code == 2
+    assert "schema version 77 is newer than this tailgate's" in err

@@ -24,7 +24,7 @@ from tailgate.ledger.schema import SchemaError
 from tailgate.ledger.store import StoreConn, StoreError, open_store, redact_url
 from tailgate.ledger.usage import DIMENSIONS, Dimension, usage
 
-__all__ = ["KeyOptions", "keys_main", "parse_budget", "parse_expiry", "store_target", "usage_main"]
+__all__ = ["KeyOptions", "check_store", "keys_main", "parse_budget", "parse_expiry", "store_target", "usage_main"]
 
 Echo = Callable[[str], None]
 
@@ -82,6 +82,20 @@ def store_target(config_path: Path | None, db: Path | None) -> str | Path:
         if config.ledger.path:
             return Path(config.ledger.path).expanduser()
     return default_db_path()
+
+
+def check_store(url: str) -> str | None:
+    """Before a replica starts: the reason it must not (a newer schema), or None. An unreachable PostgreSQL is
+    not a reason (the spool holds the rows until it is back); it is only logged."""
+    import logging
+
+    try:
+        open_store(url, connect_timeout=3.0).close()
+    except SchemaError as exc:
+        return str(exc)
+    except StoreError as exc:
+        logging.getLogger("tailgate.ledger").warning("%s; rows wait in the local spool until it is back", exc)
+    return None
 
 
 def _where(target: str | Path) -> str:
