@@ -186,14 +186,45 @@ def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[Usag
     return out
 
 
-def _name(row: UsageRow, by: Dimension) -> str:
+_ROLLED_GROUP = {"key": "key_id", "alias": "alias", "provider": "provider", "day": "hour"}
+
+
+def _raw_group(conn: Queryable, by: Dimension) -> str:
+    return {
+        "key": "COALESCE(key_id, '')",
+        "alias": "alias",
+        "provider": "COALESCE(provider, '')",
+        "day": _hour_expr(conn),
+    }[by]
+
+
+def _grouped(conn: StoreConn, *, since: float, by: Dimension, key: str | None) -> list[tuple[Any, ...]]:
+    """(group, requests, errors, input, output, cost) from roll-ups + raw rows above the watermark, summed in
+    the store (a week of roll-ups is ~10^5 rows: they are not read into Python). ``day`` groups by hour."""
+    start = hour_start(since)
+    key_clause = " AND key_id = ?" if key is not None else ""
+    args: tuple[Any, ...] = (start, key) if key is not None else (start,)
+    rolled_group, raw_group = _ROLLED_GROUP[by], _raw_group(conn, by)
+    with _snapshot(conn):
+        upto = _watermark(conn)
+        rolled = conn.execute(
+            f"SELECT {rolled_group}, SUM(requests), SUM(errors), SUM(input_tokens), SUM(output_tokens), SUM(cost) "  # noqa: S608
+            f"FROM usage_hourly WHERE hour >= ?{key_clause} GROUP BY {rolled_group}",
+            args,
+        ).fetchall()
+        raw = conn.execute(
+            f"SELECT {raw_group}, COUNT(*), SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 END), "  # noqa: S608
+            "SUM(COALESCE(prompt_tokens, 0)), SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)) "
+            f"FROM requests WHERE id > ? AND ts >= ?{key_clause} GROUP BY {raw_group}",
+            (upto, *args),
+        ).fetchall()
+    return [*rolled, *raw]
+
+
+def _name(group: Any, by: Dimension) -> str:
     if by == "day":
-        return time.strftime("%Y-%m-%d", time.gmtime(row.hour))
-    if by == "key":
-        return row.key or "-"
-    if by == "provider":
-        return row.provider or "-"
-    return row.alias
+        return time.strftime("%Y-%m-%d", time.gmtime(float(group)))
+    return str(group) or "-"
 
 
 def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | None = None) -> list[dict[str, Any]]:
@@ -202,13 +233,13 @@ def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | No
     if by not in DIMENSIONS:
         raise ValueError(f"--by must be one of {', '.join(DIMENSIONS)}, got {by!r}")
     groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0])
-    for row in cells(conn, since=since, key=key):
-        g = groups[_name(row, by)]
-        g[0] += row.requests
-        g[1] += row.errors
-        g[2] += row.input_tokens
-        g[3] += row.output_tokens
-        g[4] += row.cost
+    for group, requests, errors, tokens_in, tokens_out, cost in _grouped(conn, since=since, by=by, key=key):
+        g = groups[_name(group, by)]
+        g[0] += int(requests or 0)
+        g[1] += int(errors or 0)
+        g[2] += int(tokens_in or 0)
+        g[3] += int(tokens_out or 0)
+        g[4] += float(cost or 0.0)
     return [
         {
             by: name,
@@ -225,7 +256,7 @@ def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | No
 def spend(conn: StoreConn, key: str, *, since: float) -> tuple[int, float]:
     """Tokens (input + output) and cost of ``key`` since ``since`` (hour-aligned: a day or month start)."""
     tokens, cost = 0, 0.0
-    for row in cells(conn, since=since, key=key):
-        tokens += row.input_tokens + row.output_tokens
-        cost += row.cost
+    for _, _, _, tokens_in, tokens_out, spent in _grouped(conn, since=since, by="key", key=key):
+        tokens += int(tokens_in or 0) + int(tokens_out or 0)
+        cost += float(spent or 0.0)
     return tokens, cost
