@@ -375,15 +375,26 @@ def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, u
     ratio = hi / lo if lo is not None and hi is not None and lo > 0 else None
     cells.put("peak_trough", ratio, nb, MINIMUMS["buckets"])
 
-    ttft = [float(v) for (v,) in conn.execute(
-        f"SELECT ttft_ms {base} AND error_class IS NULL AND ttft_ms IS NOT NULL ORDER BY ttft_ms", args
-    ).fetchall()]  # fmt: skip
-    e2e = [float(v) for (v,) in conn.execute(
-        f"SELECT e2e_ms {long_ok} AND e2e_ms IS NOT NULL ORDER BY e2e_ms", args
-    ).fetchall()]  # fmt: skip
-    cells.values["ttft_n"], cells.values["e2e_n"] = len(ttft), len(e2e)
-    cells.percentiles("ttft", ttft)
-    cells.percentiles("e2e", e2e)
+    for prefix, where in (
+        ("ttft", f"{base} AND error_class IS NULL AND ttft_ms IS NOT NULL"),
+        ("e2e", f"{long_ok} AND e2e_ms IS NOT NULL"),
+    ):
+        column = f"{prefix}_ms"
+        if dialect_of(conn) == "postgres":
+            # percentile_disc(f): the first value whose cumulative share reaches f, i.e. nearest rank, in the server.
+            shares = ", ".join(
+                f"percentile_disc({q / 100.0 * (1.0 - 1e-12)!r}) WITHIN GROUP (ORDER BY {column})" for q in (50, 90, 99)
+            )
+            count, *values = conn.execute(f"SELECT COUNT({column}), {shares} {where}", args).fetchone()
+            count = int(count)
+            cells.values[f"{prefix}_n"] = count
+            for q, value in zip((50, 90, 99), values, strict=True):
+                minimum = MINIMUMS[f"p{q}"]
+                cells.put(f"{prefix}_p{q}_ms", float(value) if count >= minimum else None, count, minimum)
+            continue
+        ordered = [float(v) for (v,) in conn.execute(f"SELECT {column} {where} ORDER BY {column}", args).fetchall()]
+        cells.values[f"{prefix}_n"] = len(ordered)
+        cells.percentiles(prefix, ordered)
     return cells
 
 
