@@ -39,9 +39,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from bench_sim import Checks as _Checks  # noqa: E402
 from bench_sim import Wrk, _chat_body, check_wrk, server, sim_argv  # noqa: E402
 from pg_cluster import PostgresCluster  # noqa: E402
-from tailgate.ledger.leaderboard import compute  # noqa: E402
+from tailgate.ledger.leaderboard import build, compute  # noqa: E402
 from tailgate.ledger.row import COLUMNS  # noqa: E402
-from tailgate.ledger.samples import Sample, TrafficMinute  # noqa: E402
+from tailgate.ledger.samples import Sample, TrafficMinute, read_samples, read_traffic  # noqa: E402
 from tailgate.ledger.store import StoreConn, open_store  # noqa: E402
 from tailgate.ledger.traffic_hours import rollup_traffic  # noqa: E402
 from tailgate.ledger.usage import hour_start, rollup, usage  # noqa: E402
@@ -251,6 +251,16 @@ def big_part(args: argparse.Namespace, workdir: Path, pg: PostgresCluster) -> di
             since = now - 7 * 86400
             usage_s, groups = _timed(lambda c=conn, s=since: usage(c, since=s, by="key"))
             board_s, board = _timed(lambda c=conn: compute(c, window_s=7 * 86400, now=now))
+            # The baseline: the leaderboard as it was computed before issue 12, every sample and minute in Python.
+            old_s, old = _timed(
+                lambda c=conn: build(
+                    read_samples(c, since=now - 7 * 86400, until=now),
+                    read_traffic(c, since=now - 7 * 86400, until=now),
+                    window_s=7 * 86400,
+                    now=now,
+                ),
+                repeat=1,
+            )
             (truth,) = conn.execute("SELECT COUNT(*) FROM requests WHERE ts >= ?", (hour_start(since),)).fetchall()
             (raw_s, _) = _timed(
                 lambda c=conn, s=since: c.execute(
@@ -269,6 +279,9 @@ def big_part(args: argparse.Namespace, workdir: Path, pg: PostgresCluster) -> di
             "first_traffic_rollup_s": round(traffic_rollup_s, 1),
             "usage_7d_s": round(usage_s, 3),
             "leaderboard_7d_s": round(board_s, 3),
+            "leaderboard_7d_before_s": round(old_s, 3),
+            "leaderboard_same_rows": [(r.provider, r.model, r.samples, r.traffic_requests) for r in board]
+            == [(r.provider, r.model, r.samples, r.traffic_requests) for r in old],
             "raw_group_by_7d_s": round(raw_s, 3),
             "usage_matches_raw": total == int(truth[0]),
             "leaderboard_rows": len(board),
