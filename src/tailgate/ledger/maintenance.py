@@ -80,7 +80,7 @@ class Maintenance:
             if self._conn is None:
                 self._conn = open_store(self.target, connect_timeout=2.0)
             self.rolled += rollup(self._conn)
-            rollup_traffic(self._conn)
+            rollup_traffic(self._conn, max_rows=50_000)  # a big first roll-up goes over several ticks
             now = time.time()
             if now >= self._next_retention:
                 raw, _ = retention(self._conn, now=now, raw_s=self._raw_s, rollup_s=self._rollup_s)

@@ -26,7 +26,7 @@ __all__ = ["read_window", "rollup_traffic"]
 HOUR = 3600.0
 _COLUMNS = tuple(f.name for f in fields(TrafficMinute))
 _HOUR_COLUMNS = ("hour", *_COLUMNS[1:])
-_CHUNK = 200_000
+_CHUNK = 5_000
 _SELECT_HOUR = f"SELECT {', '.join(_HOUR_COLUMNS)} FROM traffic_hours WHERE hour = ? AND provider = ? AND model = ?"  # noqa: S608
 
 
@@ -34,31 +34,54 @@ def _id(conn: Queryable) -> str:
     return "id" if dialect_of(conn) == "postgres" else "rowid"
 
 
-def _merge_json(a: str | None, b: str | None) -> str | None:
-    if not b:
-        return a
-    if not a:
-        return b
+def _hist(text: object) -> LatencyHistogram | None:
+    if not text:
+        return None
     try:
-        h = LatencyHistogram.from_dict(json.loads(a))
-        h.merge(LatencyHistogram.from_dict(json.loads(b)))
+        return LatencyHistogram.from_dict(json.loads(str(text)))
     except ValueError:  # a damaged row loses its latencies, not the roll-up
-        return a
-    return json.dumps(h.to_dict(), separators=(",", ":"))
+        return None
 
 
-def _merge(into: list[object], row: tuple[object, ...]) -> None:
-    for i in range(3, 8):  # requests, errors, output_tokens, tok_s_sum, tok_s_n
-        into[i] = into[i] + row[i]  # type: ignore[operator]
-    into[8] = _merge_json(into[8], row[8])  # type: ignore[arg-type]
-    into[9] = _merge_json(into[9], row[9])  # type: ignore[arg-type]
+class _Hour:
+    """One hour × provider × model being merged; histograms stay objects until written."""
+
+    __slots__ = ("e2e", "sums", "ttft")
+
+    def __init__(self) -> None:
+        self.sums = [0, 0, 0, 0.0, 0]  # requests, errors, output_tokens, tok_s_sum, tok_s_n
+        self.ttft: LatencyHistogram | None = None
+        self.e2e: LatencyHistogram | None = None
+
+    def add(self, row: tuple[object, ...]) -> None:
+        """``row``: the columns of a minute (or an hour) row from ``minute``/``hour`` on."""
+        for i in range(5):
+            self.sums[i] += row[3 + i]  # type: ignore[operator]
+        for attr, text in (("ttft", row[8]), ("e2e", row[9])):
+            h = _hist(text)
+            if h is None:
+                continue
+            acc = getattr(self, attr)
+            if acc is None:
+                setattr(self, attr, h)
+            elif acc.unit == h.unit:
+                acc.merge(h)
+
+    def row(self, key: tuple[float, str, str]) -> tuple[object, ...]:
+        def text(h: LatencyHistogram | None) -> str | None:
+            return json.dumps(h.to_dict(), separators=(",", ":")) if h is not None and h.count else None
+
+        return (*key, *self.sums, text(self.ttft), text(self.e2e))
 
 
-def rollup_traffic(conn: StoreConn) -> int:
-    """Merge every not-yet-counted ``traffic_minutes`` row into ``traffic_hours``; return rows merged."""
+def rollup_traffic(conn: StoreConn, *, max_rows: int | None = None) -> int:
+    """Merge not-yet-counted ``traffic_minutes`` rows into ``traffic_hours``; return rows merged.
+
+    In transactions of ``_CHUNK`` rows (the store's write lock is held briefly); ``max_rows`` stops after
+    about that many, so a big first roll-up is spread over several maintenance ticks."""
     total = 0
     idc = _id(conn)
-    while True:
+    while max_rows is None or total < max_rows:
         if conn.dialect == "postgres":
             with conn.transaction():
                 conn.execute("LOCK TABLE traffic_minutes IN SHARE MODE")  # inserts in flight commit first
@@ -75,25 +98,25 @@ def rollup_traffic(conn: StoreConn) -> int:
                 f"SELECT {', '.join(_COLUMNS)} FROM traffic_minutes WHERE {idc} > ? AND {idc} <= ?",  # noqa: S608
                 (old, upto),
             ).fetchall()
-            hours: dict[tuple[float, str, str], list[object]] = {}
+            hours: dict[tuple[float, str, str], _Hour] = {}
             for r in rows:
                 key = (math.floor(r[0] / HOUR) * HOUR, r[1], r[2])
                 acc = hours.get(key)
                 if acc is None:
-                    hours[key] = [key[0], *r[1:]]
-                else:
-                    _merge(acc, r)
+                    acc = hours[key] = _Hour()
+                acc.add(r)
+            marks = ", ".join("?" * len(_HOUR_COLUMNS))
             for key, acc in hours.items():
                 found = conn.execute(_SELECT_HOUR, key).fetchone()
                 if found is not None:
-                    _merge(acc, tuple(found))
+                    acc.add(tuple(found))
                     conn.execute("DELETE FROM traffic_hours WHERE hour = ? AND provider = ? AND model = ?", key)
-                marks = ", ".join("?" * len(_HOUR_COLUMNS))
-                conn.execute(f"INSERT INTO traffic_hours ({', '.join(_HOUR_COLUMNS)}) VALUES ({marks})", acc)  # noqa: S608
+                conn.execute(f"INSERT INTO traffic_hours ({', '.join(_HOUR_COLUMNS)}) VALUES ({marks})", acc.row(key))  # noqa: S608
             conn.execute("UPDATE rollup_state SET upto = ? WHERE name = 'traffic'", (upto,))
             total += len(rows)
         if upto == top:
             return total
+    return total
 
 
 @contextmanager
