@@ -31,6 +31,7 @@ def fleet_config(
     redis_url: str | None = None,
     namespace: str = "fleet",
     cut_url: str | None = None,
+    admin_key: str | None = None,
     **ledger: Any,
 ) -> Path:
     """Replica ``index``'s config: its own spool, the shared PostgreSQL, optionally the fleet's Redis."""
@@ -52,6 +53,8 @@ def fleet_config(
         "retry": {"max_attempts": 1},
         "ledger": {"path": str(folder / f"spool{index}.db"), "url": pg_url, **ledger},
     }
+    if admin_key is not None:
+        data["admin_key"] = admin_key
     if cut_url is not None:  # a provider that cuts every stream is the point here, not a fault to route around
         data["routing"] = {"breaker": {"min_samples": 1_000_000, "consecutive_failures": 1_000_000}}
     if redis_url is not None:

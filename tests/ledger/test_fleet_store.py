@@ -21,7 +21,8 @@ from tailgate.ledger.spool import Shipper
 from tailgate.ledger.store import open_store
 from tailgate.state.server import RedisServer
 
-pytestmark = pytest.mark.timeout(180)  # real processes and a real PostgreSQL on a shared machine
+pytestmark = pytest.mark.timeout(180)
+ADMIN = "admin-0123456789abcdef"  # real processes and a real PostgreSQL on a shared machine
 
 
 async def _fleet(tmp_path: Path, provider_url: str, pg_url: str, n: int = 3, **kw: object) -> list[Replica]:
@@ -119,7 +120,7 @@ async def test_a_daily_token_budget_holds_across_three_replicas(
     budget = 4000
     replicas = await _fleet(
         tmp_path, provider.url, pg_url, redis_url=redis_server.url, namespace=f"b{uuid.uuid4().hex[:8]}",
-        cut_url=cutter.url,
+        cut_url=cutter.url, admin_key=ADMIN,
     )  # fmt: skip
     try:
         with open_store(pg_url) as conn:
@@ -159,6 +160,19 @@ async def test_a_daily_token_budget_holds_across_three_replicas(
                 refused_in_a_row = refused_in_a_row + 1 if status == 429 else 0
                 i += 1
                 await asyncio.sleep(0.05)
+            # Revoked on one replica's /admin/keys: refused by the other two within a second.
+            async with session.delete(
+                f"{replicas[0].url}/admin/keys/team-a", headers={"Authorization": f"Bearer {ADMIN}"}
+            ) as resp:
+                assert resp.status == 200
+            revoked_at = time.monotonic()
+            for r in replicas[1:]:
+                while True:
+                    async with session.get(f"{r.url}/v1/models", headers=auth) as resp:
+                        if resp.status == 401:
+                            break
+                    assert time.monotonic() - revoked_at < 1.0, "a revoked key still worked after 1 s"
+                    await asyncio.sleep(0.02)
         assert set(statuses) <= {200, 429}
         ok = statuses.count(200)
         want = len(statuses)
