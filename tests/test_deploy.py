@@ -59,12 +59,28 @@ async def test_grafana_dashboard_queries_only_metrics_the_gateway_exports(
     assert used <= exported, f"not exported: {sorted(used - exported)}"
 
 
-def test_prometheus_scrapes_the_gateway_service_of_the_compose_file() -> None:
-    """prometheus.yml scrapes gateway:8080/metrics, the service and port compose.yaml defines."""
+def test_prometheus_scrapes_every_gateway_replica_of_the_compose_file() -> None:
+    """prometheus.yml discovers every replica of the gateway service on 8080 (DNS); the load balancer
+    publishes 8080; the gateway config the replicas mount shares state through the compose file's Redis."""
+    from tailgate.config.loader import validate_data
+    from tailgate.config.schema import GatewayConfig
+
     prom = yaml.safe_load((DEPLOY / "prometheus.yml").read_text(encoding="utf-8"))
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
     job = prom["scrape_configs"][0]
     assert job["metrics_path"] == "/metrics"
-    assert job["static_configs"][0]["targets"] == ["gateway:8080"]
-    assert "8080:8080" in compose["services"]["gateway"]["ports"]
-    assert set(compose["services"]) >= {"gateway", "redis", "prometheus"}
+    assert job["dns_sd_configs"][0] == {"names": ["gateway"], "type": "A", "port": 8080}
+    assert compose["services"]["gateway"]["expose"] == ["8080"]
+    assert compose["services"]["gateway"]["deploy"]["replicas"] >= 2
+    assert "8080:8080" in compose["services"]["lb"]["ports"]
+    assert "server gateway:8080" in (DEPLOY / "nginx.conf").read_text(encoding="utf-8")
+    assert set(compose["services"]) >= {"gateway", "lb", "redis", "prometheus"}
+    env = {"TG_CLIENT_KEY": "tg-client-key-0123", "TG_ADMIN_KEY": "admin-key-0123456789", "LANYUN_KEY": "sk-l"}
+    env["BAILIAN_KEY"] = "sk-b"
+    from tailgate.config.loader import interpolate
+
+    data = interpolate(yaml.safe_load((DEPLOY / "gateway.yaml").read_text(encoding="utf-8")), env)
+    config = validate_data(data, GatewayConfig, "deploy/gateway.yaml")
+    assert config.state.backend == "redis"
+    assert config.state.url is not None
+    assert config.state.url.get_secret_value() == "redis://redis:6379/0"

@@ -198,6 +198,13 @@ def mock(
     show_default=True,
     help="Multiply every simulated time (0.1: ten times faster providers).",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Gateway replicas sharing state through a private redis-server (started if installed; docs/fleet.md).",
+)
 def demo(
     port: int,
     duration: float | None,
@@ -207,6 +214,7 @@ def demo(
     db: Path | None,
     n_requests: int,
     time_scale: float,
+    replicas: int,
 ) -> None:
     """Simulated providers + gateway + traffic + a failover drill, on this machine (no keys, no network)."""
     from tailgate.demo import DemoOptions, run_demo
@@ -220,6 +228,7 @@ def demo(
         rate=rate,
         db=db,
         check_requests=n_requests,
+        replicas=replicas,
     )
     try:
         run(lambda stop: run_demo(stop, options, console=_stdout()))
@@ -236,7 +245,7 @@ def demo(
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Processes sharing the port (SO_REUSEPORT); each keeps its own stats and metrics.",
+    help="Processes sharing the port (SO_REUSEPORT); one /metrics for all; state per process unless state: redis.",
 )
 @click.option(
     "--drain-timeout",
@@ -247,6 +256,10 @@ def demo(
 )
 def serve(config_path: Path, host: str | None, port: int | None, workers: int, drain_timeout: float) -> None:
     """Run the OpenAI-compatible gateway: clients change only base_url and api_key."""
+    if workers > 1:  # before anything imports prometheus_client: one coherent /metrics for all workers
+        from tailgate.gateway.workers import multiprocess_metrics
+
+        multiprocess_metrics()
     from tailgate.config.resolve import load_resolved
     from tailgate.gateway.app import BindRefused, Gateway
     from tailgate.gateway.serve import serve_forever
@@ -397,6 +410,13 @@ def bench(**kw: Any) -> None:
     help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay).",
 )
 @click.option("--check", is_flag=True, help="Validate FILE and exit.")
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Run the gateway as a fleet of N replicas sharing state through a private redis-server (docs/fleet.md).",
+)
 def scenario(
     file: Path,
     policies: tuple[str, ...],
@@ -405,6 +425,7 @@ def scenario(
     markdown: Path | None,
     time_scale: float,
     check: bool,
+    replicas: int,
 ) -> None:
     """Compare routing policies on simulated providers with a scripted fault timeline (see docs/scenarios.md)."""
     from tailgate.scenario.command import prepare, run_command
@@ -419,6 +440,11 @@ def scenario(
     if check:
         click.echo(f"{file}: ok ({len(cfg.select(list(policies)))} policies, {cfg.load.duration:g} s each)")
         return
+    if replicas > 1:
+        from tailgate.gateway.replicas import redis_available
+
+        if not redis_available():
+            _fail("--replicas needs redis-server (apt-get install redis-server); not found on PATH")
     sys.exit(
         run(
             lambda stop: run_command(
@@ -430,6 +456,7 @@ def scenario(
                 out=out,
                 html=html,
                 markdown=markdown,
+                replicas=replicas,
             )
         )
     )

@@ -278,7 +278,7 @@ class StateConfig(_Strict):
     url: SecretStr | None = None
     """``redis://[user:password@]host:6379/0`` (or ``rediss://``); required with ``backend: redis``. A secret
     (it may hold a password): never printed."""
-    namespace: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")] = "tailgate"
+    namespace: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:{}-]+$")] = "tailgate"
     """Prefix of every Redis key, so several fleets can share one Redis."""
     replica: Name | None = None
     """This replica's id in metrics labels and published data; default ``host:pid``."""

@@ -21,6 +21,7 @@ from tailgate.demo.probes import without_probes
 from tailgate.demo.show import banner, drill_summary, drill_table, live_line
 from tailgate.demo.stack import MODEL, PRIMARY, Stack, StackOptions, start_stack
 from tailgate.demo.traffic import Traffic, TrafficShape
+from tailgate.gateway.replicas import redis_available
 from tailgate.sim.provider import SimProvider
 from tailgate.stats import LatencyHistogram
 from tailgate.upstream import Endpoint, UpstreamClient, call
@@ -44,6 +45,8 @@ class DemoOptions:
     db: Path | None = None
     check_requests: int = 0
     """Send this many requests straight to each provider first and show what each simulator timed."""
+    replicas: int = 1
+    """Run the gateway as this many replicas on a private redis-server (when one is installed)."""
 
 
 async def _check_providers(console: Console, stack: Stack, n: int) -> None:
@@ -170,9 +173,24 @@ async def _drill(
 async def run_demo(stop: asyncio.Event, options: DemoOptions, console: Console | None = None) -> None:
     """The whole demo; returns when done (``duration``) or when ``stop`` is set (Ctrl-C)."""
     console = console or Console()
+    replicas = options.replicas
+    if replicas > 1 and not redis_available():
+        console.print(
+            f"[yellow]--replicas {replicas}: redis-server is not installed (apt-get install redis-server); "
+            "running one gateway[/]"
+        )
+        replicas = 1
+    elif replicas > 1:
+        console.print(
+            f"fleet       {replicas} gateway replicas on one port, sharing state through a private redis-server"
+        )
     stack = await start_stack(
         StackOptions(
-            port=options.port, all_providers=options.all_providers, time_scale=options.time_scale, db=options.db
+            port=options.port,
+            all_providers=options.all_providers,
+            time_scale=options.time_scale,
+            db=options.db,
+            replicas=replicas,
         )
     )
     try:

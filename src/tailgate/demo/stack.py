@@ -21,6 +21,7 @@ from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig
 from tailgate.demo.probes import DemoMonitor, start_monitor
 from tailgate.gateway.app import Gateway
+from tailgate.gateway.replicas import LocalFleet
 from tailgate.sim.cluster import SimCluster
 from tailgate.sim.presets import preset
 from tailgate.sim.provider import ProviderSpec, SimProvider
@@ -62,6 +63,8 @@ class StackOptions:
     db: Path | None = None
     """The store (ledger, monitor samples). None: ``$TAILGATE_DB`` if set, else a temporary file."""
     monitor: bool = True
+    replicas: int = 1
+    """Gateway replicas on the one port, sharing state through a private redis-server (docs/fleet.md)."""
 
 
 def gateway_config(urls: dict[str, str], db: Path, *, all_providers: bool = False) -> dict[str, Any]:
@@ -91,7 +94,8 @@ class Stack:
 
     cluster: SimCluster
     gateway: Gateway
-    runner: web.AppRunner
+    fleet: LocalFleet
+    """Every replica (``fleet.gateways``); ``gateway`` is the first."""
     port: int
     db: Path
     dashboard: bool = False
@@ -120,8 +124,7 @@ class Stack:
         """Stop the monitor, the gateway (ledger flushed) and the providers; remove a temporary store."""
         if self.monitor is not None:
             await self.monitor.close()
-        await self.runner.cleanup()
-        await self.gateway.close()
+        await self.fleet.close()
         await self.cluster.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -166,32 +169,23 @@ async def start_stack(options: StackOptions) -> Stack:
         data = gateway_config(urls, db, all_providers=options.all_providers)
         cfg = validate_data(data, GatewayConfig, "tailgate demo")
         resolved = resolve_providers(cfg, "tailgate demo")
-        gateway = Gateway(cfg, resolved, ledger_path=db)
+        fleet = LocalFleet(
+            cfg, resolved, replicas=options.replicas, ledger_path=db, port=options.port, shutdown_timeout=2.0
+        )
     except BaseException:
         await cluster.stop()
         if tmp is not None:
             tmp.cleanup()
         raise
-    runner: web.AppRunner | None = None
     try:
-        await gateway.start()
-        app = gateway.app()
-        dashboard = _has_dashboard(app)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", options.port)
-        await site.start()
-        port = options.port
-        if port == 0 and site._server is not None:
-            port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
-        stack = Stack(cluster, gateway, runner, port, db, dashboard=dashboard, config=data, _tmp=tmp)
+        await fleet.start()
+        dashboard = _has_dashboard(fleet.runners[0].app)
+        stack = Stack(cluster, fleet.gateway, fleet, fleet.port, db, dashboard=dashboard, config=data, _tmp=tmp)
         if options.monitor:
             stack.monitor = await start_monitor(cfg, resolved, db)
         return stack
     except BaseException:
-        if runner is not None:
-            await runner.cleanup()
-        await gateway.close()
+        await fleet.close()
         await cluster.stop()
         if tmp is not None:
             tmp.cleanup()

@@ -54,6 +54,7 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
             for provider, w in weights.items():
                 weights_by_provider.setdefault(provider, {})[alias] = w
         health = {(h.provider, h.model): h for h in gw.health}
+        own = request.query.get("view") == "replica"  # a fleet: this replica's own windows, not the merged ones
         providers = []
         for p in gw.providers.values():
             snap = p.snapshot(now)
@@ -62,7 +63,7 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
             models = sorted({r.model for routes in gw.aliases.values() for r in routes if r.provider == p.name})
             snap["models"] = {
                 m: {
-                    "window": health[(p.name, m)].snapshot() if (p.name, m) in health else None,
+                    "window": gw.fleet.window_snapshot(health[(p.name, m)], own=own) if (p.name, m) in health else None,
                     "probes": gw.prober.stats[(p.name, m)].as_dict() if (p.name, m) in gw.prober.stats else None,
                 }
                 for m in models
@@ -70,6 +71,7 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
             providers.append(snap)
         return web.json_response(
             {
+                "fleet": gw.fleet.view(own),
                 "policy": gw.config.routing.policy,
                 "routing": routing,
                 "providers": providers,

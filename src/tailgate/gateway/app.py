@@ -23,6 +23,7 @@ from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
+from tailgate.gateway.reload import Providers, Reloader, add_config_routes
 from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
@@ -70,21 +71,28 @@ class Gateway:
     """One gateway process. ``await start()`` before serving, ``await close()`` after."""
 
     def __init__(
-        self, config: GatewayConfig, providers: dict[str, ResolvedProvider], *, ledger_path: Path | None = None
+        self,
+        config: GatewayConfig,
+        providers: dict[str, ResolvedProvider],
+        *,
+        ledger_path: Path | None = None,
+        config_path: Path | None = None,
     ) -> None:
         self.config = config
         self.log = logging.getLogger("tailgate.gateway")
         keys_at = key_store(config, ledger_path)  # runtime keys, budgets: docs/keys.md
         self.key_directory = KeyDirectory(keys_at, config.keys, generation=self._keys_generation)
         self.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
-        self.providers = {
-            name: ProviderState(
-                config=resolved,
-                client=UpstreamClient(endpoint_for(resolved)),
-                pacer=pacer_for(resolved, config.routing.pacing),
-            )
-            for name, resolved in providers.items()
-        }
+        self.providers = Providers(
+            {  # a reload swaps it (gateway/reload.py)
+                name: ProviderState(
+                    config=resolved,
+                    client=UpstreamClient(endpoint_for(resolved)),
+                    pacer=pacer_for(resolved, config.routing.pacing),
+                )
+                for name, resolved in providers.items()
+            }
+        )
         self.state = open_state(config.state)
         self.fleet = Fleet(self, self.state)  # docs/fleet.md: what replicas share, through the state layer
         self.aliases: dict[str, list[Route]] = {
@@ -135,7 +143,7 @@ class Gateway:
             ["provider"],
             registry=self.metrics.registry,
         )
-        hedges = hedge_counter(self.metrics.registry)
+        hedges = self.hedge_counter = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)
             for alias, model in config.models.items()
@@ -168,6 +176,8 @@ class Gateway:
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
         self.fleet.install()
+        self.fleet.register_metrics(self.metrics.registry)
+        self.reloader = Reloader(self, config_path)  # SIGHUP, POST /admin/reload, GET /admin/config
 
     def _keys_generation(self) -> int:
         state = fleet_state(self)
@@ -295,6 +305,7 @@ class Gateway:
         app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
         add_key_routes(app, self)  # /admin/keys (docs/keys.md)
+        add_config_routes(app, self)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
         from tailgate.dashboard import Controls, mount
@@ -352,10 +363,12 @@ class Gateway:
         return web.json_response({"status": "ready", "providers": usable})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        self.fleet.refresh_metrics()
         for name, p in self.providers.items():
             self.metrics.in_flight.labels(name).set(p.in_flight)
             self.breaker_state.labels(name).set(_BREAKER_CODE[self.breakers.get(name).state])
         for alias, routes in self.aliases.items():
             for provider, w in route_weights(self.policy_for(alias), routes).items():
                 self.effective_weight.labels(alias, provider).set(w["effective_weight"])
-        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+        body = self.metrics.render(self.fleet.replica_label)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import math
 import time
@@ -27,8 +28,10 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tailgate.routing import Transition
+from tailgate.gateway.reload import publish_version
+from tailgate.routing import ProviderHealth, Transition
 from tailgate.state import SharedState
 from tailgate.state.lease import LeasedLimiter
 from tailgate.stats import SlidingWindow
@@ -121,10 +124,62 @@ class Fleet:
     def _pause_provider(self, name: str, seconds: float) -> None:
         self._spawn(self.state.pause(f"provider:{name}", seconds, f"429 seen by {self.state.replica}"))
 
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self._m_connected = Gauge(
+            "tailgate_state_connected",
+            "1 while the state backend answers (always 1 for state: local).",
+            registry=registry,
+        )
+        self._m_fallback = Gauge(
+            "tailgate_state_fallback_active",
+            "1 while shared decisions are made by the local fallback (Redis down or slow).",
+            registry=registry,
+        )
+        self._m_fallbacks = Counter(
+            "tailgate_state_fallback",
+            "Decisions made by the local fallback instead of the state backend (Redis down, slow or failing).",
+            registry=registry,
+        )
+        self._m_replicas = Gauge(
+            "tailgate_state_replicas", "Replicas of the fleet seen alive (this one included).", registry=registry
+        )
+        self._m_leases = Counter(
+            "tailgate_state_limit_takes",
+            "Shared-limit takes by where they were decided: local (a leased slice) or backend (a round trip).",
+            ["where"],
+            registry=registry,
+        )
+        self._counted = {"fallbacks": 0, "local": 0, "backend": 0}
+
+    @property
+    def replica_label(self) -> str | None:
+        """The ``replica`` label of every series in a fleet (``state: redis``); None alone."""
+        return self.state.replica if self.shared else None
+
+    def refresh_metrics(self) -> None:
+        """Bring the state gauges and counters up to date (at scrape)."""
+        st = self.state.status()
+        self._m_connected.set(1 if st.connected else 0)
+        self._m_fallback.set(1 if st.fallback_active else 0)
+        self._m_replicas.set(st.replicas)
+        now = {
+            "fallbacks": int(getattr(self.state, "fallbacks", 0)),
+            "local": self.limiter.local_takes,
+            "backend": self.limiter.remote_takes,
+        }
+        self._m_fallbacks.inc(now["fallbacks"] - self._counted["fallbacks"])
+        self._m_leases.labels("local").inc(now["local"] - self._counted["local"])
+        self._m_leases.labels("backend").inc(now["backend"] - self._counted["backend"])
+        self._counted = now
+
     async def start(self) -> None:
         await self.state.start()
         self.limiter.start()
         if self.shared:
+            n = self.state.replicas()
+            for p in self.gw.providers.values():
+                if p.pacer.limited and n > 1:
+                    p.pacer.set_share(1.0 / n)  # until the demands are known
             for name in self.gw.providers:
                 self._breaker_gen[name] = self.state.generation(f"breaker:{name}")
             self._apply_flags()
@@ -165,6 +220,27 @@ class Fleet:
             "x-ratelimit-reset-requests": f"{max(wait, adm.reset_s):.3f}s",
         }
         raise err
+
+    # -- views ------------------------------------------------------------------------------------------
+
+    def view(self, own: bool) -> dict[str, Any]:
+        """What ``/admin/providers`` says about the fleet it shows."""
+        st = self.state.status()
+        return {
+            "backend": st.backend,
+            "replica": st.replica,
+            "replicas": st.replicas,
+            "windows": "replica" if own or not self.shared else "fleet",
+            "fallback_active": st.fallback_active,
+        }
+
+    def window_snapshot(self, h: ProviderHealth, *, own: bool) -> dict[str, Any]:
+        """``h.snapshot()``: the fleet's merged windows, or with ``own`` this replica's alone."""
+        if not own or not isinstance(h.ttft, FleetWindow) or not isinstance(h.e2e, FleetWindow):
+            return h.snapshot()
+        mine = copy.copy(h)
+        mine.ttft, mine.e2e = h.ttft.own, h.e2e.own
+        return mine.snapshot()
 
     # -- pacing demand ----------------------------------------------------------------------------------
 
@@ -265,6 +341,7 @@ class Fleet:
                 if now >= next_publish:
                     next_publish = now + self.publish_interval
                     await self._publish_windows()
+                    await publish_version(self.gw)
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("fleet sync tick failed")
 

@@ -124,6 +124,10 @@ class KeyDirectory:
         self.reloads = 0
         self.last_error: str | None = None
 
+    def set_config_keys(self, config_keys: list[GatewayKeyConfig]) -> None:
+        """The YAML's keys after a config reload."""
+        self._config = {k.id: limits_from_config(k) for k in config_keys}
+
     # -- lookups (event loop) -------------------------------------------------------------------------
 
     @property

@@ -5,7 +5,10 @@ Label values are aliases, provider names, outcomes and directions — never keys
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 # Label children are cached (``.labels()`` validates, locks and hashes on every call: eight look-ups
 # per served request cost more than the increments). Aliases in labels come from clients (an unknown
@@ -114,8 +117,35 @@ class GatewayMetrics:
                 self._served[key] = children
         return children
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, replica: str | None = None) -> bytes:
+        """The exposition. Under ``tailgate serve --workers N`` (``PROMETHEUS_MULTIPROC_DIR`` set by serve.py)
+        every worker's samples merged: counters and histograms summed, gauges per worker (``pid``), so any
+        worker answers for the host. With ``replica``, every series carries ``replica="..."`` (a fleet)."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            merged = CollectorRegistry()
+            MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+            text = generate_latest(merged)
+        else:
+            text = generate_latest(self.registry)
+        return with_label(text, "replica", replica) if replica else text
+
+
+def with_label(text: bytes, name: str, value: str) -> bytes:
+    """Add ``name="value"`` as the first label of every sample line of a Prometheus text exposition."""
+    label = f'{name}="{value.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'.encode()
+    out = []
+    for line in text.split(b"\n"):
+        if not line or line.startswith(b"#"):
+            out.append(line)
+            continue
+        brace, space = line.find(b"{"), line.find(b" ")
+        if brace != -1 and (space == -1 or brace < space):
+            out.append(
+                line[: brace + 1] + label + (b"," if line[brace + 1 : brace + 2] != b"}" else b"") + line[brace + 1 :]
+            )
+        else:
+            out.append(line[:space] + b"{" + label + b"}" + line[space:])
+    return b"\n".join(out)
 
 
 class Served:

@@ -2,6 +2,8 @@
 
 SIGTERM / SIGINT: stop accepting new connections, let in-flight requests (streams included) finish for
 up to ``drain_timeout`` seconds, then close upstream pools and flush the ledger.
+SIGHUP re-reads the config file (validated first; a bad file is rejected and logged, the running config
+kept; docs/fleet.md), in every worker.
 With ``workers > 1``, extra worker processes share the port (SO_REUSEPORT); each has its own provider
 state, metrics and ledger writer (the SQLite file is shared, WAL mode).
 """
@@ -11,7 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import signal
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -19,6 +25,7 @@ from aiohttp import web
 from tailgate._runtime import run, setup_logging
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import Gateway
+from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -33,15 +40,17 @@ async def serve_gateway(
     drain_timeout: float = 30.0,
     ledger_path: Path | None = None,
     ready: asyncio.Event | None = None,
+    on_hup: Callable[[], None] | None = None,
 ) -> None:
     config, providers = load_resolved(config_path)
-    gateway = Gateway(config, providers, ledger_path=ledger_path)
+    gateway = Gateway(config, providers, ledger_path=ledger_path, config_path=config_path)
     host = host or config.listen.host
     port = config.listen.port if port is None else port
     gateway.check_bind(host)
     if gateway.keys.open:
         log.warning("no gateway keys configured: any bearer is accepted (listening on loopback %s only)", host)
     await gateway.start()
+    _on_sighup(gateway, on_hup)  # before "listening": a SIGHUP from then on reloads, never kills
     runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None, shutdown_timeout=drain_timeout)
     try:
         await runner.setup()
@@ -68,6 +77,23 @@ async def serve_gateway(
             log.info("ledger flushed: %d rows written, %d dropped", gateway.ledger.written, gateway.ledger.dropped)
 
 
+def _on_sighup(gateway: Gateway, also: Callable[[], None] | None) -> None:
+    """SIGHUP re-reads the config file (gateway/reload.py); ``also`` passes it on to the worker processes."""
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+        return
+    tasks: set[asyncio.Task[object]] = set()
+
+    def hup() -> None:
+        log.info("SIGHUP: reloading the config")
+        task: asyncio.Task[object] = asyncio.ensure_future(gateway.reloader.reload())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        if also is not None:
+            also()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hup)
+
+
 def _worker(config_path: Path, host: str | None, port: int | None, drain_timeout: float, verbose: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM for us
     setup_logging(verbose)
@@ -90,10 +116,22 @@ def serve_forever(
             child = ctx.Process(target=_worker, args=(config_path, host, port, drain_timeout, verbose), daemon=False)
             child.start()
             children.append(child)
+
+    def forward_hup() -> None:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                os.kill(child.pid, signal.SIGHUP)
+
     try:
         run(
             lambda stop: serve_gateway(
-                stop, config_path, host=host, port=port, reuse_port=workers > 1, drain_timeout=drain_timeout
+                stop,
+                config_path,
+                host=host,
+                port=port,
+                reuse_port=workers > 1,
+                drain_timeout=drain_timeout,
+                on_hup=forward_hup,
             )
         )
     finally:
@@ -102,3 +140,5 @@ def serve_forever(
                 child.terminate()  # SIGTERM: the child drains and flushes like we did
         for child in children:
             child.join(timeout=drain_timeout + 10)
+            if child.pid is not None:
+                worker_gone(child.pid)

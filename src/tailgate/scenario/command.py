@@ -67,6 +67,7 @@ async def run_command(
     html: Path | None = None,
     markdown: Path | None = None,
     console: Console | None = None,
+    replicas: int = 1,
 ) -> int:
     """Run the scenario; print the comparison; write the files asked for. Returns the exit code."""
     console = console or Console(stderr=True)
@@ -77,13 +78,14 @@ async def run_command(
     console.print(
         f"scenario [bold]{name}[/]: {len(runs)} polic{'y' if len(runs) == 1 else 'ies'} × "
         f"{cfg.load.duration:g} s ({', '.join(r.label for r in runs)}); Ctrl-C stops cleanly"
+        + (f"; a fleet of {replicas} gateway replicas on a private redis-server" if replicas > 1 else "")
     )
 
     def done(record: PolicyRecord) -> None:
         console.print(f"done: {record.run.label} — {len(record.samples)} requests")
 
     with Live(console=console, refresh_per_second=4, transient=True, get_renderable=lambda: _render(status)):
-        records = await run_scenario(cfg, runs, stop, status, on_done=done)
+        records = await run_scenario(cfg, runs, stop, status, on_done=done, replicas=replicas)
     doc = build_document(
         cfg,
         records,

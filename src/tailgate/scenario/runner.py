@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
@@ -31,6 +30,7 @@ from tailgate.bench.workload import LengthDist, RequestSpec, Workload
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig, LedgerConfig
 from tailgate.gateway.app import Gateway
+from tailgate.gateway.replicas import LocalFleet
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.scenario.config import PolicyRun, ScenarioConfig, ScenarioStep
 from tailgate.sim.cluster import SimCluster
@@ -189,17 +189,6 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
     )
 
 
-async def _serve(gateway: Gateway) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
-    return runner, f"http://127.0.0.1:{port}/v1"
-
-
 async def _timeline(cluster: SimCluster, steps: list[ScenarioStep], t0: float, status: LiveStatus) -> None:
     for step in steps:
         delay = t0 + step.at - time.perf_counter()
@@ -222,9 +211,10 @@ async def _timeline(cluster: SimCluster, steps: list[ScenarioStep], t0: float, s
 
 
 async def run_policy(
-    cfg: ScenarioConfig, run: PolicyRun, stop: asyncio.Event, status: LiveStatus | None = None
+    cfg: ScenarioConfig, run: PolicyRun, stop: asyncio.Event, status: LiveStatus | None = None, *, replicas: int = 1
 ) -> PolicyRecord:
-    """One policy: start fresh simulators and a gateway, drive the load and the timeline, collect records."""
+    """One policy: start fresh simulators and a gateway (``replicas`` > 1: a fleet on a private Redis, one
+    port; gateway/replicas.py), drive the load and the timeline, collect records."""
     status = status or LiveStatus()
     sim_cfg = SimConfig(seed=cfg.seed, time_scale=cfg.time_scale, truth_size=1_000_000, providers=cfg.providers)
     record = PolicyRecord(run=run, duration_s=cfg.load.duration)
@@ -234,12 +224,13 @@ async def run_policy(
         ledger_path = Path(tmp) / "ledger.db"
         async with SimCluster(sim_cfg.specs(), host=sim_cfg.host) as cluster:
             gw_cfg = _gateway_config(cfg, run, cluster, ledger_path)
-            gateway = Gateway(gw_cfg, resolve_providers(gw_cfg, "scenario gateway"), ledger_path=ledger_path)
-            await gateway.start()
-            runner: web.AppRunner | None = None
+            fleet = LocalFleet(
+                gw_cfg, resolve_providers(gw_cfg, "scenario gateway"), replicas=replicas, ledger_path=ledger_path
+            )
+            await fleet.start()
             client: UpstreamClient | None = None
             try:
-                runner, url = await _serve(gateway)
+                url = fleet.url
                 # The client waits as long as users would; the gateway's own timeouts decide failures.
                 timeouts = Timeouts(connect=5.0, headers=None, first_token=None, idle=None, total=None)
                 endpoint = Endpoint(
@@ -283,7 +274,9 @@ async def run_policy(
                     with contextlib.suppress(asyncio.CancelledError):
                         await timeline
                 record.stopped = stop.is_set()
-                record.counters = _counters(gateway)
+                for gateway in fleet.gateways:  # a fleet's counters add up
+                    for k, v in _counters(gateway).items():
+                        record.counters[k] = record.counters.get(k, 0.0) + v
                 for p in cluster.providers.values():
                     record.upstream += [
                         UpstreamRecord(r.received_at - record.wall0, p.name, r.status) for r in p.truth.records()
@@ -291,9 +284,7 @@ async def run_policy(
             finally:
                 if client is not None:
                     await client.close()
-                if runner is not None:
-                    await runner.cleanup()
-                await gateway.close()
+                await fleet.close()
         if ledger_path.exists():
             record.ledger = read_rows(ledger_path)
     record.upstream.sort(key=lambda u: u.t)
@@ -310,6 +301,8 @@ async def run_scenario(
     stop: asyncio.Event,
     status: LiveStatus | None = None,
     on_done: Callable[[PolicyRecord], None] | None = None,
+    *,
+    replicas: int = 1,
 ) -> list[PolicyRecord]:
     """Every policy in turn (stops early on ``stop``); returns the records of the runs that started."""
     status = status or LiveStatus()
@@ -319,7 +312,7 @@ async def run_scenario(
         if stop.is_set():
             break
         status.index = i + 1
-        record = await run_policy(cfg, run, stop, status)
+        record = await run_policy(cfg, run, stop, status, replicas=replicas)
         out.append(record)
         if on_done is not None:
             on_done(record)

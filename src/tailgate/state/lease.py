@@ -31,6 +31,7 @@ __all__ = ["LeasedLimiter"]
 
 @dataclass(slots=True)
 class _Slice:
+    size: float
     balance: float
     bucket: int | None
     limit: float
@@ -59,6 +60,11 @@ class LeasedLimiter:
         self.min_slice = min_slice
         self.max_age_s = max_age_s
         self._slices: dict[str, _Slice] = {}
+        self._refused_until: dict[str, tuple[float, float]] = {}
+        self._rate: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        """name → units per second this replica spent from its last slice (sizes the next one)."""
+        """name → (monotonic time, limit): a refusal Redis gave, valid until enough of the window rolls off."""
         self._task: asyncio.Task[None] | None = None
         self.local_takes = 0
         """Takes answered from a slice (no round trip)."""
@@ -87,25 +93,69 @@ class LeasedLimiter:
         if not self.leasing or window_s is None:
             self.remote_takes += 1
             return await self.state.take(name, amount, limit, window_s)
+        refused = self._refused_until.get(name)
+        if refused is not None:
+            wait = refused[0] - time.monotonic()
+            if wait > 0 and refused[1] == limit:
+                # Nothing rolls off the window before then (only a refund could make room sooner): under 2x
+                # load this spares Redis every refused request's round trip.
+                self.local_takes += 1
+                return Admission(False, wait, 0.0, limit, wait)
+            del self._refused_until[name]
+        hit = self._spend(name, amount, limit, window_s)
+        if hit is not None:
+            return hit
+        cap = math.floor(limit * self.slice_fraction / max(1, self.state.replicas()))
+        if cap < self.min_slice:
+            return await self._direct(name, amount, limit, window_s)  # a small limit: exact, per request
+        # One slice fetch per name at a time: the requests that find the slice spent meanwhile wait for the
+        # new one instead of each fetching (and overwriting) their own.
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        async with lock:
+            hit = self._spend(name, amount, limit, window_s)
+            if hit is not None:
+                return hit
+            refused = self._refused_until.get(name)
+            if refused is not None and refused[0] > time.monotonic() and refused[1] == limit:
+                self.local_takes += 1
+                wait = refused[0] - time.monotonic()
+                return Admission(False, wait, 0.0, limit, wait)
+            await self._give_back(name)
+            # Sized to what this replica spent per max_age last time (x2), so a huge limit is not leased in
+            # huge slices that mostly go back: fewer units in flight, less lost if a replica dies holding one.
+            size = min(cap, max(self.min_slice, math.ceil(2 * self._rate.get(name, 0.0) * self.max_age_s)))
+            self.remote_takes += 1
+            adm = await self.state.take(name, amount + size, limit, window_s)
+            if adm.ok:
+                # A slice the fallback granted (Redis slow or away) is spent the same way: a late Redis answer
+                # charges or keeps it there whole, so what is not spent must be given back all the same.
+                self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
+                return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket, adm.local)
+            return await self._direct(name, amount, limit, window_s)  # no room for a slice: the last units
+
+    def _spend(self, name: str, amount: float, limit: float, window_s: float) -> Admission | None:
         s = self._slices.get(name)
         if s is not None and s.limit == limit and s.window_s == window_s and s.balance >= amount:
             s.balance -= amount
             s.used = True
             self.local_takes += 1
             return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)
-        if s is not None:
-            await self._give_back(name)
+        return None
+
+    async def _direct(self, name: str, amount: float, limit: float, window_s: float) -> Admission:
         self.remote_takes += 1
-        size = math.floor(limit * self.slice_fraction / max(1, self.state.replicas()))
-        if size >= self.min_slice:
-            adm = await self.state.take(name, amount + size, limit, window_s)
-            if adm.ok:
-                self._slices[name] = _Slice(size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
-                return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket)
-        return await self.state.take(name, amount, limit, window_s)  # small limit, or no room for a slice
+        adm = await self.state.take(name, amount, limit, window_s)
+        if not adm.ok and not adm.local and math.isfinite(adm.retry_after_s):
+            self._refused_until[name] = (time.monotonic() + adm.retry_after_s, limit)
+        return adm
 
     async def _give_back(self, name: str) -> None:
         s = self._slices.pop(name, None)
+        if s is not None:
+            age = max(1e-3, time.monotonic() - s.taken_at)
+            self._rate[name] = (s.size - s.balance) / age
         if s is not None and s.balance > 0:
             await self.state.adjust(name, -s.balance, s.window_s, s.bucket)
 

@@ -49,6 +49,8 @@ class Admission:
     bucket: int | None = None
     """The window bucket the amount was counted in (None: refused, or no window). Pass it to ``adjust`` to
     refund exactly what this take counted."""
+    local: bool = False
+    """Decided by this replica's fallback (Redis down or slower than ``state.timeout``), not fleet-wide."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,8 @@ class SharedState(abc.ABC):
         A refund (``delta < 0``) with the ``bucket`` of the take it corrects is applied to that bucket, at most
         down to 0, and dropped once that bucket has left the window (the take no longer counts anyway) —
         so a refund never lets more through than the window allows. Without ``bucket``, and for any
-        ``delta > 0``, it goes to the current bucket."""
+        ``delta > 0``, it goes to the current bucket. No client waits on it: with Redis it is bounded by 1 s,
+        not by ``state.timeout``."""
 
     @abc.abstractmethod
     async def usage(self, name: str, window_s: float | None) -> float:

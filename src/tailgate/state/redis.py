@@ -8,8 +8,9 @@ Redis's (``TIME`` in the scripts), so hosts' clocks never have to agree.
 
 Failure handling (docs/fleet.md, "Redis down or slow"): each call on the request path is bounded by
 ``state.timeout``; a call that fails or runs past it is answered by the fallback for that call. Three
-failures in a row, or a connection error, mark Redis *down*: calls then go straight to the fallback (no
-wait at all) while the sync loop retries with exponential back-off (0.1 s doubling to 5 s). The first
+failures in a row with no success for 0.5 s, or a failed sync, mark Redis *down*: calls then go straight
+to the fallback (no wait at all) while the sync loop retries with exponential back-off (0.1 s doubling to
+5 s). The first
 sync that succeeds marks it up again and re-sends the drain flags set meanwhile. Down and up are logged
 once each. ``fallback: local`` decides limits in an in-process :class:`LocalState` at ``limit ÷`` the
 replicas last seen; ``fallback: closed`` refuses them.
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -37,6 +39,10 @@ __all__ = ["RedisState"]
 log = logging.getLogger("tailgate.state")
 
 _FAILURES_TO_DOWN = 3
+_DOWN_AFTER_S = 0.5
+_POOL_SIZE = 16
+_WARM = 4
+"""Connections opened (and scripts loaded) at start and on every reconnect, so the first burst finds them."""
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
 _SYNC_TIMEOUT_S = 1.0
 _HEARTBEAT_TTL_S = 3.0
@@ -68,13 +74,18 @@ class RedisState(SharedState):
         self.replica = replica or config.replica or default_replica_id()
         self.timeout = config.timeout
         self._p = config.namespace + ":"
-        self._r: aioredis.Redis = aioredis.Redis.from_url(
+        # A bounded pool: a burst of requests waits (within its budget) for one of a few warm connections
+        # instead of opening dozens of new ones at once, which is what made calls slow under load.
+        pool = aioredis.BlockingConnectionPool.from_url(
             config.url.get_secret_value(),
+            max_connections=_POOL_SIZE,
+            timeout=None,
             socket_connect_timeout=1.0,
             socket_timeout=_SYNC_TIMEOUT_S,
             retry_on_timeout=False,
             health_check_interval=0,
         )
+        self._r: aioredis.Redis = aioredis.Redis(connection_pool=pool)
         self._take = self._r.register_script(_lua.TAKE)
         self._adjust = self._r.register_script(_lua.ADJUST)
         self._usage = self._r.register_script(_lua.USAGE)
@@ -97,9 +108,14 @@ class RedisState(SharedState):
         self.connected = False
         self._down = True  # until the first sync answers
         self._failures = 0
+        self._last_ok = 0.0
         self._backoff = _BACKOFF_MIN_S
         self._announced_down = False
         self._task: asyncio.Task[None] | None = None
+        self._late: set[asyncio.Future[Any]] = set()
+        self._room: dict[tuple[str, float | None], list[float]] = {}
+        """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
+        """Calls past their budget, still running (and the undo work they caused)."""
         self.calls = 0
         self.fallbacks = 0
         """Decisions made by the fallback (Redis down, slow or failing) since start."""
@@ -117,6 +133,8 @@ class RedisState(SharedState):
         self._task = asyncio.create_task(self._sync_loop(), name="tailgate-state-sync")
 
     async def close(self) -> None:
+        if self._late:
+            await asyncio.wait(list(self._late), timeout=_SYNC_TIMEOUT_S)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -125,37 +143,76 @@ class RedisState(SharedState):
             with contextlib.suppress(*_Failure):
                 async with asyncio.timeout(_SYNC_TIMEOUT_S):
                     await self._r.hdel(self._p + "replicas", self.replica)
-        await self._r.aclose()
+        await self._r.aclose(close_connection_pool=True)  # the pool was passed in: not closed by default
 
     def status(self) -> StateStatus:
         return StateStatus("redis", self.replica, self.connected, self._down, self._replicas)
 
     # -- the call wrapper -------------------------------------------------------------------------------
 
-    async def _call(self, coro: Any) -> Any:
-        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback."""
+    async def _call(self, coro: Any, budget: float | None = None, late: Callable[[Any], None] | None = None) -> Any:
+        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback.
+
+        A call past its budget is not cancelled: it runs on in the background (cancelling would drop the
+        connection, and the script may already have run in Redis). ``late`` gets its result if it succeeds,
+        so what Redis did after the fallback had decided can be undone (a take refunded, a slot released)."""
         if self._down:
             coro.close()
             self.fallbacks += 1
             raise _Unavailable
         self.calls += 1
+        task = asyncio.ensure_future(coro)
         try:
-            async with asyncio.timeout(self.timeout):
-                out = await coro
+            out = await asyncio.wait_for(asyncio.shield(task), budget or self.timeout)
         except TimeoutError:
             self.timeouts += 1
+            self._late.add(task)
+            task.add_done_callback(lambda t: self._finish_late(t, late))
             self._failed("slower than state.timeout")
             raise _Unavailable from None
         except _Failure as err:
             self._failed(type(err).__name__)
             raise _Unavailable from None
         self._failures = 0
+        self._last_ok = time.monotonic()
         return out
+
+    def _finish_late(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
+        self._late.discard(task)
+        if task.cancelled() or late is None:
+            return
+        late(None if task.exception() is not None else task.result())
+
+    def _settle_late(
+        self, name: str, amount: float, window_s: float | None, decided: list[bool]
+    ) -> Callable[[Any], None]:
+        """Reconcile a take whose Redis answer came after the fallback had decided it (``decided[0]``), so
+        Redis counts it exactly once: granted in Redis but refused here → refunded to its bucket; admitted
+        here but refused (or lost) in Redis → charged to the current bucket, for the whole fleet to see."""
+
+        def settle(result: Any) -> None:
+            if not amount or not decided:
+                return
+            granted = result is not None and bool(result[0])
+            if granted and not decided[0]:
+                at = int(result[4]) if result[4] != b"-" else None
+                self._spawn(self.adjust(name, -amount, window_s, at, mirror=False))
+            elif decided[0] and not granted:
+                self._spawn(self.adjust(name, amount, window_s, mirror=False))
+
+        return settle
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
 
     def _failed(self, why: str) -> None:
         self.fallbacks += 1
         self._failures += 1
-        if self._failures >= _FAILURES_TO_DOWN and not self._down:
+        # A few slow calls under a burst are not an outage: only failures that persist mark Redis down.
+        persistent = time.monotonic() - self._last_ok > _DOWN_AFTER_S
+        if self._failures >= _FAILURES_TO_DOWN and persistent and not self._down:
             self._down = True
             self.connected = False
             self._announce_down(why)
@@ -177,27 +234,61 @@ class RedisState(SharedState):
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
         _check(amount, limit, window_s)
         key = f"{self._p}c:{window_s or 0:g}:{name}"
+        decided: list[bool] = []  # filled with the fallback's answer, for a late Redis answer to reconcile
         try:
             ok, retry, remaining, reset, bucket = await self._call(
-                self._take(keys=[key], args=[amount, limit, window_s or 0])
+                self._take(keys=[key], args=[amount, limit, window_s or 0]),
+                late=self._settle_late(name, amount, window_s, decided),
             )
         except _Unavailable:
             if self.config.fallback == "closed":
-                return Admission(False, 1.0, 0.0, limit)
-            adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
-            return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None)
+                decided.append(False)
+                return Admission(False, 1.0, 0.0, limit, local=True)
+            adm = self._fallback_take(name, amount, limit, window_s)
+            decided.append(adm.ok)
+            return adm
+        self._room[(name, window_s)] = [_f(remaining), time.monotonic(), 0.0]
         at = int(bucket) if ok and bucket != b"-" else None
+        if ok and amount:
+            # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
+            # is down, the fallback's share (limit ÷ replicas) already includes this replica's recent takes,
+            # so a slow burst cannot add a whole share on top of what Redis admitted.
+            self.fallback.adjust_now(name, amount, window_s)
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
 
-    async def adjust(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
+    def _fallback_take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
+        """Decide a take Redis could not, in time. With a fleet-wide answer for this counter from less than a
+        window ago, this replica may spend its share of the room that answer left (``remaining ÷
+        replicas``), less what it spent so since: a slow call near the limit cannot overshoot it. Without
+        one (Redis down for long), the share of the limit, counted against what Redis gave this replica in
+        the window (the mirror)."""
+        room = self._room.get((name, window_s))
+        if room is not None and window_s is not None and time.monotonic() - room[1] < window_s:
+            left = room[0] / max(1, self._replicas) - room[2]
+            if amount <= left:
+                room[2] += amount
+                self.fallback.adjust_now(name, amount, window_s)
+                return Admission(True, 0.0, max(0.0, room[0] - amount), limit, 0.0, None, local=True)
+            return Admission(False, 1.0, max(0.0, room[0]), limit, 1.0, None, local=True)
+        adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
+        return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None, local=True)
+
+    async def adjust(
+        self, name: str, delta: float, window_s: float | None, bucket: int | None = None, *, mirror: bool = True
+    ) -> float:
         if not math.isfinite(delta):
             raise ValueError(f"delta must be finite, got {delta!r}")
         key = f"{self._p}c:{window_s or 0:g}:{name}"
         at = bucket if bucket is not None else "-"
         try:
-            return _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at])))
+            # A refund or a settlement follows an admission: no client waits on it, and a lost refund would
+            # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
+            out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
         except _Unavailable:
-            return self.fallback.adjust_now(name, delta, window_s, bucket)
+            return self.fallback.adjust_now(name, delta, window_s, None) if mirror else 0.0
+        if delta < 0 and mirror:
+            self.fallback.adjust_now(name, delta, window_s, None)  # the mirror gives back what Redis got back
+        return out
 
     async def usage(self, name: str, window_s: float | None) -> float:
         key = f"{self._p}c:{window_s or 0:g}:{name}"
@@ -212,7 +303,10 @@ class RedisState(SharedState):
         self._tokens += 1
         token = f"{self.replica}/{self._tokens}"
         try:
-            ok, n = await self._call(self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]))
+            ok, n = await self._call(
+                self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]),
+                late=lambda result: self._spawn(self.release(name, token)) if result[0] else None,
+            )
         except _Unavailable:
             if self.config.fallback == "closed":
                 return Lease(False, "", 0, limit)
@@ -299,6 +393,12 @@ class RedisState(SharedState):
     def replicas(self) -> int:
         return self._replicas
 
+    async def _warm(self) -> None:
+        """Open a few connections and load the scripts (a reconnect, or the start)."""
+        await asyncio.gather(*(self._r.ping() for _ in range(_WARM)))
+        for script in (self._take, self._adjust, self._usage, self._acquire, self._pause, self._publish, self._sync):
+            await self._r.script_load(script.script)
+
     # -- the sync loop ----------------------------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
@@ -313,13 +413,15 @@ class RedisState(SharedState):
                     self._down = True
                     self._announce_down(type(err).__name__)
                 self._backoff = min(_BACKOFF_MAX_S, self._backoff * 2)
+            except Exception:  # a bug must not stop the views from refreshing for good
+                log.exception("state: sync failed")
 
     async def _sync_once(self) -> None:
         p = self._p
         channels = sorted(self._channels)
         keys = [p + "gen", p + "pause", p + "flag", p + "replicas", *(f"{p}pub:{c}" for c in channels)]
         if self._down:
-            await self._r.ping()  # a fresh connection, or an error
+            await self._warm()
             for name, value in list(self._pending_flags.items()):
                 await (self._r.hdel(p + "flag", name) if value is None else self._r.hset(p + "flag", name, int(value)))
                 self._pending_flags.pop(name, None)
@@ -347,6 +449,7 @@ class RedisState(SharedState):
         self.last_sync = mono
         self.connected = True
         self._failures = 0
+        self._last_ok = mono
         self._backoff = _BACKOFF_MIN_S
         if self._down:
             self._down = False

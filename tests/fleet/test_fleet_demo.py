@@ -1,0 +1,19 @@
+"""`tailgate demo --replicas N`: the demo's gateway as a fleet on a private redis-server."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from tailgate.cli import main
+from tailgate.state.server import find_redis_server
+
+
+@pytest.mark.skipif(find_redis_server() is None, reason="redis-server is not installed")
+def test_demo_starts_a_fleet_and_stops_it() -> None:
+    """Two replicas on one port answer the demo's check requests; the demo says it runs a fleet."""
+    args = ["demo", "--duration", "0", "--requests", "2", "--time-scale", "0.05", "--replicas", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "2 gateway replicas on one port" in result.output
+    assert "Traceback" not in result.output

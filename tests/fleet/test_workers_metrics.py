@@ -1,0 +1,79 @@
+"""`tailgate serve --workers 2`: one coherent /metrics, whichever worker answers the scrape."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from conftest import SimFactory
+
+
+@pytest.mark.timeout(60)
+async def test_every_scrape_counts_every_workers_requests(sim: SimFactory, tmp_path: Path) -> None:
+    """40 requests spread over two workers (a new connection each); every scrape, whichever worker answers
+    it, counts all 40, and the gauges stay per worker (``pid``)."""
+    a = await sim("instant", models=("m",))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "providers": {"a": {"base_url": a.url}},
+                "models": {"m": {"routes": [{"provider": "a", "model": "m"}]}},
+                "routing": {"probes": {"enabled": False}},
+                "ledger": {"enabled": False},
+            }
+        )
+    )
+    proc = subprocess.Popen(  # noqa: ASYNC220 - a short start-up read
+        [sys.executable, "-m", "tailgate", "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        listening = 0
+        for line in proc.stderr:
+            listening += "gateway listening on" in line
+            if listening == 2:
+                break
+        url = f"http://127.0.0.1:{port}"
+        body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+        close = {"Connection": "close"}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(40):
+                async with session.post(f"{url}/v1/chat/completions", json=body, headers=close) as r:
+                    assert r.status == 200
+            totals, pids = [], set()
+            for _ in range(40):  # until both workers have answered a scrape (each is a coin flip)
+                async with session.get(f"{url}/metrics", headers=close) as r:
+                    text = await r.text()
+                totals.append(
+                    sum(
+                        float(m)
+                        for m in re.findall(r'^tailgate_requests_total\{[^}]*outcome="ok"[^}]*\} (\S+)', text, re.M)
+                    )
+                )
+                pids |= set(re.findall(r'tailgate_in_flight\{pid="(\d+)"', text))
+                if len(pids) == 2 and len(totals) >= 6:
+                    break
+        assert set(totals) == {40.0}
+        assert len(pids) == 2  # gauges stay per worker
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
