@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from pg_cluster import PostgresCluster, postgres_available
 from tailgate.config.schema import StateConfig
+from tailgate.ledger.store import StoreConn, open_store
 from tailgate.sim.faults import Faults
 from tailgate.sim.presets import preset
 from tailgate.sim.provider import ProviderSpec, SimProvider
@@ -249,6 +253,47 @@ def two_provider_config(primary_url: str, secondary_url: str, **extra: Any) -> d
     }
     config.update(extra)
     return config
+
+
+# -- the store on PostgreSQL (tests/ledger, tests/gateway): a real cluster per session ----------------------
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PostgresCluster]:
+    if not postgres_available():
+        pytest.skip("PostgreSQL binaries not installed (Debian package 'postgresql'; .ci/run installs it)")
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PostgresCluster) -> str:
+    """A fresh, empty database on the session's cluster."""
+    return pg_cluster.fresh_database(f"t{next(_names)}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store location for each backend: a SQLite path, or a fresh PostgreSQL database URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    cluster: PostgresCluster = request.getfixturevalue("pg_cluster")
+    return cluster.fresh_database(f"t{next(_names)}")
+
+
+@pytest.fixture
+def store(store_target: str) -> Iterator[StoreConn]:
+    conn = open_store(store_target)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 # -- fleet state (tests/state, tests/fleet): a real redis-server per session -------------------------------

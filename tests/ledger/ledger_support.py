@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from typing import Any
 
 from tailgate.ledger import LedgerRow
+from tailgate.ledger.row import COLUMNS
+from tailgate.ledger.store import StoreConn
 
 BASE_TS = 1_750_000_000.0
 
@@ -34,3 +37,12 @@ def make_row(i: int = 0, **changes: Any) -> LedgerRow:
         cost=0.00123,
     )
     return replace(row, **changes) if changes else row
+
+
+_INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
+
+
+def insert_rows(store: StoreConn, rows: list[LedgerRow]) -> None:
+    params = [tuple(int(v) if isinstance(v, bool) else v for v in dataclasses.astuple(r)) for r in rows]
+    with store.transaction():
+        store.executemany(_INSERT, params)

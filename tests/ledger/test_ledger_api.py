@@ -53,7 +53,11 @@ def test_indexes_on_ts_and_provider_ts(tmp_path: Path) -> None:
             name: [c[2] for c in conn.execute(f"PRAGMA index_info({name})")]
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='requests'")
         }
-    assert indexes == {"requests_ts": ["ts"], "requests_provider_ts": ["provider", "ts"]}
+    assert indexes == {
+        "requests_ts": ["ts"],
+        "requests_provider_ts": ["provider", "ts"],
+        "requests_key_ts": ["key_id", "ts"],
+    }
 
 
 def test_default_path_honours_tailgate_db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -211,6 +211,15 @@ class RetryConfig(_Strict):
     deadline: PositiveSeconds = 30.0
 
 
+class KeyBudgetConfig(_Strict):
+    """Token and money budgets of a key per UTC day and calendar month (money in the providers' price currency)."""
+
+    tokens_per_day: Annotated[int, Field(ge=1)] | None = None
+    tokens_per_month: Annotated[int, Field(ge=1)] | None = None
+    cost_per_day: Annotated[float, Field(gt=0)] | None = None
+    cost_per_month: Annotated[float, Field(gt=0)] | None = None
+
+
 class GatewayKeyConfig(_Strict):
     """A client key. Give ``key`` (hashed at load, never kept) or its ``key_sha256`` (hex)."""
 
@@ -218,6 +227,11 @@ class GatewayKeyConfig(_Strict):
     key: SecretStr | None = None
     key_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     rpm: Annotated[float, Field(gt=0)] | None = None
+    tpm: Annotated[float, Field(gt=0)] | None = None
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    budget: KeyBudgetConfig | None = None
+    models: list[Name] | None = None
+    """Model aliases this key may use; unset: all."""
 
     @model_validator(mode="after")
     def _one_secret(self) -> GatewayKeyConfig:
@@ -246,6 +260,15 @@ class LedgerConfig(_Strict):
     """SQLite file; default: ``$TAILGATE_DB`` or ``~/.local/share/tailgate/tailgate.db``."""
     batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
     flush_interval: PositiveSeconds = 0.5
+    url: Annotated[str, Field(pattern=r"^postgres(ql)?://")] | None = None
+    """``postgresql://…``: the fleet's one store (docs/ledger.md); ``path`` is then this replica's local spool."""
+    ship_interval: PositiveSeconds = 1.0
+    """With ``url``: how often the spool ships a batch to PostgreSQL (sooner when ``ship_batch`` rows wait)."""
+    ship_batch: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    retention: PositiveSeconds = 30 * 86400.0
+    """Raw request rows older than this are deleted once rolled up into ``usage_hourly``."""
+    rollup_retention: PositiveSeconds = 400 * 86400.0
+    """Hourly roll-ups older than this are deleted."""
 
 
 class StateConfig(_Strict):

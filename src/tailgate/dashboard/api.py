@@ -21,10 +21,12 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
+from tailgate.dashboard.keys import add_keys_page
 from tailgate.ledger import leaderboard
 from tailgate.ledger.leaderboard import SORTS
-from tailgate.ledger.schema import SchemaError, open_db
+from tailgate.ledger.schema import open_db
 from tailgate.ledger.series import WINDOWS, catalog, compare, heatmap, parse_window, series
+from tailgate.ledger.store import StoreConn, db_errors, has_table, is_postgres_url, open_store
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -54,9 +56,10 @@ class Controls:
 
 class _Dashboard:
     def __init__(
-        self, db_path: Path, live: LiveCallback | None, controls: Controls | None, clock: Callable[[], float]
+        self, db_path: Path | str, live: LiveCallback | None, controls: Controls | None, clock: Callable[[], float]
     ) -> None:
         self.db_path = db_path
+        """A SQLite file, or a ``postgresql://`` URL (the fleet's store: docs/ledger.md)."""
         self.live_cb = live
         self.controls = controls
         self.clock = clock
@@ -64,17 +67,21 @@ class _Dashboard:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _read(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn`` on a fresh connection; a store that does not exist yet reads as an empty one."""
         # Without a file: an empty in-memory database (no tables, every view empty), and nothing created.
-        conn = open_db(self.db_path) if self.db_path.exists() else sqlite3.connect(":memory:")
+        target = self.db_path
+        if isinstance(target, str):
+            conn: Any = open_store(target)
+        else:
+            conn = StoreConn(open_db(target), "sqlite") if target.exists() else sqlite3.connect(":memory:")
         with contextlib.closing(conn):
             return fn(conn)
 
-    async def _query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _query(self, fn: Callable[[Any], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
 
-    async def _cached(self, request: web.Request, window_s: float, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _cached(self, request: web.Request, window_s: float, fn: Callable[[Any], T]) -> T:
         """``_query`` shared by identical requests for a while: ``window_s / 4000`` seconds, 5 s to 2 min.
 
         A week of a busy store takes seconds of Python to aggregate, in a thread that shares the GIL with the
@@ -162,7 +169,7 @@ class _Dashboard:
         if sort not in SORTS:
             raise wire_errors.invalid_request(f"sort must be one of {', '.join(SORTS)}, got {sort!r}", param="sort")
 
-        def rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def rows(conn: Any) -> list[dict[str, Any]]:
             if not _has_table(conn, "samples"):  # a store the monitor has not migrated yet: no rows
                 return []
             return [r.to_dict() for r in leaderboard.compute(conn, window_s=window_s, now=now, model=model, sort=sort)]
@@ -265,8 +272,8 @@ class _Dashboard:
         return await self._set(request, False)
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+def _has_table(conn: Any, name: str) -> bool:
+    return has_table(conn, name)
 
 
 def live_view(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -300,7 +307,7 @@ async def _wire_errors(request: web.Request, handler: Callable[[web.Request], An
         response: web.StreamResponse = await handler(request)
     except WireError as err:
         return error_response(err)
-    except (sqlite3.Error, SchemaError) as exc:
+    except db_errors() as exc:
         return error_response(WireError(503, f"The store cannot be read: {exc}", type="server_error"))
     return response
 
@@ -320,7 +327,8 @@ def mount(
     mode); ``controls`` enables ``POST /dashboard/api/providers/{name}/drain|enable`` for admin-key
     holders. ``clock`` is wall-clock Unix seconds (tests pin it).
     """
-    dash = _Dashboard(Path(db_path).expanduser(), live, controls, clock)
+    target = db_path if is_postgres_url(db_path) else Path(db_path).expanduser()
+    dash = _Dashboard(target, live, controls, clock)
 
     def wrap(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
         async def run(request: web.Request) -> web.StreamResponse:
@@ -343,5 +351,6 @@ def mount(
         ("auth", dash.auth),
     ):
         r.add_get(f"/dashboard/api/{path}", wrap(handler))
+    add_keys_page(app, dash._query, wrap, controls_enabled=controls is not None and controls.enabled)
     r.add_post("/dashboard/api/providers/{name}/drain", wrap(dash.drain))
     r.add_post("/dashboard/api/providers/{name}/enable", wrap(dash.enable))

@@ -14,9 +14,12 @@ from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes, route_weights
+from tailgate.gateway.admin_keys import add_key_routes
+from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
 from tailgate.gateway.auth import KeyRing
 from tailgate.gateway.fleet import Fleet
 from tailgate.gateway.hedging import Hedger, hedge_counter
+from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
@@ -25,6 +28,8 @@ from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
+from tailgate.ledger.maintenance import Maintenance
+from tailgate.ledger.spool import Shipper
 from tailgate.routing import (
     SLO,
     AdaptivePolicy,
@@ -75,7 +80,9 @@ class Gateway:
     ) -> None:
         self.config = config
         self.log = logging.getLogger("tailgate.gateway")
-        self.keys = KeyRing(config.keys, config.admin_key)
+        keys_at = key_store(config, ledger_path)  # runtime keys, budgets: docs/keys.md
+        self.key_directory = KeyDirectory(keys_at, config.keys, generation=self._keys_generation)
+        self.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
         self.providers = Providers(
             {  # a reload swaps it (gateway/reload.py)
                 name: ProviderState(
@@ -93,6 +100,9 @@ class Gateway:
             for alias, model in config.models.items()
         }
         self.metrics = GatewayMetrics()
+        self.admission = KeyAdmission(
+            self.key_directory, lambda: fleet_state(self), self.metrics.registry, store=keys_at
+        )
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         bc = config.routing.breaker
         breaker_config = BreakerConfig(
@@ -154,12 +164,24 @@ class Gateway:
             self.ledger = SQLiteLedger(
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
+        self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
+        if self.ledger is not None and (url := config.ledger.url):
+            lc = config.ledger
+            self.shipper = Shipper(self.ledger.path, url, interval=lc.ship_interval, batch=lc.ship_batch)
+        self.maintenance: Maintenance | None = None  # roll-ups and retention of the store (docs/ledger.md)
+        if self.ledger is not None and keys_at is not None:
+            lc = config.ledger
+            self.maintenance = Maintenance(keys_at, raw_s=lc.retention, rollup_s=lc.rollup_retention)
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
         self.fleet.install()
         self.fleet.register_metrics(self.metrics.registry)
         self.reloader = Reloader(self, config_path)  # SIGHUP, POST /admin/reload, GET /admin/config
+
+    def _keys_generation(self) -> int:
+        state = fleet_state(self)
+        return state.generation("keys") if state is not None else 0
 
     def _degraded(self, provider: str, model: str) -> bool:
         """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
@@ -245,6 +267,11 @@ class Gateway:
         if self.ledger is not None:
             await self.ledger.start()
         await self.traffic.start()
+        if self.shipper is not None:
+            await self.shipper.start()  # a newer schema in PostgreSQL refuses to start
+        await self.key_directory.start()
+        if self.maintenance is not None:
+            await self.maintenance.start()
         self.prober.start()
 
     async def close(self) -> None:
@@ -252,8 +279,14 @@ class Gateway:
         for p in self.providers.values():
             await p.client.close()
         await self.traffic.close()
+        await self.admission.close()
+        if self.maintenance is not None:
+            await self.maintenance.close()
+        await self.key_directory.close()
         if self.ledger is not None:
             await self.ledger.close()
+        if self.shipper is not None:
+            await self.shipper.close()  # after the ledger: its last rows are in the spool now
         if self.trace is not None:
             self.trace.close()
         await self.fleet.close()
@@ -271,6 +304,7 @@ class Gateway:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
+        add_key_routes(app, self)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
@@ -308,7 +342,7 @@ class Gateway:
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
         controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        mount(app, db_path, live=live, controls=controls)
+        mount(app, self.config.ledger.url or db_path, live=live, controls=controls)  # the fleet's store if PostgreSQL
         return app
 
     async def _models(self, request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
+from tailgate.gateway.keys import KeyDirectory
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -36,7 +37,11 @@ class _Key:
 class KeyRing:
     """Gateway keys and the admin key. With no keys configured the gateway is open (loopback only)."""
 
-    def __init__(self, keys: list[GatewayKeyConfig], admin_key: SecretStr | None) -> None:
+    def __init__(
+        self, keys: list[GatewayKeyConfig], admin_key: SecretStr | None, directory: KeyDirectory | None = None
+    ) -> None:
+        self.directory = directory
+        """The store's runtime keys (docs/keys.md), looked up after the YAML's."""
         self._keys = [
             _Key(
                 k.id,
@@ -50,15 +55,21 @@ class KeyRing:
 
     @property
     def open(self) -> bool:
-        return not self._keys
+        return not self._keys and not (self.directory is not None and self.directory.has_store_keys)
 
     def rpm(self, key_id: str | None) -> float | None:
         """The key's ``rpm`` limit (None: unlimited); counted fleet-wide by ``gateway.fleet``."""
-        return self._rpm.get(key_id) if key_id is not None else None
+        if key_id is None:
+            return None
+        rpm = self._rpm.get(key_id)
+        if rpm is None and key_id not in self._rpm and self.directory is not None:
+            stored = self.directory.limits(key_id)  # a runtime key from the store (docs/keys.md)
+            rpm = stored.rpm if stored is not None else None
+        return rpm
 
     def identify(self, request: web.Request) -> str | None:
         """The key id of the caller; raises a 401 as a WireError."""
-        if not self._keys:
+        if self.open:
             return None
         token = bearer(request)
         if not token:
@@ -71,7 +82,12 @@ class KeyRing:
             if hmac.compare_digest(key.digest, digest):
                 found = key
         if found is None:
-            raise wire_errors.authentication_error("Incorrect API key provided.")
+            stored = self.directory.find(digest) if self.directory is not None else None
+            if stored is None:
+                raise wire_errors.authentication_error("Incorrect API key provided.")
+            if stored.revoked:
+                raise wire_errors.authentication_error("This API key has been revoked.")
+            return stored.id  # its limits (rpm included) are applied by admission.py
         return found.id
 
     def is_admin(self, request: web.Request) -> bool:

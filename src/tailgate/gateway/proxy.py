@@ -30,6 +30,7 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.gateway import refusals
+from tailgate.gateway.admission import Ticket, admit_request
 from tailgate.gateway.hedging import Race
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route, should_shed
@@ -99,6 +100,8 @@ class _Ctx:
     """Set while a hedged request's attempts race (hedging.py): the first to claim owns the response."""
     hedged: bool = False
     """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
+    ticket: Ticket | None = None
+    """What the key's limits reserved (admission.py); settled in ``_record``."""
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
@@ -162,7 +165,11 @@ class Proxy:
         gw = self.gw
         ctx.key_id = gw.keys.identify(request)
         if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
-            await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # a key with rpm has an id
+            try:
+                await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # a key with rpm has an id
+            except WireError:
+                ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
+                raise
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -177,6 +184,9 @@ class Proxy:
         if routes is None:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
+        obj: dict[str, Any] = msgspec.json.decode(body)
+        if ctx.key_id is not None:
+            await admit_request(gw, ctx, routes, obj, len(body))  # the key's own limits (docs/keys.md)
         shed = gw.config.routing.shed
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
@@ -185,7 +195,6 @@ class Proxy:
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(options is not None and options.include_usage)
-        obj: dict[str, Any] = msgspec.json.decode(body)
         now = time.monotonic()
         exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
         order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
@@ -427,6 +436,8 @@ class Proxy:
             provider.in_flight -= 1
             if resp is None:
                 ctx.upstream_s += time.perf_counter() - sent
+            else:
+                ctx.result = c.result  # a stream the client left: its partial counts are what it is charged
         result = c.result
         assert result is not None
         if resp is not None and held and not result.ok:
@@ -497,7 +508,10 @@ class Proxy:
         served = ctx.status == 200 and result is not None
         prompt = result.prompt_tokens if result is not None else None
         output = result.output_tokens if result is not None else None
-        cost = provider.cost(prompt, output) if (served and provider is not None) else None
+        produced = result is not None and ctx.first_token_at is not None  # served, or a stream ended early
+        cost = provider.cost(prompt, output) if (produced and provider is not None) else None
+        if ctx.ticket is not None:
+            gw.admission.settle(ctx.ticket, prompt, output, cost)  # the key's reservation → what the row says
         ttft_ms = (ctx.first_token_at - ctx.t0) * 1000.0 if ctx.first_token_at is not None else None
         e2e_ms = (now - ctx.t0) * 1000.0
         overhead_ms = ctx.overhead_ms(ctx.first_token_at if ctx.first_token_at is not None else now)

@@ -192,7 +192,8 @@ def _rebuild(gw: Gateway, *, policies_kept: set[str]) -> None:
     from tailgate.routing import Route
 
     config = gw.config
-    gw.keys = KeyRing(config.keys, config.admin_key)
+    gw.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
+    gw.keys = KeyRing(config.keys, config.admin_key, gw.key_directory)
     gw.aliases = {
         alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
         for alias, model in config.models.items()

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
-from tailgate.ledger.samples import Sample, TrafficMinute, read_samples, read_traffic
+from tailgate.ledger.samples import Sample, TrafficMinute, read_samples
+from tailgate.ledger.store import Queryable, dialect_of
+from tailgate.ledger.traffic_hours import read_window
 from tailgate.stats import LatencyHistogram
 
 __all__ = [
@@ -65,7 +66,11 @@ def bucket_seconds(window_s: float) -> float:
 
 def nearest_rank(values: list[float], q: float) -> float:
     """Exact nearest-rank percentile of ``values`` (sorted or not; non-empty), as tailgate.stats defines it."""
-    ordered = sorted(values)
+    return _ranked(sorted(values), q)
+
+
+def _ranked(ordered: list[float], q: float) -> float:
+    """``nearest_rank`` of values already sorted."""
     rank = max(1, math.ceil(q / 100.0 * len(ordered) * (1.0 - 1e-12)))
     return ordered[min(rank, len(ordered)) - 1]
 
@@ -165,9 +170,10 @@ class _Cells:
 
     def percentiles(self, prefix: str, values: list[float]) -> None:
         n = len(values)
+        ordered = sorted(values)  # once, not once per percentile
         for q in (50, 90, 99):
             minimum = MINIMUMS[f"p{q}"]
-            self.put(f"{prefix}_p{q}_ms", nearest_rank(values, q) if n >= minimum else None, n, minimum)
+            self.put(f"{prefix}_p{q}_ms", _ranked(ordered, q) if n >= minimum else None, n, minimum)
 
     def histogram(self, prefix: str, hist: LatencyHistogram) -> None:
         n = hist.count
@@ -263,11 +269,13 @@ def build(
     sort: str = "p90",
     info: Mapping[str, ProviderInfo] | None = None,
     pairs: Iterable[tuple[str, str]] = (),
+    probes: Mapping[tuple[str, str], _Cells] | None = None,
 ) -> list[LeaderRow]:
     """Leaderboard rows from rows already read; rows outside ``[now - window_s, now]`` are ignored.
 
     ``pairs`` adds provider × model rows that have no data yet (so a configured pair shows up as
-    "n<5" rather than missing); ``info`` fills price and max output length per provider.
+    "n<5" rather than missing); ``info`` fills price and max output length per provider. ``probes``:
+    the probe columns already computed by the store (``compute`` does that in SQL) instead of ``samples``.
     """
     if sort not in SORTS:
         raise ValueError(f"unknown sort {sort!r}; choose from {', '.join(SORTS)}")
@@ -282,13 +290,16 @@ def build(
     for t in traffic:
         if since <= t.minute <= now:
             traffic_by_pair[(t.provider, t.model)].append(t)
-    keys = set(by_pair) | set(traffic_by_pair) | set(pairs)
+    keys = set(by_pair) | set(traffic_by_pair) | set(pairs) | set(probes or ())
     info = info or {}
     bucket_s = bucket_seconds(window_s)
     rows: list[LeaderRow] = []
     for provider, model in keys:
-        cells = _Cells()
-        _probe_cells(cells, by_pair.get((provider, model), []), since, bucket_s)
+        if probes is not None:
+            cells = probes.get((provider, model)) or _empty_probe_cells(since, bucket_s)
+        else:
+            cells = _Cells()
+            _probe_cells(cells, by_pair.get((provider, model), []), since, bucket_s)
         _traffic_cells(cells, traffic_by_pair.get((provider, model), []))
         meta = info.get(provider, ProviderInfo())
         rows.append(
@@ -308,8 +319,87 @@ def build(
     return rows
 
 
+def _empty_probe_cells(since: float, bucket_s: float) -> _Cells:
+    cells = _Cells()
+    _probe_cells(cells, [], since, bucket_s)
+    return cells
+
+
+def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, until: float, bucket_s: float) -> _Cells:
+    """``_probe_cells`` computed by the store: aggregates in SQL, each percentile column fetched sorted.
+
+    Same numbers as reading every sample (nearest-rank on the same values; means up to float rounding).
+    """
+    cells = _Cells()
+    base = "FROM samples WHERE provider = ? AND model = ? AND ts >= ? AND ts <= ?"
+    args = (provider, model, since, until)
+    long_ok = f"{base} AND error_class IS NULL AND workload = '{THROUGHPUT_WORKLOAD}'"
+    n, ok, graded, right = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN error_class IS NULL THEN 1 ELSE 0 END), 0), "
+        "COALESCE(SUM(CASE WHEN accuracy_ok IS NOT NULL THEN 1 ELSE 0 END), 0), "
+        f"COALESCE(SUM(CASE WHEN accuracy_ok = 1 THEN 1 ELSE 0 END), 0) {base}",
+        args,
+    ).fetchone()
+    n, ok, graded, right = int(n), int(ok), int(graded), int(right)
+    cells.values["samples"] = n
+    cells.values["attempts"] = n
+    cells.put("reliability_pct", 100.0 * ok / n if n else None, n, MINIMUMS["rate"])
+    cells.values["accuracy_n"] = graded
+    cells.put("accuracy_pct", 100.0 * right / graded if graded else None, graded, MINIMUMS["rate"])
+
+    rated = f"{long_ok} AND tok_s IS NOT NULL"
+    n_rates, total = conn.execute(f"SELECT COUNT(*), SUM(tok_s) {rated}", args).fetchone()
+    n_rates = int(n_rates)
+    cells.values["tok_s_n"] = n_rates
+    latest = conn.execute(f"SELECT tok_s, ts {rated} ORDER BY ts DESC, id ASC LIMIT 1", args).fetchone()
+    if latest is not None:
+        cells.values["snapshot_tok_s"], cells.values["snapshot_ts"] = float(latest[0]), float(latest[1])
+    else:
+        cells.put("snapshot_tok_s", None, 0, 1)
+        cells.values["snapshot_ts"] = None
+    cells.put("tok_s_avg", float(total) / n_rates if n_rates else None, n_rates, MINIMUMS["tok_s"])
+    floor = "floor" if dialect_of(conn) == "postgres" else ""
+    bucket = f"CAST({floor}((ts - ?) / ?) AS INTEGER)"
+    means = [
+        float(m)
+        for (m,) in conn.execute(
+            f"SELECT AVG(tok_s) {rated} GROUP BY {bucket}",
+            (*args, since, bucket_s),
+        ).fetchall()
+    ]
+    nb = len(means)
+    cells.values["tok_s_buckets"] = nb
+    lo, hi = (min(means), max(means)) if means else (None, None)
+    cells.put("tok_s_min", lo, nb, MINIMUMS["buckets"])
+    cells.put("tok_s_max", hi, nb, MINIMUMS["buckets"])
+    ratio = hi / lo if lo is not None and hi is not None and lo > 0 else None
+    cells.put("peak_trough", ratio, nb, MINIMUMS["buckets"])
+
+    for prefix, where in (
+        ("ttft", f"{base} AND error_class IS NULL AND ttft_ms IS NOT NULL"),
+        ("e2e", f"{long_ok} AND e2e_ms IS NOT NULL"),
+    ):
+        column = f"{prefix}_ms"
+        if dialect_of(conn) == "postgres":
+            # percentile_disc(f): the first value whose cumulative share reaches f, i.e. nearest rank, in the server.
+            shares = ", ".join(
+                f"percentile_disc({q / 100.0 * (1.0 - 1e-12)!r}) WITHIN GROUP (ORDER BY {column})" for q in (50, 90, 99)
+            )
+            count, *values = conn.execute(f"SELECT COUNT({column}), {shares} {where}", args).fetchone()
+            count = int(count)
+            cells.values[f"{prefix}_n"] = count
+            for q, value in zip((50, 90, 99), values, strict=True):
+                minimum = MINIMUMS[f"p{q}"]
+                cells.put(f"{prefix}_p{q}_ms", float(value) if count >= minimum else None, count, minimum)
+            continue
+        ordered = [float(v) for (v,) in conn.execute(f"SELECT {column} {where} ORDER BY {column}", args).fetchall()]
+        cells.values[f"{prefix}_n"] = len(ordered)
+        cells.percentiles(prefix, ordered)
+    return cells
+
+
 def compute(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     window_s: float,
     now: float,
@@ -323,10 +413,16 @@ def compute(
     ``model`` keeps only that upstream model id (``pairs`` are filtered the same way).
     """
     since = now - window_s
-    samples = read_samples(conn, since=since, until=now, model=model)
-    traffic = read_traffic(conn, since=since, until=now, model=model)
+    traffic = read_window(conn, since=since, until=now, model=model)  # whole hours from the hourly roll-up
+    clause, args = ("AND model = ? ", (since, now, model)) if model is not None else ("", (since, now))
+    found = conn.execute(
+        f"SELECT DISTINCT provider, model FROM samples WHERE ts >= ? AND ts <= ? {clause}",  # noqa: S608
+        args,
+    ).fetchall()
+    bucket_s = bucket_seconds(window_s)
+    probes = {(p, m): _probe_cells_sql(conn, p, m, since, now, bucket_s) for p, m in found}
     wanted = [p for p in pairs if model is None or p[1] == model]
-    return build(samples, traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted)
+    return build((), traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted, probes=probes)
 
 
 class Prior(TypedDict):
@@ -338,7 +434,7 @@ class Prior(TypedDict):
     n: int
 
 
-def recent_priors(conn: sqlite3.Connection, window_s: float, now: float) -> dict[tuple[str, str], Prior]:
+def recent_priors(conn: Queryable, window_s: float, now: float) -> dict[tuple[str, str], Prior]:
     """Per (provider, upstream model): probe TTFT P90, ``long`` E2E P90 and error rate over the window.
 
     For a router that wants to start from measured numbers instead of from nothing (docs/monitor.md).

@@ -1,4 +1,4 @@
-"""The monitor's scheduled peak-hour load tests in the store (table ``load_tests``, schema version 3).
+"""The monitor's scheduled peak-hour load tests in the store (table ``load_tests``, schema version 4).
 
 One :class:`LoadTest` row per provider × model per scheduled test; ``detail`` keeps every level's numbers
 as JSON. Written by the monitor (``--peak-at``), read by the leaderboard (its peak columns) and tests.
@@ -10,6 +10,8 @@ import json
 import sqlite3
 from dataclasses import astuple, dataclass, fields
 from typing import Any
+
+from tailgate.ledger.store import Queryable
 
 __all__ = ["LoadTest", "insert_load_test", "latest_load_tests", "read_load_tests"]
 
@@ -55,13 +57,13 @@ def insert_load_test(conn: sqlite3.Connection, row: LoadTest) -> None:
         raise
 
 
-def read_load_tests(conn: sqlite3.Connection, *, since: float, until: float) -> list[LoadTest]:
+def read_load_tests(conn: Queryable, *, since: float, until: float) -> list[LoadTest]:
     """Rows with ``since <= ts < until``, oldest first."""
     rows = conn.execute(_SELECT, (since, until)).fetchall()
     return [LoadTest(*r) for r in rows]
 
 
-def latest_load_tests(conn: sqlite3.Connection, *, since: float, until: float) -> dict[tuple[str, str], LoadTest]:
+def latest_load_tests(conn: Queryable, *, since: float, until: float) -> dict[tuple[str, str], LoadTest]:
     """The newest row per (provider, model) in the window."""
     out: dict[tuple[str, str], LoadTest] = {}
     for row in read_load_tests(conn, since=since, until=until):

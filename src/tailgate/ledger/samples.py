@@ -17,9 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from tailgate.ledger.schema import open_db
+from tailgate.ledger.store import dialect_of
+
+if TYPE_CHECKING:
+    from tailgate.ledger.store import Queryable
 
 __all__ = [
     "Sample",
@@ -113,14 +117,14 @@ def _sample_params(s: Sample) -> tuple[object, ...]:
     return tuple(values)
 
 
-def _to_sample(cursor: sqlite3.Cursor, values: tuple[object, ...]) -> Sample:
+def _to_sample(values: tuple[object, ...]) -> Sample:
     fixed = list(values)
     if fixed[-1] is not None:
         fixed[-1] = bool(fixed[-1])
     return Sample(*fixed)  # type: ignore[arg-type]  # the column types are the field types
 
 
-def _to_traffic(cursor: sqlite3.Cursor, values: tuple[object, ...]) -> TrafficMinute:
+def _to_traffic(values: tuple[object, ...]) -> TrafficMinute:
     return TrafficMinute(*values)  # type: ignore[arg-type]
 
 
@@ -179,7 +183,7 @@ def _where(
 
 
 def read_samples(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     since: float | None = None,
     until: float | None = None,
@@ -188,14 +192,11 @@ def read_samples(
 ) -> list[Sample]:
     """Samples with ``since <= ts <= until`` (bounds optional), oldest first (``ts``, then insertion)."""
     where, args = _where("ts", since, until, provider, model)
-    cursor = conn.cursor()
-    cursor.row_factory = _to_sample
-    rows: list[Sample] = cursor.execute(f"{_SELECT_SAMPLES}{where} ORDER BY ts, id", args).fetchall()
-    return rows
+    return [_to_sample(v) for v in conn.execute(f"{_SELECT_SAMPLES}{where} ORDER BY ts, id", args).fetchall()]
 
 
 def read_traffic(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     since: float | None = None,
     until: float | None = None,
@@ -204,10 +205,8 @@ def read_traffic(
 ) -> list[TrafficMinute]:
     """Traffic rows with ``since <= minute <= until``, oldest first; one minute may have several rows."""
     where, args = _where("minute", since, until, provider, model)
-    cursor = conn.cursor()
-    cursor.row_factory = _to_traffic
-    rows: list[TrafficMinute] = cursor.execute(f"{_SELECT_TRAFFIC}{where} ORDER BY minute, rowid", args).fetchall()
-    return rows
+    order = "id" if dialect_of(conn) == "postgres" else "rowid"  # insertion order
+    return [_to_traffic(v) for v in conn.execute(f"{_SELECT_TRAFFIC}{where} ORDER BY minute, {order}", args).fetchall()]
 
 
 class SampleStore:

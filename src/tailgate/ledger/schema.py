@@ -164,6 +164,69 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         3,
+        "keys and spend: runtime keys, hourly usage roll-ups, the spool's shipping state",
+        (
+            """
+            CREATE TABLE keys (
+                id               TEXT PRIMARY KEY,
+                key_sha256       TEXT    NOT NULL UNIQUE,
+                created_at       REAL    NOT NULL,
+                updated_at       REAL    NOT NULL,
+                revoked_at       REAL,
+                expires_at       REAL,
+                rpm              REAL,
+                tpm              REAL,
+                max_concurrency  INTEGER,
+                tokens_per_day   INTEGER,
+                tokens_per_month INTEGER,
+                cost_per_day     REAL,
+                cost_per_month   REAL,
+                models           TEXT,
+                traffic_class    TEXT,
+                metadata         TEXT    NOT NULL DEFAULT '{}'
+            )
+            """,
+            "CREATE TABLE keys_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
+            "INSERT INTO keys_version (id, version) VALUES (1, 0)",
+            """
+            CREATE TABLE usage_hourly (
+                hour          REAL    NOT NULL,
+                key_id        TEXT    NOT NULL,
+                alias         TEXT    NOT NULL,
+                provider      TEXT    NOT NULL,
+                requests      INTEGER NOT NULL,
+                errors        INTEGER NOT NULL,
+                input_tokens  INTEGER NOT NULL,
+                output_tokens INTEGER NOT NULL,
+                cost          REAL    NOT NULL,
+                PRIMARY KEY (hour, key_id, alias, provider)
+            )
+            """,
+            "CREATE TABLE rollup_state (name TEXT PRIMARY KEY, upto INTEGER NOT NULL)",
+            "INSERT INTO rollup_state (name, upto) VALUES ('requests', 0)",
+            "CREATE TABLE spool_state (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            "INSERT INTO spool_state (name, value) VALUES ('origin', lower(hex(randomblob(16))))",
+            "CREATE INDEX requests_key_ts ON requests (key_id, ts)",
+            """
+            CREATE TABLE traffic_hours (
+                hour          REAL    NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                requests      INTEGER NOT NULL,
+                errors        INTEGER NOT NULL,
+                output_tokens INTEGER NOT NULL,
+                tok_s_sum     REAL    NOT NULL,
+                tok_s_n       INTEGER NOT NULL,
+                ttft_hist     TEXT,
+                e2e_hist      TEXT,
+                PRIMARY KEY (hour, provider, model)
+            )
+            """,
+            "INSERT INTO rollup_state (name, upto) VALUES ('traffic', 0)",
+        ),
+    ),
+    Migration(
+        4,
         "load_tests: the monitor's scheduled peak-hour load tests (docs/monitor.md)",
         (
             """
@@ -199,6 +262,13 @@ class SchemaError(RuntimeError):
     """The database was written by a newer tailgate (or is not a tailgate database)."""
 
 
+def newer_schema_message(current: int, where: str = "database") -> str:
+    return (
+        f"{where} schema version {current} is newer than this tailgate's {SCHEMA_VERSION}: it was written by a "
+        "newer tailgate. Upgrade this replica (a replica never writes to a schema it does not know)."
+    )
+
+
 def schema_version(conn: sqlite3.Connection) -> int:
     """The version of the database behind ``conn``; 0 for an empty (or pre-ledger) file."""
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
@@ -216,7 +286,7 @@ def migrate(conn: sqlite3.Connection) -> int:
     """
     current = schema_version(conn)
     if current > SCHEMA_VERSION:
-        raise SchemaError(f"database schema version {current} is newer than this tailgate's {SCHEMA_VERSION}")
+        raise SchemaError(newer_schema_message(current))
     if current == SCHEMA_VERSION:
         return current
     conn.execute("BEGIN IMMEDIATE")

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tailgate.ledger.leaderboard import THROUGHPUT_WORKLOAD, nearest_rank
 from tailgate.ledger.samples import Sample, TrafficMinute, read_samples, read_traffic
+from tailgate.ledger.store import Queryable, has_table
 from tailgate.stats import LatencyHistogram
 
 __all__ = [
@@ -84,9 +84,8 @@ def _check_workload(workload: str | None) -> None:
         raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
-    return row is not None
+def _has_table(conn: Queryable, name: str) -> bool:
+    return has_table(conn, name)
 
 
 def _hist(text: str | None) -> LatencyHistogram | None:
@@ -162,7 +161,7 @@ class _Acc:
 
 
 def _read(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     since: float,
     until: float,
@@ -188,7 +187,7 @@ def _columns(accs: Iterable[_Acc]) -> dict[str, list[Any]]:
 
 
 def series(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     provider: str,
     model: str | None = None,
@@ -234,7 +233,7 @@ def series(
 
 
 def heatmap(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     window_s: float,
     now: float,
@@ -297,7 +296,7 @@ def heatmap(
 
 
 def compare(
-    conn: sqlite3.Connection,
+    conn: Queryable,
     *,
     window_s: float,
     now: float,
@@ -333,7 +332,7 @@ def compare(
     }
 
 
-def catalog(conn: sqlite3.Connection, *, window_s: float, now: float) -> dict[str, Any]:
+def catalog(conn: Queryable, *, window_s: float, now: float) -> dict[str, Any]:
     """The provider × model pairs with data in ``[now - window_s, now]``: probe samples and traffic requests."""
     pairs: dict[tuple[str, str], dict[str, int]] = {}
     since = now - window_s

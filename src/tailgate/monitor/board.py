@@ -7,7 +7,6 @@ only loads the optional config (price, max output length, configured pairs) and 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from tailgate.config.resolve import load_resolved
 from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.leaderboard import MINIMUMS, SORTS, LeaderRow, ProviderInfo, bucket_seconds, compute
 from tailgate.ledger.loadtests import LoadTest, latest_load_tests
-from tailgate.ledger.schema import SchemaError, open_db
+from tailgate.ledger.store import db_errors, open_store, redact_url
 from tailgate.monitor.command import store_path
 from tailgate.monitor.runner import targets_from_config
 
@@ -216,19 +215,22 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
         except ConfigError as exc:
             echo("error: invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
             return 2
-    path = store_path(options.db, config)
-    if not path.exists():
+    path: str | Path = store_path(options.db, config)
+    if options.db is None and config is not None and config.ledger.url:
+        path = config.ledger.url  # the fleet's PostgreSQL store (docs/ledger.md)
+    elif isinstance(path, Path) and not path.exists():
         echo(f"error: no tailgate database at {path} (run `tailgate monitor` first, or give --db / TAILGATE_DB)")
         return 2
+    where = redact_url(path) if isinstance(path, str) else str(path)
     now = time.time() if options.now is None else options.now
     try:
-        with contextlib.closing(open_db(path)) as conn:
+        with contextlib.closing(open_store(path)) as conn:
             rows = compute(
                 conn, window_s=options.window_s, now=now, model=options.model, sort=options.sort, info=info, pairs=pairs
             )
             peak = latest_load_tests(conn, since=now - options.window_s, until=now)
-    except (sqlite3.Error, SchemaError) as exc:
-        echo(f"error: cannot read {path}: {exc}")
+    except db_errors() as exc:
+        echo(f"error: cannot read {where}: {exc}")
         return 2
     if options.as_json:
         doc = leaderboard_json(
@@ -238,7 +240,7 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
         return 0
     if not rows:
         echo(
-            f"no samples in the last {window_label(options.window_s)} in {path}"
+            f"no samples in the last {window_label(options.window_s)} in {where}"
             + (f" for model {options.model}" if options.model else "")
         )
         return 0

@@ -126,6 +126,17 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
     except (OSError, sqlite3.Error, SchemaError) as exc:
         echo(f"error: cannot open the store {db_path}: {exc}")
         return 2
+    shipper = None
+    if options.db is None and config.ledger.url:  # the fleet's PostgreSQL: ship the samples (docs/ledger.md)
+        from tailgate.ledger.spool import Shipper
+
+        shipper = Shipper(db_path, config.ledger.url, interval=config.ledger.ship_interval)
+        try:
+            await shipper.start()
+        except SchemaError as exc:
+            await store.close()
+            echo(f"error: {exc}")
+            return 2
     monitor = Monitor(
         providers,
         targets,
@@ -141,7 +152,8 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
             from tailgate.monitor.serve import DashboardUnavailable, build_app, start
 
             try:
-                runner, url = await start(build_app(db_path), options.host, options.port)
+                where = config.ledger.url if shipper is not None and config.ledger.url else db_path  # the fleet's
+                runner, url = await start(build_app(where), options.host, options.port)
             except DashboardUnavailable as exc:
                 echo(f"error: --serve: {exc}")
                 return 2
@@ -166,6 +178,8 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
     finally:
         await monitor.close()
         await store.close()
+        if shipper is not None:
+            await shipper.close()
         if runner is not None:
             await runner.cleanup()
 

@@ -38,7 +38,7 @@ async def _root(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound("/dashboard")
 
 
-def build_app(db_path: Path) -> web.Application:
+def build_app(db_path: Path | str) -> web.Application:
     """An application with ``/dashboard`` (and its JSON API) over ``db_path``, ``/healthz`` and ``/ → /dashboard``."""
     mount = _mount()
     app = web.Application()

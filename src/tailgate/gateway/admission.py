@@ -1,0 +1,366 @@
+"""Per-key admission: models, expiry, tpm, concurrency and budgets — reserve, then settle (rpm: gateway.fleet).
+
+At admission (``admit``) a request reserves what it may use: tokens = prompt estimate (body bytes / 4)
++ ``max_tokens`` (or ``routing.pacing.default_max_tokens``), and money = those tokens at the highest price
+among the alias's routes. The reservation is taken, all or nothing, from the key's counters in the fleet
+state (``tailgate.state``: exact across replicas with Redis): ``tpm`` over a 60 s sliding window, token
+and money budgets per UTC day and calendar month (running totals named after their period), and a
+``max_concurrency`` slot. When the request ends (``settle``) each counter is corrected to what the
+ledger records — prompt tokens (the estimate when the provider never said), output tokens (counted
+from the chunks of a stream cut short or cancelled) and their cost — and the slot is given back. So a
+cut stream is charged for what it produced: never zero, never the whole reservation.
+
+Refusals are OpenAI-shaped (docs/keys.md): ``403 model_not_allowed``; ``429`` with ``Retry-After`` for
+rpm / tpm / concurrency; ``429 budget_exceeded`` (Retry-After: until the period resets); ``401`` for an
+expired key. Each is counted in ``tailgate_key_refusals_total{key, reason}`` and recorded in the ledger
+row's ``outcome`` (the reason).
+
+With the ``local`` state backend a budget counter starts, the first time a process uses it, from the
+key's spend in the store for that period (so a restart does not reset budgets); with Redis the counters
+live in Redis and survive replica restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter
+
+from tailgate.config.schema import GatewayConfig
+from tailgate.gateway.keys import KeyDirectory, KeyLimits
+from tailgate.ledger.paths import default_db_path
+from tailgate.ledger.store import open_store
+from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend
+from tailgate.state import LocalState, SharedState
+from tailgate.wire.errors import WireError
+
+if TYPE_CHECKING:
+    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.proxy import _Ctx
+    from tailgate.routing import Route
+
+__all__ = ["REASONS", "KeyAdmission", "KeyRefused", "Ticket", "admit_request", "fleet_state", "key_store"]
+
+log = logging.getLogger("tailgate.gateway")
+
+Reason = Literal[
+    "model_not_allowed", "key_expired", "rpm_limited", "tpm_limited", "concurrency_limited", "budget_exceeded"
+]
+REASONS: tuple[Reason, ...] = (
+    "model_not_allowed",
+    "key_expired",
+    "rpm_limited",
+    "tpm_limited",
+    "concurrency_limited",
+    "budget_exceeded",
+)
+Kind = Literal["requests", "tokens", "cost"]
+_Period = tuple[str, Kind, float, float, str, float]
+"""A budget: (counter name, kind, limit, period start, "daily" / "monthly", seconds until it resets)."""
+
+
+@dataclass(slots=True)
+class _Take:
+    name: str
+    window_s: float | None
+    kind: Kind
+    amount: float
+    bucket: int | None
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What one request reserved; ``settle`` corrects it to the actual usage exactly once."""
+
+    key_id: str
+    tokens: float
+    cost: float
+    prompt_estimate: float
+    takes: list[_Take] = field(default_factory=list)
+    lease: tuple[str, str] | None = None
+    settled: bool = False
+
+
+def fleet_state(gw: object) -> SharedState | None:
+    """The gateway's fleet state (``tailgate.state``, wired by the gateway as ``gw.state``), if it has one."""
+    state = getattr(gw, "state", None)
+    return state if isinstance(state, SharedState) else None
+
+
+def key_store(config: GatewayConfig, ledger_path: Path | None) -> str | Path | None:
+    """Where runtime keys live: ``ledger.url``, else the ledger's SQLite file; None with the ledger off."""
+    if config.ledger.url:
+        return config.ledger.url
+    if not config.ledger.enabled:
+        return None
+    return ledger_path or (Path(config.ledger.path).expanduser() if config.ledger.path else default_db_path())
+
+
+def _error(status: int, message: str, code: str, kind: str, retry_after: float | None = None) -> WireError:
+    err = WireError(status, message, type=kind, code=code)
+    if retry_after is not None:
+        err.headers = {"Retry-After": str(max(1, math.ceil(min(retry_after, 86400.0 * 31))))}
+    return err
+
+
+class KeyRefused(Exception):
+    """A key's limit refused the request: ``error`` is the client's answer, ``reason`` the ledger outcome."""
+
+    def __init__(self, reason: Reason, error: WireError) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+class KeyAdmission:
+    """Admission and settlement of requests made with keys that carry limits (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: KeyDirectory,
+        state: Callable[[], SharedState | None],
+        registry: CollectorRegistry,
+        *,
+        store: str | Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self._fleet = state
+        self._own = LocalState()  # until (or unless) the gateway has a fleet state
+        self._store = store
+        self._clock = clock
+        self._seeded: set[str] = set()
+        self._seed_lock = asyncio.Lock()
+        self._pending: set[asyncio.Task[None]] = set()
+        self.refusals = Counter(
+            "tailgate_key_refusals",
+            "Requests refused by a key's own limits, by key id and reason (model_not_allowed, key_expired, "
+            "rpm_limited, tpm_limited, concurrency_limited, budget_exceeded).",
+            ["key", "reason"],
+            registry=registry,
+        )
+
+    # -- admission ----------------------------------------------------------------------------------
+
+    async def admit(
+        self, key_id: str | None, alias: str, prompt_estimate: float, output_estimate: float, price: tuple[float, float]
+    ) -> Ticket | None:
+        """Reserve for one request of ``key_id`` or raise the refusal (a ``WireError`` whose ``code`` is
+        the reason); None when the key has nothing to check. ``price`` is (input, output) per million."""
+        if key_id is None:
+            return None
+        limits = self.directory.limits(key_id)
+        if limits is None or not limits.limited:
+            return None
+        now = self._clock()
+        if limits.expires_at is not None and now >= limits.expires_at:
+            raise self._refuse(
+                key_id, "key_expired", _error(401, "This API key has expired.", "key_expired", "invalid_request_error")
+            )
+        if limits.models is not None and alias not in limits.models:
+            allowed = ", ".join(sorted(limits.models)) or "none"
+            err = _error(
+                403,
+                f"This key may not use the model '{alias}' (allowed: {allowed}).",
+                "model_not_allowed",
+                "invalid_request_error",
+            )
+            raise self._refuse(key_id, "model_not_allowed", err)
+        tokens = prompt_estimate + output_estimate
+        cost = (prompt_estimate * price[0] + output_estimate * price[1]) / 1_000_000
+        ticket = Ticket(key_id, tokens, cost, prompt_estimate)
+        state = self._state()
+        try:
+            await self._take_all(state, limits, ticket, now)
+        except BaseException:
+            await self._undo(state, ticket)
+            raise
+        return ticket
+
+    def _state(self) -> SharedState:
+        return self._fleet() or self._own
+
+    def _refuse(self, key_id: str, reason: Reason, error: WireError) -> KeyRefused:
+        return KeyRefused(self.refused(key_id, reason), error)
+
+    def refused(self, key_id: str | None, reason: Reason) -> Reason:
+        """Count one refusal of ``key_id`` for ``reason`` (also for the rpm check in gateway.fleet); return it."""
+        self.refusals.labels(key_id or "-", reason).inc()
+        return reason
+
+    async def _take_all(self, state: SharedState, limits: KeyLimits, ticket: Ticket, now: float) -> None:
+        kid = limits.id
+        if limits.tpm is not None:
+            adm = await state.take(f"key:{kid}:tpm", ticket.tokens, limits.tpm, 60.0)
+            if not adm.ok:
+                wait = adm.retry_after_s if math.isfinite(adm.retry_after_s) else 60.0
+                err = _error(
+                    429,
+                    f"Token rate limit of this key reached: this request may use {ticket.tokens:.0f} tokens "
+                    f"(prompt + max_tokens), {max(0.0, adm.remaining):.0f} of {limits.tpm:g} per minute are left. "
+                    f"Retry after {wait:.1f}s.",
+                    "rate_limit_exceeded",
+                    "tokens",
+                    wait,
+                )
+                raise self._refuse(kid, "tpm_limited", err)
+            ticket.takes.append(_Take(f"key:{kid}:tpm", 60.0, "tokens", ticket.tokens, adm.bucket))
+        if limits.budgeted:
+            await self._budgets(state, limits, ticket, now)
+        if limits.max_concurrency is not None:
+            name = f"key:{kid}:concurrency"
+            lease = await state.acquire(name, limits.max_concurrency)
+            if not lease.ok:
+                err = _error(
+                    429,
+                    f"This key already has {lease.in_use} requests in flight (max_concurrency "
+                    f"{limits.max_concurrency}). Retry after 1s.",
+                    "concurrency_limit_exceeded",
+                    "requests",
+                    1.0,
+                )
+                raise self._refuse(kid, "concurrency_limited", err)
+            ticket.lease = (name, lease.token)
+
+    def _periods(self, limits: KeyLimits, now: float) -> list[_Period]:
+        """(counter, kind, limit, period start, period word, seconds to reset) for each budget of the key."""
+        day, month = day_start(now), month_start(now)
+        out: list[_Period] = []
+        for limit, kind, start, word, reset in (
+            (limits.tokens_per_day, "tokens", day, "daily", next_day(now) - now),
+            (limits.tokens_per_month, "tokens", month, "monthly", next_month(now) - now),
+            (limits.cost_per_day, "cost", day, "daily", next_day(now) - now),
+            (limits.cost_per_month, "cost", month, "monthly", next_month(now) - now),
+        ):
+            if limit is not None:
+                name = f"key:{limits.id}:budget:{kind}:{word}:{int(start)}"
+                out.append((name, kind, float(limit), start, word, reset))  # type: ignore[arg-type]
+        return out
+
+    async def _budgets(self, state: SharedState, limits: KeyLimits, ticket: Ticket, now: float) -> None:
+        periods = self._periods(limits, now)
+        if state.backend == "local" and self._store is not None:
+            await self._seed(state, limits.id, periods)
+        for name, kind, limit, _, word, reset in periods:
+            amount = ticket.tokens if kind == "tokens" else ticket.cost
+            adm = await state.take(name, amount, limit, None)
+            if not adm.ok:
+                unit = "tokens" if kind == "tokens" else "of spend"
+                left = max(0.0, adm.remaining)
+                need = f"{amount:.0f}" if kind == "tokens" else f"{amount:.6g}"
+                err = _error(
+                    429,
+                    f"The {word} budget of this key is exhausted: this request may use {need} {unit}, "
+                    f"{left:.6g} of {limit:g} are left until the budget resets in {reset:.0f}s.",
+                    "budget_exceeded",
+                    "insufficient_quota",
+                    reset,
+                )
+                raise self._refuse(limits.id, "budget_exceeded", err)
+            ticket.takes.append(_Take(name, None, kind, amount, None))
+
+    async def _seed(
+        self, state: SharedState, key_id: str, periods: list[tuple[str, Kind, float, float, str, float]]
+    ) -> None:
+        """Local state: start each budget counter from the store's spend for its period (once per process)."""
+        todo = [p for p in periods if p[0] not in self._seeded]
+        if not todo:
+            return
+        async with self._seed_lock:
+            todo = [p for p in todo if p[0] not in self._seeded]
+            for name, kind, _, start, _, _ in todo:
+                try:
+                    tokens, cost = await asyncio.to_thread(self._spend_sync, key_id, start)
+                except Exception as exc:
+                    log.warning(
+                        "keys: cannot read the spend of %s from the store (%s); its budget counts from 0", key_id, exc
+                    )
+                    tokens, cost = 0, 0.0
+                spent = tokens if kind == "tokens" else cost
+                if spent:
+                    await state.adjust(name, spent, None)
+                self._seeded.add(name)
+
+    def _spend_sync(self, key_id: str, since: float) -> tuple[int, float]:
+        assert self._store is not None
+        with open_store(self._store, connect_timeout=2.0) as conn:
+            return spend(conn, key_id, since=since)
+
+    async def _undo(self, state: SharedState, ticket: Ticket) -> None:
+        """Give back what a refused (or failed) admission had taken."""
+        for take in ticket.takes:
+            await state.adjust(take.name, -take.amount, take.window_s, take.bucket)
+        ticket.takes.clear()
+        if ticket.lease is not None:
+            await state.release(*ticket.lease)
+            ticket.lease = None
+        ticket.settled = True
+
+    # -- settlement -----------------------------------------------------------------------------------
+
+    def settle(self, ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None) -> None:
+        """Correct the reservation to the ledger's numbers (from the request's bookkeeping; never blocks)."""
+        if ticket.settled:
+            return
+        ticket.settled = True
+        task = asyncio.get_running_loop().create_task(self._settle(ticket, prompt_tokens, output_tokens, cost))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _settle(
+        self, ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None
+    ) -> None:
+        state = self._state()
+        actual_tokens = (prompt_tokens or 0) + (output_tokens or 0)  # exactly what the ledger row says
+        actual = {"tokens": actual_tokens, "cost": cost or 0.0}
+        try:
+            for take in ticket.takes:
+                if take.kind == "requests":
+                    continue
+                delta = actual[take.kind] - take.amount
+                if delta:
+                    await state.adjust(take.name, delta, take.window_s, take.bucket if delta < 0 else None)
+        finally:
+            if ticket.lease is not None:
+                await state.release(*ticket.lease)
+
+    async def close(self) -> None:
+        """Wait for settlements in flight (the gateway closes this after draining its requests)."""
+        if self._pending:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*self._pending, return_exceptions=True)
+
+
+async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], obj: Mapping[str, Any], body_bytes: int) -> None:
+    """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
+    the ledger outcome. Also applies the key's default traffic class."""
+    if ctx.key_id is None:
+        return
+    limits = gw.key_directory.limits(ctx.key_id)
+    if limits is None:
+        return
+    if ctx.traffic_class is None and limits.traffic_class is not None:
+        ctx.traffic_class = limits.traffic_class
+    if not limits.limited:
+        return
+    prompt = body_bytes / 4
+    if ctx.endpoint == "embeddings":
+        output = 0.0
+    else:
+        out = obj.get("max_completion_tokens") or obj.get("max_tokens")
+        output = float(out) if isinstance(out, int) and out > 0 else float(gw.config.routing.pacing.default_max_tokens)
+    prices = [gw.providers[r.provider].config.price for r in routes if r.provider in gw.providers]
+    price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
+    try:
+        ctx.ticket = await gw.admission.admit(ctx.key_id, ctx.alias, prompt, output, price)
+    except KeyRefused as refused:
+        ctx.outcome = refused.reason
+        raise refused.error from None

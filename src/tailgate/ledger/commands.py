@@ -1,0 +1,286 @@
+"""The logic of ``tailgate keys …`` and ``tailgate usage`` (cli.py only parses flags and calls these).
+
+Both find the store from the gateway config: ``ledger.url`` (PostgreSQL: the whole fleet), else
+``ledger.path`` / ``$TAILGATE_DB`` / the XDG default (``--db`` overrides). Each returns the exit code:
+0 ok, 1 the operation was refused (unknown key, duplicate id), 2 bad flags, config or store.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tailgate.config.units import parse_duration
+from tailgate.ledger.keys import KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
+from tailgate.ledger.paths import default_db_path
+from tailgate.ledger.schema import SchemaError
+from tailgate.ledger.store import StoreConn, StoreError, open_store, redact_url
+from tailgate.ledger.usage import DIMENSIONS, Dimension, usage
+
+__all__ = ["KeyOptions", "check_store", "keys_main", "parse_budget", "parse_expiry", "store_target", "usage_main"]
+
+Echo = Callable[[str], None]
+
+_BUDGET = re.compile(
+    r"^\s*(?P<n>[0-9]+(?:\.[0-9]*)?)\s*(?P<mult>[kKmM])?\s*(?P<tokens>tokens?)?\s*(?:[A-Za-z]{3})?\s*/\s*"
+    r"(?P<period>day|month)\s*$"
+)
+
+
+def parse_budget(spec: str) -> tuple[str, float]:
+    """``200k tokens/day`` → (``tokens_per_day``, 200000); ``5/month`` or ``5 CNY/month`` → (``cost_per_month``, 5)."""
+    m = _BUDGET.match(spec)
+    if m is None:
+        raise ValueError(
+            f"--budget {spec!r}: expected AMOUNT[k|M] tokens/day|month (a token budget) or AMOUNT/day|month "
+            "(money, in the providers' price currency), e.g. '200k tokens/day' or '5/month'"
+        )
+    value = float(m["n"]) * {None: 1, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}[m["mult"]]
+    kind = "tokens" if m["tokens"] else "cost"
+    if value <= 0:
+        raise ValueError(f"--budget {spec!r}: must be more than 0")
+    return f"{kind}_per_{m['period']}", (int(value) if kind == "tokens" else value)
+
+
+def parse_expiry(text: str, now: float) -> float | None:
+    """``30d`` (from now), ``2027-01-31`` / ``2027-01-31T12:00:00`` (UTC), Unix seconds, or ``never``."""
+    if text.strip().lower() in ("never", "none"):
+        return None
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"):
+        try:
+            import calendar
+
+            return float(calendar.timegm(time.strptime(text.strip(), fmt)))
+        except ValueError:
+            continue
+    try:
+        seconds = float(parse_duration(text))
+    except ValueError:
+        raise ValueError(f"--expires {text!r}: expected a duration (30d), a UTC date (2027-01-31) or 'never'") from None
+    if seconds > 1e9:  # Unix seconds
+        return seconds
+    return now + seconds
+
+
+def store_target(config_path: Path | None, db: Path | None) -> str | Path:
+    """``--db``, else the config's ``ledger.url``, else its ``ledger.path``, else the default store."""
+    if db is not None:
+        return db
+    if config_path is not None:
+        from tailgate.config.schema import load_gateway_config
+
+        config = load_gateway_config(config_path)
+        if config.ledger.url:
+            return config.ledger.url
+        if config.ledger.path:
+            return Path(config.ledger.path).expanduser()
+    return default_db_path()
+
+
+def check_store(url: str) -> str | None:
+    """Before a replica starts: the reason it must not (a newer schema), or None. An unreachable PostgreSQL is
+    not a reason (the spool holds the rows until it is back); it is only logged."""
+    import logging
+
+    try:
+        open_store(url, connect_timeout=3.0).close()
+    except SchemaError as exc:
+        return str(exc)
+    except StoreError as exc:
+        logging.getLogger("tailgate.ledger").warning("%s; rows wait in the local spool until it is back", exc)
+    return None
+
+
+def _where(target: str | Path) -> str:
+    return redact_url(target) if isinstance(target, str) else str(target)
+
+
+@dataclass
+class KeyOptions:
+    """Flags of ``keys create`` / ``keys update`` (None: not given; the string ``none`` clears a limit)."""
+
+    rpm: str | None = None
+    tpm: str | None = None
+    max_concurrency: str | None = None
+    budgets: tuple[str, ...] = ()
+    no_budget: bool = False
+    models: str | None = None
+    traffic_class: str | None = None
+    expires: str | None = None
+    meta: tuple[str, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def changes(self, now: float) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in ("rpm", "tpm", "max_concurrency"):
+            text = getattr(self, name)
+            if text is None:
+                continue
+            if text.strip().lower() == "none":
+                out[name] = None
+                continue
+            try:
+                out[name] = float(text) if name != "max_concurrency" else int(text)
+            except ValueError:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} {text!r}: expected a number (or 'none' for no limit)") from None
+        if self.no_budget:
+            out.update(tokens_per_day=None, tokens_per_month=None, cost_per_day=None, cost_per_month=None)
+        for spec in self.budgets:
+            name, value = parse_budget(spec)
+            out[name] = value
+        if self.models is not None:
+            listed = self.models.strip()
+            out["models"] = None if listed.lower() in ("", "all", "none") else [m.strip() for m in listed.split(",")]
+        if self.traffic_class is not None:
+            out["traffic_class"] = self.traffic_class or None
+        if self.expires is not None:
+            out["expires_at"] = parse_expiry(self.expires, now)
+        if self.meta:
+            meta = {}
+            for item in self.meta:
+                label, sep, text = item.partition("=")
+                if not sep or not label:
+                    raise ValueError(f"--meta {item!r}: expected NAME=VALUE (e.g. team=search)")
+                meta[label.strip()] = text.strip()
+            out["metadata"] = meta
+        return out
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    limits = []
+    for name, label in (("rpm", "rpm"), ("tpm", "tpm"), ("max_concurrency", "conc")):
+        if entry.get(name) is not None:
+            limits.append(f"{label} {entry[name]:.10g}")
+    for name, label in (
+        ("tokens_per_day", "tok/day"),
+        ("tokens_per_month", "tok/month"),
+        ("cost_per_day", "cost/day"),
+        ("cost_per_month", "cost/month"),
+    ):
+        if entry.get(name) is not None:
+            limits.append(f"{label} {entry[name]:.10g}")
+    return ", ".join(limits) or "-"
+
+
+def keys_main(
+    action: str,
+    target: str | Path,
+    echo: Echo,
+    *,
+    key_id: str | None = None,
+    options: KeyOptions | None = None,
+    as_json: bool = False,
+) -> int:
+    """``tailgate keys create|list|update|revoke``."""
+    now = time.time()
+    try:
+        changes = options.changes(now) if options is not None else {}
+    except ValueError as exc:
+        echo(f"error: {exc}")
+        return 2
+    try:
+        with open_store(target) as conn:
+            return _keys(action, conn, echo, key_id, changes, as_json, now)
+    except KeyStoreError as exc:
+        echo(f"error: {exc}")
+        return 1
+    except (StoreError, SchemaError) as exc:
+        echo(f"error: cannot use the store at {_where(target)}: {exc}")
+        return 2
+
+
+def _keys(
+    action: str, conn: StoreConn, echo: Echo, key_id: str | None, changes: dict[str, Any], as_json: bool, now: float
+) -> int:
+    if action == "create":
+        assert key_id is not None
+        rec, secret = create_key(conn, key_id, now=now, **changes)
+        if as_json:
+            echo(json.dumps({"key": secret, **rec.public(now)}, indent=2))
+        else:
+            echo(f"created key {rec.id} ({_describe(rec.public(now))})")
+            echo(secret)
+            echo("Store this key now: only its hash is kept, it cannot be shown again.")
+        return 0
+    if action == "update":
+        assert key_id is not None
+        rec = update_key(conn, key_id, now=now, **changes)
+        echo(
+            json.dumps(rec.public(now), indent=2) if as_json else f"updated key {rec.id} ({_describe(rec.public(now))})"
+        )
+        return 0
+    if action == "revoke":
+        assert key_id is not None
+        rec = revoke_key(conn, key_id, now=now)
+        echo(json.dumps(rec.public(now), indent=2) if as_json else f"revoked key {rec.id}")
+        return 0
+    entries = keys_with_spend(conn, now)
+    if as_json:
+        echo(json.dumps({"keys": entries}, indent=2, ensure_ascii=False))
+        return 0
+    if not entries:
+        echo("no keys in the store (create one with `tailgate keys create --config FILE --id NAME`)")
+        return 0
+    echo(f"{'id':<20} {'state':<8} {'models':<20} {'tokens today':>13} {'cost today':>11} {'cost month':>11}  limits")
+    for e in entries:
+        models = ",".join(e["models"]) if e["models"] else "all"
+        day, month = e["spend"]["day"], e["spend"]["month"]
+        echo(
+            f"{e['id']:<20} {e['state']:<8} {models[:20]:<20} {day['tokens']:>13} {day['cost']:>11.4f} "
+            f"{month['cost']:>11.4f}  {_describe(e)}"
+        )
+    return 0
+
+
+def usage_main(
+    target: str | Path, echo: Echo, *, by: Dimension, since_s: float, fmt: str = "table", now: float | None = None
+) -> int:
+    """``tailgate usage``: requests, tokens and spend per group since ``now - since_s`` (whole hours)."""
+    if by not in DIMENSIONS:
+        echo(f"error: --by {by!r}: choose from {', '.join(DIMENSIONS)}")
+        return 2
+    at = time.time() if now is None else now
+    if isinstance(target, Path) and not target.exists():
+        echo(f"error: no tailgate database at {target} (give --config with the gateway's ledger, or --db)")
+        return 2
+    try:
+        with open_store(target) as conn:
+            groups = usage(conn, since=at - since_s, by=by)
+    except (StoreError, SchemaError) as exc:
+        echo(f"error: cannot read the store at {_where(target)}: {exc}")
+        return 2
+    if fmt == "json":
+        echo(json.dumps(groups, indent=2, ensure_ascii=False))
+        return 0
+    columns = [by, "requests", "errors", "input_tokens", "output_tokens", "cost"]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(groups)
+        echo(out.getvalue().rstrip("\n"))
+        return 0
+    if not groups:
+        start = time.strftime("%Y-%m-%d %H:00", time.gmtime(at - since_s))
+        echo(f"no requests in the store at {_where(target)} since {start} UTC")
+        return 0
+    echo(f"{by:<24} {'requests':>10} {'errors':>8} {'input tok':>12} {'output tok':>12} {'cost':>12}")
+    for g in groups:
+        echo(
+            f"{str(g[by])[:24]:<24} {g['requests']:>10} {g['errors']:>8} {g['input_tokens']:>12} "
+            f"{g['output_tokens']:>12} {g['cost']:>12.6f}"
+        )
+    total = {c: sum(g[c] for g in groups) for c in columns[1:]}
+    echo(
+        f"{'total':<24} {total['requests']:>10} {total['errors']:>8} {total['input_tokens']:>12} "
+        f"{total['output_tokens']:>12} {total['cost']:>12.6f}"
+    )
+    return 0

@@ -1,0 +1,274 @@
+"""The PostgreSQL backend of the store: connection, schema and its versioned migrations.
+
+The tables mirror the SQLite store's (``tailgate.ledger.schema``) version for version, with PostgreSQL
+types (``DOUBLE PRECISION`` for SQLite's ``REAL``, ``BIGSERIAL`` ids), plus ``origin`` / ``origin_id`` on
+every shipped table: the replica's spool id and the row's id there. ``UNIQUE (origin, origin_id)``
+makes shipping idempotent: a batch shipped twice (a replica killed between PostgreSQL's commit and its
+own cursor update) is written once. ``migrate`` runs under a transaction-level advisory lock, so replicas
+starting together apply each step once; a database newer than this tailgate raises ``SchemaError``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Loader
+
+from tailgate.ledger.schema import SCHEMA_VERSION, Migration, SchemaError, newer_schema_message
+
+__all__ = ["PG_MIGRATIONS", "connect", "migrate", "schema_version"]
+
+_LOCK_ID = 0x7461696C67617465  # "tailgate": the advisory lock that serialises migrations
+
+PG_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "requests: the gateway's usage ledger",
+        (
+            """
+            CREATE TABLE requests (
+                id               BIGSERIAL PRIMARY KEY,
+                ts               DOUBLE PRECISION NOT NULL,
+                request_id       TEXT     NOT NULL,
+                key_id           TEXT,
+                alias            TEXT     NOT NULL,
+                provider         TEXT,
+                upstream_model   TEXT,
+                endpoint         TEXT     NOT NULL,
+                stream           SMALLINT NOT NULL,
+                traffic_class    TEXT,
+                status           INTEGER  NOT NULL,
+                outcome          TEXT     NOT NULL,
+                attempts         INTEGER  NOT NULL,
+                prompt_tokens    BIGINT,
+                output_tokens    BIGINT,
+                tokens_estimated SMALLINT NOT NULL,
+                ttft_ms          DOUBLE PRECISION,
+                e2e_ms           DOUBLE PRECISION,
+                overhead_ms      DOUBLE PRECISION,
+                cost             DOUBLE PRECISION,
+                origin           TEXT     NOT NULL DEFAULT '',
+                origin_id        BIGINT,
+                UNIQUE (origin, origin_id)
+            )
+            """,
+            "CREATE INDEX requests_ts ON requests (ts)",
+            "CREATE INDEX requests_provider_ts ON requests (provider, ts)",
+        ),
+    ),
+    Migration(
+        2,
+        "samples: the monitor's probes; traffic_minutes: the gateway's per-minute aggregates",
+        (
+            """
+            CREATE TABLE samples (
+                id            BIGSERIAL PRIMARY KEY,
+                ts            DOUBLE PRECISION NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                workload      TEXT    NOT NULL,
+                status        INTEGER,
+                error_class   TEXT,
+                ttft_ms       DOUBLE PRECISION,
+                e2e_ms        DOUBLE PRECISION,
+                output_tokens BIGINT,
+                tok_s         DOUBLE PRECISION,
+                accuracy_ok   SMALLINT,
+                origin        TEXT    NOT NULL DEFAULT '',
+                origin_id     BIGINT,
+                UNIQUE (origin, origin_id)
+            )
+            """,
+            "CREATE INDEX samples_ts ON samples (ts)",
+            "CREATE INDEX samples_pm_ts ON samples (provider, model, ts)",
+            """
+            CREATE TABLE traffic_minutes (
+                id            BIGSERIAL PRIMARY KEY,
+                minute        DOUBLE PRECISION NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                requests      BIGINT  NOT NULL,
+                errors        BIGINT  NOT NULL,
+                output_tokens BIGINT  NOT NULL,
+                tok_s_sum     DOUBLE PRECISION NOT NULL,
+                tok_s_n       BIGINT  NOT NULL,
+                ttft_hist     TEXT,
+                e2e_hist      TEXT,
+                origin        TEXT    NOT NULL DEFAULT '',
+                origin_id     BIGINT,
+                UNIQUE (origin, origin_id)
+            )
+            """,
+            "CREATE INDEX traffic_minutes_pm ON traffic_minutes (provider, model, minute)",
+        ),
+    ),
+    Migration(
+        3,
+        "keys and spend: runtime keys, hourly usage roll-ups",
+        (
+            """
+            CREATE TABLE keys (
+                id               TEXT PRIMARY KEY,
+                key_sha256       TEXT    NOT NULL UNIQUE,
+                created_at       DOUBLE PRECISION NOT NULL,
+                updated_at       DOUBLE PRECISION NOT NULL,
+                revoked_at       DOUBLE PRECISION,
+                expires_at       DOUBLE PRECISION,
+                rpm              DOUBLE PRECISION,
+                tpm              DOUBLE PRECISION,
+                max_concurrency  INTEGER,
+                tokens_per_day   BIGINT,
+                tokens_per_month BIGINT,
+                cost_per_day     DOUBLE PRECISION,
+                cost_per_month   DOUBLE PRECISION,
+                models           TEXT,
+                traffic_class    TEXT,
+                metadata         TEXT    NOT NULL DEFAULT '{}'
+            )
+            """,
+            "CREATE TABLE keys_version (id INTEGER PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL)",
+            "INSERT INTO keys_version (id, version) VALUES (1, 0)",
+            """
+            CREATE TABLE usage_hourly (
+                hour          DOUBLE PRECISION NOT NULL,
+                key_id        TEXT    NOT NULL,
+                alias         TEXT    NOT NULL,
+                provider      TEXT    NOT NULL,
+                requests      BIGINT  NOT NULL,
+                errors        BIGINT  NOT NULL,
+                input_tokens  BIGINT  NOT NULL,
+                output_tokens BIGINT  NOT NULL,
+                cost          DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (hour, key_id, alias, provider)
+            )
+            """,
+            "CREATE TABLE rollup_state (name TEXT PRIMARY KEY, upto BIGINT NOT NULL)",
+            "INSERT INTO rollup_state (name, upto) VALUES ('requests', 0)",
+            "CREATE INDEX requests_key_ts ON requests (key_id, ts)",
+            """
+            CREATE TABLE traffic_hours (
+                hour          DOUBLE PRECISION NOT NULL,
+                provider      TEXT    NOT NULL,
+                model         TEXT    NOT NULL,
+                requests      BIGINT  NOT NULL,
+                errors        BIGINT  NOT NULL,
+                output_tokens BIGINT  NOT NULL,
+                tok_s_sum     DOUBLE PRECISION NOT NULL,
+                tok_s_n       BIGINT  NOT NULL,
+                ttft_hist     TEXT,
+                e2e_hist      TEXT,
+                PRIMARY KEY (hour, provider, model)
+            )
+            """,
+            "INSERT INTO rollup_state (name, upto) VALUES ('traffic', 0)",
+        ),
+    ),
+    Migration(
+        4,
+        "load_tests: the monitor's scheduled peak-hour load tests (docs/monitor.md)",
+        (
+            """
+            CREATE TABLE load_tests (
+                id              BIGSERIAL PRIMARY KEY,
+                ts              DOUBLE PRECISION NOT NULL,
+                provider        TEXT    NOT NULL,
+                model           TEXT    NOT NULL,
+                profile         TEXT    NOT NULL,
+                requests        BIGINT  NOT NULL,
+                errors          BIGINT  NOT NULL,
+                ttft_p90_ms     DOUBLE PRECISION,
+                ttft_p99_ms     DOUBLE PRECISION,
+                e2e_p90_ms      DOUBLE PRECISION,
+                e2e_p99_ms      DOUBLE PRECISION,
+                decay_p99_e2e   DOUBLE PRECISION,
+                capacity        DOUBLE PRECISION,
+                capacity_by     TEXT,
+                detail          TEXT
+            )
+            """,
+            "CREATE INDEX load_tests_pm_ts ON load_tests (provider, model, ts)",
+        ),
+    ),
+)
+assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
+
+
+class _NumericLoader(Loader):
+    """``NUMERIC`` (what ``SUM(bigint)`` returns) as ``int`` when whole, else ``float``, like SQLite."""
+
+    def load(self, data: Any) -> int | float:
+        text = bytes(data).decode()
+        if "." in text or "e" in text.lower() or text in ("NaN", "Infinity", "-Infinity"):
+            return float(text)
+        return int(text)
+
+
+def schema_version(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return 0
+    found = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+    return int(found[0]) if found else 0
+
+
+def migrate(conn: psycopg.Connection[Any]) -> int:
+    """Bring the database up to ``SCHEMA_VERSION``; return the version it started at."""
+    current = schema_version(conn)
+    if current > SCHEMA_VERSION:
+        raise SchemaError(newer_schema_message(current, "PostgreSQL store"))
+    if current == SCHEMA_VERSION:
+        return current
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL, description TEXT NOT NULL)"
+        )
+        started = current = schema_version(conn)  # another replica may have migrated meanwhile
+        if current > SCHEMA_VERSION:
+            raise SchemaError(newer_schema_message(current, "PostgreSQL store"))
+        for step in PG_MIGRATIONS:
+            if step.version <= current:
+                continue
+            for statement in step.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version (version, applied_at, description) VALUES (%s, %s, %s)",
+                (step.version, time.time(), step.description),
+            )
+            current = step.version
+    return started
+
+
+def connect(url: str, *, connect_timeout: float = 5.0, migrate_schema: bool = True) -> psycopg.Connection[Any]:
+    """An autocommit, client-side-binding connection to the store at ``url``, migrated (unless told not to).
+
+    Raises ``SchemaError`` (newer schema) or ``StoreError`` (unreachable; the password is never shown).
+    """
+    from tailgate.ledger.store import StoreError, redact_url
+
+    try:
+        conn = psycopg.connect(
+            url,
+            autocommit=True,
+            cursor_factory=psycopg.ClientCursor,
+            connect_timeout=max(1, round(connect_timeout)),
+            application_name="tailgate",
+        )
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {redact_url(url)}: {_first_line(exc)}") from None
+    conn.adapters.register_loader("numeric", _NumericLoader)
+    if migrate_schema:
+        try:
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,280 @@
+"""Runtime keys through a real gateway and simulated providers: the store's keys work and are revoked at
+runtime, /admin/keys, refusals (model, tpm, concurrency, budget, expiry) counted per key in /metrics and
+the ledger, budgets charged honestly (a stream cut short or cancelled pays for what it produced)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from conftest import GatewayHandle, SimFactory, eventually
+from tailgate.ledger import read_rows
+from tailgate.ledger.keys import create_key, revoke_key
+from tailgate.ledger.store import open_store
+from tailgate.ledger.usage import day_start
+
+GwFactory = Callable[..., Awaitable[GatewayHandle]]
+MSG = [{"role": "user", "content": "hello"}]
+ADMIN = "admin-secret-0123456789"
+YAML_KEY = "sk-yaml-0123456789abcdef"
+
+
+def _config(url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "admin_key": ADMIN,
+        "keys": [{"id": "yaml", "key": YAML_KEY}],
+        "providers": {"p": {"base_url": url, "api_keys": ["sk-up-0123456789"], "price": {"input": 1, "output": 2}}},
+        "models": {
+            "chat": {"routes": [{"provider": "p", "model": "m"}]},
+            "code": {"routes": [{"provider": "p", "model": "m"}]},
+        },
+        **extra,
+    }
+
+
+async def _start(sim: SimFactory, gateway: GwFactory, **sim_kw: Any) -> tuple[Any, GatewayHandle, Path]:
+    provider = await sim("instant", models=("m",), **sim_kw)
+    gw = await gateway(_config(provider.url))
+    assert gw.gateway.ledger is not None
+    return provider, gw, gw.gateway.ledger.path
+
+
+async def _chat(
+    session: aiohttp.ClientSession, gw: GatewayHandle, key: str, **body: Any
+) -> tuple[int, dict[str, str], Any]:
+    payload = {"model": "chat", "messages": MSG, "max_tokens": 5, **body}
+    async with session.post(
+        f"{gw.url}/chat/completions", json=payload, headers={"Authorization": f"Bearer {key}"}
+    ) as r:
+        data = await r.read()
+        return r.status, dict(r.headers), data
+
+
+async def _metric(session: aiohttp.ClientSession, gw: GatewayHandle, key: str, reason: str) -> float:
+    async with session.get(f"{gw.root_url}/metrics") as r:
+        text = await r.text()
+    for line in text.splitlines():
+        if line.startswith("tailgate_key_refusals_total{") and f'key="{key}"' in line and f'reason="{reason}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_a_store_key_works_and_a_revoked_one_is_refused_within_a_second(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    _, gw, path = await _start(sim, gateway)
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "team-a")
+    async with aiohttp.ClientSession() as session:
+        t0 = time.monotonic()
+        while (await _chat(session, gw, secret))[0] != 200:
+            assert time.monotonic() - t0 < 1.0, "a new key did not work within 1 s"
+            await asyncio.sleep(0.02)
+        assert (await _chat(session, gw, YAML_KEY))[0] == 200  # the YAML's keys still work
+        with open_store(path) as conn:
+            revoke_key(conn, "team-a")
+        t0 = time.monotonic()
+        while (status := (await _chat(session, gw, secret))[0]) == 200:
+            assert time.monotonic() - t0 < 1.0, "a revoked key was still served after 1 s"
+            await asyncio.sleep(0.02)
+        assert status == 401
+    await gw.gateway.ledger.flush()
+    assert {r.key_id for r in read_rows(path) if r.status == 200} == {"team-a", "yaml"}
+
+
+async def test_admin_api_creates_lists_updates_and_revokes(sim: SimFactory, gateway: GwFactory) -> None:
+    _, gw, _ = await _start(sim, gateway)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{gw.root_url}/admin/keys", json={"id": "team-b"}) as r:
+            assert r.status == 401  # no admin key
+        body = {"id": "team-b", "tpm": 10_000, "models": ["chat"], "metadata": {"team": "b"}, "expires": "30d"}
+        async with session.post(f"{gw.root_url}/admin/keys", json=body, headers=admin) as r:
+            assert r.status == 201
+            created = await r.json()
+        secret = created["key"]
+        assert secret.startswith("sk-")
+        assert created["models"] == ["chat"]
+        assert created["expires_at"] > time.time() + 29 * 86400
+        assert (await _chat(session, gw, secret))[0] == 200  # reloaded before the answer: works at once
+        async with session.post(f"{gw.root_url}/admin/keys", json={"id": "team-b"}, headers=admin) as r:
+            assert r.status == 409
+        async with session.patch(f"{gw.root_url}/admin/keys/team-b", json={"tpm": None}, headers=admin) as r:
+            assert (await r.json())["tpm"] is None
+        async with session.get(f"{gw.root_url}/admin/keys", headers=admin) as r:
+            listed = (await r.json())["keys"]
+        assert [k["id"] for k in listed] == ["team-b"]
+        assert "key" not in listed[0]
+        assert "key_sha256" not in listed[0]
+        assert secret not in str(listed)
+        assert listed[0]["spend"]["day"]["requests"] in (0, 1)  # the ledger may not have flushed yet
+        async with session.delete(f"{gw.root_url}/admin/keys/team-b", headers=admin) as r:
+            assert (await r.json())["state"] == "revoked"
+        assert (await _chat(session, gw, secret))[0] == 401
+        async with session.patch(f"{gw.root_url}/admin/keys/nobody", json={"rpm": 1}, headers=admin) as r:
+            assert r.status == 404
+
+
+async def test_refusals_are_openai_shaped_and_counted_per_key(sim: SimFactory, gateway: GwFactory) -> None:
+    _, gw, path = await _start(sim, gateway)
+    with open_store(path) as conn:
+        _, chat_only = create_key(conn, "chat-only", models=["chat"])
+        _, small_tpm = create_key(conn, "small-tpm", tpm=300)
+        _, expired = create_key(conn, "old", expires_at=time.time() - 1)
+        _, one_rpm = create_key(conn, "one-rpm", rpm=1)
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        status, _, body = await _chat(session, gw, chat_only, model="code")
+        assert status == 403
+        assert b'"code":"model_not_allowed"' in body.replace(b" ", b"")
+        assert (await _chat(session, gw, chat_only))[0] == 200
+
+        assert (await _chat(session, gw, small_tpm, max_tokens=200))[0] == 200
+        status, headers, body = await _chat(session, gw, small_tpm, max_tokens=200)
+        assert status == 429
+        assert int(headers["Retry-After"]) >= 1
+        assert b"Token rate limit" in body
+
+        status, _, body = await _chat(session, gw, expired)
+        assert status == 401
+        assert b"key_expired" in body
+
+        assert (await _chat(session, gw, one_rpm))[0] == 200
+        status, headers, _ = await _chat(session, gw, one_rpm)
+        assert status == 429
+        assert int(headers["Retry-After"]) >= 1
+
+        assert await _metric(session, gw, "chat-only", "model_not_allowed") == 1
+        assert await _metric(session, gw, "one-rpm", "rpm_limited") == 1
+        assert await _metric(session, gw, "small-tpm", "tpm_limited") == 1
+        assert await _metric(session, gw, "old", "key_expired") == 1
+    await gw.gateway.ledger.flush()
+    refused = {(r.key_id, r.outcome, r.status) for r in read_rows(path) if r.status != 200}
+    assert refused == {
+        ("chat-only", "model_not_allowed", 403),
+        ("small-tpm", "tpm_limited", 429),
+        ("old", "key_expired", 401),
+        ("one-rpm", "rpm_limited", 429),
+    }
+
+
+async def test_max_concurrency_refuses_the_extra_request(sim: SimFactory, gateway: GwFactory) -> None:
+    _, gw, path = await _start(sim, gateway, faults={"stall_first_token_s": 0.5})
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "one-at-a-time", max_concurrency=1)
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        results = await asyncio.gather(*(_chat(session, gw, secret) for _ in range(3)))
+        statuses = sorted(r[0] for r in results)
+        assert statuses == [200, 429, 429]
+        assert (await _chat(session, gw, secret))[0] == 200  # the slot came back
+        assert await _metric(session, gw, "one-at-a-time", "concurrency_limited") == 2
+
+
+async def _budget_usage(gw: GatewayHandle, key: str) -> float:
+    state = gw.gateway.admission._state()
+    return float(await state.usage(f"key:{key}:budget:tokens:daily:{int(day_start(time.time()))}", None))
+
+
+async def test_daily_token_budget_admits_until_spent(sim: SimFactory, gateway: GwFactory) -> None:
+    """Admits while spent + this request's reservation fit; what was admitted never exceeds the budget."""
+    _, gw, path = await _start(sim, gateway)
+    budget = 2000
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "budgeted", tokens_per_day=budget)
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        codes = []
+        for _ in range(40):
+            status, headers, body = await _chat(session, gw, secret, max_tokens=100)
+            codes.append(status)
+            if status == 429:
+                assert b"budget_exceeded" in body
+                assert int(headers["Retry-After"]) <= 86400
+                break
+            await eventually(lambda: not gw.gateway.admission._pending, 1.0)  # settled
+    assert codes[-1] == 429
+    await gw.gateway.ledger.flush()
+    served = [r for r in read_rows(path) if r.key_id == "budgeted" and r.status == 200]
+    spent = sum((r.prompt_tokens or 0) + (r.output_tokens or 0) for r in served)
+    reservation = 100 + 200 / 4  # max_tokens + about the body's bytes / 4
+    assert budget - reservation <= spent <= budget
+    assert await _budget_usage(gw, "budgeted") == spent  # settled to exactly what the ledger holds
+
+
+async def test_a_cut_stream_is_charged_for_what_it_produced(sim: SimFactory, gateway: GwFactory) -> None:
+    _, gw, path = await _start(sim, gateway, faults={"disconnect_after_tokens": 7})
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "streamer", tokens_per_day=100_000)
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        status, _, body = await _chat(session, gw, secret, max_tokens=500, stream=True)
+    assert status == 200
+    assert b"error" in body  # ended with an SSE error event
+    await eventually(lambda: not gw.gateway.admission._pending, 1.0)
+    await gw.gateway.ledger.flush()
+    (row,) = [r for r in read_rows(path) if r.key_id == "streamer"]
+    assert row.outcome != "ok"
+    assert row.output_tokens == 7
+    charged = await _budget_usage(gw, "streamer")
+    assert charged == (row.prompt_tokens or 0) + 7  # not 0, not the 500-token reservation
+    assert row.cost is not None
+    assert row.cost > 0
+
+
+async def test_a_cancelled_stream_is_charged_for_what_it_produced(sim: SimFactory, gateway: GwFactory) -> None:
+    _, gw, path = await _start(sim, gateway, faults={"slow_drip_s": 0.02})
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "leaver", tokens_per_day=100_000)
+    await gw.gateway.key_directory.reload()
+    payload = {"model": "chat", "messages": MSG, "max_tokens": 400, "stream": True}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{gw.url}/chat/completions", json=payload, headers={"Authorization": f"Bearer {secret}"}) as r,
+    ):
+        assert r.status == 200
+        seen = 0
+        async for _ in r.content.iter_any():
+            seen += 1
+            if seen >= 5:
+                break  # the client goes away mid-stream
+    await gw.gateway.ledger.flush()
+    await eventually(lambda: any(r.key_id == "leaver" for r in read_rows(path)), 3.0)
+    await eventually(lambda: not gw.gateway.admission._pending, 1.0)
+    (row,) = [r for r in read_rows(path) if r.key_id == "leaver"]
+    assert row.outcome == "client_closed"
+    assert row.output_tokens is not None
+    assert 0 < row.output_tokens < 400
+    assert await _budget_usage(gw, "leaver") == (row.prompt_tokens or 0) + row.output_tokens
+
+
+async def test_dashboard_keys_page_and_its_json(sim: SimFactory, gateway: GwFactory) -> None:
+    """Keys & spend: the page, keys with their spend and the usage report, read-only without the admin key."""
+    _, gw, path = await _start(sim, gateway)
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "team-a", tokens_per_day=100_000, metadata={"team": "a"})
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            assert (await _chat(session, gw, secret))[0] == 200
+        await gw.gateway.ledger.flush()
+        async with session.get(f"{gw.root_url}/dashboard/keys") as r:
+            assert r.status == 200
+            assert "keys &amp; spend" in await r.text()
+        async with session.get(f"{gw.root_url}/dashboard/api/keys") as r:
+            keys = (await r.json())["keys"]
+        (team,) = keys
+        assert team["id"] == "team-a"
+        assert team["spend"]["day"]["requests"] == 3
+        assert team["spend"]["day"]["tokens"] > 0
+        assert secret not in str(keys)
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=key&since=24h") as r:
+            groups = (await r.json())["groups"]
+        assert {g["key"]: g["requests"] for g in groups} == {"team-a": 3}
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=nope") as r:
+            assert r.status == 400
