@@ -10,12 +10,13 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from tailgate._aiohttp import error_response, openai_shaped_errors
+from tailgate._aiohttp import BODY_LIMITS_KEY, error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes, route_weights
-from tailgate.gateway.auth import KeyRing
+from tailgate.gateway.auth import AccessGuard, KeyRing
 from tailgate.gateway.hedging import Hedger, hedge_counter
+from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middleware
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
@@ -68,6 +69,13 @@ class Gateway:
         self.config = config
         self.log = logging.getLogger("tailgate.gateway")
         self.keys = KeyRing(config.keys, config.admin_key)
+        server = config.server
+        self.guard = AccessGuard(
+            self.keys,
+            dashboard_key=config.dashboard_key,
+            metrics_key=config.metrics.key,
+            lockout=SourceLockout(server.admin_max_failures, server.admin_failure_window),
+        )
         self.providers = {
             name: ProviderState(
                 config=resolved,
@@ -241,8 +249,10 @@ class Gateway:
             self.trace.close()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[openai_shaped_errors])
+        middlewares = [openai_shaped_errors, deadline_middleware(self.config.server.request_deadline)]
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=middlewares)
         app[GATEWAY_KEY] = self
+        app[BODY_LIMITS_KEY] = body_limits(self.config)
         proxy = Proxy(self)
         app.router.add_post("/v1/chat/completions", proxy.chat)
         app.router.add_post("/v1/completions", proxy.completions)
@@ -251,7 +261,8 @@ class Gateway:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/health", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
+        if self.config.metrics.listen is None:  # else on its own bind (metrics_app, started by serve.py)
+            app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
@@ -290,7 +301,18 @@ class Gateway:
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
         controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        mount(app, db_path, live=live, controls=controls)
+        guard = self.guard
+
+        def may_read(request: web.Request) -> WireError | None:
+            return guard.check(request, "dashboard")
+
+        mount(app, db_path, live=live, controls=controls, guard=may_read if guard.required("dashboard") else None)
+        return app
+
+    def metrics_app(self) -> web.Application:
+        """``/metrics`` alone, for ``metrics.listen`` (its own address and port)."""
+        app = web.Application(middlewares=[openai_shaped_errors])
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -311,6 +333,8 @@ class Gateway:
         return web.json_response({"status": "ready", "providers": usable})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if (denied := self.guard.check(request, "metrics")) is not None:
+            return error_response(denied)
         for name, p in self.providers.items():
             self.metrics.in_flight.labels(name).set(p.in_flight)
             self.breaker_state.labels(name).set(_BREAKER_CODE[self.breakers.get(name).state])

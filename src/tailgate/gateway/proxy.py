@@ -25,16 +25,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
-import msgspec
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.gateway import refusals
 from tailgate.gateway.hedging import Race
+from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
 from tailgate.wire import errors as wire_errors
+from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
@@ -141,7 +142,10 @@ class Proxy:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
-            ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
+            if request.get(DEADLINE_HIT):  # server.request_deadline (limits.py), not the client
+                ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
+            else:
+                ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
             self._record(ctx, time.perf_counter())
             raise
         finally:
@@ -183,7 +187,7 @@ class Proxy:
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(options is not None and options.include_usage)
-        obj: dict[str, Any] = msgspec.json.decode(body)
+        obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
         now = time.monotonic()
         exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
         order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
@@ -241,6 +245,7 @@ class Proxy:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
         gw = self.gw
+        check_upstream_capacity(gw)  # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
         provider = gw.providers[route.provider]
         health = gw.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
@@ -454,6 +459,7 @@ class Proxy:
         ctx.first_token_at = now
         ctx.status = 200
         resp = _SSEResponse(status=200, headers={**_SSE_HEADERS, **self._headers(ctx, now)})
+        request[STREAM_RESPONSE] = resp  # the request deadline ends it with an error event (limits.py)
         await resp.prepare(request)
         await resp.write(b"".join(held) + first)
         return resp
