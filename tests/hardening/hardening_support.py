@@ -137,8 +137,7 @@ def assert_openai_error(status: int, body: bytes) -> dict[str, Any]:
 
 
 def raw_socket(port: int, timeout: float = 5) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    return sock
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
 
 
 def recv_all(sock: socket.socket, limit: int = 1 << 16) -> bytes:

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hardening_support import ALIAS, UPSTREAM_MODEL, Stack, assert_openai_error, post_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hardening_support import ALIAS, UPSTREAM_MODEL, Stack, assert_openai_error, post_json
 
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 FUZZ = settings(

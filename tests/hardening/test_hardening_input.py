@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
 from hardening_support import ALIAS, MSG, Stack, assert_openai_error, post_json, raw_socket, recv_all, request
 
 CHAT = "/v1/chat/completions"
