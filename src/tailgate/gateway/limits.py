@@ -63,6 +63,9 @@ def runner_kwargs(server: ServerConfig) -> dict[str, Any]:
         "max_line_size": server.max_header_bytes,
         "max_field_size": server.max_header_bytes,
         "max_headers": server.max_headers,
+        # After refusing a body (408/413) aiohttp keeps reading what the client still sends for this long
+        # before it closes, so the client can read the answer; 10 s by default held a slot per slow client.
+        "lingering_time": 2.0,
     }
 
 
