@@ -117,8 +117,10 @@ def request(
         conn.close()
 
 
-def post_json(port: int, path: str, body: bytes, **headers: str) -> tuple[int, dict[str, str], bytes]:
-    return request(port, "POST", path, body, {"Content-Type": "application/json", **headers})
+def post_json(
+    port: int, path: str, body: bytes, headers: dict[str, str] | None = None, timeout: float = 15
+) -> tuple[int, dict[str, str], bytes]:
+    return request(port, "POST", path, body, {"Content-Type": "application/json", **(headers or {})}, timeout)
 
 
 def assert_openai_error(status: int, body: bytes) -> dict[str, Any]:
