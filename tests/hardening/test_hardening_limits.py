@@ -130,13 +130,13 @@ def test_connections_over_the_cap_get_503_and_the_gateway_recovers(make_stack: S
 
 
 def test_many_connections_at_once(make_stack: StackFactory) -> None:
-    """300 clients at once against a cap of 64: every answer is a 200 or a shaped 503, none hangs,
-    the open-connection count returns to zero and the gateway still serves."""
-    stack = make_stack({"max_connections": 64})
+    """300 requests from 96 threads against a cap of 32 connections: every answer is a 200 or a shaped
+    503, none hangs, the open-connection count returns to zero and the gateway still serves."""
+    stack = make_stack({"max_connections": 32})
 
-    def one(_: int) -> int:
+    def one(i: int) -> int:
         try:
-            status, _, raw = post_json(stack.port, "/v1/chat/completions", _body(), timeout=20)
+            status, _headers, raw = post_json(stack.port, "/v1/chat/completions", _body(), timeout=20)
         except (ConnectionError, http.client.HTTPException):  # refused while sending: the socket was closed
             return -1
         if status != 200:
@@ -144,9 +144,9 @@ def test_many_connections_at_once(make_stack: StackFactory) -> None:
             assert_openai_error(status, raw)
         return status
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=96) as pool:
         statuses = list(pool.map(one, range(300)))
-    assert statuses.count(200) >= 64
+    assert statuses.count(200) >= 32
     assert set(statuses) <= {200, 503, -1}
     deadline = time.monotonic() + 5
     while stack.site.connections and time.monotonic() < deadline:
