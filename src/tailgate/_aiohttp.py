@@ -25,9 +25,16 @@ from tailgate.wire.errors import WireError
 
 log = logging.getLogger("tailgate.http")
 
-_JSON_TYPES = ("application/json", "text/plain", "application/x-www-form-urlencoded", "")
+_JSON_TYPES = (
+    "application/json",
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "application/octet-stream",
+    "",
+)
 """Content types a JSON body may arrive with. ``text/plain`` and the form type are what ``curl -d``
-and some hand-written clients send; the body is still parsed (and refused) as JSON."""
+and some hand-written clients send, octet-stream what HTTP libraries label raw bytes with; the body is
+still parsed (and refused) as JSON. Anything else (multipart, XML, ...) is a 415."""
 
 
 def error_response(err: WireError, headers: dict[str, str] | None = None) -> web.Response:

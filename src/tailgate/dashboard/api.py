@@ -240,7 +240,7 @@ class _Dashboard:
             if self.guard is not None and self.guard(request) is None:  # a read-only key: it may read
                 return web.json_response({"admin": False, "read": True})
             return denied
-        return web.json_response({"admin": True, "read": True})
+        return web.json_response({"admin": True})
 
     def _guard(self, request: web.Request) -> web.Response | None:
         if self.controls is None:
