@@ -20,6 +20,7 @@ from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middlew
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
+from tailgate.gateway.revocation import revoked_counter
 from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
@@ -129,6 +130,7 @@ class Gateway:
             ["provider"],
             registry=self.metrics.registry,
         )
+        self.keys_revoked = revoked_counter(self.metrics.registry)
         hedges = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)

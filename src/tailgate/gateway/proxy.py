@@ -31,6 +31,7 @@ from tailgate._aiohttp import error_response
 from tailgate.gateway import refusals
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity
+from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
@@ -214,6 +215,9 @@ class Proxy:
             last = ctx.result = result
             if resp is not None:
                 return resp
+            if revoke_refused_key(gw.providers[route.provider], result, gw.keys_revoked):
+                queue.appendleft(route)  # the same route again, with its next key (revocation.py)
+                continue
             if result.error_class not in RETRYABLE:
                 break
         if last is None and paced:
