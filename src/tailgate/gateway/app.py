@@ -22,6 +22,7 @@ from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.revocation import revoked_counter
 from tailgate.gateway.state import ProviderState, pacer_for
+from tailgate.gateway.store_metrics import register_ledger_metrics
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
@@ -152,6 +153,7 @@ class Gateway:
             self.ledger = SQLiteLedger(
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
+            register_ledger_metrics(self.metrics.registry, self.ledger)
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()
