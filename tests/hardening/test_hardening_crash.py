@@ -219,8 +219,9 @@ async def test_store_locked_keeps_serving_and_rows_land_later(
                     f"{gw.url}/chat/completions", json=body, headers={"x-request-id": f"L{i}"}
                 ) as r:
                     assert r.status == 200
-        deadline = time.monotonic() + 10
-        while ledger.write_errors == 0 and time.monotonic() < deadline:
+        for _ in range(100):  # the writer's first attempt fails within its busy timeout (1 s)
+            if ledger.write_errors:
+                break
             await asyncio.sleep(0.1)
         assert ledger.write_errors > 0
         assert ledger.pending > 0
