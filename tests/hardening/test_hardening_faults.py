@@ -442,3 +442,55 @@ async def test_fault_matrix(
     assert row_.status == (200 if expect.client in ("fallback", "served", "sse_error") else int(expect.client))
     if expect.client == "fallback":
         assert (row_.provider, row_.attempts) == ("fallback", 2)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("name", "stream", "faults"),
+    [
+        ("before_first_token", False, {"stall_first_token_s": 5}),
+        ("before_first_token", True, {"stall_first_token_s": 5}),
+        ("mid_stream", True, {"slow_drip_s": 0.1}),
+    ],
+)
+async def test_client_disconnect(
+    name: str, stream: bool, faults: dict[str, Any], sim: SimFactory, gateway: GwFactory
+) -> None:
+    """The client goes away before the first token or mid-stream: the upstream request is cancelled at
+    once (the simulator records a 499), the ledger row says ``client_closed`` / 499, and
+    ``tailgate_requests_total{outcome="client_closed"}`` moves."""
+    up = await sim("instant", models=("up-primary",), faults=faults)
+    gw = await gateway(
+        {
+            "providers": {"primary": {"base_url": up.url, "timeouts": {**TIMEOUTS, "first_token": 10, "idle": 10}}},
+            "models": {ALIAS: {"routes": [{"provider": "primary", "model": "up-primary"}]}},
+            "routing": {"probes": {"enabled": False}},
+        }
+    )
+    body = {"model": ALIAS, "messages": MSG, "max_tokens": 30, "stream": stream}
+    async with aiohttp.ClientSession() as session:
+        if name == "mid_stream":
+            async with session.post(f"{gw.url}/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                first = await resp.content.readuntil(b"\n\n")
+                assert first.startswith(b"data: ")
+                resp.close()  # drop the connection mid-stream
+        else:
+            with pytest.raises(TimeoutError):
+                async with session.post(
+                    f"{gw.url}/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=0.5)
+                ) as resp:
+                    await resp.read()
+        for _ in range(100):  # the cancellation reaches the simulator within a moment
+            if any(t.status == 499 for t in up.truth.records()):
+                break
+            await asyncio.sleep(0.05)
+        assert [t.status for t in up.truth.records()] == [499]
+        async with session.get(f"{gw.root_url}/metrics") as r:
+            text = await r.text()
+    assert 'tailgate_requests_total{alias="deepseek-v3.2",outcome="client_closed",provider="primary"} 1.0' in text
+    ledger = gw.gateway.ledger
+    assert ledger is not None
+    await ledger.flush()
+    last = read_rows(ledger.path)[-1]
+    assert (last.outcome, last.status) == ("client_closed", 499)
