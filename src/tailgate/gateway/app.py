@@ -22,7 +22,7 @@ from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.revocation import revoked_counter
 from tailgate.gateway.state import ProviderState, pacer_for
-from tailgate.gateway.store_metrics import register_ledger_metrics
+from tailgate.gateway.store_metrics import register_ledger_metrics, register_runtime_metrics
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
@@ -132,6 +132,7 @@ class Gateway:
             registry=self.metrics.registry,
         )
         self.keys_revoked = revoked_counter(self.metrics.registry)
+        register_runtime_metrics(self.metrics.registry)
         hedges = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)

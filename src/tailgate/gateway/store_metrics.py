@@ -1,4 +1,7 @@
-"""The ledger's health on /metrics, read at scrape time: a full or locked store shows here first.
+"""The ledger's health and the event loop's task count on /metrics, read at scrape time.
+
+A full or locked store shows here first; ``tailgate_event_loop_tasks`` (asyncio tasks alive in this
+process) is what a soak run watches for leaks (benchmarks/soak.py).
 
 ``tailgate_ledger_pending_rows`` (rows in memory, not yet in the store), ``tailgate_ledger_write_errors_total``
 (failed write transactions: locked, busy, disk full; each retried) and ``tailgate_ledger_dropped_rows_total``
@@ -7,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
@@ -35,6 +39,19 @@ class _LedgerCollector(Collector):
             "Ledger rows not stored: refused by the store, over the pending limit, or abandoned at shutdown.",
             value=ledger.dropped,
         )
+
+
+class _TaskCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # scraped outside a running loop (a test registry)
+            tasks = 0
+        yield GaugeMetricFamily("tailgate_event_loop_tasks", "asyncio tasks alive in this process.", value=tasks)
+
+
+def register_runtime_metrics(registry: CollectorRegistry) -> None:
+    registry.register(_TaskCollector())
 
 
 def register_ledger_metrics(registry: CollectorRegistry, ledger: SQLiteLedger) -> None:
