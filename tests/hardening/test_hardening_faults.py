@@ -228,6 +228,7 @@ class Row:
     unary: Expect | None = None
     sim_keys: tuple[str, ...] = ()
     primary_keys: tuple[str, ...] = ("sk-primary",)
+    timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUTS))
 
 
 FB = "fallback"
@@ -327,7 +328,14 @@ ROWS = [
         unary=Expect("400", "http_4xx", outcome="http_4xx"),
     ),
     Row("slow_drip", "sim", {"slow_drip_s": 0.05}, stream=Expect("served", None), unary=Expect("served", None)),
-    Row("oversized_answer", "rogue:huge", stream=Expect(FB, "malformed"), unary=Expect(FB, "malformed")),
+    Row(
+        "oversized_answer",
+        "rogue:huge",
+        stream=Expect(FB, "malformed"),
+        unary=Expect(FB, "malformed"),
+        # 65 MiB must arrive before the first-token deadline for the size cap to be what ends it
+        timeouts={**TIMEOUTS, "headers": 20, "first_token": 20},
+    ),
 ]
 
 
@@ -380,7 +388,7 @@ async def test_fault_matrix(
     gw = await gateway(
         {
             "providers": {
-                "primary": {"base_url": primary_url, "api_keys": list(row.primary_keys), "timeouts": TIMEOUTS},
+                "primary": {"base_url": primary_url, "api_keys": list(row.primary_keys), "timeouts": row.timeouts},
                 "fallback": {"base_url": fallback.url, "api_keys": ["sk-fallback"], "timeouts": TIMEOUTS},
             },
             "models": {
