@@ -2,8 +2,8 @@
 
 Two generators, both bounded and reproducible (``derandomize``): hypothesis builds request objects field
 by field with values of every JSON type (huge and negative numbers, lone surrogates, deep lists), and a
-byte mutator damages valid bodies (flips, inserts, cuts, invalid UTF-8, duplicated spans). About 2,600
-requests in all; each answer is read to its end (streams included).
+byte mutator damages valid bodies (flips, inserts, cuts, invalid UTF-8, duplicated spans); odd query strings
+hit the GET endpoints. About 3,200 requests in all; each answer is read to its end (streams included).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hardening_support import ALIAS, UPSTREAM_MODEL, Stack, assert_openai_error, post_json
+from hardening_support import ALIAS, UPSTREAM_MODEL, Stack, assert_openai_error, post_json, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -203,3 +203,40 @@ def test_fuzz_byte_mutations_gateway(stack: Stack, case: tuple[int, list[_Op]]) 
 def test_fuzz_byte_mutations_sim(stack: Stack, case: tuple[int, list[_Op]]) -> None:
     """The same mutations against the simulator."""
     _mutate_and_send(stack, "sim", case)
+
+
+# ---- query strings and paths of the GET endpoints ---------------------------------------------------
+
+_GETS = (
+    "/dashboard/api/leaderboard",
+    "/dashboard/api/series",
+    "/dashboard/api/heatmap",
+    "/dashboard/api/compare",
+    "/dashboard/api/catalog",
+    "/dashboard/api/live",
+    "/admin/providers",
+    "/v1/models",
+    "/metrics",
+)
+_QUERY_KEYS = ("window", "now", "model", "sort", "provider", "workload", "tz", "limit", "x")
+_query_values = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["1e999", "-1", "nan", "inf", "0", "99999999999999999999", "7d", "1h", "%ff", "%00", "p90"]),
+)
+
+
+@settings(FUZZ, max_examples=300)
+@given(
+    path=st.sampled_from(_GETS),
+    query=st.dictionaries(st.sampled_from(_QUERY_KEYS), _query_values, max_size=4),
+    tail=st.one_of(st.just(""), st.text(max_size=6)),
+)
+def test_fuzz_get_endpoints(stack: Stack, path: str, query: dict[str, str], tail: str) -> None:
+    """Dashboard, admin, models and metrics with odd query strings and path tails: never a 5xx."""
+    from urllib.parse import quote, urlencode
+
+    target = path + quote(tail) + ("?" + urlencode(query) if query else "")
+    status, _, raw = request(stack.port, "GET", target)
+    _check(status, raw, target.encode())
+    status, _, raw = request(stack.sim_port, "GET", "/sim/truth?" + urlencode({"limit": query.get("limit", "x")}))
+    _check(status, raw, b"/sim/truth")
