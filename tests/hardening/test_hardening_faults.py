@@ -439,6 +439,7 @@ async def test_fault_matrix(
             async with session.post(f"{gw.url}/chat/completions", json=body) as again:  # only the good key now
                 assert again.status == 200
                 assert again.headers["x-tailgate-attempts"] == "1"
+                await again.read()  # to its end: a stream left unread would be booked as client_closed
         if row.name == "rate_limited_with_retry_after":
             assert gw.gateway.providers["primary"].paused(time.monotonic())  # for the upstream's 7 s
     ledger = gw.gateway.ledger
