@@ -11,7 +11,7 @@ import http.client
 import json
 import socket
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,7 +45,14 @@ class Stack:
     """One simulated provider (small output limit: a mutated ``max_tokens`` cannot make a huge answer)
     and one gateway in front of it, served by ``HardenedSite`` exactly as ``tailgate serve`` does."""
 
-    def __init__(self, tmp: Path, *, sim_faults: dict[str, Any] | None = None, **gateway_extra: Any) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        sim_faults: dict[str, Any] | None = None,
+        configure: Callable[[str], dict[str, Any]] | None = None,
+        **gateway_extra: Any,
+    ) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="hardening-stack", daemon=True)
         self._thread.start()
@@ -53,10 +60,8 @@ class Stack:
             make_spec("instant", models=(UPSTREAM_MODEL,), engine={"max_output_tokens": 64}, faults=sim_faults)
         )
         self.call(self.sim.start())
-        data = {
-            "ledger": {"enabled": True, "path": str(tmp / "ledger.db")},
-            **gateway_config(self.sim.url, **gateway_extra),
-        }
+        config = configure(self.sim.url) if configure is not None else gateway_config(self.sim.url, **gateway_extra)
+        data = {"ledger": {"enabled": True, "path": str(tmp / "ledger.db")}, **config}
         self.config = validate_data(data, GatewayConfig, "hardening")
         self.gateway = Gateway(self.config, resolve_providers(self.config))
         self.runner: web.AppRunner | None = None

@@ -197,3 +197,32 @@ def test_request_deadline_non_stream_and_stream(make_stack: StackFactory) -> Non
     time.sleep(0.1)  # the row is booked when the handler ends, a moment after the client has its answer
     stack.call(ledger.flush())
     assert [(r.outcome, r.status) for r in read_rows(ledger.path)][-2:] == [("deadline", 504), ("deadline", 200)]
+
+
+def test_a_hedge_over_the_attempt_cap_is_not_sent(tmp_path: Path) -> None:
+    """max_upstream_in_flight 1 with a hedged alias: the first attempt holds the only slot, the hedge is
+    not sent (``no_capacity``) and the request is still served: the cap never turns a hedge into a 503."""
+
+    def two_routes(sim_url: str) -> dict[str, Any]:
+        return {
+            "providers": {"a": {"base_url": sim_url}, "b": {"base_url": sim_url}},
+            "models": {
+                ALIAS: {
+                    "routes": [{"provider": "a", "model": "up-model"}, {"provider": "b", "model": "up-model"}],
+                    "hedge": {"after": "0.1s", "budget": 1.0},
+                }
+            },
+            "routing": {"policy": "weighted", "probes": {"enabled": False}},
+            "server": {"max_upstream_in_flight": 1},
+        }
+
+    stack = Stack(tmp_path, configure=two_routes, sim_faults={"stall_first_token_s": 0.6})
+    try:
+        status, headers, raw = post_json(stack.port, "/v1/chat/completions", _body())
+        assert status == 200, raw
+        assert headers["x-tailgate-attempts"] == "1"
+        assert "x-tailgate-hedged" not in headers
+        _, _, metrics = request(stack.port, "GET", "/metrics")
+        assert b'tailgate_hedges_total{alias="deepseek-v3.2",outcome="no_capacity"} 1.0' in metrics
+    finally:
+        stack.close()

@@ -44,6 +44,7 @@ __all__ = [
     "deadline_middleware",
     "runner_kwargs",
     "site",
+    "upstream_full",
 ]
 
 STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey("tailgate_stream", web.StreamResponse)
@@ -72,6 +73,12 @@ def runner_kwargs(server: ServerConfig) -> dict[str, Any]:
 def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConfig, **kwargs: Any) -> HardenedSite:
     """The listening site with the connection cap and OpenAI-shaped parse errors."""
     return HardenedSite(runner, host, port, max_connections=server.max_connections, **kwargs)
+
+
+def upstream_full(gw: Gateway) -> bool:
+    """Are ``server.max_upstream_in_flight`` attempts already out? (A hedge then does not fire.)"""
+    limit = gw.config.server.max_upstream_in_flight
+    return limit is not None and sum(p.in_flight for p in gw.providers.values()) >= limit
 
 
 def check_upstream_capacity(gw: Gateway) -> None:

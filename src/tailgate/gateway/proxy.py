@@ -30,7 +30,7 @@ from aiohttp import web
 from tailgate._aiohttp import error_response
 from tailgate.gateway import refusals
 from tailgate.gateway.hedging import Race
-from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity
+from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity, upstream_full
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route, should_shed
@@ -312,6 +312,8 @@ class Proxy:
             if not done and race.winner is None:
                 if not hedger.budget.can_hedge():
                     hedger.count("no_budget")
+                elif upstream_full(gw):  # server.max_upstream_in_flight: a hedge is extra load, never a 503
+                    hedger.count("no_capacity")
                 else:
                     nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)
                     if nxt is None:
