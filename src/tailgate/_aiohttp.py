@@ -104,15 +104,17 @@ async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.St
         if limits is not None and request.method == "POST":
             declared = "Content-Type" in request.headers  # aiohttp reads a missing one as octet-stream
             if declared and request.path.startswith(limits.json_paths) and not _is_json_type(request.content_type):
-                return error_response(
+                response = error_response(
                     WireError(
                         415,
-                        f"Unsupported content type {request.content_type!r}: send 'application/json'.",
+                        f"Unsupported content type {request.content_type[:100]!r}: send 'application/json'.",
                         type="invalid_request_error",
                         param="Content-Type",
                         code="unsupported_media_type",
                     )
                 )
+                response.force_close()  # its body stays unread
+                return response
             if (refused := await _read_body(request, limits)) is not None:
                 response = error_response(refused)
                 response.force_close()  # the rest of an unread body would be parsed as the next request
