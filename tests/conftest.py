@@ -213,6 +213,8 @@ async def gateway(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[Gatewa
     from tailgate.config.resolve import resolve_providers
     from tailgate.config.schema import GatewayConfig
     from tailgate.gateway.app import Gateway
+    from tailgate.gateway.limits import runner_kwargs
+    from tailgate.gateway.limits import site as limits_site
 
     started: list[GatewayHandle] = []
 
@@ -221,11 +223,12 @@ async def gateway(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[Gatewa
         cfg = validate_data(data, GatewayConfig, "test-config")
         gw = Gateway(cfg, resolve_providers(cfg))
         await gw.start()
-        runner = web.AppRunner(gw.app(), handler_cancellation=True, access_log=None, shutdown_timeout=10)
+        kwargs = runner_kwargs(cfg.server)
+        runner = web.AppRunner(gw.app(), handler_cancellation=True, access_log=None, shutdown_timeout=10, **kwargs)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = limits_site(runner, "127.0.0.1", 0, cfg.server)  # the connection cap and header limits of serve
         await site.start()
-        port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        port = site.port
         handle = GatewayHandle(gw, runner, port)
         started.append(handle)
         return handle

@@ -242,7 +242,14 @@ async def test_page_assets_and_modes(dash: Callable[..., Awaitable[Get]], tmp_pa
         assert status == 200, asset
         assert len(text) > 500
     status, meta = await get("/dashboard/api/meta")
-    assert meta == {"mode": "monitor", "live": False, "controls": False, "windows": ["1h", "24h", "7d"], "now": NOW}
+    assert meta == {
+        "mode": "monitor",
+        "live": False,
+        "controls": False,
+        "auth_required": False,
+        "windows": ["1h", "24h", "7d"],
+        "now": NOW,
+    }
     status, body = await get("/dashboard/api/live")
     assert status == 404
     assert body["error"]["type"] == "invalid_request_error"

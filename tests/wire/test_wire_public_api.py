@@ -31,6 +31,7 @@ def test_public_names() -> None:
         "encode",
         "encode_event",
         "parse_error_body",
+        "parse_json",
     ]
     for name in tailgate.wire.__all__:
         assert hasattr(tailgate.wire, name)

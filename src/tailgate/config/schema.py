@@ -245,6 +245,37 @@ class ListenConfig(_Strict):
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
 
 
+class ServerConfig(_Strict):
+    """The gateway's own resource limits toward its clients (docs/reliability.md; defaults in docs/config.md)."""
+
+    max_header_bytes: Annotated[int, Field(ge=256, le=1024 * 1024)] = 8190
+    """Longest request line or header field; longer is a 400 in the OpenAI shape."""
+    max_headers: Annotated[int, Field(ge=8, le=10_000)] = 128
+    body_read_timeout: PositiveSeconds = 30.0
+    """The whole request body must arrive within this (408 otherwise): half a body never holds a slot."""
+    keepalive_timeout: PositiveSeconds = 75.0
+    """An idle connection (and one that never finishes its headers) is closed after this."""
+    max_connections: Annotated[int, Field(ge=1)] | None = 4096
+    """Open client connections; beyond it a new one gets a 503 with Retry-After and is closed."""
+    max_upstream_in_flight: Annotated[int, Field(ge=1)] | None = 1024
+    """Upstream attempts in flight across all providers (hedges count); beyond it a 503 with Retry-After."""
+    request_deadline: PositiveSeconds | None = 900.0
+    """A whole request, stream included; past it a 504 (or an SSE error event once streaming)."""
+    admin_max_failures: Annotated[int, Field(ge=1)] = 10
+    """Failed admin/dashboard/metrics key checks per client address within ``admin_failure_window``
+    before that address gets a 429 for the rest of the window."""
+    admin_failure_window: PositiveSeconds = 60.0
+
+
+class MetricsConfig(_Strict):
+    """Where ``/metrics`` is served: on the main port (default), behind a bearer, or on its own bind."""
+
+    listen: ListenConfig | None = None
+    """Serve ``/metrics`` only here (e.g. ``{host: 127.0.0.1, port: 9464}``); the main port answers 404."""
+    key: SecretStr | None = None
+    """Require ``Authorization: Bearer <key>`` on ``/metrics`` (the admin key is accepted too)."""
+
+
 class TraceConfig(_Strict):
     """A traffic trace for ``tailgate bench --replay``: arrival times and lengths, never content."""
 
@@ -311,6 +342,10 @@ class GatewayConfig(_Strict):
     """Bind a non-loopback address without gateway keys (refused unless true)."""
     keys: list[GatewayKeyConfig] = Field(default_factory=list)
     admin_key: SecretStr | None = None
+    dashboard_key: SecretStr | None = None
+    """A read-only key for the dashboard and its API (with ``keys`` configured they need it or the admin key)."""
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     max_body_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
     providers: dict[Name, ProviderConfig] = Field(min_length=1)
     models: dict[Name, ModelConfig] = Field(min_length=1)

@@ -35,6 +35,9 @@ T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
 CACHE_ENTRIES = 256
 
+ReadGuard = Callable[[web.Request], WireError | None]
+"""May this request read the dashboard's data? None to let it pass, else the error to answer with."""
+
 LiveCallback = Callable[[], Mapping[str, Any]]
 """Returns the host's live provider state (the shape is in docs/dashboard.md); called per request."""
 
@@ -56,8 +59,14 @@ class Controls:
 
 class _Dashboard:
     def __init__(
-        self, db_path: Path | str, live: LiveCallback | None, controls: Controls | None, clock: Callable[[], float]
+        self,
+        db_path: Path | str,
+        live: LiveCallback | None,
+        controls: Controls | None,
+        clock: Callable[[], float],
+        guard: ReadGuard | None = None,
     ) -> None:
+        self.guard = guard
         self.db_path = db_path
         """A SQLite file, or a ``postgresql://`` URL (the fleet's store: docs/ledger.md)."""
         self.live_cb = live
@@ -150,6 +159,7 @@ class _Dashboard:
                 "mode": "gateway" if self.live_cb is not None else "monitor",
                 "live": self.live_cb is not None,
                 "controls": self.controls is not None and self.controls.enabled,
+                "auth_required": self.guard is not None,
                 "windows": list(WINDOWS),
                 "now": self.clock(),
             }
@@ -234,6 +244,8 @@ class _Dashboard:
 
     async def auth(self, request: web.Request) -> web.Response:
         if (denied := self._guard(request)) is not None:
+            if self.guard is not None and self.guard(request) is None:  # a read-only key: it may read
+                return web.json_response({"admin": False, "read": True})
             return denied
         return web.json_response({"admin": True})
 
@@ -319,19 +331,24 @@ def mount(
     live: LiveCallback | None = None,
     controls: Controls | None = None,
     clock: Callable[[], float] = time.time,
+    guard: ReadGuard | None = None,
 ) -> None:
     """Add ``/dashboard``, ``/dashboard/static/*`` and ``/dashboard/api/*`` to ``app``.
 
     ``db_path`` is the tailgate store (read-only here; a missing file reads as empty and is not created).
     ``live`` gives the gateway's live state for ``/dashboard/api/live`` (404 without it: monitor-only
     mode); ``controls`` enables ``POST /dashboard/api/providers/{name}/drain|enable`` for admin-key
-    holders. ``clock`` is wall-clock Unix seconds (tests pin it).
+    holders. ``clock`` is wall-clock Unix seconds (tests pin it). ``guard``, when given, must pass every
+    API request but ``meta`` (the page shell and its static assets hold no data and stay public, so a
+    browser can load them and ask for a key).
     """
     target = db_path if is_postgres_url(db_path) else Path(db_path).expanduser()
-    dash = _Dashboard(target, live, controls, clock)
+    dash = _Dashboard(target, live, controls, clock, guard)
 
-    def wrap(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+    def wrap(handler: Callable[[web.Request], Any], *, public: bool = False) -> Callable[[web.Request], Any]:
         async def run(request: web.Request) -> web.StreamResponse:
+            if guard is not None and not public and handler != dash.auth and (denied := guard(request)) is not None:
+                return error_response(denied)
             return await _wire_errors(request, handler)
 
         return run
@@ -350,7 +367,7 @@ def mount(
         ("live", dash.live),
         ("auth", dash.auth),
     ):
-        r.add_get(f"/dashboard/api/{path}", wrap(handler))
+        r.add_get(f"/dashboard/api/{path}", wrap(handler, public=path == "meta"))
     add_keys_page(app, dash._query, wrap, controls_enabled=controls is not None and controls.enabled)
     r.add_post("/dashboard/api/providers/{name}/drain", wrap(dash.drain))
     r.add_post("/dashboard/api/providers/{name}/enable", wrap(dash.enable))

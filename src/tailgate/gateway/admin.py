@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
-from tailgate.gateway.auth import unauthorized_admin
 from tailgate.routing import Policy, Route
 from tailgate.wire import errors as wire_errors
-from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
@@ -27,13 +25,9 @@ if TYPE_CHECKING:
 
 def add_admin_routes(app: web.Application, gw: Gateway) -> None:
     def guard(request: web.Request) -> web.Response | None:
-        if not gw.keys.is_admin(request):
-            if gw.config.admin_key is None:
-                return error_response(
-                    WireError(403, "Admin endpoints are off: set admin_key in the config.", type="request_forbidden")
-                )
-            return error_response(unauthorized_admin())
-        return None
+        # Constant-time digest comparison, and a per-address lockout after repeated wrong keys (auth.py).
+        denied = gw.guard.check(request, "admin")
+        return error_response(denied) if denied is not None else None
 
     async def providers(request: web.Request) -> web.Response:
         if (denied := guard(request)) is not None:

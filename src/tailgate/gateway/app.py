@@ -10,21 +10,24 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from tailgate._aiohttp import error_response, openai_shaped_errors
+from tailgate._aiohttp import BODY_LIMITS_KEY, error_response, openai_shaped_errors
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes, route_weights
 from tailgate.gateway.admin_keys import add_key_routes
 from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
-from tailgate.gateway.auth import KeyRing
+from tailgate.gateway.auth import AccessGuard, KeyRing
 from tailgate.gateway.fleet import Fleet
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.keys import KeyDirectory
+from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middleware
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.reload import Providers, Reloader, add_config_routes
+from tailgate.gateway.revocation import revoked_counter
 from tailgate.gateway.state import ProviderState, pacer_for
+from tailgate.gateway.store_metrics import register_ledger_metrics, register_runtime_metrics
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
@@ -83,6 +86,13 @@ class Gateway:
         keys_at = key_store(config, ledger_path)  # runtime keys, budgets: docs/keys.md
         self.key_directory = KeyDirectory(keys_at, config.keys, generation=self._keys_generation)
         self.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
+        server = config.server
+        self.guard = AccessGuard(
+            self.keys,
+            dashboard_key=config.dashboard_key,
+            metrics_key=config.metrics.key,
+            lockout=SourceLockout(server.admin_max_failures, server.admin_failure_window),
+        )
         self.providers = Providers(
             {  # a reload swaps it (gateway/reload.py)
                 name: ProviderState(
@@ -143,6 +153,8 @@ class Gateway:
             ["provider"],
             registry=self.metrics.registry,
         )
+        self.keys_revoked = revoked_counter(self.metrics.registry)
+        register_runtime_metrics(self.metrics.registry)
         hedges = self.hedge_counter = hedge_counter(self.metrics.registry)
         self.hedgers: dict[str, Hedger] = {
             alias: Hedger(alias, hedge, hedges)
@@ -164,6 +176,7 @@ class Gateway:
             self.ledger = SQLiteLedger(
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
+            register_ledger_metrics(self.metrics.registry, self.ledger)
         self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
         if self.ledger is not None and (url := config.ledger.url):
             lc = config.ledger
@@ -292,8 +305,10 @@ class Gateway:
         await self.fleet.close()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[openai_shaped_errors])
+        middlewares = [openai_shaped_errors, deadline_middleware(self.config.server.request_deadline)]
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=middlewares)
         app[GATEWAY_KEY] = self
+        app[BODY_LIMITS_KEY] = body_limits(self.config)
         proxy = Proxy(self)
         app.router.add_post("/v1/chat/completions", proxy.chat)
         app.router.add_post("/v1/completions", proxy.completions)
@@ -302,7 +317,8 @@ class Gateway:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/health", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
+        if self.config.metrics.listen is None:  # else on its own bind (metrics_app, started by serve.py)
+            app.router.add_get("/metrics", self._metrics)
         add_admin_routes(app, self)
         add_key_routes(app, self)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self)
@@ -342,7 +358,24 @@ class Gateway:
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
         controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        mount(app, self.config.ledger.url or db_path, live=live, controls=controls)  # the fleet's store if PostgreSQL
+        guard = self.guard
+
+        def may_read(request: web.Request) -> WireError | None:
+            return guard.check(request, "dashboard")
+
+        mount(  # the fleet's store if PostgreSQL
+            app,
+            self.config.ledger.url or db_path,
+            live=live,
+            controls=controls,
+            guard=may_read if guard.required("dashboard") else None,
+        )
+        return app
+
+    def metrics_app(self) -> web.Application:
+        """``/metrics`` alone, for ``metrics.listen`` (its own address and port)."""
+        app = web.Application(middlewares=[openai_shaped_errors])
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -363,6 +396,8 @@ class Gateway:
         return web.json_response({"status": "ready", "providers": usable})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if (denied := self.guard.check(request, "metrics")) is not None:
+            return error_response(denied)
         self.fleet.refresh_metrics()
         for name, p in self.providers.items():
             self.metrics.in_flight.labels(name).set(p.in_flight)

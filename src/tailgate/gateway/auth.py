@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
 from tailgate.gateway.keys import KeyDirectory
+from tailgate.gateway.limits import SourceLockout
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -52,6 +54,10 @@ class KeyRing:
         ]
         self._rpm = {k.id: k.rpm for k in keys if k.rpm}
         self._admin = _digest(admin_key.get_secret_value()) if admin_key is not None else None
+
+    @property
+    def admin_digest(self) -> bytes | None:
+        return self._admin
 
     @property
     def open(self) -> bool:
@@ -102,3 +108,64 @@ def unauthorized_admin() -> WireError:
         type="invalid_request_error",
         code="invalid_api_key",
     )
+
+
+Area = Literal["admin", "dashboard", "metrics"]
+
+
+class AccessGuard:
+    """Who may use ``/admin`` (the admin key), the dashboard's API (with gateway keys or a
+    ``dashboard_key`` configured: the admin key or the read-only dashboard key) and ``/metrics`` (with
+    ``metrics.key``: that key or the admin key). Every comparison is constant-time over digests, and a
+    client address with too many wrong keys is locked out for a while (:class:`SourceLockout`)."""
+
+    def __init__(
+        self, keys: KeyRing, *, dashboard_key: SecretStr | None, metrics_key: SecretStr | None, lockout: SourceLockout
+    ) -> None:
+        self.keys = keys
+        self.lockout = lockout
+        self._dashboard = _digest(dashboard_key.get_secret_value()) if dashboard_key is not None else None
+        self._metrics = _digest(metrics_key.get_secret_value()) if metrics_key is not None else None
+
+    def required(self, area: Area) -> bool:
+        """Does ``area`` need a key at all?"""
+        if area == "admin":
+            return True
+        if area == "dashboard":
+            return not self.keys.open or self._dashboard is not None
+        return self._metrics is not None
+
+    def _accepted(self, area: Area) -> list[bytes]:
+        digests = [self.keys.admin_digest] if self.keys.admin_digest is not None else []
+        own = {"admin": None, "dashboard": self._dashboard, "metrics": self._metrics}[area]
+        return digests + ([own] if own is not None else [])
+
+    def check(self, request: web.Request, area: Area) -> WireError | None:
+        """None when the request may pass; else the error to send (401, 403, or 429 when locked out)."""
+        if not self.required(area):
+            return None
+        accepted = self._accepted(area)
+        if not accepted:  # only /admin without an admin_key
+            return WireError(403, "Admin endpoints are off: set admin_key in the config.", type="request_forbidden")
+        if (locked := self.lockout.refusal(request.remote)) is not None:
+            return locked
+        token = bearer(request)
+        if token:
+            digest = _digest(token)
+            ok = False
+            for want in accepted:  # no early exit: timing does not say which key matched
+                ok |= hmac.compare_digest(want, digest)
+            if ok:
+                return None
+            self.lockout.failed(request.remote)
+        names = {
+            "admin": "the admin key",
+            "dashboard": "the admin key or the dashboard key",
+            "metrics": "the metrics key or the admin key",
+        }
+        return WireError(
+            401,
+            f"This endpoint needs {names[area]} (Authorization: Bearer <key>).",
+            type="invalid_request_error",
+            code="invalid_api_key",
+        )

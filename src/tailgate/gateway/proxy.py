@@ -25,17 +25,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
-import msgspec
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.gateway import refusals
 from tailgate.gateway.admission import Ticket, admit_request
 from tailgate.gateway.hedging import Race
+from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity, upstream_full
+from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
 from tailgate.wire import errors as wire_errors
+from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
@@ -144,7 +146,10 @@ class Proxy:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
-            ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
+            if request.get(DEADLINE_HIT):  # server.request_deadline (limits.py), not the client
+                ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
+            else:
+                ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
             self._record(ctx, time.perf_counter())
             raise
         finally:
@@ -184,7 +189,7 @@ class Proxy:
         if routes is None:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
-        obj: dict[str, Any] = msgspec.json.decode(body)
+        obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
         if ctx.key_id is not None:
             await admit_request(gw, ctx, routes, obj, len(body))  # the key's own limits (docs/keys.md)
         shed = gw.config.routing.shed
@@ -221,6 +226,9 @@ class Proxy:
             last = ctx.result = result
             if resp is not None:
                 return resp
+            if revoke_refused_key(gw.providers[route.provider], result, gw.keys_revoked):
+                queue.appendleft(route)  # the same route again, with its next key (revocation.py)
+                continue
             if result.error_class not in RETRYABLE:
                 break
         if last is None and paced:
@@ -253,6 +261,7 @@ class Proxy:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
         gw = self.gw
+        check_upstream_capacity(gw)  # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
         provider = gw.providers[route.provider]
         health = gw.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
@@ -315,6 +324,8 @@ class Proxy:
             if not done and race.winner is None:
                 if not hedger.budget.can_hedge():
                     hedger.count("no_budget")
+                elif upstream_full(gw):  # server.max_upstream_in_flight: a hedge is extra load, never a 503
+                    hedger.count("no_capacity")
                 else:
                     nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)
                     if nxt is None:
@@ -468,6 +479,7 @@ class Proxy:
         ctx.first_token_at = now
         ctx.status = 200
         resp = _SSEResponse(status=200, headers={**_SSE_HEADERS, **self._headers(ctx, now)})
+        request[STREAM_RESPONSE] = resp  # the request deadline ends it with an error event (limits.py)
         await resp.prepare(request)
         await resp.write(b"".join(held) + first)
         return resp

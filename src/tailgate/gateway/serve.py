@@ -24,7 +24,9 @@ from aiohttp import web
 
 from tailgate._runtime import run, setup_logging
 from tailgate.config.resolve import load_resolved
+from tailgate.gateway import limits
 from tailgate.gateway.app import Gateway
+from tailgate.gateway.limits import runner_kwargs
 from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
@@ -51,14 +53,27 @@ async def serve_gateway(
         log.warning("no gateway keys configured: any bearer is accepted (listening on loopback %s only)", host)
     await gateway.start()
     _on_sighup(gateway, on_hup)  # before "listening": a SIGHUP from then on reloads, never kills
-    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None, shutdown_timeout=drain_timeout)
+    server = config.server
+    runner = web.AppRunner(
+        gateway.app(),
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=drain_timeout,
+        **runner_kwargs(server),
+    )
+    metrics_runner: web.AppRunner | None = None
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+        site = limits.site(runner, host, port, server, reuse_port=reuse_port or None)
         await site.start()
-        bound = port
-        if port == 0 and site._server is not None:
-            bound = int(site._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        bound = site.port
+        if config.metrics.listen is not None:  # /metrics on its own bind (docs/reliability.md)
+            metrics_runner = web.AppRunner(gateway.metrics_app(), access_log=None, **runner_kwargs(server))
+            await metrics_runner.setup()
+            m = config.metrics.listen
+            msite = limits.site(metrics_runner, m.host, m.port, server, reuse_port=reuse_port or None)
+            await msite.start()
+            log.info("metrics on http://%s:%d/metrics", m.host, msite.port)
         log.info(
             "gateway listening on http://%s:%d/v1 (%d providers, %d aliases)",
             host,
@@ -71,6 +86,8 @@ async def serve_gateway(
         await stop.wait()
         log.info("stopping: no new connections; waiting up to %.0fs for requests in flight", drain_timeout)
     finally:
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await runner.cleanup()
         await gateway.close()
         if gateway.ledger is not None:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgspec
 from aiohttp import web
 from pydantic import ValidationError
 
+from tailgate._aiohttp import error_response
 from tailgate.config.loader import format_path
 from tailgate.sim.faults import Faults
 from tailgate.wire import errors as wire_errors
+from tailgate.wire import parse_json
+from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.sim.provider import SimProvider
@@ -40,9 +42,9 @@ def add_control_routes(app: web.Application, provider: SimProvider, *, prefix: s
 
     async def post_faults(request: web.Request) -> web.Response:
         try:
-            data = msgspec.json.decode(await request.read())
-        except msgspec.DecodeError as exc:
-            return _bad(f"The request body is not valid JSON: {exc}")
+            data = parse_json(await request.read())
+        except WireError as err:
+            return error_response(err)
         if not isinstance(data, dict):
             return _bad('Expected a JSON object of fault fields, e.g. {"error_rate": 0.1}.')
         try:

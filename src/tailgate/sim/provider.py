@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tailgate._aiohttp import HardenedSite
 from tailgate.sim.engine import Engine
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.presets import EngineParams
@@ -109,7 +110,8 @@ class SimProvider:
 
     async def _listen(self) -> None:
         assert self._runner is not None
-        self._site = web.TCPSite(self._runner, self.spec.host, self.port, reuse_address=True)
+        # HardenedSite: parser-level errors (a header over the limit) in the OpenAI shape; no connection cap.
+        self._site = HardenedSite(self._runner, self.spec.host, self.port, reuse_address=True)
         await self._site.start()
         server = self._site._server
         if self.port == 0 and server is not None:

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from tailgate._aiohttp import error_response, openai_shaped_errors
+from tailgate._aiohttp import BODY_LIMITS_KEY, BodyLimits, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.provider import SimProvider
@@ -446,6 +446,12 @@ class SimHandlers:
         inputs: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
         if inputs and all(isinstance(x, int) for x in inputs):
             inputs = [inputs]  # one token list
+        if req.dimensions is not None and req.dimensions > MAX_DIMENSIONS:
+            self._truth(ctx, 400, False)
+            err = wire_errors.invalid_request(
+                f"{req.dimensions} is greater than the maximum of {MAX_DIMENSIONS} - 'dimensions'", param="dimensions"
+            )
+            return error_response(err, ctx.headers)
         dims = req.dimensions or 256
         delay = p.spec.params.embed_ms / 1000.0 * p.spec.time_scale * p.multiplier(ctx.t0)
         if delay > 0:
@@ -490,6 +496,9 @@ class SimHandlers:
 
 
 DEFAULT_MODEL = "tailgate-sim"
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_DIMENSIONS = 8192
+"""Embedding sizes beyond this are refused (a 400), as real providers do: the vector is built in memory."""
 
 
 def _chat_prompt(req: ChatCompletionRequest) -> str:
@@ -516,8 +525,9 @@ def build_app(provider: SimProvider) -> web.Application:
     """The aiohttp application of one simulated provider."""
     from tailgate.sim.control import add_control_routes
 
-    app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[openai_shaped_errors])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[openai_shaped_errors])
     app[PROVIDER_KEY] = provider
+    app[BODY_LIMITS_KEY] = BodyLimits(max_bytes=MAX_BODY_BYTES, json_paths=("/v1/", "/sim/"))
     h = SimHandlers(provider)
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)

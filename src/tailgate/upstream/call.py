@@ -64,6 +64,10 @@ def _prepare(body: bytes | Mapping[str, Any], stream: bool, wants_usage: bool | 
     return _encode({**obj, "stream_options": new_options}), wants_usage
 
 
+MAX_RESPONSE_BODY = 64 * 1024 * 1024
+"""A non-streamed answer larger than this is refused as ``malformed`` (docs/reliability.md)."""
+
+
 def _status_class(status: int, error: WireError | None) -> ErrorClass:
     if status == 429:
         if error is not None and "insufficient_quota" in (error.code, error.type):
@@ -348,9 +352,13 @@ class Call:
             first_at = at(limits.first_token)
             if not self.stream:
                 chunks: list[bytes] = []
+                size = 0
                 # Usually one read: the body arrived with the headers and is taken without waiting.
                 while data := await self._read(resp, _min(headers_at, first_at), "timeout_first_token", total_at):
                     chunks.append(data)
+                    size += len(data)
+                    if size > MAX_RESPONSE_BODY:  # a runaway upstream must not fill our memory
+                        raise _Failed("malformed", f"the response body is larger than {MAX_RESPONSE_BODY} bytes")
                 raw = b"".join(chunks)
                 t_end = _perf()
                 clean = True

@@ -14,11 +14,12 @@ class KeyPool:
     key, is what callers record. ``repr`` shows only how many keys there are.
     """
 
-    __slots__ = ("_keys", "_next")
+    __slots__ = ("_keys", "_next", "_revoked")
 
     def __init__(self, keys: Sequence[str]) -> None:
         self._keys = tuple(keys)
         self._next = 0
+        self._revoked: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -31,10 +32,28 @@ class KeyPool:
         """Every key, for redacting them from upstream error text; never log this."""
         return self._keys
 
+    @property
+    def active(self) -> int:
+        """Keys still in rotation."""
+        return len(self._keys) - len(self._revoked)
+
+    def revoke(self, index: int) -> bool:
+        """Take key ``index`` out of rotation (the provider refused it: 401/403). True when it was in
+        rotation and another key remains; the last key is never taken out (nothing better to send)."""
+        if index in self._revoked or not 0 <= index < len(self._keys) or self.active <= 1:
+            return False
+        self._revoked.add(index)
+        return True
+
     def next(self) -> tuple[int, str] | None:
-        """The next key in turn with its index, or None for a keyless provider."""
+        """The next key in turn with its index (revoked keys skipped), or None for a keyless provider."""
         if not self._keys:
             return None
+        n = len(self._keys)
         index = self._next
-        self._next = (index + 1) % len(self._keys)
+        for _ in range(n):
+            if index not in self._revoked:
+                break
+            index = (index + 1) % n
+        self._next = (index + 1) % n
         return index, self._keys[index]

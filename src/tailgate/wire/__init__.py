@@ -4,6 +4,7 @@ The names below are the layer's public face; the error constructors live in
 :mod:`tailgate.wire.errors` and every struct in :mod:`tailgate.wire.types`.
 """
 
+from tailgate.wire._decode import parse_json
 from tailgate.wire.errors import WireError, parse_error_body
 from tailgate.wire.sse import (
     DONE_FRAME,
@@ -55,4 +56,5 @@ __all__ = [
     "encode",
     "encode_event",
     "parse_error_body",
+    "parse_json",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from tailgate.wire.errors import WireError, invalid_request
 
@@ -143,6 +144,47 @@ def json_error(exc: msgspec.DecodeError, body: bytes) -> WireError:
     return invalid_request(f"The request body is not valid JSON: {what} at line {line} column {column} (byte {pos}).")
 
 
+MAX_INT = 2**63 - 1
+"""The largest integer a request field may carry (int64, as OpenAI's ``seed``); beyond it is a 400."""
+
+
+def nested_too_deeply() -> WireError:
+    """A 400 for JSON nested past the decoder's recursion limit (about 1,000 levels)."""
+    return invalid_request("The request body is nested too deeply to parse (JSON deeper than about 1000 levels).")
+
+
+def parse_json(body: bytes) -> Any:
+    """Any JSON document, or a 400 ``WireError`` saying what is wrong (not JSON, not UTF-8, too deep)."""
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise json_error(exc, body) from exc
+    except RecursionError:
+        raise nested_too_deeply() from None
+
+
+def _int_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The top-level fields of ``cls`` that may hold an integer."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    names = []
+    for f in info.fields:
+        kinds = f.type.types if isinstance(f.type, msgspec.inspect.UnionType) else (f.type,)
+        if any(isinstance(k, msgspec.inspect.IntType) for k in kinds):
+            names.append(f.name)
+    return tuple(names)
+
+
+def check_int_range(request: msgspec.Struct, fields: Sequence[str]) -> None:
+    """Integers beyond int64 in ``fields`` are refused: they overflow providers, pacers and counters."""
+    for name in fields:
+        value = getattr(request, name)
+        if type(value) is int and not -MAX_INT - 1 <= value <= MAX_INT:
+            if value > 0:
+                raise invalid_request(f"{_quote(value)} is greater than the maximum of {MAX_INT} - '{name}'", name)
+            raise invalid_request(f"{_quote(value)} is less than the minimum of {-MAX_INT - 1} - '{name}'", name)
+
+
 def check_prompt(value: str | list[str | int | list[int]], name: str) -> None:
     """A prompt/input must be a string, or a non-empty list of strings, of tokens, or of token lists.
 
@@ -181,6 +223,7 @@ class RequestDecoder(Generic[_S]):
     def __init__(self, cls: type[_S], enums: Mapping[str, Sequence[str]], prompt_field: str | None = None) -> None:
         self._decoder = msgspec.json.Decoder(cls)
         self._fields = frozenset(cls.__struct_fields__)
+        self._int_fields = _int_fields(cls)
         self._enums = enums
         self._prompt_field = prompt_field
 
@@ -197,6 +240,9 @@ class RequestDecoder(Generic[_S]):
             raise validation_error(exc, body, self._enums) from exc
         except msgspec.DecodeError as exc:
             raise json_error(exc, body) from exc
+        except RecursionError:
+            raise nested_too_deeply() from None
+        check_int_range(request, self._int_fields)
         if self._prompt_field is not None:
             check_prompt(getattr(request, self._prompt_field), self._prompt_field)
         return request

@@ -12,6 +12,7 @@
   const state = {
     meta: null,
     adminKey: null,
+    key: null, // the key typed into the form (admin or read-only dashboard key); this page's memory only
     window: "24h",
     metric: "e2e",
     source: "probe",
@@ -39,6 +40,10 @@
   }
 
   async function api(path, options) {
+    options = options || {};
+    if (state.key && !(options.headers && options.headers.Authorization)) {
+      options.headers = { ...(options.headers || {}), Authorization: "Bearer " + state.key };
+    }
     const res = await fetch(API + path, options);
     let body = null;
     try {
@@ -554,6 +559,20 @@
     ev.preventDefault();
     const key = $("admin-key").value.trim();
     const status = $("admin-status");
+    if (state.meta && state.meta.auth_required) {
+      try {
+        const who = await api("auth", { headers: { Authorization: "Bearer " + key } });
+        state.key = key;
+        state.adminKey = who.admin ? key : null;
+        status.textContent = who.admin ? "controls unlocked" : "read-only key accepted";
+      } catch (err) {
+        state.key = state.adminKey = null;
+        status.textContent = String(err.message || err);
+      }
+      await loadData();
+      await loadLive();
+      return;
+    }
     if (!state.meta || !state.meta.controls) {
       status.textContent = state.meta && state.meta.live ? "controls are off: no admin_key in the config" : "no controls without a gateway";
       return;
@@ -617,7 +636,10 @@
     }
     $("mode").textContent = state.meta.mode === "gateway" ? "gateway" : "monitor only";
     $("live-section").hidden = !state.meta.live;
-    $("admin-form").hidden = !state.meta.controls && !state.meta.live;
+    $("admin-form").hidden = !state.meta.controls && !state.meta.live && !state.meta.auth_required;
+    if (state.meta.auth_required) {
+      $("admin-status").textContent = "enter the admin key or the dashboard key to see data";
+    }
     $("admin-form").addEventListener("submit", unlock);
     $("lb-window").addEventListener("change", loadLeaderboard);
     $("model").addEventListener("change", loadData);

@@ -1,0 +1,183 @@
+"""The gateway's resource limits toward its clients (``server:`` in the config; docs/reliability.md).
+
+Every limit refuses in the OpenAI shape and never queues without bound:
+
+| limit | default | beyond it |
+|---|---|---|
+| ``max_header_bytes`` / ``max_headers`` | 8190 bytes / 128 | 400 (a header line or request line too long) |
+| ``max_body_bytes`` (top level) | 8 MiB | 413 |
+| ``body_read_timeout`` | 30 s | 408, connection closed (half a body never holds a slot) |
+| ``keepalive_timeout`` | 75 s | an idle connection, or one that never finishes its headers, is closed |
+| ``max_connections`` | 4096 | 503 + ``Retry-After: 1`` on connect, closed at once |
+| ``max_upstream_in_flight`` | 1024 | 503 + ``Retry-After`` (attempts across providers, hedges included) |
+| ``request_deadline`` | 900 s | 504, or an SSE ``error`` event when the stream already started |
+| ``admin_max_failures`` per ``admin_failure_window`` | 10 / 60 s | 429 + ``Retry-After`` for that client address |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from tailgate._aiohttp import BodyLimits, HardenedSite, error_response
+from tailgate.config.schema import GatewayConfig, ServerConfig
+from tailgate.wire import errors as wire_errors
+from tailgate.wire.errors import WireError
+
+if TYPE_CHECKING:
+    from tailgate.gateway.app import Gateway
+
+__all__ = [
+    "DEADLINE_HIT",
+    "STREAM_RESPONSE",
+    "SourceLockout",
+    "body_limits",
+    "check_upstream_capacity",
+    "deadline_middleware",
+    "runner_kwargs",
+    "site",
+    "upstream_full",
+]
+
+STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey("tailgate_stream", web.StreamResponse)
+"""Set by the proxy when a stream's headers are sent: the deadline ends that stream with an error event."""
+DEADLINE_HIT: web.RequestKey[bool] = web.RequestKey("tailgate_deadline_hit", bool)
+"""Set when ``request_deadline`` cancelled the handler (the ledger then says ``deadline``, not 499)."""
+
+
+def body_limits(config: GatewayConfig) -> BodyLimits:
+    return BodyLimits(max_bytes=config.max_body_bytes, read_timeout_s=config.server.body_read_timeout)
+
+
+def runner_kwargs(server: ServerConfig) -> dict[str, Any]:
+    """``web.AppRunner`` keyword arguments: keep-alive and header limits (aiohttp's request parser)."""
+    return {
+        "keepalive_timeout": server.keepalive_timeout,
+        "max_line_size": server.max_header_bytes,
+        "max_field_size": server.max_header_bytes,
+        "max_headers": server.max_headers,
+        # After refusing a body (408/413) aiohttp keeps reading what the client still sends for this long
+        # before it closes, so the client can read the answer; 10 s by default held a slot per slow client.
+        "lingering_time": 2.0,
+    }
+
+
+def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConfig, **kwargs: Any) -> HardenedSite:
+    """The listening site with the connection cap and OpenAI-shaped parse errors."""
+    return HardenedSite(runner, host, port, max_connections=server.max_connections, **kwargs)
+
+
+def upstream_full(gw: Gateway) -> bool:
+    """Are ``server.max_upstream_in_flight`` attempts already out? (A hedge then does not fire.)"""
+    limit = gw.config.server.max_upstream_in_flight
+    return limit is not None and sum(p.in_flight for p in gw.providers.values()) >= limit
+
+
+def check_upstream_capacity(gw: Gateway) -> None:
+    """Refuse an attempt (503 + Retry-After) when ``max_upstream_in_flight`` attempts are already out."""
+    limit = gw.config.server.max_upstream_in_flight
+    if limit is None:
+        return
+    out = sum(p.in_flight for p in gw.providers.values())
+    if out >= limit:
+        err = wire_errors.overloaded(
+            f"The gateway has {out} upstream attempts in flight (server.max_upstream_in_flight = {limit}). "
+            "Retry shortly."
+        )
+        err.headers = {"Retry-After": "1"}
+        raise err
+
+
+def deadline_middleware(deadline_s: float | None, prefix: str = "/v1/") -> Callable[..., Any]:
+    """Bound a whole ``/v1`` request (``server.request_deadline``): 504 before the first byte, else an
+    SSE ``error`` event and the end of the stream — never a silent cut."""
+
+    @web.middleware
+    async def deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if deadline_s is None or not request.path.startswith(prefix):
+            return await handler(request)
+        task = asyncio.current_task()
+        assert task is not None
+
+        def fire() -> None:
+            request[DEADLINE_HIT] = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(deadline_s, fire)
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except asyncio.CancelledError:
+            if not request.get(DEADLINE_HIT):
+                raise  # the client went away, or the server is stopping
+            task.uncancel()
+            err = wire_errors.timeout(f"The request passed its deadline of {deadline_s:g}s (server.request_deadline).")
+            err.code = "deadline_exceeded"
+            stream: web.StreamResponse | None = request.get(STREAM_RESPONSE)
+            if stream is None or not stream.prepared:
+                return error_response(err)
+            with contextlib.suppress(ConnectionError, aiohttp.ClientConnectionResetError, RuntimeError):
+                await stream.write(err.sse_frame())
+                await stream.write_eof()
+            return stream
+        finally:
+            timer.cancel()
+
+    return deadline
+
+
+class SourceLockout:
+    """Failed key checks per client address: past ``max_failures`` within ``window_s`` that address is
+    refused (429 + Retry-After) until the window since its first failure ends — even with the right key,
+    so guessing stays slow. Memory is bounded: at most ``max_sources`` addresses are remembered."""
+
+    def __init__(
+        self,
+        max_failures: int,
+        window_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_sources: int = 10_000,
+    ) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.clock = clock
+        self.max_sources = max_sources
+        self._failures: dict[str, tuple[float, int]] = {}
+        """address → (time of the first failure in this window, failures)."""
+
+    def refusal(self, source: str | None) -> WireError | None:
+        """A 429 when ``source`` is locked out now, else None."""
+        entry = self._failures.get(source or "")
+        if entry is None:
+            return None
+        start, count = entry
+        left = start + self.window_s - self.clock()
+        if left <= 0:
+            del self._failures[source or ""]
+            return None
+        if count < self.max_failures:
+            return None
+        err = wire_errors.rate_limited(
+            f"Too many failed key checks from this address; retry after {left:.0f}s (server.admin_max_failures)."
+        )
+        err.headers = {"Retry-After": str(max(1, math.ceil(left)))}
+        return err
+
+    def failed(self, source: str | None) -> None:
+        key, now = source or "", self.clock()
+        start, count = self._failures.get(key, (now, 0))
+        if now - start >= self.window_s:
+            start, count = now, 0
+        if key not in self._failures and len(self._failures) >= self.max_sources:
+            oldest = min(self._failures, key=lambda k: self._failures[k][0])
+            del self._failures[oldest]
+        self._failures[key] = (start, count + 1)
