@@ -254,8 +254,12 @@ async def test_a_cancelled_stream_is_charged_for_what_it_produced(sim: SimFactor
 
 
 async def test_dashboard_keys_page_and_its_json(sim: SimFactory, gateway: GwFactory) -> None:
-    """Keys & spend: the page, keys with their spend and the usage report, read-only without the admin key."""
-    _, gw, path = await _start(sim, gateway)
+    """Keys & spend: the page, keys with their spend and the usage report, read-only with the dashboard key."""
+    provider = await sim("instant", models=("m",))
+    gw = await gateway(_config(provider.url, dashboard_key="dash-0123456789"))
+    assert gw.gateway.ledger is not None
+    path = gw.gateway.ledger.path
+    view = {"Authorization": "Bearer dash-0123456789"}  # with keys configured the dashboard's data needs a key
     with open_store(path) as conn:
         _, secret = create_key(conn, "team-a", tokens_per_day=100_000, metadata={"team": "a"})
     await gw.gateway.key_directory.reload()
@@ -267,14 +271,16 @@ async def test_dashboard_keys_page_and_its_json(sim: SimFactory, gateway: GwFact
             assert r.status == 200
             assert "keys &amp; spend" in await r.text()
         async with session.get(f"{gw.root_url}/dashboard/api/keys") as r:
+            assert r.status == 401  # no key: no data (docs/reliability.md)
+        async with session.get(f"{gw.root_url}/dashboard/api/keys", headers=view) as r:
             keys = (await r.json())["keys"]
         (team,) = keys
         assert team["id"] == "team-a"
         assert team["spend"]["day"]["requests"] == 3
         assert team["spend"]["day"]["tokens"] > 0
         assert secret not in str(keys)
-        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=key&since=24h") as r:
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=key&since=24h", headers=view) as r:
             groups = (await r.json())["groups"]
         assert {g["key"]: g["requests"] for g in groups} == {"team-a": 3}
-        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=nope") as r:
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=nope", headers=view) as r:
             assert r.status == 400
