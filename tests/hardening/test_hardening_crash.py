@@ -177,16 +177,18 @@ async def test_store_disk_full_keeps_serving_and_says_so(
     gw = serve(config, no_room)
     body = {"model": ALIAS, "messages": [{"role": "user", "content": "y" * 2000}], "max_tokens": 2}
     async with aiohttp.ClientSession() as session:
-        for i in range(400):
+        # Rows go to the WAL file, which starts empty: send until it outgrows the limit (the store's size,
+        # and so the room left, depends on the schema), bounded by the deadline and a request cap.
+        deadline = time.monotonic() + 30
+        for i in range(6000):
             async with session.post(f"{gw.url}/chat/completions", json=body, headers={"x-request-id": f"f{i}"}) as r:
                 assert r.status == 200
-        deadline = time.monotonic() + 15
-        while True:
-            async with session.get(gw.url.removesuffix("/v1") + "/metrics") as r:
-                text = await r.text()
-            if _metric(text, "tailgate_ledger_write_errors_total") > 0 or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.2)
+            if i % 200 == 199:
+                await asyncio.sleep(0.3)  # a flush interval
+                async with session.get(gw.url.removesuffix("/v1") + "/metrics") as r:
+                    text = await r.text()
+                if _metric(text, "tailgate_ledger_write_errors_total") > 0 or time.monotonic() > deadline:
+                    break
     assert _metric(text, "tailgate_ledger_write_errors_total") > 0
     assert _metric(text, "tailgate_ledger_pending_rows") > 0
     gw.stop(signal.SIGKILL)
