@@ -166,6 +166,31 @@ async def _accuracy(replicas: list[Server], duration_s: float) -> dict[str, Any]
     return out
 
 
+async def call_cost(url: str, n: int = 4000) -> dict[str, float]:
+    """Part 0: one Lua ``take`` through ``RedisState`` (redis-py asyncio + hiredis), in this process, at 1 and
+    16 in flight: wall µs per call (what leased slices save per request)."""
+    from tailgate.config.schema import StateConfig
+    from tailgate.state.redis import RedisState
+
+    cfg = StateConfig.model_validate({"backend": "redis", "url": url, "namespace": "calls", "timeout": 1.0})
+    state = RedisState(cfg, replica="bench")
+    await state.start()
+    out: dict[str, float] = {}
+    try:
+        for conc in (1, 16):
+
+            async def worker(k: int, conc: int = conc) -> None:
+                for _ in range(n // conc):
+                    await state.take(f"k{k % 4}", 1, 1e12, 60.0)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker(k) for k in range(conc)))
+            out[f"us_per_take_c{conc}"] = (time.perf_counter() - t0) / n * 1e6
+    finally:
+        await state.close()
+    return out
+
+
 def fallbacks(servers: list[Server]) -> int:
     """Calls the replicas' fallback decided instead of Redis (``tailgate_state_fallback_total``), summed."""
     total = 0.0
@@ -188,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "client share this machine; a call past the budget is decided by the fallback, counted in the output)",
     )
     ap.add_argument("--quick", action="store_true", help="2 s runs, 1 round, 35 s accuracy; targets not enforced")
+    ap.add_argument("--calls-only", action="store_true", help="only part 0: the cost of one Lua take")
     ap.add_argument("--json", type=Path, default=None)
     st = ap.parse_args(argv)
     if st.quick:
@@ -205,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     checks = Checks()
     result: dict[str, Any] = {"machine": info}
     with tempfile.TemporaryDirectory(prefix="tailgate-state-bench-") as tmp, RedisServer() as redis:
+        result["calls"] = asyncio.run(call_cost(redis.url))
+        console.print(
+            f"part 0: one Lua take via RedisState: {result['calls']['us_per_take_c1']:.0f} µs at 1 in flight, "
+            f"{result['calls']['us_per_take_c16']:.0f} µs per call at 16 in flight"
+        )
+        if st.calls_only:
+            return 0
         workdir = Path(tmp)
         wrk = Wrk(wrk_binary, workdir, pin=False)
         sim_cmd = [sys.executable, "-m", "tailgate", "mock", "--preset", "instant", "--port", "0"]
