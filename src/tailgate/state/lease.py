@@ -1,7 +1,7 @@
 """Leased slices of a shared limit: exact caps without a Redis round trip per request.
 
 Measured on our 2-core machine (docs/fleet.md, ``benchmarks/state_overhead.py --calls-only``): one Lua
-``take`` through redis-py's asyncio client costs 131–266 µs wall at concurrency 1 and 62–150 µs per call
+``take`` through redis-py's asyncio client costs 131–266 µs wall at concurrency 1 and 62–202 µs per call
 at 16 in flight — a fifth to a third of what the whole gateway spends on a request. So a hot limit is not
 decided per request in Redis: a replica takes a *slice* of it in one atomic ``take`` (the request's own
 amount plus the slice), spends the slice locally, and gives back what it has not spent (a refund to the
