@@ -166,6 +166,61 @@ async def _accuracy(replicas: list[Server], duration_s: float) -> dict[str, Any]
     return out
 
 
+async def call_cost(url: str, n: int = 4000) -> dict[str, float]:
+    """Part 0: one Lua ``take`` through ``RedisState`` (redis-py asyncio + hiredis), in this process, at 1 and
+    16 in flight: wall µs per call (what leased slices save per request)."""
+    from tailgate.config.schema import StateConfig
+    from tailgate.state.redis import RedisState
+
+    cfg = StateConfig.model_validate({"backend": "redis", "url": url, "namespace": "calls", "timeout": 1.0})
+    state = RedisState(cfg, replica="bench")
+    await state.start()
+    out: dict[str, float] = {}
+    try:
+        for conc in (1, 16):
+
+            async def worker(k: int, conc: int = conc) -> None:
+                for _ in range(n // conc):
+                    await state.take(f"k{k % 4}", 1, 1e12, 60.0)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker(k) for k in range(conc)))
+            out[f"us_per_take_c{conc}"] = (time.perf_counter() - t0) / n * 1e6
+    finally:
+        await state.close()
+    out |= await pool_cost(url, n)
+    return out
+
+
+async def pool_cost(url: str, n: int = 4000) -> dict[str, float]:
+    """Part 0b: the same script straight through redis-py, with its default pool and with the bounded
+    ``BlockingConnectionPool`` RedisState uses (redis-py issue #3692: pool-lock contention under load)."""
+    import redis.asyncio as aioredis
+
+    from tailgate.state import _lua
+
+    out: dict[str, float] = {}
+    pools = {
+        "default_pool": aioredis.ConnectionPool.from_url(url),
+        "blocking_pool": aioredis.BlockingConnectionPool.from_url(url, max_connections=16, timeout=None),
+    }
+    for label, pool in pools.items():
+        client = aioredis.Redis(connection_pool=pool)
+        take = client.register_script(_lua.TAKE)
+        await asyncio.gather(*(client.ping() for _ in range(16)))  # warm: 16 connections open
+        for conc in (1, 16):
+
+            async def worker(k: int, conc: int = conc, take: Any = take) -> None:
+                for _ in range(n // conc):
+                    await take(keys=[f"pool:{k % 4}"], args=[1, 1e12, 60])
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker(k) for k in range(conc)))
+            out[f"us_per_call_{label}_c{conc}"] = (time.perf_counter() - t0) / n * 1e6
+        await client.aclose(close_connection_pool=True)
+    return out
+
+
 def fallbacks(servers: list[Server]) -> int:
     """Calls the replicas' fallback decided instead of Redis (``tailgate_state_fallback_total``), summed."""
     total = 0.0
@@ -188,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "client share this machine; a call past the budget is decided by the fallback, counted in the output)",
     )
     ap.add_argument("--quick", action="store_true", help="2 s runs, 1 round, 35 s accuracy; targets not enforced")
+    ap.add_argument("--calls-only", action="store_true", help="only part 0: the cost of one Lua take")
     ap.add_argument("--json", type=Path, default=None)
     st = ap.parse_args(argv)
     if st.quick:
@@ -205,6 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     checks = Checks()
     result: dict[str, Any] = {"machine": info}
     with tempfile.TemporaryDirectory(prefix="tailgate-state-bench-") as tmp, RedisServer() as redis:
+        result["calls"] = asyncio.run(call_cost(redis.url))
+        console.print(
+            f"part 0: one Lua take via RedisState: {result['calls']['us_per_take_c1']:.0f} µs at 1 in flight, "
+            f"{result['calls']['us_per_take_c16']:.0f} µs per call at 16 in flight"
+        )
+        c = result["calls"]
+        console.print(
+            "part 0b: the script straight through redis-py, µs per call at 1 / 16 in flight: default pool "
+            f"{c['us_per_call_default_pool_c1']:.0f} / {c['us_per_call_default_pool_c16']:.0f}, "
+            f"BlockingConnectionPool(16) {c['us_per_call_blocking_pool_c1']:.0f} / "
+            f"{c['us_per_call_blocking_pool_c16']:.0f}"
+        )
+        if st.calls_only:
+            return 0
         workdir = Path(tmp)
         wrk = Wrk(wrk_binary, workdir, pin=False)
         sim_cmd = [sys.executable, "-m", "tailgate", "mock", "--preset", "instant", "--port", "0"]

@@ -322,6 +322,8 @@ class Fleet:
                             h.forget()
                 continue
             left = self.state.paused_for(key)
+            if self.state.pause_reason(key).startswith(self.state.replica + ":"):
+                continue  # our own open: our breaker keeps its own time (it runs the trials)
             if left > 0 and breaker.state != "open":
                 breaker.force_open(left + _TRIAL_HOLD_S, _FLEET + (self.state.pause_reason(key) or "opened"))
             elif left > 0 and breaker.retry_in() < left:

@@ -1,11 +1,11 @@
 """Leased slices of a shared limit: exact caps without a Redis round trip per request.
 
-Measured on our 2-core machine (docs/fleet.md, benchmarks/state_overhead.py): one Lua ``take`` through
-redis-py's asyncio client costs ~130 µs of wall time at concurrency 1 and ~60 µs of CPU at 16 in flight —
-a fifth of what the whole gateway spends on a request. So a hot limit is not decided per request in
-Redis: a replica takes a *slice* of it in one atomic ``take`` (the request's own amount plus the slice),
-spends the slice locally, and gives back what it has not spent (a refund to the bucket the slice was
-counted in) once the slice has sat idle for a tick or is older than ``max_age_s``.
+Measured on our 2-core machine (docs/fleet.md, ``benchmarks/state_overhead.py --calls-only``): one Lua
+``take`` through redis-py's asyncio client costs 131–266 µs wall at concurrency 1 and 62–202 µs per call
+at 16 in flight — a fifth to a third of what the whole gateway spends on a request. So a hot limit is not
+decided per request in Redis: a replica takes a *slice* of it in one atomic ``take`` (the request's own
+amount plus the slice), spends the slice locally, and gives back what it has not spent (a refund to the
+bucket the slice was counted in) once the slice has sat idle for a tick or is older than ``max_age_s``.
 
 Why this keeps the cap: every unit a request spends was first counted in Redis by an atomic take, so the
 fleet can never admit more than the limit counted in the window, plus slices spent after their bucket
