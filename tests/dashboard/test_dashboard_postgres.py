@@ -69,7 +69,7 @@ async def test_every_view_is_the_same_on_postgres(tmp_path: Path, pg_cluster: Po
                 f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",  # noqa: S608
                 [tuple(int(v) if isinstance(v, bool) else v for v in dataclasses.astuple(r)) for r in rows],
             )
-    runners = []
+    runners: list[web.AppRunner] = []
     try:
         sqlite_runner, sqlite_url = await _serve(path)
         pg_runner, pg_url = await _serve(url)
@@ -78,11 +78,11 @@ async def test_every_view_is_the_same_on_postgres(tmp_path: Path, pg_cluster: Po
             for p in PATHS:
                 answers = []
                 for base in (sqlite_url, pg_url):
-                    async with session.get(base + p) as r:
-                        assert r.status == 200, (base, p, await r.text())
-                        answers.append(json.loads(await r.text()))
+                    async with session.get(base + p) as resp:
+                        assert resp.status == 200, (base, p, await resp.text())
+                        answers.append(json.loads(await resp.text()))
                 _close(answers[0], answers[1], p)
             assert answers  # the loop ran
     finally:
-        for r in runners:
-            await r.cleanup()
+        for runner in runners:
+            await runner.cleanup()
