@@ -298,7 +298,7 @@ async def test_a_gateway_on_postgres_ships_and_reports_it(
 
         def shipped() -> bool:
             with open_store(pg_url) as conn:
-                return conn.execute("SELECT COUNT(*) FROM requests WHERE key_id = 'team-pg'").fetchone()[0] == 3
+                return bool(conn.execute("SELECT COUNT(*) FROM requests WHERE key_id = 'team-pg'").fetchone()[0] == 3)
 
         for _ in range(100):
             if await asyncio.to_thread(shipped):
