@@ -309,3 +309,32 @@ async def test_a_gateway_on_postgres_ships_and_reports_it(
             text = await r.text()
     assert 'tailgate_store_shipped_rows_total{table="requests"} 3.0' in text
     assert "tailgate_store_spool_backlog 0.0" in text
+
+
+async def test_a_restart_does_not_reset_a_budget(sim: SimFactory, gateway: GwFactory, tmp_path: Path) -> None:
+    """Local state: a new process starts each budget counter from the store's spend for the period."""
+    provider = await sim("instant", models=("m",))
+    ledger = {"path": str(tmp_path / "shared.db")}
+    budget = 700
+    first = await gateway(_config(provider.url, ledger=ledger))
+    with open_store(tmp_path / "shared.db") as conn:
+        _, secret = create_key(conn, "team-r", tokens_per_day=budget)
+    await first.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            assert (await _chat(session, first, secret, max_tokens=100))[0] == 200
+        await first.stop()  # its rows are in the store now
+        second = await gateway(_config(provider.url, ledger=ledger))
+        statuses = []
+        for _ in range(20):
+            statuses.append((await _chat(session, second, secret, max_tokens=100))[0])
+            if statuses[-1] == 429:
+                break
+            await eventually(lambda: not second.gateway.admission._pending, 1.0)
+    assert statuses[-1] == 429
+    assert second.gateway.ledger is not None
+    await second.gateway.ledger.flush()
+    served = [r for r in read_rows(tmp_path / "shared.db") if r.key_id == "team-r" and r.status == 200]
+    assert len(served) == 3 + statuses.count(200)
+    spent = sum((r.prompt_tokens or 0) + (r.output_tokens or 0) for r in served)
+    assert budget - 150 <= spent <= budget  # counted across the restart, not from zero
