@@ -15,7 +15,10 @@ raw rows not yet rolled up. Times ``tailgate usage --by key --since 7d`` and the
 (``ledger.leaderboard.compute``) — targets < 1 s each — and checks the usage totals equal a ``GROUP BY``
 over the raw rows.
 
-Usage: ``.venv/bin/python benchmarks/bench_store.py [--part gateway|big|all] [--rounds N] [--duration S]
+``--part board``: only the 7-day leaderboard (best of 5) beside the pre-issue computation, on a week of
+samples and traffic (no request rows: the leaderboard does not read them).
+
+Usage: ``.venv/bin/python benchmarks/bench_store.py [--part gateway|big|board|all] [--rounds N] [--duration S]
 [--rows N]``. Needs wrk (part 1) and Debian's postgresql (both parts).
 """
 
@@ -241,6 +244,7 @@ def big_part(args: argparse.Namespace, workdir: Path, pg: PostgresCluster) -> di
             _fill(conn, args.rows, now, seed=1)
             fill_s = time.perf_counter() - t0
             _monitor_week(conn, now)
+            conn.execute("ANALYZE")  # what autovacuum / the ledger's PRAGMA optimize keep up to date in service
             t0 = time.perf_counter()
             rolled = rollup(conn)
             rollup_s = time.perf_counter() - t0
@@ -291,9 +295,33 @@ def big_part(args: argparse.Namespace, workdir: Path, pg: PostgresCluster) -> di
     return results
 
 
+def board_part(args: argparse.Namespace, workdir: Path, pg: PostgresCluster) -> dict[str, Any]:
+    """The 7-day leaderboard alone (it reads samples and traffic, not request rows), new vs before, both stores."""
+    now = time.time()
+    out: dict[str, Any] = {}
+    for name, target in {"sqlite": str(workdir / "board.db"), "postgres": pg.fresh_database("bench_board")}.items():
+        with open_store(target) as conn:
+            _monitor_week(conn, now)
+            conn.execute("ANALYZE")
+            rollup_traffic(conn)
+            board_s, _ = _timed(lambda c=conn: compute(c, window_s=7 * 86400, now=now), repeat=5)
+            old_s, _ = _timed(
+                lambda c=conn: build(
+                    read_samples(c, since=now - 7 * 86400, until=now),
+                    read_traffic(c, since=now - 7 * 86400, until=now),
+                    window_s=7 * 86400,
+                    now=now,
+                ),
+                repeat=1,
+            )
+        out[name] = {"leaderboard_7d_s": round(board_s, 3), "leaderboard_7d_before_s": round(old_s, 3)}
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["gateway", "big", "all"], default="all")
+    parser.add_argument("--part", choices=["gateway", "big", "board", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -310,6 +338,8 @@ def main() -> int:
                 result["gateway"] = gateway_part(args, workdir, pg)
             if args.part in ("big", "all"):
                 result["big"] = big_part(args, workdir, pg)
+            if args.part == "board":
+                result["board"] = board_part(args, workdir, pg)
         finally:
             pg.remove()
     if args.json:

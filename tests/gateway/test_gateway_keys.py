@@ -284,3 +284,63 @@ async def test_dashboard_keys_page_and_its_json(sim: SimFactory, gateway: GwFact
         assert {g["key"]: g["requests"] for g in groups} == {"team-a": 3}
         async with session.get(f"{gw.root_url}/dashboard/api/usage?by=nope", headers=view) as r:
             assert r.status == 400
+
+
+async def test_a_gateway_on_postgres_ships_and_reports_it(
+    sim: SimFactory, gateway: GwFactory, pg_url: str, tmp_path: Path
+) -> None:
+    """ledger.url: rows reach PostgreSQL through the spool; /metrics shows the shipping; keys come from there."""
+    provider = await sim("instant", models=("m",))
+    ledger = {"path": str(tmp_path / "spool.db"), "url": pg_url, "ship_interval": "100ms"}
+    gw = await gateway(_config(provider.url, ledger=ledger))
+    with open_store(pg_url) as conn:
+        _, secret = create_key(conn, "team-pg")
+    await gw.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            assert (await _chat(session, gw, secret))[0] == 200
+        assert gw.gateway.ledger is not None
+        await gw.gateway.ledger.flush()
+
+        def shipped() -> bool:
+            with open_store(pg_url) as conn:
+                return bool(conn.execute("SELECT COUNT(*) FROM requests WHERE key_id = 'team-pg'").fetchone()[0] == 3)
+
+        for _ in range(100):
+            if await asyncio.to_thread(shipped):
+                break
+            await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(shipped)
+        async with session.get(f"{gw.root_url}/metrics") as r:
+            text = await r.text()
+    assert 'tailgate_store_shipped_rows_total{table="requests"} 3.0' in text
+    assert "tailgate_store_spool_backlog 0.0" in text
+
+
+async def test_a_restart_does_not_reset_a_budget(sim: SimFactory, gateway: GwFactory, tmp_path: Path) -> None:
+    """Local state: a new process starts each budget counter from the store's spend for the period."""
+    provider = await sim("instant", models=("m",))
+    ledger = {"path": str(tmp_path / "shared.db")}
+    budget = 700
+    first = await gateway(_config(provider.url, ledger=ledger))
+    with open_store(tmp_path / "shared.db") as conn:
+        _, secret = create_key(conn, "team-r", tokens_per_day=budget)
+    await first.gateway.key_directory.reload()
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            assert (await _chat(session, first, secret, max_tokens=100))[0] == 200
+        await first.stop()  # its rows are in the store now
+        second = await gateway(_config(provider.url, ledger=ledger))
+        statuses = []
+        for _ in range(20):
+            statuses.append((await _chat(session, second, secret, max_tokens=100))[0])
+            if statuses[-1] == 429:
+                break
+            await eventually(lambda: not second.gateway.admission._pending, 1.0)
+    assert statuses[-1] == 429
+    assert second.gateway.ledger is not None
+    await second.gateway.ledger.flush()
+    served = [r for r in read_rows(tmp_path / "shared.db") if r.key_id == "team-r" and r.status == 200]
+    assert len(served) == 3 + statuses.count(200)
+    spent = sum((r.prompt_tokens or 0) + (r.output_tokens or 0) for r in served)
+    assert budget - 150 <= spent <= budget  # counted across the restart, not from zero

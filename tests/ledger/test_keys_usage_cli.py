@@ -99,3 +99,21 @@ def test_serve_refuses_a_newer_schema_in_postgres(tmp_path: Path, pg_url: str) -
     code, _, err = _run("serve", "--config", str(_config(tmp_path, pg_url)), "--port", "0")
     assert code == 2
     assert "schema version 77 is newer than this tailgate's" in err
+
+
+def test_leaderboard_reads_the_configured_store(tmp_path: Path, store_target: str, store: StoreConn) -> None:
+    """`tailgate leaderboard --config` reads the store the config names: the fleet's PostgreSQL with ledger.url."""
+    import time
+
+    now = time.time()
+    cols = "ts, provider, model, workload, status, ttft_ms, e2e_ms, output_tokens, tok_s"
+    with store.transaction():
+        store.executemany(
+            f"INSERT INTO samples ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+            [(now - 60 * i, "p", "m", "long", 200, 100.0 + i, 900.0 + i, 50, 60.0) for i in range(30)],
+        )
+    code, out, err = _run("leaderboard", "--config", str(_config(tmp_path, store_target)), "--window", "1h", "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)["rows"]
+    assert (row["provider"], row["model"], row["samples"]) == ("p", "m", 30)
+    assert row["ttft_p50_ms"] == 114.0

@@ -1,23 +1,31 @@
-"""The ledger's health and the event loop's task count on /metrics, read at scrape time.
+"""The store's health and the event loop's task count on /metrics, all read at scrape time (nothing is
+counted on the request path).
 
 A full or locked store shows here first; ``tailgate_event_loop_tasks`` (asyncio tasks alive in this
 process) is what a soak run watches for leaks (benchmarks/soak.py).
 
 ``tailgate_ledger_pending_rows`` (rows in memory, not yet in the store), ``tailgate_ledger_write_errors_total``
 (failed write transactions: locked, busy, disk full; each retried) and ``tailgate_ledger_dropped_rows_total``
-(rows the store refused or that were abandoned at shutdown). docs/reliability.md.
+(rows the store refused or that were abandoned at shutdown): docs/reliability.md. ``tailgate_store_*``: the
+spool's shipping to PostgreSQL and the roll-up job (docs/metrics.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tailgate.ledger import SQLiteLedger
+
+if TYPE_CHECKING:
+    from tailgate.gateway.app import Gateway
+
+__all__ = ["register_ledger_metrics", "register_runtime_metrics", "register_store_metrics"]
 
 
 class _LedgerCollector(Collector):
@@ -56,3 +64,46 @@ def register_runtime_metrics(registry: CollectorRegistry) -> None:
 
 def register_ledger_metrics(registry: CollectorRegistry, ledger: SQLiteLedger) -> None:
     registry.register(_LedgerCollector(ledger))
+
+
+class _StoreCollector(Collector):
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        shipper = self.gw.shipper
+        if shipper is not None:
+            st = shipper.stats
+            yield GaugeMetricFamily(
+                "tailgate_store_spool_backlog",
+                "Rows in this replica's spool not yet shipped to PostgreSQL.",
+                st.backlog,
+            )
+            shipped = CounterMetricFamily(
+                "tailgate_store_shipped_rows", "Rows this replica inserted into PostgreSQL, by table.", labels=["table"]
+            )
+            for table, n in st.shipped.items():
+                shipped.add_metric([table], n)
+            yield shipped
+            yield CounterMetricFamily(
+                "tailgate_store_ship_errors", "Failed shipping attempts (PostgreSQL down or slow; retried).", st.errors
+            )
+            yield CounterMetricFamily(
+                "tailgate_store_rejected_rows", "Spool rows PostgreSQL refused as bad data (skipped).", st.rejected
+            )
+            yield GaugeMetricFamily(
+                "tailgate_store_connected", "1 while the shipper holds a PostgreSQL connection.", int(st.connected)
+            )
+        maintenance = self.gw.maintenance
+        if maintenance is not None:
+            yield CounterMetricFamily(
+                "tailgate_store_rolled_up_rows", "Request rows rolled up into usage_hourly by this replica.",
+                maintenance.rolled,
+            )  # fmt: skip
+            yield CounterMetricFamily(
+                "tailgate_store_maintenance_errors", "Failed roll-up / retention runs (retried).", maintenance.errors
+            )
+
+
+def register_store_metrics(gw: Gateway, registry: CollectorRegistry) -> None:
+    registry.register(_StoreCollector(gw))
