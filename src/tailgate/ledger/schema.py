@@ -26,6 +26,10 @@ Schema version 1::
       cost              REAL                  in the provider's price currency
     indexes: requests_ts (ts), requests_provider_ts (provider, ts)
 
+Schema version 3 adds, to ``requests`` and ``samples``: ``ttft_answer_ms REAL`` (time to the first
+*answer* token: content or tool call, not reasoning; equals ``ttft_ms`` without thinking) and
+``reasoning_tokens INTEGER`` (of the output tokens, those spent thinking; NULL when unknown).
+
 Schema version 2 adds the monitor's tables (docs/monitor.md)::
 
     samples                       one row per monitor probe (source = probe)
@@ -155,6 +159,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
             "CREATE INDEX traffic_minutes_pm ON traffic_minutes (provider, model, minute)",
+        ),
+    ),
+    Migration(
+        3,
+        "requests and samples: time to first answer token and reasoning tokens (thinking models)",
+        (
+            "ALTER TABLE requests ADD COLUMN ttft_answer_ms REAL",
+            "ALTER TABLE requests ADD COLUMN reasoning_tokens INTEGER",
+            "ALTER TABLE samples ADD COLUMN ttft_answer_ms REAL",
+            "ALTER TABLE samples ADD COLUMN reasoning_tokens INTEGER",
         ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.

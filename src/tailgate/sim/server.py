@@ -23,6 +23,7 @@ from msgspec import UNSET
 
 from tailgate._aiohttp import error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.provider import SimProvider
@@ -149,8 +150,11 @@ class SimHandlers:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completions")
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "responses")
+
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
-        ctx = _Ctx(request, ("chatcmpl-" if kind == "chat" else "cmpl-") + self.p.new_id())
+        ctx = _Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
         try:
             return await self._generate_inner(request, kind, ctx)
         except asyncio.CancelledError:
@@ -170,6 +174,8 @@ class SimHandlers:
         if (early := await self._gate(request, ctx)) is not None:
             self._truth(ctx, early.status, False)
             return early
+        if kind == "responses":
+            return await sim_responses.handle(self, request, ctx)
         body = await request.read()
         req: ChatCompletionRequest | CompletionRequest
         try:
@@ -556,6 +562,7 @@ class SimHandlers:
 
 
 DEFAULT_MODEL = "tailgate-sim"
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
 
 
 def _finish_reason(seq: Sequence) -> str | None:
@@ -592,6 +599,7 @@ def build_app(provider: SimProvider) -> web.Application:
     h = SimHandlers(provider)
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)
+    app.router.add_post("/v1/responses", h.responses)
     app.router.add_post("/v1/embeddings", h.embeddings)
     app.router.add_get("/v1/models", h.models)
     app.router.add_get("/health", h.health)

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from tailgate.wire.responses import ANSWER_EVENTS, FIRST_TOKEN_EVENTS
 from tailgate.wire.sse import DEFAULT_MAX_EVENT_SIZE, SSEProtocolError
 
 # Two line terminators in a row end an event. CRLF is tried before a lone CR so it counts as one.
@@ -66,9 +67,35 @@ class _Choice(msgspec.Struct):
     text: Any = None  # /v1/completions
 
 
+class _Details(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    completion_tokens_details: _Details | None = None
+    # the Responses API names them differently
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_details: _Details | None = None
+
+    @property
+    def prompt(self) -> int | None:
+        return self.prompt_tokens if self.prompt_tokens is not None else self.input_tokens
+
+    @property
+    def completion(self) -> int | None:
+        return self.completion_tokens if self.completion_tokens is not None else self.output_tokens
+
+    @property
+    def reasoning(self) -> int | None:
+        details = self.completion_tokens_details or self.output_tokens_details
+        return details.reasoning_tokens if details is not None else None
+
+
+class _ResponseObject(msgspec.Struct):
+    usage: _Usage | None = None
 
 
 class StreamFrame(msgspec.Struct):
@@ -77,6 +104,10 @@ class StreamFrame(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
+    type: str | None = None
+    """A Responses API event's type (``response.output_text.delta`` …); chat chunks have none."""
+    response: _ResponseObject | None = None
+    """The response object of ``response.completed`` (its usage)."""
 
 
 class _Message(msgspec.Struct):
@@ -94,6 +125,8 @@ class BodyFrame(msgspec.Struct):
     choices: list[_BodyChoice] | None = None
     data: list[Any] | None = None
     """Embeddings answer with ``data`` instead of ``choices``."""
+    output: list[Any] | None = None
+    """The Responses API answers with ``output``."""
     usage: _Usage | None = None
 
 
@@ -102,9 +135,10 @@ decode_body = msgspec.json.Decoder(BodyFrame).decode
 
 
 def token_count(frame: StreamFrame) -> int:
-    """Choices of this chunk that carry output (content, reasoning, refusal, tool call or text)."""
+    """Choices of this chunk that carry output (content, reasoning, refusal, tool call or text); 1 for a
+    Responses API output delta event."""
     if not frame.choices:
-        return 0
+        return 1 if frame.type is not None and frame.type in FIRST_TOKEN_EVENTS else 0
     n = 0
     for choice in frame.choices:
         d = choice.delta
@@ -114,6 +148,17 @@ def token_count(frame: StreamFrame) -> int:
         ):
             n += 1
     return n
+
+
+def has_answer(frame: StreamFrame) -> bool:
+    """Does this token-carrying chunk carry answer output (anything but reasoning)?"""
+    if not frame.choices:
+        return frame.type is not None and frame.type in ANSWER_EVENTS
+    for choice in frame.choices:
+        d = choice.delta
+        if choice.text or (d is not None and (d.content or d.refusal or d.tool_calls or d.function_call)):
+            return True
+    return False
 
 
 # ---- Retry-After -------------------------------------------------------------------------------
