@@ -19,7 +19,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 Oai = Callable[..., AsyncOpenAI]
 MSG: list[Any] = [{"role": "user", "content": "hello"}]
-WEATHER = {
+USAGE_EVERY_CHUNK: Any = {"include_usage": True, "continuous_usage_stats": True}  # vLLM's extension
+WEATHER: Any = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -52,21 +53,24 @@ async def test_load_tester_fields_are_accepted_and_honoured(sim: SimFactory, oai
     resp = await client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "What is 17 + 25?"}], max_tokens=30, extra_body=extra
     )
-    assert resp.usage is not None and resp.usage.completion_tokens == 30
+    assert resp.usage is not None
+    assert resp.usage.completion_tokens == 30
     assert resp.choices[0].finish_reason == "length"
     stream = await client.chat.completions.create(
         model="m",
         messages=MSG,
         max_tokens=6,
         stream=True,
-        stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+        stream_options=USAGE_EVERY_CHUNK,
         extra_body={"ignore_eos": True},
     )
     chunks = [c async for c in stream]
     token_chunks = [c for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(token_chunks) == 6
     assert [c.usage.completion_tokens for c in token_chunks if c.usage] == [1, 2, 3, 4, 5, 6]
-    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
 
 
 async def test_openai_dialect_refuses_vendor_fields(sim: SimFactory, oai: Oai) -> None:
@@ -75,7 +79,7 @@ async def test_openai_dialect_refuses_vendor_fields(sim: SimFactory, oai: Oai) -
     for field, value in (("ignore_eos", True), ("top_k", 5), ("chat_template_kwargs", {"enable_thinking": False})):
         with pytest.raises(openai.BadRequestError) as exc:
             await oai(p.url).chat.completions.create(model="m", messages=MSG, max_tokens=2, extra_body={field: value})
-        assert exc.value.param == field  # type: ignore[attr-defined]
+        assert exc.value.param == field
         assert f"Unrecognized request argument supplied: {field}" in exc.value.message
 
 
@@ -90,7 +94,8 @@ async def test_min_tokens_holds_off_a_stop_string(sim: SimFactory, oai: Oai) -> 
     held = await client.chat.completions.create(
         model="m", messages=MSG, max_tokens=12, seed=3, stop=[stop], extra_body={"min_tokens": 4}
     )
-    assert early.usage is not None and held.usage is not None
+    assert early.usage is not None
+    assert held.usage is not None
     assert early.usage.completion_tokens < 4 <= held.usage.completion_tokens
 
 
@@ -116,10 +121,13 @@ async def test_reasoning_stream_thinks_before_it_answers(sim: SimFactory, oai: O
         elif delta.content:
             kinds.append("c")
     assert "".join(kinds) == "r" * 12 + "c" * 8
-    assert usage is not None and usage.completion_tokens == 20
-    assert usage.completion_tokens_details is not None and usage.completion_tokens_details.reasoning_tokens == 12
+    assert usage is not None
+    assert usage.completion_tokens == 20
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 12
     row = (await _truth(p.root_url))[-1]
-    assert row["reasoning_tokens"] == 12 and row["output_tokens"] == 20
+    assert row["reasoning_tokens"] == 12
+    assert row["output_tokens"] == 20
     assert row["ttft_answer_ms"] > row["ttft_ms"] > 0
 
 
@@ -140,9 +148,11 @@ async def test_thinking_switched_off_by_the_providers_own_field(
     resp = await oai(p.url).chat.completions.create(model="m", messages=MSG, max_tokens=5, extra_body=switch)
     message = resp.choices[0].message
     assert getattr(message, "reasoning_content", None) is None
-    assert resp.usage is not None and resp.usage.completion_tokens_details is None
+    assert resp.usage is not None
+    assert resp.usage.completion_tokens_details is None
     row = (await _truth(p.root_url))[-1]
-    assert row["reasoning_tokens"] == 0 and row["ttft_answer_ms"] == row["ttft_ms"]
+    assert row["reasoning_tokens"] == 0
+    assert row["ttft_answer_ms"] == row["ttft_ms"]
 
 
 async def test_thinking_switched_on_with_a_budget_non_stream(sim: SimFactory, oai: Oai) -> None:
@@ -155,7 +165,8 @@ async def test_thinking_switched_on_with_a_budget_non_stream(sim: SimFactory, oa
     message = resp.choices[0].message
     assert len(getattr(message, "reasoning_content", "").split()) == 6
     assert len((message.content or "").split()) == 9
-    assert resp.usage is not None and resp.usage.completion_tokens_details is not None
+    assert resp.usage is not None
+    assert resp.usage.completion_tokens_details is not None
     assert resp.usage.completion_tokens_details.reasoning_tokens == 6
 
 
@@ -169,20 +180,25 @@ async def test_tool_call_streams_argument_fragments(sim: SimFactory, oai: Oai) -
     stream = await oai(p.url).chat.completions.create(
         model="m", messages=MSG, tools=[WEATHER], stream=True, stream_options={"include_usage": True}
     )
-    calls, finish, usage = [], None, None
+    calls: list[Any] = []
+    finish, usage = None, None
     async for chunk in stream:
         usage = chunk.usage or usage
         if chunk.choices:
             finish = chunk.choices[0].finish_reason or finish
             calls.extend(chunk.choices[0].delta.tool_calls or [])
     assert len(calls) >= 3
-    assert calls[0].id and calls[0].type == "function" and calls[0].function is not None
+    assert calls[0].id
+    assert calls[0].type == "function"
+    assert calls[0].function is not None
     assert calls[0].function.name == "get_weather"
     assert all(c.index == 0 and c.id is None for c in calls[1:])
     args = json.loads("".join(c.function.arguments or "" for c in calls if c.function))
-    assert set(args) == {"city", "days"} and isinstance(args["days"], int)
+    assert set(args) == {"city", "days"}
+    assert isinstance(args["days"], int)
     assert finish == "tool_calls"
-    assert usage is not None and usage.completion_tokens == len(calls)
+    assert usage is not None
+    assert usage.completion_tokens == len(calls)
 
 
 async def test_tool_call_non_stream_and_tool_choice_none(sim: SimFactory, oai: Oai) -> None:
@@ -191,13 +207,15 @@ async def test_tool_call_non_stream_and_tool_choice_none(sim: SimFactory, oai: O
     client = oai(p.url)
     resp = await client.chat.completions.create(model="m", messages=MSG, tools=[WEATHER], tool_choice="required")
     message = resp.choices[0].message
-    assert message.content is None and message.tool_calls is not None
+    assert message.content is None
+    assert message.tool_calls is not None
     call = message.tool_calls[0]
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert "city" in json.loads(call.function.arguments)  # type: ignore[union-attr]
     assert resp.choices[0].finish_reason == "tool_calls"
     plain = await client.chat.completions.create(model="m", messages=MSG, tools=[WEATHER], tool_choice="none")
-    assert plain.choices[0].message.tool_calls is None and plain.choices[0].message.content
+    assert plain.choices[0].message.tool_calls is None
+    assert plain.choices[0].message.content
 
 
 async def test_tool_call_rate_zero_never_calls(sim: SimFactory, oai: Oai) -> None:
@@ -216,7 +234,8 @@ async def test_non_stream_message_has_refusal_null(sim: SimFactory) -> None:
     body = {"model": "m", "messages": MSG, "max_tokens": 2}
     async with aiohttp.ClientSession() as s, s.post(f"{p.url}/chat/completions", json=body) as r:
         message = (await r.json())["choices"][0]["message"]
-    assert "refusal" in message and message["refusal"] is None
+    assert "refusal" in message
+    assert message["refusal"] is None
 
 
 async def test_every_truth_row_has_every_field_and_the_real_id(sim: SimFactory, oai: Oai) -> None:
@@ -230,7 +249,9 @@ async def test_every_truth_row_has_every_field_and_the_real_id(sim: SimFactory, 
     assert set(served) == set(limited)
     contract = {"id", "received_at", "queue_ms", "ttft_ms", "e2e_ms", "output_tokens", "stream", "status"}
     assert contract <= set(limited)
-    assert limited["status"] == 429 and limited["id"].startswith("chatcmpl-") and limited["id"] != served["id"]
+    assert limited["status"] == 429
+    assert limited["id"].startswith("chatcmpl-")
+    assert limited["id"] != served["id"]
     assert all(limited[k] is None for k in ("queue_ms", "ttft_ms", "ttft_answer_ms", "e2e_ms", "output_tokens"))
 
 
@@ -240,9 +261,12 @@ async def test_responses_api_stream_and_not(sim: SimFactory, oai: Oai) -> None:
     p = await sim("instant")
     client = oai(p.url)
     resp = await client.responses.create(model="m", input="hello there", max_output_tokens=9)
-    assert resp.object == "response" and resp.id.startswith("resp_")
+    assert resp.object == "response"
+    assert resp.id.startswith("resp_")
     assert len(resp.output_text.split()) == 9
-    assert resp.usage is not None and resp.usage.output_tokens == 9 and resp.status == "incomplete"
+    assert resp.usage is not None
+    assert resp.usage.output_tokens == 9
+    assert resp.status == "incomplete"
     stream = await client.responses.create(model="m", input=[{"role": "user", "content": "hi"}], stream=True)
     events = [e async for e in stream]
     types = [e.type for e in events]
@@ -255,7 +279,10 @@ async def test_responses_api_stream_and_not(sim: SimFactory, oai: Oai) -> None:
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert types[-1] == "response.completed"
     final = events[-1].response  # type: ignore[union-attr]
-    assert final.usage is not None and final.usage.output_tokens == len(deltas)
+    assert final.usage is not None
+    assert final.usage.output_tokens == len(deltas)
     assert final.output_text == "".join(deltas)
     row = (await _truth(p.root_url))[-1]
-    assert row["id"] == final.id and row["output_tokens"] == len(deltas) and row["stream"] is True
+    assert row["id"] == final.id
+    assert row["output_tokens"] == len(deltas)
+    assert row["stream"] is True

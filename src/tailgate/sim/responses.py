@@ -2,9 +2,8 @@
 
 One ``message`` output item with one ``output_text`` part; a stream is ``response.created`` …
 ``response.output_text.delta`` per token … ``response.completed`` (``response.incomplete`` when
-``max_output_tokens`` cut it), and no ``[DONE]``. Faults before the engine (outage, stalls, auth, rate
-limits, quota, ``error_rate``, queue overflow) apply as on chat; the mid-stream faults (disconnect,
-malformed chunk) are chat and completions only. Thinking and tool calls are chat only.
+``max_output_tokens`` cut it), and no ``[DONE]``. Faults apply as on chat, except the malformed chunk
+(chat and completions only). Thinking and tool calls are chat only.
 """
 
 from __future__ import annotations
@@ -168,10 +167,13 @@ async def _stream(
     sent = 0
     first_at = last_at = 0.0
     gaps: list[float] = []
+    f = h.p.faults
+    cut = f.disconnect_after_tokens if f.active else None
     while True:
-        if len(seq.out) > sent:
+        end = len(seq.out) if cut is None else min(len(seq.out), cut)
+        if end > sent:
             frames = []
-            for token in seq.out[sent:]:
+            for token in seq.out[sent:end]:
                 frames.append(delta_event(item_id, number, token))
                 number += 1
             await resp.write(b"".join(frames))
@@ -180,8 +182,17 @@ async def _stream(
                 first_at = now
             else:
                 gaps.append(round((now - last_at) * 1000.0, 3))
-            gaps.extend([0.0] * (len(seq.out) - sent - 1))
-            last_at, sent = now, len(seq.out)
+            gaps.extend([0.0] * (end - sent - 1))
+            last_at, sent = now, end
+        if cut is not None and sent >= cut:
+            from tailgate.sim.server import _Abort
+
+            ctx.fault = "disconnect"
+            first = h._ms(ctx, first_at) if sent else None
+            h._truth(
+                ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, prompt_tokens=seq.prompt_tokens
+            )
+            raise _Abort
         if seq.done:
             break
         await seq.wait()
