@@ -8,6 +8,7 @@ sequence of typed events (``event: response.output_text.delta`` …) that ends w
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import msgspec
@@ -110,10 +111,11 @@ def response_object(
     """A ``response`` object; ``text=None`` while in progress (no output yet, no usage)."""
     item_id = "msg_" + response_id.removeprefix("resp_")
     done = status in ("completed", "incomplete")
-    return {
+    out: dict[str, Any] = {
         "id": response_id,
         "object": "response",
         "created_at": created_at,
+        "completed_at": int(time.time()) if done else None,
         "status": status,
         "background": bool(req.background),
         "error": None,
@@ -135,18 +137,19 @@ def response_object(
         "top_logprobs": req.top_logprobs or 0,
         "top_p": req.top_p if req.top_p is not None else 1.0,
         "truncation": req.truncation or "disabled",
-        "usage": {
+        "metadata": req.metadata or {},
+    }
+    if done:  # an in-progress response has no usage yet (the key is left out: the schema has no null)
+        out["usage"] = {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": input_tokens + output_tokens,
         }
-        if done
-        else None,
-        "user": req.user,
-        "metadata": req.metadata or {},
-    }
+    if req.user is not None:
+        out["user"] = req.user
+    return out
 
 
 _encoder = msgspec.json.Encoder()
