@@ -37,7 +37,7 @@ def node_sdk() -> Path:
     if not (where / "node_modules" / "openai" / "package.json").exists():
         where.mkdir(parents=True, exist_ok=True)
         try:
-            subprocess.run(  # noqa: S603 - fixed argv
+            subprocess.run(
                 [npm, "install", "--prefix", str(where), "--no-audit", "--no-fund", "--loglevel=error", SDK_SPEC],
                 check=True,
                 capture_output=True,
