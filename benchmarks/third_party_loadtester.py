@@ -5,7 +5,7 @@ runs at concurrency 1 against a ``provider-a`` simulator (MaaS dialect) and agai
 in front of it. Its median TTFT and median latency must be within 5 % of the simulator's own ground truth
 (``/sim/truth``) over the same requests, with zero failed requests.
 
-    python benchmarks/third_party_loadtester.py [--evalscope PATH] [--requests 30] [--time-scale 0.2] [--json OUT]
+    python benchmarks/third_party_loadtester.py [--evalscope PATH] [--requests 30] [--time-scale 0.5] [--json OUT]
 
 ``evalscope`` is not a tailgate dependency (it pulls in pandas, transformers, datasets …): install it into
 its own venv (``python -m venv /tmp/lt && /tmp/lt/bin/pip install 'evalscope[perf]'``) and pass its path.
@@ -119,7 +119,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--evalscope", default=shutil.which("evalscope"), help="path of the evalscope executable")
     ap.add_argument("--requests", type=int, default=30)
-    ap.add_argument("--time-scale", type=float, default=0.2, help="of the provider-a preset (0.2: TTFT ≈ 150 ms)")
+    ap.add_argument("--time-scale", type=float, default=0.5, help="of the provider-a preset (0.5: TTFT ≈ 370 ms)")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
     if not args.evalscope or not Path(args.evalscope).exists():
