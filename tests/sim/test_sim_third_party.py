@@ -21,6 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "third_party_loadtester.py"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_evalscope_perf_agrees_with_the_ground_truth(tmp_path: Path) -> None:
     evalscope = os.environ.get("TAILGATE_EVALSCOPE") or shutil.which("evalscope")
     if not evalscope:
