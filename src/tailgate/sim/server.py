@@ -9,12 +9,8 @@ limit → quota → body validation → injected errors → pre-queue latency �
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import math
 import random
 import time
-from array import array
 from typing import Any
 
 import msgspec
@@ -494,59 +490,9 @@ class SimHandlers:
     # -- embeddings, models, health ---------------------------------------------------------------
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
-        ctx = _Ctx(request, "emb-" + self.p.new_id())
-        try:
-            if (early := await self._gate(request, ctx)) is not None:
-                self._truth(ctx, early.status, False)
-                return early
-        except _Abort:
-            self._truth(ctx, 0, False)
-            if request.transport is not None:
-                request.transport.abort()
-            raise web.HTTPServiceUnavailable() from None
-        p = self.p
-        try:
-            req = decode_request("embeddings", await request.read(), strict=p.spec.strict)
-        except WireError as exc:
-            self._truth(ctx, exc.status, False)
-            return error_response(exc, ctx.headers)
-        if p.spec.models and req.model not in p.spec.models:
-            self._truth(ctx, 404, False)
-            return error_response(wire_errors.model_not_found(req.model), ctx.headers)
-        if p.faults.active and (injected := self._injected_error(ctx)) is not None:
-            self._truth(ctx, injected.status, False)
-            return injected
-        inputs: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
-        if inputs and all(isinstance(x, int) for x in inputs):
-            inputs = [inputs]  # one token list
-        dims = req.dimensions or 256
-        delay = p.spec.params.embed_ms / 1000.0 * p.spec.time_scale * p.multiplier(ctx.t0)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        prompt_tokens = sum(estimate_tokens(x) if isinstance(x, str) else len(x) for x in inputs)
-        data = []
-        for i, item in enumerate(inputs):
-            vector = _embedding(p.spec.seed, str(item), dims)
-            emb: Any = (
-                base64.b64encode(array("f", vector).tobytes()).decode() if req.encoding_format == "base64" else vector
-            )
-            data.append({"object": "embedding", "index": i, "embedding": emb})
-        self._truth(
-            ctx,
-            200,
-            False,
-            e2e_ms=self._ms(ctx, time.perf_counter()),
-            prompt_tokens=prompt_tokens,
-        )
-        body = _json.encode(
-            {
-                "object": "list",
-                "data": data,
-                "model": req.model,
-                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-            }
-        )
-        return web.Response(body=body, content_type="application/json", headers=ctx.headers)
+        from tailgate.sim.embeddings import handle
+
+        return await handle(self, request, _Ctx(request, "emb-" + self.p.new_id()))
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         names = self.p.spec.models or (DEFAULT_MODEL,)
@@ -579,15 +525,6 @@ def _chat_prompt(req: ChatCompletionRequest) -> str:
         elif content:
             parts.extend(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return "\n".join(parts)
-
-
-def _embedding(seed: int, text: str, dims: int) -> list[float]:
-    """A deterministic unit vector for ``text`` (same text, same vector)."""
-    digest = hashlib.blake2b(f"{seed}:{text}".encode(), digest_size=8).digest()
-    rng = random.Random(int.from_bytes(digest, "little"))
-    vec = [rng.gauss(0.0, 1.0) for _ in range(dims)]
-    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-    return [v / norm for v in vec]
 
 
 def build_app(provider: SimProvider) -> web.Application:
