@@ -129,6 +129,8 @@ async def test_reasoning_stream_thinks_before_it_answers(sim: SimFactory, oai: O
     assert row["reasoning_tokens"] == 12
     assert row["output_tokens"] == 20
     assert row["ttft_answer_ms"] > row["ttft_ms"] > 0
+    assert len(row["itl_ms"]) == 19  # one gap per pair of tokens, thinking or not
+    assert sum(row["itl_ms"]) <= row["e2e_ms"] - row["ttft_ms"]
 
 
 @pytest.mark.parametrize(

@@ -96,10 +96,10 @@ class SSEWriter:
         data = b"".join(self._frame(seq, i) for i in range(self.sent, end))
         self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
         now = time.perf_counter()
-        if self.sent == 0:
-            self.first_at = now
         if self.sent <= seq.reasoning < end:
             self.answer_at = now
+        if self.sent == 0:
+            self.first_at = now
         else:
             self.gaps.append(round((now - self.last_at) * 1000.0, 3))
         self.gaps.extend([0.0] * (end - self.sent - 1))  # tokens that left in the same write
