@@ -31,8 +31,10 @@ def _config(*urls: str) -> dict[str, Any]:
     return {"providers": providers, "models": {"qwen3": {"routes": routes}}}
 
 
-async def _gw(sim: SimFactory, gateway: GwFactory, preset: str, n: int = 1, **kw: Any) -> tuple[list[Any], Any]:
-    sims = [await sim(preset, time_scale=0.01, **kw) for _ in range(n)]
+async def _gw(
+    sim: SimFactory, gateway: GwFactory, preset: str, n: int = 1, time_scale: float = 0.01, **kw: Any
+) -> tuple[list[Any], Any]:
+    sims = [await sim(preset, time_scale=time_scale, **kw) for _ in range(n)]
     return sims, await gateway(_config(*(s.url for s in sims)))
 
 
@@ -41,7 +43,9 @@ async def test_thinking_stream_is_relayed_and_measured(
 ) -> None:
     """reasoning_content deltas reach the client before content, untouched; the ledger and /metrics carry
     the first answer token beside the first token, and the reasoning tokens beside the output tokens."""
-    (_, gw) = await _gw(sim, gateway, "reasoner", engine={"reasoning_median": 10, "reasoning_sigma": 0.0})
+    # 1.5 ms steps: the 10 thinking tokens take ~15 ms, so the first answer token arrives in a later read
+    thinking = {"reasoning_median": 10, "reasoning_sigma": 0.0}
+    (_, gw) = await _gw(sim, gateway, "reasoner", time_scale=0.1, engine=thinking)
     client = oai(gw.url)
     stream = await client.chat.completions.create(model="qwen3", messages=MSG, max_tokens=16, stream=True)
     kinds = ""
