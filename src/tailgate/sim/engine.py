@@ -349,11 +349,13 @@ class Engine:
             index = len(seq.out)
             script = seq.script
             answer = index - seq.reasoning  # < 0 while thinking
-            if answer < 0:
+            if script is None and answer >= 0:  # the common case first: pseudo-text answer
+                token = self._token_fn(seq.seed, answer)
+            elif answer < 0:
                 token = self._token_fn(seq.seed ^ _REASONING_SALT, index)
             elif script is not None and answer < len(script):
                 token = script[answer]
-            elif script is not None and not seq.ignore_eos:
+            elif not seq.ignore_eos:
                 self._finish(seq, "stop", now)
                 freed = True
                 continue

@@ -69,7 +69,9 @@ class SSEWriter:
             usage = Usage(
                 prompt_tokens=seq.prompt_tokens, completion_tokens=i + 1, total_tokens=seq.prompt_tokens + i + 1
             )
-        if not self.chat:
+        if self.chat and i >= seq.reasoning and seq.tool_call is None:  # the common case first: content
+            chunk = chat_chunk_bytes(seq.id, self.created, self.model, token, usage=usage)
+        elif not self.chat:
             chunk = completion_chunk_bytes(seq.id, self.created, self.model, token, usage=usage)
         elif i < seq.reasoning:
             chunk = chat_chunk_bytes(seq.id, self.created, self.model, None, reasoning_content=token, usage=usage)
@@ -81,8 +83,6 @@ class SSEWriter:
             else:
                 call = ToolCall(index=0, function=FunctionCall(arguments=token))
             chunk = chat_chunk_bytes(seq.id, self.created, self.model, None, tool_calls=[call], usage=usage)
-        else:
-            chunk = chat_chunk_bytes(seq.id, self.created, self.model, token, usage=usage)
         frame = b"data: " + chunk + b"\n\n"
         if i == self.bad_at:  # the malformed-chunk fault: a JSON object cut off mid-string
             frame = b'data: {"id": "' + seq.id.encode() + b'", "choices": [{"delta": {"cont\n\n' + frame

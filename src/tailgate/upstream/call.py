@@ -446,21 +446,21 @@ class Call:
                         frame = decode_frame(payload)
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-                    if frame.error or event_name == "error" or frame.type in _FAILED_EVENTS:
+                    kind = frame.type  # None for chat and completions chunks: one check on their path
+                    if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
                         yield Chunk(now, raw, False, 0, True)
                         raise _Failed("stream_error", "the upstream sent an error event mid-stream")
-                    usage = frame.usage
-                    if frame.type is not None and frame.type in TERMINAL_EVENTS:
+                    if kind is not None and kind in TERMINAL_EVENTS:
                         # The Responses API ends with response.completed and no [DONE].
-                        if frame.response is not None and (usage := frame.response.usage) is not None:
-                            self._take_usage(usage)
+                        if frame.response is not None and frame.response.usage is not None:
+                            self._take_usage(frame.response.usage)
                         yield Done(now, raw)
                         self.result = self._finish(None, end=now)
                         await self._drain(resp, total_at, loop)
                         clean = True
                         yield self.result
                         return
-                    if usage is not None:
+                    if (usage := frame.usage) is not None:
                         self._take_usage(usage)
                         if drop_usage and frame.choices == []:
                             continue  # the usage chunk we asked for on the client's behalf
