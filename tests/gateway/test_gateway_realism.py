@@ -43,18 +43,18 @@ async def test_thinking_stream_is_relayed_and_measured(
 ) -> None:
     """reasoning_content deltas reach the client before content, untouched; the ledger and /metrics carry
     the first answer token beside the first token, and the reasoning tokens beside the output tokens."""
-    # 1.5 ms steps: the 10 thinking tokens take ~15 ms, so the first answer token arrives in a later read
-    thinking = {"reasoning_median": 10, "reasoning_sigma": 0.0}
+    # 1.5 ms steps: the 40 thinking tokens take ~60 ms, so the first answer token arrives in a later read
+    thinking = {"reasoning_median": 40, "reasoning_sigma": 0.0}
     (_, gw) = await _gw(sim, gateway, "reasoner", time_scale=0.1, engine=thinking)
     client = oai(gw.url)
-    stream = await client.chat.completions.create(model="qwen3", messages=MSG, max_tokens=16, stream=True)
+    stream = await client.chat.completions.create(model="qwen3", messages=MSG, max_tokens=46, stream=True)
     kinds = ""
     async for chunk in stream:
         if chunk.choices:
             delta = chunk.choices[0].delta
             kinds += "r" if getattr(delta, "reasoning_content", None) else ("c" if delta.content else "")
         assert chunk.usage is None  # asked upstream on the client's behalf and removed again
-    assert kinds == "r" * 10 + "c" * 6
+    assert kinds == "r" * 40 + "c" * 6
     off = await client.chat.completions.create(
         model="qwen3", messages=MSG, max_tokens=4, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
     )
@@ -62,12 +62,12 @@ async def test_thinking_stream_is_relayed_and_measured(
     async with aiohttp.ClientSession() as s, s.get(f"{gw.root_url}/metrics") as r:
         metrics = await r.text()
     assert "tailgate_ttft_answer_seconds_bucket" in metrics
-    assert 'tailgate_tokens_total{direction="reasoning",provider="p0"} 10.0' in metrics
+    assert 'tailgate_tokens_total{direction="reasoning",provider="p0"} 40.0' in metrics
     await gw.stop()
     rows = read_rows(gw.gateway.ledger.path)
     thought, plain = rows
-    assert thought.reasoning_tokens == 10
-    assert thought.output_tokens == 16
+    assert thought.reasoning_tokens == 40
+    assert thought.output_tokens == 46
     assert thought.ttft_ms is not None
     assert thought.ttft_answer_ms is not None
     assert thought.ttft_answer_ms > thought.ttft_ms

@@ -17,7 +17,7 @@ from tailgate.monitor.runner import Monitor, targets_from_config
 
 
 async def test_thinking_probes_record_the_first_answer_token(sim: SimFactory, tmp_path: Path) -> None:
-    p = await sim("reasoner", time_scale=0.1, engine={"reasoning_median": 20, "reasoning_sigma": 0.0, "accuracy": 1.0})
+    p = await sim("reasoner", time_scale=0.3, engine={"reasoning_median": 20, "reasoning_sigma": 0.0, "accuracy": 1.0})
     data = {
         "providers": {"r": {"base_url": p.url}},
         "models": {"qwen3": {"routes": [{"provider": "r", "model": "qwen3"}]}},

@@ -73,6 +73,9 @@ def _prepare(
         return (body if isinstance(body, bytes) else _encode(body)), wants_usage
     new_options = dict(options) if isinstance(options, dict) else {}
     new_options["include_usage"] = True
+    # vLLM's continuous_usage_stats only applies with include_usage: a client that did not ask usage
+    # must not start getting it on every chunk because we asked on its behalf.
+    new_options.pop("continuous_usage_stats", None)
     return _encode({**obj, "stream_options": new_options}), wants_usage
 
 
