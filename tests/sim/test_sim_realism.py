@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -13,6 +14,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from conftest import SimFactory
+from tailgate.config import ConfigError
+from tailgate.sim.config import load_sim_config
 from tailgate.sim.truth import as_dicts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -288,3 +291,30 @@ async def test_responses_api_stream_and_not(sim: SimFactory, oai: Oai) -> None:
     assert row["id"] == final.id
     assert row["output_tokens"] == len(deltas)
     assert row["stream"] is True
+
+
+# ---- config ----------------------------------------------------------------------------------------
+
+
+def test_dialect_and_thinking_are_configurable_per_provider(tmp_path: Path) -> None:
+    """engine: {dialect, thinking, reasoning_median, tool_call_rate} override the preset; a bad dialect names
+    its file, line and path."""
+    good = tmp_path / "sim.yaml"
+    good.write_text(
+        "providers:\n"
+        "  r: {preset: reasoner, engine: {thinking: false, reasoning_median: 50, tool_call_rate: 0.5}}\n"
+        "  o: {preset: provider-a, engine: {dialect: openai}}\n"
+    )
+    r, o = load_sim_config(good).specs()
+    assert (r.params.dialect, r.params.thinking, r.params.reasoning_median, r.params.tool_call_rate) == (
+        "maas",
+        False,
+        50,
+        0.5,
+    )
+    assert o.params.dialect == "openai"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("providers:\n  a:\n    preset: vllm\n    engine: {dialect: tgi}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_sim_config(bad)
+    assert exc.value.problems[0].startswith(f"{bad}:4: providers.a.engine.dialect:")
