@@ -341,6 +341,8 @@ class Engine:
 
     def _emit(self, batch: list[Sequence], now: float) -> None:
         freed = False
+        token_fn = self._token_fn
+        emitted = 0
         for seq in batch:
             if seq.done:
                 continue
@@ -350,9 +352,9 @@ class Engine:
             script = seq.script
             answer = index - seq.reasoning  # < 0 while thinking
             if script is None and answer >= 0:  # the common case first: pseudo-text answer
-                token = self._token_fn(seq.seed, answer)
+                token = token_fn(seq.seed, answer)
             elif answer < 0:
-                token = self._token_fn(seq.seed ^ _REASONING_SALT, index)
+                token = token_fn(seq.seed ^ _REASONING_SALT, index)
             elif script is not None and answer < len(script):
                 token = script[answer]
             elif not seq.ignore_eos:
@@ -360,7 +362,7 @@ class Engine:
                 freed = True
                 continue
             else:
-                token = self._token_fn(seq.seed, answer)
+                token = token_fn(seq.seed, answer)
             if seq.stop is not None and answer >= 0 and index >= seq.min_tokens:
                 tail = seq.tail + token
                 if any(s in tail for s in seq.stop):
@@ -370,7 +372,7 @@ class Engine:
                 seq.tail = tail[-64:]
             seq.out.append(token)
             seq.last_emit = now
-            self.tokens_emitted += 1
+            emitted += 1
             if index == 0:
                 seq.first_token_at = now
             if answer == 0:
@@ -390,6 +392,7 @@ class Engine:
                 freed = True
             elif seq.notify_each and seq.sink is None:
                 seq._wake()
+        self.tokens_emitted += emitted
         if freed:
             self._fill_slots(now)
 
