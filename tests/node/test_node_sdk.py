@@ -66,12 +66,14 @@ async def _run(sdk: Path, base: str, model: str, sim_root: str, mode: str) -> se
     return set(passed)
 
 
+@pytest.mark.timeout(300)  # the first run installs the SDK with npm (module fixture, inside this budget)
 async def test_node_sdk_against_the_simulator(node_sdk: Path, sim: SimFactory) -> None:
     """Every check passes against a vLLM-shaped simulator (with a listed model and an API key)."""
     p = await sim("vllm", time_scale=0.01, models=("m",), api_keys=("sk-good",))
     assert await _run(node_sdk, p.url, "m", p.root_url, "sim") == ALL_CHECKS | {"error_401"}
 
 
+@pytest.mark.timeout(300)
 async def test_node_sdk_through_the_gateway(node_sdk: Path, sim: SimFactory, gateway: GwFactory) -> None:
     """The same checks through the gateway, plus the SSE error event after output began (APIError)."""
     p = await sim("vllm", time_scale=0.01, models=("up",))
