@@ -11,6 +11,7 @@ tar -x -C DIR``), each in its own subprocess:
 * ``core``: what ``upstream.call`` does per chunk — ``decode_frame`` + ``token_count`` (+ the answer check).
 
     python benchmarks/realism_hotpath.py --baseline /tmp/base/src [--rounds 5]
+    python benchmarks/realism_hotpath.py --baseline /tmp/base/src --instructions   # needs valgrind
 
 Each subprocess keeps the fastest of 7 repetitions of each loop; the script prints the median over rounds
 (ns per token) and the median and range of the per-round ratios this tree / baseline (paired rounds run
@@ -22,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +86,80 @@ print(json.dumps({k: min(f() for _ in range(7)) for k, f in loops}))
 """
 
 
+# One loop, N times, for valgrind: instructions per token = (Ir(N) − Ir(0)) / tokens, which machine load
+# cannot disturb (on a shared machine the timings above vary ±50 % from round to round).
+_IR_PROBE = r"""
+import sys
+from tailgate.sim.engine import Engine, Sequence
+from tailgate.sim.presets import preset
+from tailgate.sim.stream import SSEWriter
+from tailgate.sim.text import token_at
+from tailgate.upstream import _frames
+which, n = sys.argv[1], int(sys.argv[2])
+if which == "engine":
+    eng = Engine(preset("instant"), token_fn=token_at)
+    batch = [Sequence(f"s{i}", prompt_tokens=1, target=10**9, seed=i, notify_each=False) for i in range(64)]
+    for s in batch:
+        eng._decoding[s.id] = s
+    for _ in range(n):
+        eng._emit(batch, 0.0)
+elif which == "writer":
+    class Sink:
+        def write(self, d):
+            pass
+        def is_closing(self):
+            return False
+    seq = Sequence("chatcmpl-x", prompt_tokens=3, target=10**9, seed=1)
+    w = SSEWriter(Sink(), chat=True, created=1, model="m", cut=None, bad_at=None)
+    for _ in range(n):
+        seq.out.append(" token")
+        w.flush(seq)
+else:
+    payload = (b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+               b'"choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}')
+    has_answer = getattr(_frames, "has_answer", None)
+    answer = None
+    for _ in range(n):
+        frame = _frames.decode_frame(payload)
+        k = _frames.token_count(frame)
+        if k and has_answer is not None and answer is None:
+            answer = has_answer(frame)
+"""
+_IR_LOOPS = (("engine", 300, 300 * 64), ("writer", 20000, 20000), ("core", 20000, 20000))
+
+
+def instructions(src: Path, which: str, n: int) -> int:
+    valgrind = shutil.which("valgrind")
+    assert valgrind is not None
+    proc = subprocess.run(
+        [
+            valgrind,
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-c",
+            _IR_PROBE,
+            which,
+            str(n),
+        ],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
+    match = re.search(r"Collected : (\d+)", proc.stderr)
+    assert match is not None, proc.stderr[-2000:]
+    return int(match.group(1))
+
+
+def run_instructions(baseline: Path) -> None:
+    print(f"{'loop':8} {'baseline instr/token':>21} {'this tree instr/token':>22} {'ratio':>7}")
+    for which, n, tokens in _IR_LOOPS:
+        per = [(instructions(t, which, n) - instructions(t, which, 0)) / tokens for t in (baseline, SRC)]
+        print(f"{which:8} {per[0]:21.0f} {per[1]:22.0f} {per[1] / per[0]:7.3f}")
+
+
 def run(src: Path) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     out = subprocess.run(
@@ -96,7 +173,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", type=Path, required=True, help="the baseline tree's src/ folder")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--instructions", action="store_true", help="count instructions with valgrind instead")
     args = ap.parse_args()
+    if args.instructions:
+        run_instructions(args.baseline)
+        return 0
     ours: list[dict[str, float]] = []
     base: list[dict[str, float]] = []
     for i in range(args.rounds):  # interleaved, order alternating, so machine load hits both alike
