@@ -93,17 +93,15 @@ class SSEWriter:
         end = len(seq.out) if self.cut is None else min(len(seq.out), self.cut)
         if end <= self.sent or self.transport is None or self.transport.is_closing():
             return
-        if self.chat and seq.tool_call is None and not self.continuous_usage and self.bad_at is None:
-            # The common case, inline: content chunks (reasoning ones through _frame).
-            sid, created, model, out, thinking = seq.id, self.created, self.model, seq.out, seq.reasoning
-            data = b"".join(
-                b"data: " + chat_chunk_bytes(sid, created, model, out[i]) + b"\n\n"
-                if i >= thinking
-                else self._frame(seq, i)
-                for i in range(self.sent, end)
-            )
+        sent = self.sent
+        if self.chat and sent >= seq.reasoning and seq.tool_call is None and not self.continuous_usage:
+            # The common case, inline: answer content chunks (one per engine step at low load).
+            if end - sent == 1 and self.bad_at is None:
+                data = b"data: " + chat_chunk_bytes(seq.id, self.created, self.model, seq.out[sent]) + b"\n\n"
+            else:
+                data = b"".join(self._frame(seq, i) for i in range(sent, end))
         else:
-            data = b"".join(self._frame(seq, i) for i in range(self.sent, end))
+            data = b"".join(self._frame(seq, i) for i in range(sent, end))
         self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
         now = time.perf_counter()
         if self.sent <= seq.reasoning < end:

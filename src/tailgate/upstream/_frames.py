@@ -11,7 +11,6 @@ from typing import Any
 
 import msgspec
 
-from tailgate.wire.responses import ANSWER_EVENTS, FIRST_TOKEN_EVENTS
 from tailgate.wire.sse import DEFAULT_MAX_EVENT_SIZE, SSEProtocolError
 
 # Two line terminators in a row end an event. CRLF is tried before a lone CR so it counts as one.
@@ -104,8 +103,13 @@ class StreamFrame(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
+
+
+class EventFrame(msgspec.Struct):
+    """A Responses API stream event (decoded only for frames without ``choices``, off the chat hot path)."""
+
     type: str | None = None
-    """A Responses API event's type (``response.output_text.delta`` …); chat chunks have none."""
+    """``response.output_text.delta``, ``response.completed`` …"""
     response: _ResponseObject | None = None
     """The response object of ``response.completed`` (its usage)."""
 
@@ -131,14 +135,14 @@ class BodyFrame(msgspec.Struct):
 
 
 decode_frame = msgspec.json.Decoder(StreamFrame).decode
+decode_event = msgspec.json.Decoder(EventFrame).decode
 decode_body = msgspec.json.Decoder(BodyFrame).decode
 
 
 def token_count(frame: StreamFrame) -> int:
-    """Choices of this chunk that carry output (content, reasoning, refusal, tool call or text); 1 for a
-    Responses API output delta event."""
+    """Choices of this chunk that carry output (content, reasoning, refusal, tool call or text)."""
     if not frame.choices:
-        return 1 if frame.type is not None and frame.type in FIRST_TOKEN_EVENTS else 0
+        return 0
     n = 0
     for choice in frame.choices:
         d = choice.delta
@@ -152,9 +156,7 @@ def token_count(frame: StreamFrame) -> int:
 
 def has_answer(frame: StreamFrame) -> bool:
     """Does this token-carrying chunk carry answer output (anything but reasoning)?"""
-    if not frame.choices:
-        return frame.type is not None and frame.type in ANSWER_EVENTS
-    for choice in frame.choices:
+    for choice in frame.choices or ():
         d = choice.delta
         if choice.text or (d is not None and (d.content or d.refusal or d.tool_calls or d.function_call)):
             return True

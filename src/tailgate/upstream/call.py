@@ -23,8 +23,10 @@ import aiohttp
 import msgspec
 
 from tailgate.upstream._frames import (
+    EventFrame,
     FrameSplitter,
     decode_body,
+    decode_event,
     decode_frame,
     has_answer,
     retry_after,
@@ -33,7 +35,7 @@ from tailgate.upstream._frames import (
 from tailgate.upstream.client import UpstreamClient
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
 from tailgate.wire.errors import MAX_ERROR_BODY, WireError, parse_error_body
-from tailgate.wire.responses import ERROR_EVENTS, TERMINAL_EVENTS
+from tailgate.wire.responses import ANSWER_EVENTS, ERROR_EVENTS, FIRST_TOKEN_EVENTS, TERMINAL_EVENTS
 from tailgate.wire.sse import SSEDecoder, SSEProtocolError
 
 __all__ = ["Call", "call"]
@@ -449,14 +451,21 @@ class Call:
                         frame = decode_frame(payload)
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-                    kind = frame.type  # None for chat and completions chunks: one check on their path
+                    kind: str | None = None  # a Responses API event's type; chat chunks have choices
+                    event: EventFrame | None = None
+                    if frame.choices is None:
+                        try:
+                            event = decode_event(payload)
+                        except (msgspec.DecodeError, msgspec.ValidationError):
+                            raise _Failed("malformed", "a stream event is not valid JSON") from None
+                        kind = event.type
                     if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
                         yield Chunk(now, raw, False, 0, True)
                         raise _Failed("stream_error", "the upstream sent an error event mid-stream")
-                    if kind is not None and kind in TERMINAL_EVENTS:
+                    if event is not None and kind in TERMINAL_EVENTS:
                         # The Responses API ends with response.completed and no [DONE].
-                        if frame.response is not None and frame.response.usage is not None:
-                            self._take_usage(frame.response.usage)
+                        if event.response is not None and event.response.usage is not None:
+                            self._take_usage(event.response.usage)
                         yield Done(now, raw)
                         self.result = self._finish(None, end=now)
                         await self._drain(resp, total_at, loop)
@@ -467,7 +476,7 @@ class Call:
                         self._take_usage(usage)
                         if drop_usage and frame.choices == []:
                             continue  # the usage chunk we asked for on the client's behalf
-                    n = token_count(frame)
+                    n = token_count(frame) if kind is None else int(kind in FIRST_TOKEN_EVENTS)
                     if n:
                         self._token_chunks += 1
                         if self._last_token is None:
@@ -476,7 +485,7 @@ class Call:
                             self._itl.append((now - self._last_token) * 1000.0)
                         self._last_token = now
                         if self._answer is None:
-                            if has_answer(frame):
+                            if has_answer(frame) if kind is None else kind in ANSWER_EVENTS:
                                 self._answer = now
                             else:
                                 self._reasoning_chunks += 1

@@ -395,12 +395,19 @@ def chat_chunk_bytes(
     With ``usage`` and no content, role, reasoning or finish, ``choices`` is ``[]``: OpenAI's final
     usage chunk. Building the Structs measured faster than concatenating pre-escaped bytes.
     """
-    bare = (
-        content is None and role is None and reasoning_content is None and finish_reason is None and tool_calls is None
-    )
-    if usage is not None and bare:
+    if (
+        usage is not None
+        and content is None
+        and role is None
+        and reasoning_content is None
+        and finish_reason is None
+        and tool_calls is None
+    ):
         return _encoder.encode(ChatCompletionChunk(id=id, created=created, model=model, choices=[], usage=usage))
-    delta = Delta(role=role, content=content, reasoning_content=reasoning_content, tool_calls=tool_calls)
+    if tool_calls is None:
+        delta = Delta(role=role, content=content, reasoning_content=reasoning_content)
+    else:
+        delta = Delta(role=role, content=content, reasoning_content=reasoning_content, tool_calls=tool_calls)
     choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason)
     chunk = ChatCompletionChunk(id=id, created=created, model=model, choices=[choice])
     if usage is not None:
