@@ -372,7 +372,7 @@ async def test_prompt_file_is_sent(sim: SimFactory, tmp_path: Path) -> None:
     workload = _workload(prompts=load_prompts(path))
     (run,) = await run_plan([_spec("sim", p)], workload, _closed(1, requests=6), asyncio.Event())
     assert run["successes"] == 6
-    tokens = [r.prompt_tokens for r in p.truth.records()]
+    tokens = [r.prompt_tokens or 0 for r in p.truth.records()]
     assert tokens[0::2] == [tokens[0]] * 3
     assert tokens[1::2] == [tokens[1]] * 3
     assert tokens[0] < 20 < 250 < tokens[1]

@@ -39,7 +39,23 @@ def _random_samples(rng: random.Random, provider: str, n: int, since: float) -> 
         tokens = {"short": 20, "long": 200, "accuracy": 3}[workload]
         e2e = ttft + tokens * rng.uniform(5, 30)
         right = (rng.random() < 0.8) if workload == "accuracy" else None
-        out.append(Sample(ts, provider, "m1", workload, 200, None, ttft, e2e, tokens, tok_s(tokens, ttft, e2e), right))
+        think = rng.uniform(0, 2000.0) if workload == "long" else 0.0  # some probes think before they answer
+        out.append(
+            Sample(
+                ts,
+                provider,
+                "m1",
+                workload,
+                200,
+                None,
+                ttft,
+                e2e,
+                tokens,
+                tok_s(tokens, ttft, e2e),
+                right,
+                ttft + think,
+            )
+        )
     return out
 
 
@@ -85,6 +101,8 @@ def test_numbers_equal_a_recomputation_from_the_raw_samples(tmp_path: Path) -> N
         for q in (50, 90, 99):
             assert getattr(row, f"ttft_p{q}_ms") == _exact(ttft, q)
             assert getattr(row, f"e2e_p{q}_ms") == _exact(e2e, q)
+            answer = [s.ttft_answer_ms for s in ok if s.ttft_answer_ms is not None]
+            assert getattr(row, f"ttft_answer_p{q}_ms") == _exact(answer, q)
         assert not [k for k in row.insufficient if not k.startswith("traffic_")]  # no traffic rows here
 
 

@@ -191,7 +191,7 @@ def test_every_preset_is_documented_in_docs() -> None:
 
     doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text(encoding="utf-8")
     assert presets_markdown() in doc, "regenerate the table: python -m tailgate.sim.presets"
-    assert set(PRESETS) == {
+    assert set(PRESETS) >= {  # DESIGN.md's contract names; presets may be added, never renamed
         "instant",
         "provider-a",
         "provider-b",

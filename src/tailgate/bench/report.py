@@ -208,11 +208,16 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v * 100:.2f} %"
 
 
+_LAT_LABEL = {"ttft_answer_ms": "TTFT answer"}
+
+
 def _summary_table(runs: Sequence[Doc]) -> str:
     lag = any((r.get("metrics") or {}).get("schedule_lag_ms") for r in runs)
     head = ["target", "load", "requests", "ok", "error rate", "req/s", "out tok/s"]
     lat = [(m, p) for m in ("ttft_ms", "e2e_ms", "itl_ms") for p in ("p50", "p90", "p99")]
-    head += [f"{m.split('_')[0].upper()} {p.upper()} ms" for m, p in lat] + (["lag P99 ms"] if lag else [])
+    lat.insert(3, ("ttft_answer_ms", "p90"))  # time to first answer token (thinking models), beside TTFT
+    head += [_LAT_LABEL.get(m, m.split("_")[0].upper()) + f" {p.upper()} ms" for m, p in lat]
+    head += ["lag P99 ms"] if lag else []
     rows = []
     for r in runs:
         tp = r.get("throughput") or {}

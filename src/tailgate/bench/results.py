@@ -155,6 +155,9 @@ class RunRecorder:
         # second (relative to t_start) -> [ok, errors, output_tokens]
         self.timeline: dict[int, list[int]] = {}
         self.ttft = LatencyHistogram()
+        self.ttft_answer = LatencyHistogram()
+        """Time to the first answer token (not reasoning): beside TTFT, what a thinking model's user waits for."""
+        self.reasoning_tokens = 0
         self.e2e = LatencyHistogram()
         self.itl = LatencyHistogram()
         self.tpot = LatencyHistogram()
@@ -266,6 +269,9 @@ class RunRecorder:
             e2e = result.e2e_ms
             if ttft is not None:
                 self.ttft.record(ttft + lag)
+            if result.ttft_answer_ms is not None:
+                self.ttft_answer.record(result.ttft_answer_ms + lag)
+            self.reasoning_tokens += result.reasoning_tokens or 0
             if e2e is not None:
                 self.e2e.record(e2e + lag)
             if result.itl_ms:
@@ -299,6 +305,7 @@ class RunRecorder:
     def _histograms(self) -> dict[str, LatencyHistogram]:
         hists = {
             "ttft_ms": self.ttft,
+            "ttft_answer_ms": self.ttft_answer,
             "e2e_ms": self.e2e,
             "itl_ms": self.itl,
             "tpot_ms": self.tpot,
@@ -355,6 +362,8 @@ class RunRecorder:
         if other.t_last is not None and (self.t_last is None or other.t_last > self.t_last):
             self.t_last = other.t_last
         self.ttft.merge(other.ttft)
+        self.ttft_answer.merge(other.ttft_answer)
+        self.reasoning_tokens += other.reasoning_tokens
         self.e2e.merge(other.e2e)
         self.itl.merge(other.itl)
         self.tpot.merge(other.tpot)
@@ -405,7 +414,8 @@ class RunRecorder:
                 "attempts_per_s": round(self.requests / duration, 3) if duration else None,
                 "output_tokens_per_s": round(self.output_tokens / duration, 3) if duration else None,
             },
-            "tokens": {"output": self.output_tokens, "input": self.input_tokens, "estimated": self.tokens_estimated},
+            "tokens": {"output": self.output_tokens, "input": self.input_tokens, "estimated": self.tokens_estimated}
+            | ({"reasoning": self.reasoning_tokens} if self.reasoning_tokens else {}),  # of output, spent thinking
             "metrics": {name: summarize(h) for name, h in hists.items()},
             "timeline": timeline,
             "accuracy": (
@@ -484,6 +494,9 @@ class RunRecorder:
             }
             hists = d["histograms"]
             rec.ttft = LatencyHistogram.from_dict(hists["ttft_ms"])
+            if "ttft_answer_ms" in hists:  # absent in files written before it existed
+                rec.ttft_answer = LatencyHistogram.from_dict(hists["ttft_answer_ms"])
+            rec.reasoning_tokens = int(tokens.get("reasoning") or 0)
             rec.e2e = LatencyHistogram.from_dict(hists["e2e_ms"])
             rec.itl = LatencyHistogram.from_dict(hists["itl_ms"])
             rec.tpot = LatencyHistogram.from_dict(hists["tpot_ms"])

@@ -314,6 +314,7 @@ class Gateway:
         app.router.add_post("/v1/chat/completions", proxy.chat)
         app.router.add_post("/v1/completions", proxy.completions)
         app.router.add_post("/v1/embeddings", proxy.embeddings)
+        app.router.add_post("/v1/responses", proxy.responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/health", self._healthz)

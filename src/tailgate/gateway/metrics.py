@@ -44,6 +44,13 @@ class GatewayMetrics:
             buckets=_LATENCY,
             registry=r,
         )
+        self.ttft_answer = Histogram(
+            "tailgate_ttft_answer_seconds",
+            "Time to the first answer token (content or tool call, not reasoning) of served requests.",
+            ["alias", "provider"],
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.e2e = Histogram(
             "tailgate_e2e_seconds",
             "End-to-end time of served requests.",
@@ -60,7 +67,7 @@ class GatewayMetrics:
         )
         self.tokens = Counter(
             "tailgate_tokens",
-            "Tokens by provider and direction (input, output).",
+            "Tokens by provider and direction (input, output; reasoning: the part of output spent thinking).",
             ["provider", "direction"],
             registry=r,
         )
@@ -151,7 +158,18 @@ def with_label(text: bytes, name: str, value: str) -> bytes:
 class Served:
     """The label children of one (alias, provider): what every served request observes."""
 
-    __slots__ = ("_cost", "_cost_labels", "_m", "e2e", "input_tokens", "output_tokens", "overhead", "ttft")
+    __slots__ = (
+        "_cost",
+        "_cost_labels",
+        "_m",
+        "e2e",
+        "input_tokens",
+        "output_tokens",
+        "overhead",
+        "reasoning_tokens",
+        "ttft",
+        "ttft_answer",
+    )
 
     def __init__(self, m: GatewayMetrics, alias: str, provider: str, currency: str) -> None:
         self.e2e = m.e2e.labels(alias, provider)
@@ -159,6 +177,8 @@ class Served:
         self.overhead = m.overhead.labels(alias)
         self.input_tokens = m.tokens.labels(provider, "input")
         self.output_tokens = m.tokens.labels(provider, "output")
+        self.ttft_answer = m.ttft_answer.labels(alias, provider)
+        self.reasoning_tokens = m.tokens.labels(provider, "reasoning")
         self._m, self._cost_labels = m, (provider, currency)
         self._cost: Counter | None = None
 

@@ -28,7 +28,7 @@ import aiohttp
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
-from tailgate.gateway import refusals
+from tailgate.gateway import refusals, responses
 from tailgate.gateway.admission import Ticket, admit_request
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity, upstream_full
@@ -47,8 +47,13 @@ if TYPE_CHECKING:
     from tailgate.gateway.hedging import Hedger
     from tailgate.gateway.state import ProviderState
 
-Endpoint = Literal["chat", "completions", "embeddings"]
-PATHS: dict[str, str] = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
+Endpoint = Literal["chat", "completions", "embeddings", "responses"]
+PATHS: dict[str, str] = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "embeddings": "/embeddings",
+    "responses": responses.PATH,
+}
 RETRYABLE = frozenset(
     {
         "connect",
@@ -131,6 +136,9 @@ class Proxy:
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         return await self.handle(request, "embeddings")
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, "responses")  # routed like chat: gateway/responses.py
+
     # -- the request ------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
@@ -199,7 +207,7 @@ class Proxy:
                 raise refusals.shed(gw, ctx, pressure, self.in_flight - 1)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
-        wants_usage = bool(options is not None and options.include_usage)
+        wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
         now = time.monotonic()
         exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
         order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
@@ -464,8 +472,9 @@ class Proxy:
                 type="server_error",
                 code=result.error_class,
             )
+            frame = responses.error_frame(err) if ctx.endpoint == "responses" else err.sse_frame()
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-                await resp.write(err.sse_frame())
+                await resp.write(frame)
         if resp is not None:
             await resp.write_eof()
         return resp, result
@@ -534,6 +543,10 @@ class Proxy:
             m.e2e.observe(e2e_ms / 1000.0)
             if ttft_ms is not None:
                 m.ttft.observe(ttft_ms / 1000.0)
+            if (answer_ms := _answer_ms(ttft_ms, result)) is not None:
+                m.ttft_answer.observe(answer_ms / 1000.0)
+            if result is not None and result.reasoning_tokens:
+                m.reasoning_tokens.inc(result.reasoning_tokens)
             m.overhead.observe(overhead_ms / 1000.0)
             m.input_tokens.inc(prompt or 0)
             m.output_tokens.inc(output or 0)
@@ -564,8 +577,17 @@ class Proxy:
                     e2e_ms=e2e_ms,
                     overhead_ms=overhead_ms if served else None,
                     cost=cost,
+                    ttft_answer_ms=_answer_ms(ttft_ms, result) if served else None,
+                    reasoning_tokens=result.reasoning_tokens if result is not None else None,
                 )
             )
+
+
+def _answer_ms(ttft_ms: float | None, result: CallResult | None) -> float | None:
+    """The client's time to first answer token: its TTFT plus the upstream's gap from first token to first answer."""
+    if ttft_ms is None or result is None or result.ttft_answer_ms is None or result.ttft_ms is None:
+        return None
+    return ttft_ms + max(0.0, result.ttft_answer_ms - result.ttft_ms)
 
 
 def _drain(queue: deque[Route]) -> Iterator[Route]:
@@ -578,5 +600,5 @@ def _token_estimate(obj: Mapping[str, Any], body_bytes: int, endpoint: Endpoint,
     (``max_completion_tokens`` / ``max_tokens``, else ``routing.pacing.default_max_tokens``; none for embeddings)."""
     if endpoint == "embeddings":
         return body_bytes / 4
-    out = obj.get("max_completion_tokens") or obj.get("max_tokens")
+    out = responses.output_budget(obj)
     return body_bytes / 4 + (out if isinstance(out, int) and out > 0 else default_max_tokens)

@@ -105,6 +105,10 @@ class LeaderRow:
     ttft_p90_ms: float | None = None
     ttft_p99_ms: float | None = None
     ttft_n: int = 0
+    ttft_answer_p50_ms: float | None = None
+    """Time to the first answer token (not reasoning); equals TTFT for a model that does not think."""
+    ttft_answer_p90_ms: float | None = None
+    ttft_answer_p99_ms: float | None = None
     e2e_p50_ms: float | None = None
     e2e_p90_ms: float | None = None
     e2e_p99_ms: float | None = None
@@ -139,6 +143,7 @@ SORTS: dict[str, tuple[str, bool]] = {
     "p90": ("ttft_p90_ms", False),
     "p50": ("ttft_p50_ms", False),
     "p99": ("ttft_p99_ms", False),
+    "answer_p90": ("ttft_answer_p90_ms", False),
     "e2e_p90": ("e2e_p90_ms", False),
     "e2e_p99": ("e2e_p99_ms", False),
     "tok_s": ("tok_s_avg", True),
@@ -219,6 +224,7 @@ def _probe_cells(cells: _Cells, samples: list[Sample], since: float, bucket_s: f
     e2e = [s.e2e_ms for s in ok if s.workload == THROUGHPUT_WORKLOAD and s.e2e_ms is not None]
     cells.values["ttft_n"], cells.values["e2e_n"] = len(ttft), len(e2e)
     cells.percentiles("ttft", ttft)
+    cells.percentiles("ttft_answer", [s.ttft_answer_ms for s in ok if s.ttft_answer_ms is not None])
     cells.percentiles("e2e", e2e)
 
 

@@ -191,6 +191,16 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX load_tests_pm_ts ON load_tests (provider, model, ts)",
         ),
     ),
+    Migration(
+        5,
+        "requests and samples: time to first answer token and reasoning tokens (thinking models)",
+        (
+            "ALTER TABLE requests ADD COLUMN ttft_answer_ms DOUBLE PRECISION",
+            "ALTER TABLE requests ADD COLUMN reasoning_tokens BIGINT",
+            "ALTER TABLE samples ADD COLUMN ttft_answer_ms DOUBLE PRECISION",
+            "ALTER TABLE samples ADD COLUMN reasoning_tokens BIGINT",
+        ),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

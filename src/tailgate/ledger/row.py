@@ -44,6 +44,10 @@ class LedgerRow:
     """Time the gateway itself added."""
     cost: float | None
     """In the provider's price currency."""
+    ttft_answer_ms: float | None = None
+    """Time to the first answer token (not reasoning); equals ``ttft_ms`` when the model did not think."""
+    reasoning_tokens: int | None = None
+    """Of ``output_tokens``, those spent thinking (the upstream's ``reasoning_tokens``); None when unknown."""
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(LedgerRow))

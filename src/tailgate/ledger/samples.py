@@ -74,6 +74,9 @@ class Sample:
     tok_s: float | None = None
     accuracy_ok: bool | None = None
     """For graded accuracy tasks: whether the answer was right; None otherwise (and for failed calls)."""
+    ttft_answer_ms: float | None = None
+    """Time to the first answer token (not reasoning); equals ``ttft_ms`` when the model did not think."""
+    reasoning_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -100,6 +103,7 @@ class TrafficMinute:
 
 _SAMPLE_COLUMNS = tuple(f.name for f in fields(Sample))
 _TRAFFIC_COLUMNS = tuple(f.name for f in fields(TrafficMinute))
+_ACCURACY_OK = _SAMPLE_COLUMNS.index("accuracy_ok")
 # Column names come from the dataclasses above, never from input, so building the SQL is safe.
 _INSERT_SAMPLE = f"INSERT INTO samples ({', '.join(_SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(_SAMPLE_COLUMNS))})"  # noqa: S608
 _INSERT_TRAFFIC = (
@@ -113,14 +117,14 @@ _SELECT_TRAFFIC = f"SELECT {', '.join(_TRAFFIC_COLUMNS)} FROM traffic_minutes"  
 def _sample_params(s: Sample) -> tuple[object, ...]:
     values = list(astuple(s))
     if s.accuracy_ok is not None:
-        values[-1] = int(s.accuracy_ok)
+        values[_ACCURACY_OK] = int(s.accuracy_ok)
     return tuple(values)
 
 
 def _to_sample(values: tuple[object, ...]) -> Sample:
     fixed = list(values)
-    if fixed[-1] is not None:
-        fixed[-1] = bool(fixed[-1])
+    if fixed[_ACCURACY_OK] is not None:
+        fixed[_ACCURACY_OK] = bool(fixed[_ACCURACY_OK])
     return Sample(*fixed)  # type: ignore[arg-type]  # the column types are the field types
 
 

@@ -26,6 +26,10 @@ Schema version 1::
       cost              REAL                  in the provider's price currency
     indexes: requests_ts (ts), requests_provider_ts (provider, ts)
 
+Schema version 5 adds, to ``requests`` and ``samples``: ``ttft_answer_ms REAL`` (time to the first
+*answer* token: content or tool call, not reasoning; equals ``ttft_ms`` without thinking) and
+``reasoning_tokens INTEGER`` (of the output tokens, those spent thinking; NULL when unknown).
+
 Schema version 2 adds the monitor's tables (docs/monitor.md)::
 
     samples                       one row per monitor probe (source = probe)
@@ -58,7 +62,7 @@ Schema version 2 adds the monitor's tables (docs/monitor.md)::
     Several gateway worker processes may each write a row for the same (minute, provider, model):
     readers merge them (sum the counts, merge the histograms).
 
-Schema version 3 adds ``load_tests``: one row per provider × model per scheduled peak-hour load test
+Schema version 4 adds ``load_tests``: one row per provider × model per scheduled peak-hour load test
 (the monitor's ``--peak-at``): ts, provider, model, profile, requests, errors, ttft/e2e P90 and P99 (ms,
 at the highest level run), decay_p99_e2e (P99 E2E there ÷ at the lowest level), capacity and
 capacity_by (the finder's answer, when the profile searches), detail (the levels as JSON).
@@ -249,6 +253,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
             "CREATE INDEX load_tests_pm_ts ON load_tests (provider, model, ts)",
+        ),
+    ),
+    Migration(
+        5,
+        "requests and samples: time to first answer token and reasoning tokens (thinking models)",
+        (
+            "ALTER TABLE requests ADD COLUMN ttft_answer_ms REAL",
+            "ALTER TABLE requests ADD COLUMN reasoning_tokens INTEGER",
+            "ALTER TABLE samples ADD COLUMN ttft_answer_ms REAL",
+            "ALTER TABLE samples ADD COLUMN reasoning_tokens INTEGER",
         ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.

@@ -212,4 +212,6 @@ class Monitor:
             output_tokens=result.output_tokens if result.status is not None else None,
             tok_s=tok_s(result.output_tokens, result.ttft_ms, result.e2e_ms) if ok else None,
             accuracy_ok=grade(probe.task, "".join(text)) if probe.task is not None and ok else None,
+            ttft_answer_ms=result.ttft_answer_ms,
+            reasoning_tokens=result.reasoning_tokens,
         )

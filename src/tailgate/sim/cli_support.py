@@ -20,6 +20,8 @@ def preset_table() -> Table:
         "pre-queue median s",
         "swing",
         "accuracy",
+        "dialect",
+        "thinking",
         "what it is",
         title="simulator presets",
     )
@@ -34,6 +36,8 @@ def preset_table() -> Table:
             f"{p['pre_median_s']:g}",
             f"{p['swing']:g}×",
             f"{p['accuracy']:.2%}",
+            p["dialect"],
+            "on" if p["thinking"] else "off",
             description,
         )
     return table

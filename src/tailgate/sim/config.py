@@ -30,7 +30,18 @@ from tailgate.sim.presets import PRESETS, EngineParams, preset
 from tailgate.sim.provider import ProviderSpec
 
 PresetName = Literal[
-    "instant", "provider-a", "provider-b", "provider-c", "provider-d", "provider-e", "aggregator", "naive"
+    "instant",
+    "provider-a",
+    "provider-b",
+    "provider-c",
+    "provider-d",
+    "provider-e",
+    "aggregator",
+    "naive",
+    "openai",
+    "vllm",
+    "sglang",
+    "reasoner",
 ]
 Port = Annotated[int, Field(ge=0, le=65535)]
 
@@ -55,6 +66,11 @@ class EngineOverrides(BaseModel):
     max_output_tokens: int | None = Field(None, ge=1)
     accuracy: float | None = Field(None, ge=0, le=1)
     embed_ms: float | None = Field(None, ge=0)
+    dialect: Literal["openai", "vllm", "sglang", "maas"] | None = None
+    thinking: bool | None = None
+    reasoning_median: float | None = Field(None, ge=1)
+    reasoning_sigma: float | None = Field(None, ge=0, le=3)
+    tool_call_rate: float | None = Field(None, ge=0, le=1)
 
     def apply(self, base: EngineParams) -> EngineParams:
         return base.with_overrides(self.model_dump(exclude_none=True))
@@ -71,7 +87,8 @@ class SimProviderConfig(BaseModel):
     faults: Faults = Field(default_factory=Faults)
     timeline: list[TimelineEntry] = Field(default_factory=list)
     strict_fields: bool = True
-    """Refuse unknown request fields with a 400 as OpenAI does; false ignores them like many providers."""
+    """Refuse unknown request fields with a 400 as OpenAI does; false ignores them like many providers.
+    The vendor fields of the preset's dialect (vLLM's ``ignore_eos`` …) are known, so never refused."""
     seed: int | None = None
     truth_jsonl: str | None = None
 

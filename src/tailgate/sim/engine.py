@@ -36,6 +36,7 @@ class Sequence:
     __slots__ = (
         "_waiter",
         "admitted_at",
+        "answer_at",
         "cancelled",
         "drip_s",
         "enqueued_at",
@@ -44,18 +45,22 @@ class Sequence:
         "finished_at",
         "first_token_at",
         "id",
+        "ignore_eos",
         "last_emit",
         "length_reason",
+        "min_tokens",
         "notify_each",
         "out",
         "prompt_tokens",
         "ready_at",
+        "reasoning",
         "script",
         "seed",
         "sink",
         "stop",
         "tail",
         "target",
+        "tool_call",
     )
 
     def __init__(
@@ -71,6 +76,10 @@ class Sequence:
         drip_s: float = 0.0,
         length_reason: str = "length",
         notify_each: bool = True,
+        reasoning: int = 0,
+        ignore_eos: bool = False,
+        min_tokens: int = 0,
+        tool_call: tuple[str, str] | None = None,
     ) -> None:
         self.id = seq_id
         self.prompt_tokens = prompt_tokens
@@ -84,12 +93,23 @@ class Sequence:
         self.notify_each = notify_each
         """Wake the waiter on every token (streams) or only when finished (non-stream requests)."""
         """Finish reason when ``target`` is reached: ``length`` for max_tokens, ``stop`` for a natural end."""
+        self.reasoning = reasoning
+        """The first ``reasoning`` tokens are thinking (``reasoning_content``); the answer follows them."""
+        self.ignore_eos = ignore_eos
+        """Never end naturally (a scripted answer runs on with pseudo-text): decode exactly ``target``."""
+        self.min_tokens = min_tokens
+        """No stop string ends the sequence before this many tokens."""
+        self.tool_call = tool_call
+        """``(call id, function name)`` when the answer is a tool call; ``script`` then holds its argument
+        fragments."""
         self.out: list[str] = []
         self.tail = ""
         self.enqueued_at = 0.0
         self.admitted_at = 0.0
         self.ready_at = 0.0
         self.first_token_at = 0.0
+        self.answer_at = 0.0
+        """When the first answer (non-reasoning) token was decoded; 0.0 while none was."""
         self.finished_at = 0.0
         self.last_emit = -math.inf
         self.finish_reason: str | None = None
@@ -321,6 +341,8 @@ class Engine:
 
     def _emit(self, batch: list[Sequence], now: float) -> None:
         freed = False
+        token_fn = self._token_fn
+        emitted = 0
         for seq in batch:
             if seq.done:
                 continue
@@ -328,12 +350,20 @@ class Engine:
                 continue
             index = len(seq.out)
             script = seq.script
-            if script is not None and index >= len(script):
+            answer = index - seq.reasoning  # < 0 while thinking
+            if script is None and answer >= 0:  # the common case first: pseudo-text answer
+                token = token_fn(seq.seed, answer)
+            elif answer < 0:
+                token = token_fn(seq.seed ^ _REASONING_SALT, index)
+            elif script is not None and answer < len(script):
+                token = script[answer]
+            elif not seq.ignore_eos:
                 self._finish(seq, "stop", now)
                 freed = True
                 continue
-            token = script[index] if script is not None else self._token_fn(seq.seed, index)
-            if seq.stop is not None:
+            else:
+                token = token_fn(seq.seed, answer)
+            if seq.stop is not None and answer >= 0 and index >= seq.min_tokens:
                 tail = seq.tail + token
                 if any(s in tail for s in seq.stop):
                     self._finish(seq, "stop", now)
@@ -342,9 +372,11 @@ class Engine:
                 seq.tail = tail[-64:]
             seq.out.append(token)
             seq.last_emit = now
-            self.tokens_emitted += 1
+            emitted += 1
             if index == 0:
                 seq.first_token_at = now
+            if answer == 0:
+                seq.answer_at = now
             if seq.sink is not None:
                 try:
                     seq.sink(seq)
@@ -355,11 +387,12 @@ class Engine:
                     freed = True
                     continue
             if index + 1 >= seq.target:
-                natural = script is not None and index + 1 >= len(script)
+                natural = script is not None and not seq.ignore_eos and answer + 1 >= len(script)
                 self._finish(seq, "stop" if natural else seq.length_reason, now)
                 freed = True
             elif seq.notify_each and seq.sink is None:
                 seq._wake()
+        self.tokens_emitted += emitted
         if freed:
             self._fill_slots(now)
 
@@ -368,6 +401,10 @@ class Engine:
         seq.finished_at = now
         self._decoding.pop(seq.id, None)
         seq._wake()
+
+
+_REASONING_SALT = 0x5EA5_0F7E_A5_0F1E
+"""Thinking draws its words from another walk of the vocabulary than the answer."""
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -16,12 +16,20 @@ Model of one provider (see :mod:`tailgate.sim.engine`):
 * ``jitter``: lognormal sigma applied to each step's duration.
 * ``swing``: a slow multiplier on step time and pre-queue time, 1 … ``swing`` over ``swing_period_s``
   (provider C: fast in snapshots, 3.7× peak/trough over the week).
+* ``dialect``: which request fields the provider accepts (:data:`DIALECTS`): ``openai`` is strict like
+  api.openai.com; ``vllm``, ``sglang`` and ``maas`` accept the vendor fields load testers send.
+* ``thinking``: thinking mode on by default (a reasoning model); its reasoning length is lognormal
+  (``reasoning_median``, ``reasoning_sigma``) unless the request's budget is smaller.
+* ``tool_call_rate``: share of ``tool_choice: auto`` requests (with ``tools``) answered with a tool call.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal
+
+Dialect = Literal["openai", "vllm", "sglang", "maas"]
+DIALECTS: tuple[str, ...] = ("openai", "vllm", "sglang", "maas")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,11 @@ class EngineParams:
     max_output_tokens: int = 32768
     accuracy: float = 0.85
     embed_ms: float = 5.0
+    dialect: Dialect = "maas"
+    thinking: bool = False
+    reasoning_median: float = 400.0
+    reasoning_sigma: float = 0.5
+    tool_call_rate: float = 1.0
 
     def with_overrides(self, overrides: dict[str, Any]) -> EngineParams:
         """A copy with the given fields replaced (unknown names are a programming error upstream)."""
@@ -66,6 +79,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             max_output_tokens=1_000_000,
             accuracy=1.0,
             embed_ms=0.0,
+            dialect="openai",
         ),
         "near-zero latency (0.1 ms steps, no queue): for gateway and load-tester overhead benchmarks",
     ),
@@ -173,8 +187,71 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             step_per_seq_ms=0.0,
             jitter=0.05,
             accuracy=0.8,
+            dialect="vllm",
         ),
         "one sequence at a time (plain per-request generate, no batching): P99 explodes with concurrency",
+    ),
+    "openai": (
+        EngineParams(
+            slots=512,
+            queue_limit=8192,
+            overflow_status=429,
+            prefill_tps=20_000,
+            step_ms=14.0,
+            step_per_seq_ms=0.005,
+            jitter=0.1,
+            pre_median_s=0.35,
+            pre_sigma=0.3,
+            max_output_tokens=16_384,
+            accuracy=0.9,
+            dialect="openai",
+        ),
+        "api.openai.com-shaped: strict request validation (vendor fields are a 400), 429 on overflow",
+    ),
+    "vllm": (
+        EngineParams(
+            slots=256,
+            queue_limit=100_000,
+            prefill_tps=15_000,
+            step_ms=12.0,
+            step_per_seq_ms=0.05,
+            jitter=0.03,
+            accuracy=0.85,
+            dialect="vllm",
+        ),
+        "a self-hosted vLLM server (no network hop): accepts ignore_eos, min_tokens, continuous_usage_stats …",
+    ),
+    "sglang": (
+        EngineParams(
+            slots=256,
+            queue_limit=100_000,
+            prefill_tps=18_000,
+            step_ms=11.0,
+            step_per_seq_ms=0.04,
+            jitter=0.03,
+            accuracy=0.85,
+            dialect="sglang",
+        ),
+        "a self-hosted SGLang server: vLLM's vendor fields plus chat_template_kwargs thinking switches",
+    ),
+    "reasoner": (
+        EngineParams(
+            slots=128,
+            queue_limit=2048,
+            prefill_tps=10_000,
+            step_ms=15.0,
+            step_per_seq_ms=0.02,
+            jitter=0.05,
+            pre_median_s=0.8,
+            pre_sigma=0.2,
+            max_output_tokens=65_536,
+            accuracy=0.9,
+            thinking=True,
+            reasoning_median=400.0,
+            reasoning_sigma=0.5,
+        ),
+        "a reasoning model on a MaaS platform (DeepSeek-R1 / Qwen3 thinking): reasoning_content streams "
+        "before the answer, thinking on unless the request turns it off",
     ),
 }
 
@@ -192,16 +269,22 @@ def presets_markdown() -> str:
     """The preset table of docs/simulator.md (a test checks the doc holds exactly this)."""
     head = (
         "| preset | slots | queue (overflow) | prefill tok/s | step ms (+ per extra seq) | pre-queue median s (σ) "
-        "| swing | max output | accuracy | shape |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "| swing | max output | accuracy | dialect | thinking | shape |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for name, (p, description) in PRESETS.items():
         rows.append(
             f"| `{name}` | {p.slots} | {p.queue_limit} ({p.overflow_status}) | {p.prefill_tps:g} "
             f"| {p.step_ms:g} (+{p.step_per_seq_ms:g}) | {p.pre_median_s:g} ({p.pre_sigma:g}) "
-            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {description} |"
+            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {p.dialect} "
+            f"| {_thinking(p)} | {description} |"
         )
     return head + "\n".join(rows) + "\n"
+
+
+def _thinking(p: EngineParams) -> str:
+    return f"on (median {p.reasoning_median:g})" if p.thinking else "off"
 
 
 if __name__ == "__main__":  # python -m tailgate.sim.presets  → prints the docs table

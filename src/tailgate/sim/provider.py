@@ -38,8 +38,14 @@ class ProviderSpec:
     faults: Faults = field(default_factory=Faults)
     timeline: tuple[TimelineEntry, ...] = ()
     strict_fields: bool = True
+    """Refuse unknown top-level fields; which vendor fields are *known* depends on the dialect."""
     truth_size: int = 5000
     truth_jsonl: str | None = None
+
+    @property
+    def strict(self) -> bool:
+        """Refuse unknown top-level request fields?"""
+        return self.strict_fields
 
 
 class SimProvider:
@@ -62,6 +68,8 @@ class SimProvider:
         self.started_at = 0.0
         self.started_at_wall = 0.0
         self.counter = 0
+        self.id_counter = 0
+        self._ids = random.Random(spec.seed + 2)
         self.port = spec.port
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -176,6 +184,16 @@ class SimProvider:
             return 0.0
         draw = p.pre_median_s * (self.rng.lognormvariate(0.0, p.pre_sigma) if p.pre_sigma > 0 else 1.0)
         return draw * self.spec.time_scale * self.multiplier(now)
+
+    def new_id(self) -> str:
+        """A fresh id for a request as it arrives (the response's id, and its ground-truth row's)."""
+        self.id_counter += 1
+        return f"{self.id_counter:x}{self._ids.getrandbits(32):08x}"
+
+    def text_seed(self, request_seed: int | None) -> int:
+        """The text seed of a request that reached generation (deterministic for the sim seed)."""
+        self.counter += 1
+        return text_seed(self.spec.seed, request_seed if request_seed is not None else self.counter)
 
     def next_request(self, request_seed: int | None) -> tuple[str, int]:
         """A fresh response id and the text seed for it (deterministic for the sim seed)."""

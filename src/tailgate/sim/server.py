@@ -9,19 +9,18 @@ limit → quota → body validation → injected errors → pre-queue latency �
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import math
 import random
 import time
-from array import array
 from typing import Any
 
 import msgspec
 from aiohttp import web
+from msgspec import UNSET
 
 from tailgate._aiohttp import BODY_LIMITS_KEY, BodyLimits, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim import responses as sim_responses
+from tailgate.sim import shape
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.provider import SimProvider
 from tailgate.sim.stream import SSEWriter
@@ -33,6 +32,7 @@ from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import (
     ChatCompletionRequest,
     CompletionRequest,
+    CompletionTokensDetails,
     Usage,
     chat_chunk_bytes,
     completion_chunk_bytes,
@@ -58,10 +58,11 @@ class _Ctx:
 
     __slots__ = ("fault", "headers", "recorded", "rid", "t0", "wall")
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, rid: str) -> None:
         self.t0 = time.perf_counter()
         self.wall = time.time()
-        self.rid = ""
+        self.rid = rid
+        """Given at arrival, so every ground-truth row (a 429 too) carries the request's real id."""
         self.fault: str | None = None
         self.recorded = False
         self.headers: dict[str, str] = {}
@@ -124,7 +125,7 @@ class SimHandlers:
         ctx.recorded = True
         self.p.truth.add(
             TruthRecord(
-                id=ctx.rid or "-",
+                id=ctx.rid,
                 received_at=ctx.wall,
                 status=status,
                 stream=stream,
@@ -145,8 +146,11 @@ class SimHandlers:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completions")
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "responses")
+
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
-        ctx = _Ctx(request)
+        ctx = _Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
         try:
             return await self._generate_inner(request, kind, ctx)
         except asyncio.CancelledError:
@@ -166,17 +170,22 @@ class SimHandlers:
         if (early := await self._gate(request, ctx)) is not None:
             self._truth(ctx, early.status, False)
             return early
+        if kind == "responses":
+            return await sim_responses.handle(self, request, ctx)
         body = await request.read()
         req: ChatCompletionRequest | CompletionRequest
         try:
             if kind == "chat":
-                req = decode_request("chat", body, strict=p.spec.strict_fields)
+                req = decode_request("chat", body, strict=p.spec.strict)
             else:
-                req = decode_request("completions", body, strict=p.spec.strict_fields)
+                req = decode_request("completions", body, strict=p.spec.strict)
         except WireError as exc:
             self._truth(ctx, exc.status, False)
             return error_response(exc, ctx.headers)
         stream = bool(req.stream)
+        if p.spec.params.dialect == "openai" and p.spec.strict and (vendor := shape.refuse_vendor_fields(req)):
+            self._truth(ctx, vendor.status, stream)
+            return error_response(vendor, ctx.headers)
         if p.spec.models and req.model not in p.spec.models:
             self._truth(ctx, 404, stream)
             return error_response(wire_errors.model_not_found(req.model), ctx.headers)
@@ -202,10 +211,9 @@ class SimHandlers:
             self._truth(ctx, injected.status, stream)
             return injected
 
-        rid, seed = p.next_request(req.seed)
-        ctx.rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
+        seed = p.text_seed(req.seed)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
-        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop)
+        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
         delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
         if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
@@ -240,24 +248,45 @@ class SimHandlers:
             p.engine.cancel(seq)  # no-op when finished; frees the slot when the client left early
 
     def _sequence(
-        self, rid: str, prompt_text: str, max_tokens: int | None, seed: int, stop: list[str] | None
+        self,
+        rid: str,
+        prompt_text: str,
+        max_tokens: int | None,
+        seed: int,
+        stop: list[str] | None,
+        req: ChatCompletionRequest | CompletionRequest,
     ) -> Sequence:
         p = self.p
+        params = p.spec.params
         prompt_tokens = estimate_tokens(prompt_text)
         script: list[str] | None = None
-        answer = solve(prompt_text[-2000:])
+        reasoning = 0
+        call: tuple[str, str] | None = None
+        if isinstance(req, ChatCompletionRequest):
+            reasoning = shape.reasoning_tokens(req, params, p.rng)
+            if (picked := shape.tool_call(req, params, p.rng)) is not None:
+                name, arguments = picked
+                script = shape.fragments(arguments)
+                call = ("call_" + rid.removeprefix("chatcmpl-"), name)
+        answer = solve(prompt_text[-2000:]) if call is None else None
         if answer is not None:
-            if p.rng.random() >= p.spec.params.accuracy:
+            if p.rng.random() >= params.accuracy:
                 answer = wrong_answer(answer, p.rng)
             words = answer.split(" ")
             script = [words[0], *(" " + w for w in words[1:])]
+        ignore_eos = bool(req.ignore_eos)
+        min_tokens = req.min_tokens or 0
         if max_tokens is not None:
             target, reason = max_tokens, "length"
-        elif script is not None:
-            target, reason = len(script), "stop"
+        elif script is not None and not ignore_eos:
+            target, reason = reasoning + len(script), "stop"
         else:
-            base = p.spec.params.default_output_tokens
-            target, reason = max(1, round(base * p.rng.uniform(0.5, 1.5))), "stop"
+            base = params.default_output_tokens
+            # From the text seed: the same request seed gives the same answer, length included.
+            target = reasoning + max(1, round(base * random.Random(seed).uniform(0.5, 1.5)))
+            reason = "length" if ignore_eos else "stop"
+        if max_tokens is None and not ignore_eos:
+            target = max(target, min_tokens)
         return Sequence(
             rid,
             prompt_tokens=prompt_tokens,
@@ -266,6 +295,10 @@ class SimHandlers:
             script=script,
             stop=stop,
             length_reason=reason,
+            reasoning=reasoning,
+            ignore_eos=ignore_eos,
+            min_tokens=min_tokens,
+            tool_call=call,
         )
 
     def _faulty_token_index(self, seq: Sequence) -> int | None:
@@ -292,19 +325,31 @@ class SimHandlers:
             if cut is not None:
                 seq.notify_each = True
             await seq.wait()
-        text = "".join(seq.out)
-        usage = {
+        thought = min(seq.reasoning, len(seq.out))
+        text = "".join(seq.out[thought:])
+        usage: dict[str, Any] = {
             "prompt_tokens": seq.prompt_tokens,
             "completion_tokens": len(seq.out),
             "total_tokens": seq.prompt_tokens + len(seq.out),
         }
+        if seq.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
         created = int(ctx.wall)
         if kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            if seq.reasoning:
+                message["reasoning_content"] = "".join(seq.out[:thought])
+            if seq.tool_call is not None:
+                call_id, name = seq.tool_call
+                message["content"] = None
+                message["tool_calls"] = [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+                ]
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": seq.finish_reason,
+                "finish_reason": _finish_reason(seq),
             }
             obj = "chat.completion"
         else:
@@ -331,10 +376,12 @@ class SimHandlers:
             False,
             queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
             ttft_ms=self._ms(ctx, seq.first_token_at) if seq.out else None,
+            ttft_answer_ms=self._ms(ctx, seq.answer_at) if seq.answer_at else None,
             e2e_ms=self._ms(ctx, now),
             output_tokens=len(seq.out),
+            reasoning_tokens=thought,
             prompt_tokens=seq.prompt_tokens,
-            finish_reason=seq.finish_reason,
+            finish_reason=_finish_reason(seq) if kind == "chat" else seq.finish_reason,
         )
         return web.Response(body=body, content_type="application/json", headers=ctx.headers)
 
@@ -350,6 +397,8 @@ class SimHandlers:
         chat = kind == "chat"
         created, model = int(ctx.wall), req.model
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        # vLLM: usage (running totals) on every chunk when both include_usage and continuous_usage_stats.
+        continuous = include_usage and bool(req.stream_options and req.stream_options.continuous_usage_stats)
         cut = f.disconnect_after_tokens if f.active else None
         bad_at = self._faulty_token_index(seq)
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
@@ -357,9 +406,22 @@ class SimHandlers:
         await resp.prepare(request)
         # OpenAI opens with a role-only chunk; by DESIGN.md it does not count as the first token.
         # Either way this write puts the headers on the wire, after which frames go straight out.
-        opening = chat_chunk_bytes(seq.id, created, model, "", role="assistant") if chat else b""
+        zero = Usage(prompt_tokens=seq.prompt_tokens, completion_tokens=0, total_tokens=seq.prompt_tokens)
+        opening = (
+            chat_chunk_bytes(seq.id, created, model, "", role="assistant", usage=zero if continuous else None)
+            if chat
+            else b""
+        )
         await resp.write(b"data: " + opening + b"\n\n" if opening else b"")
-        writer = SSEWriter(request.transport, chat=chat, created=created, model=model, cut=cut, bad_at=bad_at)
+        writer = SSEWriter(
+            request.transport,
+            chat=chat,
+            created=created,
+            model=model,
+            cut=cut,
+            bad_at=bad_at,
+            continuous_usage=continuous,
+        )
         writer.flush(seq)
         seq.sink = writer.on_token
         while not (seq.done or writer.cut_reached):
@@ -369,6 +431,7 @@ class SimHandlers:
         if writer.bad_at is not None and writer.sent > writer.bad_at:
             ctx.fault = "malformed"
         first_ms = self._ms(ctx, writer.first_at) if writer.sent else None
+        answer_ms = self._ms(ctx, writer.answer_at) if writer.answer_at else None
         if writer.cut_reached:
             ctx.fault = "disconnect"
             self._truth(
@@ -376,28 +439,32 @@ class SimHandlers:
                 200,
                 True,
                 ttft_ms=first_ms,
+                ttft_answer_ms=answer_ms,
                 output_tokens=writer.sent,
+                reasoning_tokens=min(writer.sent, seq.reasoning),
                 prompt_tokens=seq.prompt_tokens,
                 itl_ms=writer.gaps,
             )
             raise _Abort
+        thought = min(seq.reasoning, len(seq.out))
+        usage = Usage(
+            prompt_tokens=seq.prompt_tokens,
+            completion_tokens=len(seq.out),
+            total_tokens=seq.prompt_tokens + len(seq.out),
+            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=thought) if seq.reasoning else UNSET,
+        )
+        every = usage if continuous else None
         tail = []
         if chat:
-            tail.append(
-                b"data: " + chat_chunk_bytes(seq.id, created, model, None, finish_reason=seq.finish_reason) + b"\n\n"
-            )
+            finish = chat_chunk_bytes(seq.id, created, model, None, finish_reason=_finish_reason(seq), usage=every)
+            tail.append(b"data: " + finish + b"\n\n")
         else:
             tail.append(
                 b"data: "
-                + completion_chunk_bytes(seq.id, created, model, "", finish_reason=seq.finish_reason)
+                + completion_chunk_bytes(seq.id, created, model, "", finish_reason=seq.finish_reason, usage=every)
                 + b"\n\n"
             )
         if include_usage:
-            usage = Usage(
-                prompt_tokens=seq.prompt_tokens,
-                completion_tokens=len(seq.out),
-                total_tokens=seq.prompt_tokens + len(seq.out),
-            )
             builder = chat_chunk_bytes if chat else completion_chunk_bytes
             tail.append(b"data: " + builder(seq.id, created, model, None, usage=usage) + b"\n\n")
         tail.append(DONE_FRAME)
@@ -410,10 +477,12 @@ class SimHandlers:
             True,
             queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
             ttft_ms=first_ms,
+            ttft_answer_ms=answer_ms,
             e2e_ms=self._ms(ctx, now),
             output_tokens=len(seq.out),
+            reasoning_tokens=thought,
             prompt_tokens=seq.prompt_tokens,
-            finish_reason=seq.finish_reason,
+            finish_reason=_finish_reason(seq) if chat else seq.finish_reason,
             itl_ms=writer.gaps,
         )
         return resp
@@ -421,66 +490,9 @@ class SimHandlers:
     # -- embeddings, models, health ---------------------------------------------------------------
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
-        ctx = _Ctx(request)
-        try:
-            if (early := await self._gate(request, ctx)) is not None:
-                self._truth(ctx, early.status, False)
-                return early
-        except _Abort:
-            self._truth(ctx, 0, False)
-            if request.transport is not None:
-                request.transport.abort()
-            raise web.HTTPServiceUnavailable() from None
-        p = self.p
-        try:
-            req = decode_request("embeddings", await request.read(), strict=p.spec.strict_fields)
-        except WireError as exc:
-            self._truth(ctx, exc.status, False)
-            return error_response(exc, ctx.headers)
-        if p.spec.models and req.model not in p.spec.models:
-            self._truth(ctx, 404, False)
-            return error_response(wire_errors.model_not_found(req.model), ctx.headers)
-        if p.faults.active and (injected := self._injected_error(ctx)) is not None:
-            self._truth(ctx, injected.status, False)
-            return injected
-        inputs: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
-        if inputs and all(isinstance(x, int) for x in inputs):
-            inputs = [inputs]  # one token list
-        if req.dimensions is not None and req.dimensions > MAX_DIMENSIONS:
-            self._truth(ctx, 400, False)
-            err = wire_errors.invalid_request(
-                f"{req.dimensions} is greater than the maximum of {MAX_DIMENSIONS} - 'dimensions'", param="dimensions"
-            )
-            return error_response(err, ctx.headers)
-        dims = req.dimensions or 256
-        delay = p.spec.params.embed_ms / 1000.0 * p.spec.time_scale * p.multiplier(ctx.t0)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        prompt_tokens = sum(estimate_tokens(x) if isinstance(x, str) else len(x) for x in inputs)
-        data = []
-        for i, item in enumerate(inputs):
-            vector = _embedding(p.spec.seed, str(item), dims)
-            emb: Any = (
-                base64.b64encode(array("f", vector).tobytes()).decode() if req.encoding_format == "base64" else vector
-            )
-            data.append({"object": "embedding", "index": i, "embedding": emb})
-        ctx.rid = "emb-" + p.next_request(None)[0]
-        self._truth(
-            ctx,
-            200,
-            False,
-            e2e_ms=self._ms(ctx, time.perf_counter()),
-            prompt_tokens=prompt_tokens,
-        )
-        body = _json.encode(
-            {
-                "object": "list",
-                "data": data,
-                "model": req.model,
-                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-            }
-        )
-        return web.Response(body=body, content_type="application/json", headers=ctx.headers)
+        from tailgate.sim.embeddings import handle
+
+        return await handle(self, request, _Ctx(request, "emb-" + self.p.new_id()))
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         names = self.p.spec.models or (DEFAULT_MODEL,)
@@ -497,8 +509,12 @@ class SimHandlers:
 
 DEFAULT_MODEL = "tailgate-sim"
 MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_DIMENSIONS = 8192
-"""Embedding sizes beyond this are refused (a 400), as real providers do: the vector is built in memory."""
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
+
+
+def _finish_reason(seq: Sequence) -> str | None:
+    """A tool call that ended naturally finishes with ``tool_calls``, as OpenAI's does."""
+    return "tool_calls" if seq.tool_call is not None and seq.finish_reason == "stop" else seq.finish_reason
 
 
 def _chat_prompt(req: ChatCompletionRequest) -> str:
@@ -512,15 +528,6 @@ def _chat_prompt(req: ChatCompletionRequest) -> str:
     return "\n".join(parts)
 
 
-def _embedding(seed: int, text: str, dims: int) -> list[float]:
-    """A deterministic unit vector for ``text`` (same text, same vector)."""
-    digest = hashlib.blake2b(f"{seed}:{text}".encode(), digest_size=8).digest()
-    rng = random.Random(int.from_bytes(digest, "little"))
-    vec = [rng.gauss(0.0, 1.0) for _ in range(dims)]
-    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-    return [v / norm for v in vec]
-
-
 def build_app(provider: SimProvider) -> web.Application:
     """The aiohttp application of one simulated provider."""
     from tailgate.sim.control import add_control_routes
@@ -531,6 +538,7 @@ def build_app(provider: SimProvider) -> web.Application:
     h = SimHandlers(provider)
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)
+    app.router.add_post("/v1/responses", h.responses)
     app.router.add_post("/v1/embeddings", h.embeddings)
     app.router.add_get("/v1/models", h.models)
     app.router.add_get("/health", h.health)

@@ -17,17 +17,26 @@ from typing import IO, Any
 import msgspec
 
 
-class TruthRecord(msgspec.Struct, omit_defaults=True):
+class TruthRecord(msgspec.Struct):
+    """One request as the simulator timed it. Every row has every field; ``null`` where it does not apply
+    (a 429 was never queued, an error has no first token)."""
+
     id: str
+    """The request's real id, given at arrival (the response body's ``id`` when there is one)."""
     received_at: float
     """Wall-clock time (Unix seconds) when the request was read."""
     status: int
     stream: bool
     queue_ms: float | None = None
     ttft_ms: float | None = None
+    """First token of any kind (reasoning, answer or tool call)."""
+    ttft_answer_ms: float | None = None
+    """First answer token (content or tool call, not reasoning); equals ``ttft_ms`` without thinking."""
     e2e_ms: float | None = None
-    output_tokens: int = 0
-    prompt_tokens: int = 0
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    """Of ``output_tokens``, how many were thinking (``usage.completion_tokens_details.reasoning_tokens``)."""
+    prompt_tokens: int | None = None
     finish_reason: str | None = None
     itl_ms: list[float] | None = None
     fault: str | None = None

@@ -66,9 +66,35 @@ class _Choice(msgspec.Struct):
     text: Any = None  # /v1/completions
 
 
+class _Details(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    completion_tokens_details: _Details | None = None
+    # the Responses API names them differently
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_details: _Details | None = None
+
+    @property
+    def prompt(self) -> int | None:
+        return self.prompt_tokens if self.prompt_tokens is not None else self.input_tokens
+
+    @property
+    def completion(self) -> int | None:
+        return self.completion_tokens if self.completion_tokens is not None else self.output_tokens
+
+    @property
+    def reasoning(self) -> int | None:
+        details = self.completion_tokens_details or self.output_tokens_details
+        return details.reasoning_tokens if details is not None else None
+
+
+class _ResponseObject(msgspec.Struct):
+    usage: _Usage | None = None
 
 
 class StreamFrame(msgspec.Struct):
@@ -77,6 +103,15 @@ class StreamFrame(msgspec.Struct):
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     error: Any = None
+
+
+class EventFrame(msgspec.Struct):
+    """A Responses API stream event (decoded only for frames without ``choices``, off the chat hot path)."""
+
+    type: str | None = None
+    """``response.output_text.delta``, ``response.completed`` …"""
+    response: _ResponseObject | None = None
+    """The response object of ``response.completed`` (its usage)."""
 
 
 class _Message(msgspec.Struct):
@@ -94,10 +129,13 @@ class BodyFrame(msgspec.Struct):
     choices: list[_BodyChoice] | None = None
     data: list[Any] | None = None
     """Embeddings answer with ``data`` instead of ``choices``."""
+    output: list[Any] | None = None
+    """The Responses API answers with ``output``."""
     usage: _Usage | None = None
 
 
 decode_frame = msgspec.json.Decoder(StreamFrame).decode
+decode_event = msgspec.json.Decoder(EventFrame).decode
 decode_body = msgspec.json.Decoder(BodyFrame).decode
 
 
@@ -114,6 +152,15 @@ def token_count(frame: StreamFrame) -> int:
         ):
             n += 1
     return n
+
+
+def has_answer(frame: StreamFrame) -> bool:
+    """Does this token-carrying chunk carry answer output (anything but reasoning)?"""
+    for choice in frame.choices or ():
+        d = choice.delta
+        if choice.text or (d is not None and (d.content or d.refusal or d.tool_calls or d.function_call)):
+            return True
+    return False
 
 
 # ---- Retry-After -------------------------------------------------------------------------------

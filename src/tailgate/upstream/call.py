@@ -22,26 +22,40 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from tailgate.upstream._frames import FrameSplitter, decode_body, decode_frame, retry_after, token_count
+from tailgate.upstream._frames import (
+    EventFrame,
+    FrameSplitter,
+    decode_body,
+    decode_event,
+    decode_frame,
+    has_answer,
+    retry_after,
+    token_count,
+)
 from tailgate.upstream.client import UpstreamClient
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
 from tailgate.wire.errors import MAX_ERROR_BODY, WireError, parse_error_body
+from tailgate.wire.responses import ANSWER_EVENTS, ERROR_EVENTS, FIRST_TOKEN_EVENTS, TERMINAL_EVENTS
 from tailgate.wire.sse import SSEDecoder, SSEProtocolError
 
 __all__ = ["Call", "call"]
 
 _encode = msgspec.json.encode
 _perf = time.perf_counter
+_FAILED_EVENTS = ERROR_EVENTS
 
 
-def _prepare(body: bytes | Mapping[str, Any], stream: bool, wants_usage: bool | None) -> tuple[bytes, bool]:
+def _prepare(
+    body: bytes | Mapping[str, Any], stream: bool, wants_usage: bool | None, *, inject: bool = True
+) -> tuple[bytes, bool]:
     """The body to send, and whether the client itself asked for the usage chunk.
 
     For streams we ask the upstream for ``stream_options.include_usage`` (the exact token count) when
     the client did not; the usage-only chunk that then arrives is dropped from what is forwarded.
-    A body the client already asked usage with is sent byte for byte.
+    A body the client already asked usage with is sent byte for byte. ``inject=False`` (the Responses
+    API, whose ``response.completed`` always carries usage) sends the body as it is.
     """
-    if not stream:
+    if not stream or not inject:
         return (body if isinstance(body, bytes) else _encode(body)), True
     obj: Any
     if isinstance(body, bytes):
@@ -61,6 +75,9 @@ def _prepare(body: bytes | Mapping[str, Any], stream: bool, wants_usage: bool | 
         return (body if isinstance(body, bytes) else _encode(body)), wants_usage
     new_options = dict(options) if isinstance(options, dict) else {}
     new_options["include_usage"] = True
+    # vLLM's continuous_usage_stats only applies with include_usage: a client that did not ask usage
+    # must not start getting it on every chunk because we asked on its behalf.
+    new_options.pop("continuous_usage_stats", None)
     return _encode({**obj, "stream_options": new_options}), wants_usage
 
 
@@ -118,7 +135,8 @@ class Call:
         self.path = path
         self.stream = stream
         self.request_id = request_id
-        self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage)
+        inject = not path.rstrip("/").endswith("/responses")
+        self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage, inject=inject)
         self._extra_headers = headers
         self.result: CallResult | None = None
         self._gen: AsyncGenerator[Event, None] | None = None
@@ -133,6 +151,9 @@ class Call:
         self._token_chunks = 0
         self._prompt_tokens: int | None = None
         self._completion_tokens: int | None = None
+        self._answer: float | None = None
+        self._reasoning_chunks = 0
+        self._reasoning_tokens: int | None = None
         # the read watchdog (see _read)
         self._loop: asyncio.AbstractEventLoop  # set when the call starts
         self._timer: asyncio.TimerHandle | None = None
@@ -209,6 +230,10 @@ class Call:
             output_tokens=self._token_chunks if self._completion_tokens is None else self._completion_tokens,
             tokens_estimated=estimated,
             token_chunks=self._token_chunks,
+            ttft_answer_ms=self._ms(self._answer),
+            reasoning_tokens=self._reasoning_tokens
+            if self._reasoning_tokens is not None
+            else (self._reasoning_chunks or None),
         )
 
     # -- the call --------------------------------------------------------------------------------
@@ -366,15 +391,16 @@ class Call:
                     parsed = decode_body(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     raise _Failed("malformed", f"the response body is not valid JSON ({len(raw)} bytes)") from None
-                if parsed.choices is None and parsed.data is None:
+                if parsed.choices is None and parsed.data is None and parsed.output is None:
                     # A 200 whose JSON is not an OpenAI answer (no "choices", no "data"): count it as
                     # malformed, with the start of the body as the example.
                     example = raw[:120].decode("utf-8", "replace")
                     raise _Failed("malformed", f"the response is JSON but not an OpenAI answer: {example}")
-                self._first = t_end
+                self._first = self._answer = t_end
                 if parsed.usage is not None:
-                    self._prompt_tokens = parsed.usage.prompt_tokens
-                    self._completion_tokens = parsed.usage.completion_tokens
+                    self._prompt_tokens = parsed.usage.prompt
+                    self._completion_tokens = parsed.usage.completion
+                    self._reasoning_tokens = parsed.usage.reasoning
                 yield Body(t_end, raw)
                 yield Done(t_end)
                 self.result = self._finish(None, end=t_end)
@@ -433,15 +459,32 @@ class Call:
                         frame = decode_frame(payload)
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-                    if frame.error or event_name == "error":
+                    kind: str | None = None  # a Responses API event's type; chat chunks have choices
+                    event: EventFrame | None = None
+                    if frame.choices is None:
+                        try:
+                            event = decode_event(payload)
+                        except (msgspec.DecodeError, msgspec.ValidationError):
+                            raise _Failed("malformed", "a stream event is not valid JSON") from None
+                        kind = event.type
+                    if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
                         yield Chunk(now, raw, False, 0, True)
                         raise _Failed("stream_error", "the upstream sent an error event mid-stream")
-                    if frame.usage is not None:
-                        self._prompt_tokens = frame.usage.prompt_tokens
-                        self._completion_tokens = frame.usage.completion_tokens
+                    if event is not None and kind in TERMINAL_EVENTS:
+                        # The Responses API ends with response.completed and no [DONE].
+                        if event.response is not None and event.response.usage is not None:
+                            self._take_usage(event.response.usage)
+                        yield Done(now, raw)
+                        self.result = self._finish(None, end=now)
+                        await self._drain(resp, total_at, loop)
+                        clean = True
+                        yield self.result
+                        return
+                    if (usage := frame.usage) is not None:
+                        self._take_usage(usage)
                         if drop_usage and frame.choices == []:
                             continue  # the usage chunk we asked for on the client's behalf
-                    n = token_count(frame)
+                    n = token_count(frame) if kind is None else int(kind in FIRST_TOKEN_EVENTS)
                     if n:
                         self._token_chunks += 1
                         if self._last_token is None:
@@ -449,6 +492,11 @@ class Call:
                         else:
                             self._itl.append((now - self._last_token) * 1000.0)
                         self._last_token = now
+                        if self._answer is None:
+                            if has_answer(frame) if kind is None else kind in ANSWER_EVENTS:
+                                self._answer = now
+                            else:
+                                self._reasoning_chunks += 1
                     yield Chunk(now, raw, n > 0, n, last)
         except _Expired as exc:
             self.result = self._finish(exc.error_class, detail=f"{exc.error_class} after {self._ms(_perf()):.0f} ms")
@@ -470,6 +518,11 @@ class Call:
                     resp.release()  # read to its end: the connection goes back to the pool
                 else:
                     resp.close()  # mid-body: drop the connection, the upstream sees the client leave
+
+    def _take_usage(self, usage: Any) -> None:
+        self._prompt_tokens = usage.prompt
+        self._completion_tokens = usage.completion
+        self._reasoning_tokens = usage.reasoning
 
     async def _drain(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> None:
         """Read to the end after [DONE] so the connection can be reused; a short, bounded wait."""

@@ -103,6 +103,12 @@ class CallResult:
     output_tokens: int = 0
     tokens_estimated: bool = True
     token_chunks: int = 0
+    ttft_answer_ms: float | None = None
+    """Time to the first *answer* token (content, refusal or tool call; not reasoning). Equals ``ttft_ms``
+    when the answer came without thinking; None when no answer token came (all thinking, or a failure)."""
+    reasoning_tokens: int | None = None
+    """Of ``output_tokens``, those spent thinking: the upstream's ``completion_tokens_details.reasoning_tokens``,
+    else the reasoning-only chunks counted before the answer (None when neither is known / none came)."""
 
     @property
     def ok(self) -> bool:

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from tailgate.wire._decode import RequestDecoder
+from tailgate.wire.responses import ResponseRequest
 
 __all__ = [
     "ChatCompletion",
@@ -103,6 +104,8 @@ class StreamOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     """``stream_options``: the gateway and bench set include_usage to read exact token counts."""
 
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
+    """vLLM / SGLang: usage (running totals) on every chunk, not only on the final one."""
 
 
 class _Sampling(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -125,6 +128,10 @@ class _Sampling(msgspec.Struct, kw_only=True, omit_defaults=True):
     top_k: int | None = None
     repetition_penalty: Annotated[float, Meta(gt=0)] | None = None
     min_p: _TopP | None = None
+    ignore_eos: bool | None = None
+    """vLLM / SGLang: never stop early; decode exactly ``max_tokens`` (load testers send it)."""
+    min_tokens: _NonNegativeInt | None = None
+    """vLLM / SGLang: do not stop (EOS or stop string) before this many tokens."""
 
 
 class ChatCompletionRequest(_Sampling, kw_only=True, omit_defaults=True):
@@ -327,14 +334,15 @@ class ModelList(msgspec.Struct, kw_only=True):
 
 # ---- decoding ----------------------------------------------------------------------------------
 
-RequestKind = Literal["chat", "completions", "embeddings"]
-Request = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+RequestKind = Literal["chat", "completions", "embeddings", "responses"]
+Request = ChatCompletionRequest | CompletionRequest | EmbeddingRequest | ResponseRequest
 
 _ENUMS = {"role": get_args(Role), "encoding_format": ("float", "base64")}
 _DECODERS: dict[str, RequestDecoder[Any]] = {
     "chat": RequestDecoder(ChatCompletionRequest, _ENUMS),
     "completions": RequestDecoder(CompletionRequest, _ENUMS, prompt_field="prompt"),
     "embeddings": RequestDecoder(EmbeddingRequest, _ENUMS, prompt_field="input"),
+    "responses": RequestDecoder(ResponseRequest, _ENUMS),
 }
 
 
@@ -344,6 +352,8 @@ def decode_request(kind: Literal["chat"], body: bytes, *, strict: bool) -> ChatC
 def decode_request(kind: Literal["completions"], body: bytes, *, strict: bool) -> CompletionRequest: ...
 @overload
 def decode_request(kind: Literal["embeddings"], body: bytes, *, strict: bool) -> EmbeddingRequest: ...
+@overload
+def decode_request(kind: Literal["responses"], body: bytes, *, strict: bool) -> ResponseRequest: ...
 def decode_request(kind: RequestKind, body: bytes, *, strict: bool) -> Request:
     """Decode and validate a request body; every failure is a 400 ``WireError`` naming the field.
 
@@ -378,16 +388,26 @@ def chat_chunk_bytes(
     usage: Usage | None = None,
     index: int = 0,
     reasoning_content: str | None = None,
+    tool_calls: list[ToolCall] | None = None,
 ) -> bytes:
     """One ``chat.completion.chunk`` as JSON: the simulator's per-token hot path (~0.4 µs).
 
     With ``usage`` and no content, role, reasoning or finish, ``choices`` is ``[]``: OpenAI's final
     usage chunk. Building the Structs measured faster than concatenating pre-escaped bytes.
     """
-    bare = content is None and role is None and reasoning_content is None and finish_reason is None
-    if usage is not None and bare:
+    if (
+        usage is not None
+        and content is None
+        and role is None
+        and reasoning_content is None
+        and finish_reason is None
+        and tool_calls is None
+    ):
         return _encoder.encode(ChatCompletionChunk(id=id, created=created, model=model, choices=[], usage=usage))
-    delta = Delta(role=role, content=content, reasoning_content=reasoning_content)
+    if tool_calls is None:
+        delta = Delta(role=role, content=content, reasoning_content=reasoning_content)
+    else:
+        delta = Delta(role=role, content=content, reasoning_content=reasoning_content, tool_calls=tool_calls)
     choice = ChunkChoice(index=index, delta=delta, finish_reason=finish_reason)
     chunk = ChatCompletionChunk(id=id, created=created, model=model, choices=[choice])
     if usage is not None:

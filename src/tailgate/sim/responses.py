@@ -1,0 +1,219 @@
+"""``POST /v1/responses``: the Responses API's basic text shape, stream and not, on the same engine.
+
+One ``message`` output item with one ``output_text`` part; a stream is ``response.created`` …
+``response.output_text.delta`` per token … ``response.completed`` (``response.incomplete`` when
+``max_output_tokens`` cut it), and no ``[DONE]``. Faults apply as on chat, except the malformed chunk
+(chat and completions only). Thinking and tool calls are chat only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+
+from tailgate._aiohttp import error_response
+from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim.engine import QueueFull, Sequence
+from tailgate.sim.text import estimate_tokens
+from tailgate.wire import errors as wire_errors
+from tailgate.wire.errors import WireError
+from tailgate.wire.responses import (
+    ResponseRequest,
+    delta_event,
+    input_text,
+    opening_events,
+    response_object,
+    stream_event,
+    text_events,
+)
+from tailgate.wire.types import decode_request
+
+if TYPE_CHECKING:
+    from tailgate.sim.server import SimHandlers, _Ctx
+
+_json = msgspec.json.Encoder()
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
+    """The request after ``_gate`` (outage, auth, rate limits) let it through."""
+    p = h.p
+    try:
+        req = decode_request("responses", await request.read(), strict=p.spec.strict)
+    except WireError as exc:
+        h._truth(ctx, exc.status, False)
+        return error_response(exc, ctx.headers)
+    stream = bool(req.stream)
+    if p.spec.models and req.model not in p.spec.models:
+        h._truth(ctx, 404, stream)
+        return error_response(wire_errors.model_not_found(req.model), ctx.headers)
+    limit = p.spec.params.max_output_tokens
+    if req.max_output_tokens is not None and req.max_output_tokens > limit:
+        h._truth(ctx, 400, stream)
+        err = wire_errors.invalid_request(
+            f"max_output_tokens is too large: {req.max_output_tokens}. This model supports at most {limit}.",
+            param="max_output_tokens",
+        )
+        return error_response(err, ctx.headers)
+    if p.faults.active and (injected := h._injected_error(ctx)) is not None:
+        h._truth(ctx, injected.status, stream)
+        return injected
+    seq = _sequence(h, ctx.rid, req)
+    delay = p.pre_queue_delay(time.perf_counter())
+    f = p.faults
+    if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
+        ctx.fault = "spike"
+        delay += f.spike_s
+    if f.active and f.stall_first_token_s:
+        ctx.fault = ctx.fault or "stall_first_token"
+        seq.extra_delay_s = f.stall_first_token_s
+    if f.active and f.slow_drip_s:
+        ctx.fault = ctx.fault or "slow_drip"
+        seq.drip_s = f.slow_drip_s
+    if delay > 0:
+        await asyncio.sleep(delay)
+    seq.notify_each = stream
+    try:
+        p.engine.submit(seq)
+    except QueueFull as exc:
+        status = p.spec.params.overflow_status
+        ctx.fault = "queue_full"
+        h._truth(ctx, status, stream)
+        err = (
+            wire_errors.rate_limited(f"Too many requests in flight: {exc}.")
+            if status == 429
+            else wire_errors.overloaded(f"The engine is overloaded: {exc}.")
+        )
+        return error_response(err, ctx.headers)
+    try:
+        if stream:
+            return await _stream(h, request, req, seq, ctx)
+        return await _unary(h, req, seq, ctx)
+    finally:
+        p.engine.cancel(seq)
+
+
+def _sequence(h: SimHandlers, rid: str, req: ResponseRequest) -> Sequence:
+    p = h.p
+    prompt = input_text(req)
+    seed = p.text_seed(None)
+    script: list[str] | None = None
+    if (answer := solve(prompt[-2000:])) is not None:
+        if p.rng.random() >= p.spec.params.accuracy:
+            answer = wrong_answer(answer, p.rng)
+        words = answer.split(" ")
+        script = [words[0], *(" " + w for w in words[1:])]
+    if req.max_output_tokens is not None:
+        target, reason = req.max_output_tokens, "length"
+    elif script is not None:
+        target, reason = len(script), "stop"
+    else:
+        base = p.spec.params.default_output_tokens
+        target, reason = max(1, round(base * random.Random(seed).uniform(0.5, 1.5))), "stop"
+    return Sequence(
+        rid, prompt_tokens=estimate_tokens(prompt), target=target, seed=seed, script=script, length_reason=reason
+    )
+
+
+def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, object]:
+    incomplete = seq.finish_reason == "length" and req.max_output_tokens is not None
+    return response_object(
+        req,
+        seq.id,
+        created,
+        status="incomplete" if incomplete else "completed",
+        text="".join(seq.out),
+        input_tokens=seq.prompt_tokens,
+        output_tokens=len(seq.out),
+        incomplete=incomplete,
+    )
+
+
+async def _unary(h: SimHandlers, req: ResponseRequest, seq: Sequence, ctx: _Ctx) -> web.StreamResponse:
+    while not seq.done:
+        await seq.wait()
+    body = _json.encode(_final(req, seq, int(ctx.wall)))
+    h._truth(
+        ctx,
+        200,
+        False,
+        queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
+        ttft_ms=h._ms(ctx, seq.first_token_at) if seq.out else None,
+        ttft_answer_ms=h._ms(ctx, seq.first_token_at) if seq.out else None,
+        e2e_ms=h._ms(ctx, time.perf_counter()),
+        output_tokens=len(seq.out),
+        reasoning_tokens=0,
+        prompt_tokens=seq.prompt_tokens,
+        finish_reason=seq.finish_reason,
+    )
+    return web.Response(body=body, content_type="application/json", headers=ctx.headers)
+
+
+async def _stream(
+    h: SimHandlers, request: web.Request, req: ResponseRequest, seq: Sequence, ctx: _Ctx
+) -> web.StreamResponse:
+    created = int(ctx.wall)
+    item_id = "msg_" + seq.id.removeprefix("resp_")
+    resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    await resp.write(b"".join(opening_events(req, seq.id, created)))
+    number = 4  # sequence_number of the next event
+    sent = 0
+    first_at = last_at = 0.0
+    gaps: list[float] = []
+    f = h.p.faults
+    cut = f.disconnect_after_tokens if f.active else None
+    while True:
+        end = len(seq.out) if cut is None else min(len(seq.out), cut)
+        if end > sent:
+            frames = []
+            for token in seq.out[sent:end]:
+                frames.append(delta_event(item_id, number, token))
+                number += 1
+            await resp.write(b"".join(frames))
+            now = time.perf_counter()
+            if sent == 0:
+                first_at = now
+            else:
+                gaps.append(round((now - last_at) * 1000.0, 3))
+            gaps.extend([0.0] * (end - sent - 1))
+            last_at, sent = now, end
+        if cut is not None and sent >= cut:
+            from tailgate.sim.server import _Abort
+
+            ctx.fault = "disconnect"
+            first = h._ms(ctx, first_at) if sent else None
+            h._truth(
+                ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, prompt_tokens=seq.prompt_tokens
+            )
+            raise _Abort
+        if seq.done:
+            break
+        await seq.wait()
+    final = _final(req, seq, created)
+    closing = text_events(item_id, number, "".join(seq.out))
+    closing.append(stream_event(f"response.{final['status']}", number + 3, response=final))
+    await resp.write(b"".join(closing))
+    await resp.write_eof()
+    first_ms = h._ms(ctx, first_at) if sent else None
+    h._truth(
+        ctx,
+        200,
+        True,
+        queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
+        ttft_ms=first_ms,
+        ttft_answer_ms=first_ms,
+        e2e_ms=h._ms(ctx, time.perf_counter()),
+        output_tokens=len(seq.out),
+        reasoning_tokens=0,
+        prompt_tokens=seq.prompt_tokens,
+        finish_reason=seq.finish_reason,
+        itl_ms=gaps,
+    )
+    return resp
