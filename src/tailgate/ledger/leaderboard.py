@@ -384,8 +384,10 @@ def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, u
     for prefix, where in (
         ("ttft", f"{base} AND error_class IS NULL AND ttft_ms IS NOT NULL"),
         ("e2e", f"{long_ok} AND e2e_ms IS NOT NULL"),
+        ("ttft_answer", f"{base} AND error_class IS NULL AND ttft_answer_ms IS NOT NULL"),
     ):
         column = f"{prefix}_ms"
+        counted = prefix != "ttft_answer"  # the row has ttft_n and e2e_n; the answer column shares ttft's count
         if dialect_of(conn) == "postgres":
             # percentile_disc(f): the first value whose cumulative share reaches f, i.e. nearest rank, in the server.
             shares = ", ".join(
@@ -393,13 +395,15 @@ def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, u
             )
             count, *values = conn.execute(f"SELECT COUNT({column}), {shares} {where}", args).fetchone()
             count = int(count)
-            cells.values[f"{prefix}_n"] = count
+            if counted:
+                cells.values[f"{prefix}_n"] = count
             for q, value in zip((50, 90, 99), values, strict=True):
                 minimum = MINIMUMS[f"p{q}"]
                 cells.put(f"{prefix}_p{q}_ms", float(value) if count >= minimum else None, count, minimum)
             continue
         ordered = [float(v) for (v,) in conn.execute(f"SELECT {column} {where} ORDER BY {column}", args).fetchall()]
-        cells.values[f"{prefix}_n"] = len(ordered)
+        if counted:
+            cells.values[f"{prefix}_n"] = len(ordered)
         cells.percentiles(prefix, ordered)
     return cells
 
