@@ -173,7 +173,7 @@ class AdaptiveSettings(_Strict):
     """Unused since the slow start became linear (``slow_start``); kept so existing configs load."""
     far_ratio: Annotated[float, Field(gt=1)] = 2.0
     """P90 at this many times the SLO is *far* over it: no client traffic while another route meets it."""
-    fast_window: PositiveSeconds = 2.0
+    fast_window: PositiveSeconds = 1.5
     """First-token evidence: attempts decided in the last ``fast_window`` plus those still waiting."""
     fast_min_misses: Annotated[int, Field(ge=1)] = 3
     readmit_after: Annotated[int, Field(ge=1)] = 3

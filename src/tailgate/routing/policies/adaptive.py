@@ -13,9 +13,9 @@ Its promises (docs/routing.md states them; ``routing/promises.py`` holds one fun
    within the SLO — with a slow start: its factor restarts at 0.1 and climbs linearly, 0 → 1 in
    ``slow_start_s``. The gateway probes a route every ``probes.degraded_interval`` while ``factor()`` < 0.5.
 3. React at first-token speed: attempts decided in the last ``fast_window_s`` (first token, answer or
-   fault) plus those still waiting past the SLO; when at least ``fast_min_misses`` and half of them missed
-   it, the route is far over. Downward moves of the factor are smoothed over ``smoothing_down_tau_s``
-   (1 s); upward ones are the linear slow start.
+   fault) plus those still waiting past the SLO; when at least ``fast_min_misses`` and three quarters of
+   them missed it, the route is far over. Downward moves of the factor are smoothed over
+   ``smoothing_down_tau_s`` (1 s); upward ones are the linear slow start.
 4. When no route meets its SLO, the split is ``promises.even_split``: weight × relative health (SLO ÷ P90,
    linear) ÷ relative queue depth, each route keeping at least ``floor`` of the traffic.
 5. A route with no evidence of its own (no sample in the window, nothing observed for ``prior_idle_s``)
@@ -140,7 +140,7 @@ class AdaptivePolicy:
         recompute_s: float = 0.25,
         smoothing_down_tau_s: float = 1.0,
         far_ratio: float = 2.0,
-        fast_window_s: float = 2.0,
+        fast_window_s: float = 1.5,
         fast_min_misses: int = 3,
         readmit_after: int = 3,
         slow_start_s: float = 15.0,
