@@ -89,7 +89,8 @@ def test_within_slo_every_class_mix_gets_exactly_the_configured_split() -> None:
 
 
 def test_weight_moves_only_off_the_route_that_misses_its_slo() -> None:
-    """A's P90 1.3× over its SLO (its median within it) loses weight in proportion; the routes that meet it keep their configured weights."""
+    """A's P90 1.3× over its SLO (its median within it) loses weight in proportion; the routes that meet
+    it keep their configured weights."""
     policy, load = setup([A, B, C])
     load.ttft = {"a": [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.3, 1.3], "b": 0.2, "c": 0.2}  # P90 1.3 s
     load.run(30, 20)
@@ -167,7 +168,8 @@ def test_recovery_is_learnt_from_probes_and_readmitted_with_a_slow_start() -> No
     load.ttft["a"] = 0.3
     after = load.run(40, 20)
     firsts = [s.t for s in after if s.provider == "a"]
-    assert firsts and 2.0 <= firsts[0] - restore <= 6.0  # three probes within the SLO, 1 s apart
+    assert firsts
+    assert 2.0 <= firsts[0] - restore <= 6.0  # three probes within the SLO, 1 s apart
     early = share(after, "a", restore + 5, restore + 10)
     assert 0.05 < early < 0.7  # slow start: part of its 80 %
     assert share(after, "a", restore + 25, restore + 40) == pytest.approx(0.8, abs=0.01)
@@ -200,7 +202,8 @@ def test_a_5x_slowdown_moves_90_percent_off_within_3_s_at_10_rps() -> None:
     load.ttft["a"] = 2.5  # 5× its TTFT: 2.5× the 1 s SLO
     sent = load.run(30, 10)
     t = time_below(sent, "a", fault, 0.10)
-    assert t is not None and t <= 3.0, t
+    assert t is not None
+    assert t <= 3.0, t
 
 
 def test_an_outage_moves_off_within_1_s() -> None:
@@ -211,7 +214,8 @@ def test_an_outage_moves_off_within_1_s() -> None:
     load.down.add("a")
     sent = load.run(30, 10)
     t = time_below(sent, "a", fault, 0.10)
-    assert t is not None and t <= 1.0, t
+    assert t is not None
+    assert t <= 1.0, t
 
 
 def test_waiting_attempts_count_once_past_the_slo() -> None:
@@ -269,7 +273,8 @@ def test_priors_from_the_store_keep_a_slow_provider_out_of_the_first_minute(tmp_
     policy, load = setup(routes)
     policy.seed_priors(priors)
     exp = policy.explain(routes)
-    assert exp["a"]["source"] == "prior" and exp["a"]["promise"] == "probes-only"
+    assert exp["a"]["source"] == "prior"
+    assert exp["a"]["promise"] == "probes-only"
     assert "monitor's recent ttft p90 5.00s" in exp["a"]["evidence"]
     assert exp["b"]["promise"] == "configured-split"
     sent = load.run(30, 10)
