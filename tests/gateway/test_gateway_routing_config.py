@@ -96,7 +96,7 @@ async def test_gateway_applies_alias_settings(sim: SimFactory, gateway: GwFactor
     assert g.breakers.get("primary").config.cooldown_s == 1.0
     adaptive = g.policy_for("deepseek-v3.2")
     assert isinstance(adaptive, AdaptivePolicy)
-    assert (adaptive.floor, adaptive.smoothing_down_tau_s, adaptive.smoothing_tau_s) == (0.05, 0.5, 3.0)
+    assert (adaptive.floor, adaptive.smoothing_down_tau_s, adaptive.slow_start_s) == (0.05, 0.5, 15.0)
     assert g.health.get("primary", "up-primary").e2e.width_s == 20.0
     assert g.providers["primary"].pacer.limited
     assert not g.providers["secondary"].pacer.limited

@@ -207,11 +207,12 @@ class AdaptivePolicy:
         if st is None:
             st = self._judged[key] = _Judged()
             self._seen[key] = route
-        if now - st.computed_at < self.recompute_s:
-            return st
+        breaker = self.breakers.get(route.provider).state if self.breakers is not None else "closed"
+        if now - st.computed_at < self.recompute_s and breaker == st.breaker:
+            return st  # a breaker transition is acted on at once, the rest at most every recompute_s
         h = self.health.get(route.provider, route.model)
         slo = self.slo_for(route.alias)
-        st.breaker = self.breakers.get(route.provider).state if self.breakers is not None else "closed"
+        st.breaker = breaker
         view = first_token_view(h.decisions, h.waiting(), slo, now, self.fast_window_s)
         ttft = _fresher(h.p90_s("ttft", min_samples=self.min_samples), h.recent_p90_s("ttft", self.min_samples))
         e2e = _fresher(h.p90_s("e2e", min_samples=self.min_samples), h.recent_p90_s("e2e", self.min_samples))
