@@ -105,7 +105,8 @@ async def test_gateway_applies_alias_settings(sim: SimFactory, gateway: GwFactor
     alias = admin["routing"]["deepseek-v3.2"]
     assert alias["slo"] == {"ttft_p90_s": 0.5, "e2e_p90_s": 9.0}
     assert alias["hedge"]["after"] == "p95"
-    assert alias["weights"]["primary"]["reason"] == "no samples yet (prior 1.0)"
+    assert alias["weights"]["primary"]["reason"] == "within slo: configured 80%"
+    assert alias["weights"]["primary"]["evidence"] == "no samples yet (prior 1.0)"
     assert admin["routing"]["plain"]["weights"]["secondary"]["reason"] == "static weights (policy weighted)"
     primary = next(p for p in admin["providers"] if p["name"] == "primary")
     assert primary["pacer"]["rpm"] == {"limit": 600, "paced_at": 540.0, "available": 9.0}
