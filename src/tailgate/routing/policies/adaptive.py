@@ -324,7 +324,7 @@ class AdaptivePolicy:
             live_pref, live_rest = live_rest, []
         out: list[Route] = []
         if live_pref:
-            group = (usable[0].alias if usable else "", traffic_class if rest else None)
+            group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
             pick = self._split.pick(group, [((r.provider, r.model), weight[id(r)]) for r in live_pref])
             if pick is not None:
                 out.append(live_pref.pop(pick))
