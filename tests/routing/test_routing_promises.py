@@ -296,3 +296,21 @@ def test_readmit_evidence_and_slow_start() -> None:
     assert not readmit_evidence([*ok3[:2], (12.0, 2.0, True)], 9.0, slo, 3, 0)
     assert slow_start(0.1, 1.0, 1.5, 15.0) == pytest.approx(0.2)
     assert slow_start(0.95, 1.0, 3.0, 15.0) == 1.0
+
+
+def test_a_flapping_route_needs_more_evidence_each_time() -> None:
+    """Slow 10 s, fast 10 s, over and over: each re-admission that ends in a demotion within a minute doubles
+    the probe evidence needed next time (3, 6, 12 probes), so the slow spells cost fewer and fewer requests."""
+    routes = [Route("m", "a", "ma", 80), Route("m", "b", "mb", 20)]
+    _, load = setup(routes, probes=10.0)
+    load.run(10, 10)
+    in_slow_spells = []
+    for _ in range(4):
+        load.ttft["a"] = 3.0
+        slow = load.run(10, 10)
+        in_slow_spells.append(sum(1 for s in slow if s.provider == "a"))
+        load.ttft["a"] = 0.3
+        load.run(10, 10)
+    assert in_slow_spells[0] > 0  # the first spell: seen at first-token speed, a few requests
+    assert in_slow_spells == sorted(in_slow_spells, reverse=True), in_slow_spells
+    assert in_slow_spells[-1] == 0, in_slow_spells  # 12 probes > a 10 s healthy spell: it stays out

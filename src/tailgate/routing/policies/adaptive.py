@@ -12,6 +12,7 @@ Its promises (docs/routing.md states them; ``routing/promises.py`` holds one fun
    out). It comes back on probe evidence — the last ``readmit_after`` results since the demotion all
    within the SLO — with a slow start: its factor restarts at 0.1 and climbs linearly, 0 → 1 in
    ``slow_start_s``. The gateway probes a route every ``probes.degraded_interval`` while ``factor()`` < 0.5.
+   A route demoted again within a minute of its re-admission (flapping) needs twice the evidence next time.
 3. React at first-token speed: attempts decided in the last ``fast_window_s`` (first token, answer or
    fault) plus those still waiting past the SLO; when at least ``fast_min_misses`` and three quarters of
    them missed it, the route is far over. Downward moves of the factor are smoothed over
@@ -53,6 +54,10 @@ __all__ = ["AdaptivePolicy", "health_factor"]
 
 READMIT_START = 0.1
 """The factor a demoted route restarts from when probes show it healthy (then the slow start)."""
+FLAP_WINDOW_S = 60.0
+"""A route demoted again within this long of its re-admission is flapping: each such strike doubles the probe
+evidence it needs next time (3, 6, 12, … up to ``MAX_READMIT``), like a breaker's cool-down."""
+MAX_READMIT = 30
 MEETS_ERROR_FACTOR = 0.9
 """A route with an error factor below this (over 5 % faults at the defaults) does not meet its SLO."""
 
@@ -107,6 +112,9 @@ class _Judged:
     source: str = "none"
     """Where the evidence came from: ``window``, ``first-token``, ``prior`` or ``none``."""
     demoted_since: float | None = None
+    readmitted_at: float = -math.inf
+    strikes: int = 0
+    """Demotions in a row that came within ``FLAP_WINDOW_S`` of a re-admission (a flapping route)."""
     breaker: str = "closed"
 
     @property
@@ -251,20 +259,23 @@ class AdaptivePolicy:
         if st.breaker != "closed":
             if st.demoted_since is None:
                 st.demoted_since = now
+                st.strikes = st.strikes + 1 if now - st.readmitted_at < FLAP_WINDOW_S else 0
             evidence = f"breaker {st.breaker.replace('_', '-')}"
         elif st.demoted_since is not None:
-            if readmit_evidence(h.decisions, st.demoted_since, slo, self.readmit_after, view.waiting_late):
+            needed = min(MAX_READMIT, self.readmit_after * 2**st.strikes)
+            if readmit_evidence(h.decisions, st.demoted_since, slo, needed, view.waiting_late):
                 # Probes (or fallback requests) show it healthy: back in, from a slow start. Its window still
                 # holds the degradation's samples; they no longer describe it.
-                st.demoted_since = None
+                st.demoted_since, st.readmitted_at = None, now
                 h.forget()
                 st.value, raw, st.ratio, st.f_error = READMIT_START, 1.0, 0.0, 1.0
-                evidence = f"last {self.readmit_after} probes within the slo"
+                evidence = f"last {needed} probes within the slo"
                 source = "probes"
             else:
-                evidence = f"{evidence}; waiting for {self.readmit_after} probes within the slo"
+                evidence = f"{evidence}; waiting for {needed} probes in a row within the slo"
         elif far:
             st.demoted_since = now
+            st.strikes = st.strikes + 1 if now - st.readmitted_at < FLAP_WINDOW_S else 0
         if st.computed_at == -math.inf:
             st.value = raw
         elif raw < st.value:
