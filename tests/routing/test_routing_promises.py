@@ -108,6 +108,9 @@ def test_smooth_split_is_exact_over_any_prefix() -> None:
     for n in range(5, 1001, 5):
         assert picks[:n].count(0) == n * 4 // 5
     assert split.pick("g", [("a", 0.0)]) is None
+    for i in range(SmoothSplit.MAX_GROUPS + 100):  # classes come from a client header: memory stays bounded
+        split.pick(f"class-{i}", [("a", 1.0)], overflow="shared")
+    assert len(split._credit) == SmoothSplit.MAX_GROUPS + 1
 
 
 # -- promise 2: no client request explores ---------------------------------------------------------

@@ -78,11 +78,17 @@ class SmoothSplit:
     pick adds every candidate's weight to its credit, takes the largest credit and charges it the total.
     """
 
+    MAX_GROUPS = 256
+    """Groups kept at most: the class comes from a client header, so a new group past this many shares the
+    ``overflow`` group passed to ``pick`` (memory stays bounded whatever clients send)."""
+
     def __init__(self) -> None:
         self._credit: dict[Hashable, dict[Hashable, float]] = {}
 
-    def pick(self, group: Hashable, weights: Sequence[tuple[Hashable, float]]) -> int | None:
+    def pick(self, group: Hashable, weights: Sequence[tuple[Hashable, float]], overflow: Hashable = None) -> int | None:
         """Index into ``weights`` (key, weight) of the next pick for ``group``; None when no weight > 0."""
+        if group not in self._credit and len(self._credit) >= self.MAX_GROUPS:
+            group = overflow
         credit = self._credit.setdefault(group, {})
         total = 0.0
         best, best_credit = None, -math.inf

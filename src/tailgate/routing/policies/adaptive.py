@@ -336,7 +336,8 @@ class AdaptivePolicy:
         out: list[Route] = []
         if live_pref:
             group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
-            pick = self._split.pick(group, [((r.provider, r.model), weight[id(r)]) for r in live_pref])
+            keys = [((r.provider, r.model), weight[id(r)]) for r in live_pref]
+            pick = self._split.pick(group, keys, overflow=(group[0], None))
             if pick is not None:
                 out.append(live_pref.pop(pick))
         out += weighted_order(live_pref, lambda r: weight[id(r)], self._rng)
