@@ -25,7 +25,7 @@ gateway:
       routes:
         - {provider: primary, model: m, weight: 80}
         - {provider: secondary, model: m, weight: 20}
-  routing: {slo: {ttft_p90: 150ms, e2e_p90: 300ms}}
+  routing: {slo: {ttft_p90: 250ms, e2e_p90: 600ms}}  # 2.5x the scaled P90 TTFT; 8x slower is far over
 timeline:
   - {at: 1s, phase: degraded, provider: primary, set: {latency_multiplier: 8}}
   - {at: 3s, phase: degraded-steady}
@@ -46,7 +46,7 @@ gateway:
       routes:
         - {provider: primary, model: m, weight: 80}
         - {provider: secondary, model: m, weight: 20, classes: [batch]}
-  routing: {slo: {ttft_p90: 150ms, e2e_p90: 300ms}}
+  routing: {slo: {ttft_p90: 1s, e2e_p90: 3s}}  # ~10x the scaled P90s: a busy test machine still meets it
 timeline: []
 load: {rate: 50, arrival: constant, duration: 6s, max_tokens: 16, input_tokens: 32,
        classes: {untagged: 40%, interactive: 40%, batch: 20%}}

@@ -107,9 +107,9 @@ class ProviderHealth:
         """handle → (send time, stream?) of attempts without a first token (an answer) yet."""
         self._next_handle = 0
         self.decisions: deque[tuple[float, float, bool]] = deque(maxlen=DECISIONS_KEPT)
-        """The newest *decided* attempts and probes, oldest first: (decided at, latency s, stream?). A stream
-        is decided at its first token (latency = TTFT), a non-stream at its answer (E2E), a fault when it
-        happens (latency ``inf``). First-token evidence for the router (``routing/promises.py``)."""
+        """The newest *decided* attempts and probes, in the order decided: (sent at, latency s, stream?). A
+        stream is decided at its first token (latency = TTFT), a non-stream at its answer (E2E), a fault when
+        it happens (latency ``inf``). First-token evidence for the router (``routing/promises.py``)."""
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -125,8 +125,7 @@ class ProviderHealth:
         """The attempt ``handle`` produced its first token (or, non-streamed, its answer)."""
         waited = self._waiting.pop(handle, None)
         if waited is not None:
-            now = self._clock()
-            self.decisions.append((now, now - waited[0], waited[1]))
+            self.decisions.append((waited[0], self._clock() - waited[0], waited[1]))
 
     def waiting(self) -> list[tuple[float, bool]]:
         """(send time, stream?) of every attempt still waiting for its first token (its answer)."""
@@ -157,12 +156,14 @@ class ProviderHealth:
         waited = self._waiting.pop(handle, None) if handle is not None else None
         now = self.last_observed = self._clock()
         if result.error_class is None or is_fault(result.error_class):
+            took = (result.e2e_ms or result.ttft_ms or 0.0) / 1000.0
             if is_fault(result.error_class):
-                self.decisions.append((now, math.inf, waited[1] if waited else result.stream))
+                sent, stream = waited if waited is not None else (now - took, result.stream)
+                self.decisions.append((sent, math.inf, stream))
             elif waited is not None:  # answered without a first-token event (non-stream): decided now
-                self.decisions.append((now, now - waited[0], waited[1]))
+                self.decisions.append((waited[0], now - waited[0], waited[1]))
             elif probe and result.ttft_ms is not None:
-                self.decisions.append((now, result.ttft_ms / 1000.0, True))
+                self.decisions.append((now - took, result.ttft_ms / 1000.0, True))
         w = self.e2e
         cls = result.error_class
         if probe:

@@ -120,8 +120,9 @@ def probes_only(demoted: bool, breaker: str, healthy_peer: bool) -> bool:
 def readmit_evidence(
     decisions: Iterable[tuple[float, float, bool]], since: float, slo: SLO, needed: int, waiting_late: int
 ) -> bool:
-    """Have the last ``needed`` results since ``since`` (probes, and any fallback request) all met the SLO,
-    with no attempt still waiting past it? Then a demoted route may come back (slow start)."""
+    """Have the last ``needed`` results sent since ``since`` (probes, and any fallback request) all met the
+    SLO, with no attempt still waiting past it? Then a demoted route may come back (slow start).
+    ``decisions``: (sent at, latency s — ``inf`` for a fault —, stream?), in the order decided."""
     if waiting_late:
         return False
     recent = [d for d in decisions if d[0] > since]
@@ -142,14 +143,17 @@ def slow_start(value: float, target: float, elapsed_s: float, ramp_s: float) -> 
 
 @dataclass(frozen=True, slots=True)
 class FirstTokenView:
-    """What the last seconds say about a route: attempts decided (first token, answer, fault, or still
-    waiting past the SLO), how many missed it (late or failed), and the faults among them."""
+    """What the last seconds say about a route: attempts decided in the window (first token, answer, fault)
+    plus those still waiting past the SLO, how many of them missed it (late or failed), the faults among
+    them; and, by send time, the attempts sent in the window (decided or not) and how many already failed."""
 
     decided: int
     missed: int
     faults: int
     waiting_late: int
     oldest_wait_s: float | None
+    sent_recent: int = 0
+    faults_recent: int = 0
 
     @property
     def miss_share(self) -> float:
@@ -169,18 +173,26 @@ def first_token_view(
 ) -> FirstTokenView:
     """Judge the attempts decided in the last ``window_s`` and those still waiting.
 
-    ``decisions``: (decided at, latency s — ``inf`` for a fault —, stream?); ``waiting``: (sent at,
-    stream?). A stream meets the SLO when its first token came within ``slo.ttft_p90``, a non-stream when
-    its answer came within ``slo.e2e_p90``; an attempt still waiting counts as a miss as soon as its wait
-    passes that — before it ends, which for a slowed-down provider is several SLOs later.
+    ``decisions``: (sent at, latency s — ``inf`` for a fault —, stream?); ``waiting``: (sent at, stream?).
+    A stream meets the SLO when its first token came within ``slo.ttft_p90``, a non-stream when its answer
+    came within ``slo.e2e_p90``; an attempt still waiting counts as a miss as soon as its wait passes that —
+    before it ends, which for a slowed-down provider is several SLOs later. Faults are also counted against
+    every attempt *sent* in the last half of the window, waiting ones included: attempts sent before an
+    outage that answer after it do not outvote the ones sent after it, and a fault decided fast is not
+    overweighted against healthy attempts still on their way.
     """
-    decided = missed = faults = late = 0
+    decided = missed = faults = late = sent_recent = faults_recent = 0
     since = now - window_s
-    for at, latency, stream in decisions:
-        if at < since:
+    sent_since = now - window_s / 2  # faults: the attempts sent in the last half of the window
+    for sent, latency, stream in decisions:
+        fault = math.isinf(latency)
+        if sent >= sent_since:
+            sent_recent += 1
+            faults_recent += fault
+        if (sent if fault else sent + latency) < since:
             continue
         decided += 1
-        if math.isinf(latency):
+        if fault:
             faults += 1
             missed += 1
         elif not _met(latency, stream, slo):
@@ -188,17 +200,21 @@ def first_token_view(
     oldest: float | None = None
     for sent, stream in waiting:
         age = now - sent
+        sent_recent += sent >= sent_since
         oldest = age if oldest is None else max(oldest, age)
         if not _met(age, stream, slo):
             late += 1
-    return FirstTokenView(decided + late, missed + late, faults, late, oldest)
+    return FirstTokenView(decided + late, missed + late, faults, late, oldest, sent_recent, faults_recent)
 
 
 def far_at_first_token(view: FirstTokenView, min_misses: int = 3) -> bool:
-    """Far over the SLO by first-token evidence: at least ``min_misses`` recent misses, and at least three
+    """Far over the SLO by first-token evidence: at least ``min_misses`` recent misses and at least three
     quarters of the recent attempts missed — their P25 is past the P90 target, which for the usual spread
-    of LLM latencies (P90 ≈ 1.3–2× P25) puts the P90 at 1.5–2× the SLO or more: far, not a little over."""
-    return view.missed >= min_misses and 4 * view.missed >= 3 * view.decided
+    of LLM latencies (P90 ≈ 1.3–2× P25) puts the P90 at 1.5–2× the SLO or more: far, not a little over —
+    or at least ``min_misses`` of the attempts sent in the window failed, and at least half of them."""
+    slow = view.missed >= min_misses and 4 * view.missed >= 3 * view.decided
+    failing = view.faults_recent >= min_misses and 2 * view.faults_recent >= view.sent_recent
+    return slow or failing
 
 
 # -- promise 4: degrade evenly ---------------------------------------------------------------------

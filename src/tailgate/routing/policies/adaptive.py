@@ -248,11 +248,12 @@ class AdaptivePolicy:
         fast_far = far_at_first_token(view, self.fast_min_misses)
         if fast_far:
             st.ratio = max(st.ratio, self.far_ratio)
-            st.f_error = min(st.f_error, 1.0 - view.faults / view.decided) if view.decided else st.f_error
+            if view.sent_recent:
+                st.f_error = min(st.f_error, 1.0 - view.faults_recent / view.sent_recent)
             raw = min(raw, (1.0 / self.far_ratio) ** self.exponent * st.f_error)
             evidence = (
                 f"{view.missed} of {view.decided} attempts in the last {self.fast_window_s:g}s "
-                f"past the slo or failed ({view.faults} faults)"
+                f"past the slo or failed ({view.faults_recent} of {view.sent_recent} sent failed)"
             )
             source = "first-token"
         far = fast_far or st.ratio >= self.far_ratio or st.f_error < 0.5
