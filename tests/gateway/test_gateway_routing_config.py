@@ -38,7 +38,7 @@ def test_defaults() -> None:
     assert (r.pacing.enabled, r.pacing.headroom, r.pacing.burst, r.pacing.max_pause) == (True, 0.9, 1.0, 300.0)
     assert r.pacing.default_max_tokens == 256
     assert r.window == 60.0
-    assert (r.breaker.cooldown, r.breaker.max_cooldown, r.breaker.consecutive_failures) == (5.0, 30.0, 5)
+    assert (r.breaker.cooldown, r.breaker.max_cooldown, r.breaker.consecutive_failures) == (5.0, 10.0, 5)
 
 
 def test_alias_overrides_and_errors() -> None:

@@ -323,3 +323,21 @@ def test_a_flapping_route_needs_more_evidence_each_time() -> None:
     assert in_slow_spells[0] > 0  # the first spell: seen at first-token speed, a few requests
     assert in_slow_spells == sorted(in_slow_spells, reverse=True), in_slow_spells
     assert in_slow_spells[-1] == 0, in_slow_spells  # 12 probes > a 10 s healthy spell: it stays out
+
+
+def test_after_an_outage_the_breakers_probe_trials_readmit_and_the_share_is_back_within_30_s() -> None:
+    """A 45 s outage (the breaker re-opens on failed probe trials, its cool-down capped at 10 s), then the
+    restore: the successful trial probes that close the breaker are the re-admission evidence, and the slow
+    start brings the primary back to its configured 80 % within 30 s; no request reaches it meanwhile
+    while it is down."""
+    routes = [Route("m", "a", "ma", 80), Route("m", "b", "mb", 20)]
+    policy, load = setup(routes, breakers=True, probes=10.0)
+    load.run(20, 10)
+    load.down.add("a")
+    during = load.run(45, 10)
+    assert share(during, "a", load.clock.t - 44, load.clock.t) == 0.0
+    restore = load.clock.t
+    load.down.discard("a")
+    after = load.run(40, 10)
+    assert share(after, "a", restore + 25, restore + 40) == pytest.approx(0.8, abs=0.01)
+    assert policy.explain(routes)["a"]["promise"] == "configured-split"

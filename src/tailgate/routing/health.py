@@ -198,12 +198,13 @@ class ProviderHealth:
                 est.update(max(FAULT_PENALTY_MS, min(2.0 * est.value, FAULT_PENALTY_CAP_MS), result.e2e_ms or 0.0))
 
     def forget(self) -> None:
-        """Drop the windows and the latency estimates (the in-flight count and waits stay): called when the
-        provider's breaker closes after an outage, so the outage's faults and slow samples do not hold its
-        weight down for a whole window once its trials have shown it healthy again."""
+        """Drop the windows and the latency estimates (the in-flight count, the waits and the last seconds'
+        ``decisions`` stay): called when the provider's breaker closes after an outage, or the router
+        re-admits it on probe evidence, so the degradation's faults and slow samples do not hold its weight
+        down for a whole window once it has shown itself healthy again. The decisions stay because they are
+        that evidence: the breaker's successful trial probes re-admit the route at once."""
         self.ttft.reset()
         self.e2e.reset()
-        self.decisions.clear()
         self.ttft_peak = PeakEWMA(tau_s=self.ttft_peak.tau_s, clock=self._clock)
         self.e2e_peak = PeakEWMA(tau_s=self.e2e_peak.tau_s, clock=self._clock)
 
