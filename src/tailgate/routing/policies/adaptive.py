@@ -12,7 +12,7 @@ Its promises (docs/routing.md states them; ``routing/promises.py`` holds one fun
    out). It comes back on probe evidence — the last ``readmit_after`` results since the demotion all
    within the SLO — with a slow start: its factor restarts at 0.1 and climbs linearly, 0 → 1 in
    ``slow_start_s``. The gateway probes a route every ``probes.degraded_interval`` while ``factor()`` < 0.5.
-   A route demoted again within a minute of its re-admission (flapping) needs twice the evidence next time.
+   A route demoted again within a minute of its re-admission (flapping) needs 4× the evidence next time.
 3. React at first-token speed: attempts decided in the last ``fast_window_s`` (first token, answer or
    fault) plus those still waiting past the SLO; when at least ``fast_min_misses`` and three quarters of
    them missed it, the route is far over. Downward moves of the factor are smoothed over
@@ -55,8 +55,9 @@ __all__ = ["AdaptivePolicy", "health_factor"]
 READMIT_START = 0.1
 """The factor a demoted route restarts from when probes show it healthy (then the slow start)."""
 FLAP_WINDOW_S = 60.0
-"""A route demoted again within this long of its re-admission is flapping: each such strike doubles the probe
-evidence it needs next time (3, 6, 12, … up to ``MAX_READMIT``), like a breaker's cool-down."""
+"""A route demoted again within this long of its re-admission is flapping: each such strike quadruples the
+probe evidence it needs next time (3, 12, then ``MAX_READMIT``), like a breaker's cool-down but steeper: a
+provider that flaps every 10 s is then kept out until it has been good for 12 s, not re-admitted each spell."""
 MAX_READMIT = 30
 MEETS_ERROR_FACTOR = 0.9
 """A route with an error factor below this (over 5 % faults at the defaults) does not meet its SLO."""
@@ -263,7 +264,7 @@ class AdaptivePolicy:
                 st.strikes = st.strikes + 1 if now - st.readmitted_at < FLAP_WINDOW_S else 0
             evidence = f"breaker {st.breaker.replace('_', '-')}"
         elif st.demoted_since is not None:
-            needed = min(MAX_READMIT, self.readmit_after * 2**st.strikes)
+            needed = min(MAX_READMIT, self.readmit_after * 4**st.strikes)
             if readmit_evidence(h.decisions, st.demoted_since, slo, needed, view.waiting_late):
                 # Probes (or fallback requests) show it healthy: back in, from a slow start. Its window still
                 # holds the degradation's samples; they no longer describe it.
