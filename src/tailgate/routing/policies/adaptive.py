@@ -233,11 +233,8 @@ class AdaptivePolicy:
             ratio, err = prior_ratio(prior[0], prior[1], slo)
             ttft = ratio * slo.ttft_p90 if ratio is not None else None
             source = "prior"
-        # Attempts still waiting count before they finish (promise 3).
-        if (wait := h.stalled_s(True, now)) is not None and (ttft is None or wait > ttft):
-            ttft = wait
-        if (wait := h.stalled_s(False, now)) is not None and (e2e is None or wait > e2e):
-            e2e = wait
+        # Attempts still waiting count before they finish (promise 3) through the first-token view below, as
+        # a share of the recent attempts: two independent slow requests in flight at once are not a stall.
         raw, evidence = health_factor(ttft, e2e, err, slo, exponent=self.exponent, error_rate_zero=self.error_rate_zero)
         if source == "prior":
             evidence = f"monitor's recent {evidence} (n={prior[2] if prior else 0})"
