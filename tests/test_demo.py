@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tailgate.demo.drill import DrillPlan, PhaseWindow, RequestRecord, analyse, cutover_time
+from tailgate.demo.drill import DrillPlan, PhaseWindow, RequestRecord, analyse, configured_shares, cutover_time
+from tailgate.routing import Route
 
 T0 = 1_796_000_000.0  # wall-clock seconds: the drill works on Unix times, where float steps are ~0.2 µs
 
@@ -78,6 +79,29 @@ def test_analyse_counts_errors_by_when_they_happened_and_finds_readmission() -> 
     assert 3.0 <= restored.readmitted_s <= 3.2
     assert restored.recovered_s is not None
     assert 4.0 <= restored.recovered_s <= 5.5
+
+
+def test_drill_table_sets_the_served_split_against_the_configured_one() -> None:
+    """80/20 with batch reserved for the secondary, 10 % batch: configured 72 / 28; each phase shows both."""
+    from rich.console import Console
+
+    from tailgate.demo.show import drill_table
+
+    routes = [Route("m", "primary", "m", 80), Route("m", "secondary", "m", 20, frozenset({"batch"}))]
+    configured = configured_shares(routes, 0.1)
+    assert configured == pytest.approx({"primary": 0.72, "secondary": 0.28})
+    window = PhaseWindow("warm-up", T0, T0 + 10)
+    records = [
+        RequestRecord(T0 + i * 0.1, "interactive", True, True, provider="primary" if i % 4 else "secondary")
+        for i in range(100)
+    ]
+    reports = analyse([window], records, [], "primary")
+    console = Console(width=200, record=True)
+    console.print(drill_table(reports, configured))
+    text = console.export_text()
+    assert "configured" in text
+    assert "primary 72% / secondary 28%" in text  # configured
+    assert "primary 75% / secondary 25%" in text  # served
 
 
 def test_drill_phases_scale_to_the_duration() -> None:

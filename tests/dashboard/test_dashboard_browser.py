@@ -93,6 +93,8 @@ async def test_dashboard_renders_in_headless_chromium(
             assert gw.gateway.providers["primary"].drained
             weight = page.locator('#live tr[data-provider="secondary"] td').nth(2)
             assert await weight.text_content() == "deepseek-v3.2: 20 (100%)"  # the drained primary counts 0
+            why = page.locator('#live tr[data-provider="secondary"] td').nth(3)  # the router's promise in force
+            assert (await why.text_content() or "").startswith("deepseek-v3.2: within slo: configured 20%")
 
             # The 7-day switch redraws the charts.
             await page.click('#window-switch button[data-window="7d"]')

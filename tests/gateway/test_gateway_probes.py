@@ -98,3 +98,45 @@ async def test_probes_off(sim: SimFactory, gateway: GwFactory) -> None:
     await asyncio.sleep(0.3)
     assert not a.truth.records()
     assert not b.truth.records()
+
+
+async def test_a_demoted_route_is_probed_every_second_and_readmitted_on_probe_evidence(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    """Promise 2: the primary (TTFT 300 ms, SLO 100 ms) gets no client request; with a 30 s probe interval it
+    is still probed about every second while held down; once it is fast again, probes alone re-admit it
+    (slow start) and client requests reach it again."""
+    a = await sim("instant", models=("up-primary",))
+    a.set_faults(Faults(stall_first_token_s=0.3))
+    b = await sim("instant", models=("up-secondary",))
+    routing = {"slo": {"ttft_p90": "100ms", "e2e_p90": "1s"}, "probes": {"interval": "30s", "jitter": 0}}
+    gw = await gateway(two_provider_config(a.url, b.url, routing=routing, admin_key="admin-key-0123456789"))
+    body = {"model": "deepseek-v3.2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
+
+    async def send(session: aiohttp.ClientSession, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            async with session.post(f"{gw.url}/chat/completions", json=body) as r:
+                await r.read()
+                out.append(r.headers["x-tailgate-provider"])
+        return out
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(send(session, 5) for _ in range(8)))  # 40 requests, 8 at a time
+        assert _provider(await _admin(session, gw), "primary")["effective_weights"]["deepseek-v3.2"]["promise"] == (
+            "probes-only"
+        )
+        before = len(a.truth.records())
+        await asyncio.sleep(3.5)
+        probes = len(a.truth.records()) - before
+        assert 2 <= probes <= 5, probes  # every ~1 s, not every 30 s
+        assert len(b.truth.records()) == sum(1 for r in b.truth.records() if r.client_request_id)  # b: no probe
+        a.clear_faults()  # fast again: the next three probes re-admit it
+
+        async def readmitted() -> bool:
+            w = _provider(await _admin(session, gw), "primary")["effective_weights"]["deepseek-v3.2"]
+            return bool(w["promise"] in ("slow-start", "configured-split"))
+
+        await _wait_for(readmitted, within_s=8.0)
+        served = await send(session, 100)
+    assert 0 < served.count("primary") < 80  # back, but slowly (slow start), not its whole 80 % at once

@@ -38,7 +38,7 @@ def test_defaults() -> None:
     assert (r.pacing.enabled, r.pacing.headroom, r.pacing.burst, r.pacing.max_pause) == (True, 0.9, 1.0, 300.0)
     assert r.pacing.default_max_tokens == 256
     assert r.window == 60.0
-    assert (r.breaker.cooldown, r.breaker.max_cooldown, r.breaker.consecutive_failures) == (5.0, 30.0, 5)
+    assert (r.breaker.cooldown, r.breaker.max_cooldown, r.breaker.consecutive_failures) == (5.0, 10.0, 5)
 
 
 def test_alias_overrides_and_errors() -> None:
@@ -96,7 +96,7 @@ async def test_gateway_applies_alias_settings(sim: SimFactory, gateway: GwFactor
     assert g.breakers.get("primary").config.cooldown_s == 1.0
     adaptive = g.policy_for("deepseek-v3.2")
     assert isinstance(adaptive, AdaptivePolicy)
-    assert (adaptive.floor, adaptive.smoothing_down_tau_s, adaptive.smoothing_tau_s) == (0.05, 0.5, 3.0)
+    assert (adaptive.floor, adaptive.smoothing_down_tau_s, adaptive.slow_start_s) == (0.05, 0.5, 15.0)
     assert g.health.get("primary", "up-primary").e2e.width_s == 20.0
     assert g.providers["primary"].pacer.limited
     assert not g.providers["secondary"].pacer.limited
@@ -105,7 +105,8 @@ async def test_gateway_applies_alias_settings(sim: SimFactory, gateway: GwFactor
     alias = admin["routing"]["deepseek-v3.2"]
     assert alias["slo"] == {"ttft_p90_s": 0.5, "e2e_p90_s": 9.0}
     assert alias["hedge"]["after"] == "p95"
-    assert alias["weights"]["primary"]["reason"] == "no samples yet (prior 1.0)"
+    assert alias["weights"]["primary"]["reason"] == "within slo: configured 80%"
+    assert alias["weights"]["primary"]["evidence"] == "no samples yet (prior 1.0)"
     assert admin["routing"]["plain"]["weights"]["secondary"]["reason"] == "static weights (policy weighted)"
     primary = next(p for p in admin["providers"] if p["name"] == "primary")
     assert primary["pacer"]["rpm"] == {"limit": 600, "paced_at": 540.0, "available": 9.0}

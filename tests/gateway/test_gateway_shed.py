@@ -68,9 +68,9 @@ async def test_batch_is_shed_first_and_other_classes_only_at_capacity(
     assert [(r.status, r.traffic_class, r.provider) for r in shed] == [(429, "batch", None), (429, None, None)]
 
 
-def test_interactive_prefers_the_fastest_healthy_route() -> None:
-    """Both routes within the SLO: untagged traffic follows the 80/20 weights, interactive always starts at
-    the faster one; once the fast one's breaker is open, interactive goes to the other."""
+def test_interactive_follows_the_configured_split() -> None:
+    """Both routes within the SLO: untagged and interactive traffic both follow the 80/20 weights, even though
+    b is faster (issue 10: fastest-first is the least-latency policy); once b's breaker is open, all go to a."""
     t = [1000.0]
     health = HealthRegistry(clock=lambda: t[0])
     breakers = BreakerRegistry(BreakerConfig(consecutive_failures=2), clock=lambda: t[0])
@@ -80,9 +80,9 @@ def test_interactive_prefers_the_fastest_healthy_route() -> None:
         health.get("a", "ma").observe(CallResult(200, None, 0.0, True, ttft_ms=900, e2e_ms=1800, output_tokens=5))
         health.get("b", "mb").observe(CallResult(200, None, 0.0, True, ttft_ms=300, e2e_ms=900, output_tokens=5))
     firsts = [policy.order([a, b])[0].provider for _ in range(2000)]
-    assert 0.75 < firsts.count("a") / 2000 < 0.85  # untagged: the weights
-    assert all(policy.order([a, b], "interactive")[0].provider == "b" for _ in range(200))
-    assert [r.provider for r in policy.order([a, b], "interactive")] == ["b", "a"]
+    assert firsts.count("a") == 1600  # untagged: the weights, exactly
+    interactive = [policy.order([a, b], "interactive")[0].provider for _ in range(2000)]
+    assert interactive.count("a") == 1600
     for _ in range(2):
         breakers.get("b").record_result(CallResult(None, "connect", 0.0, True))
     assert breakers.get("b").state == "open"

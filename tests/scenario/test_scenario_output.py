@@ -41,6 +41,7 @@ PHASE_KEYS = {
     "e2e_ms",
     "gateway_requests",
     "share",
+    "share_by_class",
     "no_provider",
     "multi_attempt",
     "provider_e2e_ms",
@@ -90,8 +91,10 @@ def test_outputs_follow_the_documented_schema(tmp_path: Path) -> None:
         assert healthy["upstream_requests"] == sum(v["requests"] for v in healthy["upstream"].values()) > 0
         kinds = [(e["kind"], e["provider"]) for e in run["events"]]
         assert kinds == [("fault", "a"), ("recovery", "a")]
-        assert "cutover_s" in run["events"][0]
-        assert "readmit_s" in run["events"][1]
+        assert {"cutover_s", "below_10pct_s"} <= set(run["events"][0])
+        assert {"readmit_s", "configured_s"} <= set(run["events"][1])
+        assert set(run["configured_by_class"]) == set(healthy["share_by_class"]) == {"batch", "interactive"}
+        assert sum(c["requests"] for c in healthy["share_by_class"].values()) == healthy["gateway_requests"]
         assert any(k.startswith("tailgate_upstream_attempts_total{") for k in run["gateway_counters"])
         over = run["over_time"]
         assert set(over) == {"bucket_s", "share", "p99_e2e_ms"}

@@ -106,7 +106,7 @@ class ProbesConfig(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=256)] = 8
     half_open_gap: Seconds = 0.1
     """Pause between probes while a provider's breaker is half-open (its trials)."""
-    degraded_interval: PositiveSeconds = 2.0
+    degraded_interval: PositiveSeconds = 1.0
     """Probe interval while the adaptive policy holds a route below half its weight: fresh evidence, so a
     recovery is seen in seconds rather than when the bad samples leave the window."""
 
@@ -147,7 +147,9 @@ class BreakerSettings(_Strict):
     consecutive_failures: Annotated[int, Field(ge=1)] = 5
     cooldown: PositiveSeconds = 5.0
     """First cool-down; doubles on each re-open, jittered ±20 %, up to ``max_cooldown``."""
-    max_cooldown: PositiveSeconds = 30.0
+    max_cooldown: PositiveSeconds = 10.0
+    """With probes on, the half-open trials are probes (no client request is risked), so a long back-off only
+    delays re-admission: 10 s keeps a restored provider's return within ~25 s (issue 10's 30 s target)."""
     trial_requests: Annotated[int, Field(ge=1)] = 3
 
     @model_validator(mode="after")
@@ -161,16 +163,25 @@ class AdaptiveSettings(_Strict):
     """The ``adaptive`` policy's numbers (docs/routing.md explains each and why the defaults)."""
 
     floor: Annotated[float, Field(ge=0, le=1)] = 0.01
-    """Least share of the alias's traffic a degraded but closed-breaker route keeps (its recovery shows)."""
+    """When every route is over its SLO: the least share of the traffic a closed-breaker route keeps."""
     min_samples: Annotated[int, Field(ge=1)] = 10
     exponent: Annotated[float, Field(gt=0)] = 4.0
     error_rate_zero: Annotated[float, Field(gt=0, le=1)] = 0.5
     """The fault rate at which the error factor reaches 0."""
-    recompute: PositiveSeconds = 1.0
+    recompute: PositiveSeconds = 0.25
     smoothing_down: PositiveSeconds = 1.0
     """Time constant towards a lower health factor (fast: distrust quickly)."""
     smoothing_up: PositiveSeconds = 3.0
-    """Time constant towards a higher one (slow: trust slowly)."""
+    """Unused since the slow start became linear (``slow_start``); kept so existing configs load."""
+    far_ratio: Annotated[float, Field(gt=1)] = 2.0
+    """P90 at this many times the SLO is *far* over it: no client traffic while another route meets it."""
+    fast_window: PositiveSeconds = 1.5
+    """First-token evidence: attempts decided in the last ``fast_window`` plus those still waiting."""
+    fast_min_misses: Annotated[int, Field(ge=1)] = 3
+    readmit_after: Annotated[int, Field(ge=1)] = 3
+    """Probe results within the SLO, in a row, that re-admit a demoted route."""
+    slow_start: PositiveSeconds = 15.0
+    """A re-admitted route's factor climbs linearly, 0 → 1 in this long."""
 
 
 class RoutingConfig(_Strict):

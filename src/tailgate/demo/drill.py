@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tailgate.routing import Route
+from tailgate.routing.promises import configured_split
 from tailgate.stats import LatencyHistogram
 
 PHASES = ("warm-up", "degraded", "outage", "restored")
@@ -122,6 +124,17 @@ class PhaseReport:
     def primary_attempt_share(self) -> float | None:
         """Requests reaching the primary ÷ requests sent (can exceed its served share: failed tries count)."""
         return self.primary_arrivals / self.sent if self.sent else None
+
+
+def configured_shares(routes: Sequence[Route], batch_share: float) -> dict[str, float]:
+    """Share of all requests each provider is configured to serve while every route meets its SLO: the
+    interactive requests by the route weights, the batch ones by the weights of the routes that list
+    ``batch`` (the router's promise 1). The drill table sets the served split of every phase against it."""
+    out: dict[str, float] = {}
+    for cls, weight in (("interactive", 1.0 - batch_share), ("batch", batch_share)):
+        for route, share in configured_split(routes, cls).items():
+            out[route.provider] = out.get(route.provider, 0.0) + weight * share
+    return out
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tailgate._runtime import wait_for_stop
-from tailgate.demo.drill import PHASES, DrillPlan, PhaseWindow, analyse
+from tailgate.demo.drill import PHASES, DrillPlan, PhaseWindow, analyse, configured_shares
 from tailgate.demo.probes import without_probes
 from tailgate.demo.show import banner, drill_summary, drill_table, live_line
 from tailgate.demo.stack import MODEL, PRIMARY, Stack, StackOptions, start_stack
@@ -270,6 +270,7 @@ def _report(console: Console, stack: Stack, traffic: Traffic, windows: list[Phas
     if stack.monitor is not None:  # count the gateway's traffic to the primary, not the monitor's probes
         arrivals = without_probes(arrivals, stack.monitor.probe_times(PRIMARY))
     reports = analyse(windows, traffic.records, arrivals, PRIMARY)
-    console.print(drill_table(reports))
+    configured = configured_shares(stack.gateway.aliases[MODEL], traffic.shape.batch_share)
+    console.print(drill_table(reports, configured))
     for line in drill_summary(reports):
         console.print(line, soft_wrap=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -59,12 +59,25 @@ def live_line(phase: str, stats: LiveStats) -> Text:
     return text
 
 
-def drill_table(reports: Sequence[PhaseReport]) -> Table:
+def drill_table(reports: Sequence[PhaseReport], configured: Mapping[str, float] | None = None) -> Table:
+    """One row per phase; with ``configured`` (provider → share, ``drill.configured_shares``) the served
+    split is set against the configured one, provider by provider in the same order."""
     table = Table(title="failover drill (interactive latencies in s from the intended send; shares of successes)")
-    for col in ("phase", "s", "sent", "failed", "P90 TTFT", "P99 TTFT", "P99 E2E", "served by", "to primary"):
-        table.add_column(col, justify="left" if col in ("phase", "served by") else "right")
+    split = ("configured", "served") if configured else ("served by",)
+    for col in ("phase", "s", "sent", "failed", "P90 TTFT", "P99 TTFT", "P99 E2E", *split, "to primary"):
+        table.add_column(col, justify="left" if col in ("phase", "served by", "configured", "served") else "right")
+    names = [n for n, v in (configured or {}).items() if v > 0]
     for r in reports:
         failed = f"{r.failed}" if not r.failed else f"{r.failed} ({r.failed_before_stream} before stream)"
+        cells: tuple[str, ...]
+        if configured:
+            names += [n for n in r.served if n not in names]
+            cells = (
+                " / ".join(f"{n} {_pct(configured.get(n, 0.0))}" for n in names),
+                " / ".join(f"{n} {_pct(r.served.get(n, 0.0))}" for n in names),
+            )
+        else:
+            cells = (", ".join(f"{name} {_pct(v)}" for name, v in r.served.items()) or "–",)
         table.add_row(
             r.name,
             f"{r.duration:.1f}",
@@ -73,7 +86,7 @@ def drill_table(reports: Sequence[PhaseReport]) -> Table:
             _s(r.ttft_p90),
             _s(r.ttft_p99),
             _s(r.e2e_p99),
-            ", ".join(f"{name} {_pct(v)}" for name, v in r.served.items()) or "–",
+            *cells,
             _pct(r.primary_attempt_share),
         )
     return table
@@ -87,14 +100,7 @@ def drill_summary(reports: Sequence[PhaseReport]) -> list[str]:
     if (d := by.get("degraded")) is not None:
         warm = by.get("warm-up")
         before = _pct(warm.primary_attempt_share) if warm else "–"
-        cut = (
-            f"{d.cutover_s:.2f} s"
-            if d.cutover_s is not None
-            else (
-                "not reached in this phase (adaptive scales the weight down to a 1% floor; "
-                "a 5× slower request takes ~5 s to tell)"
-            )
-        )
+        cut = f"{d.cutover_s:.2f} s" if d.cutover_s is not None else "not reached in this phase"
         lines.append(
             f"degraded (latency x5): {PRIMARY} share of new requests {before} -> {_pct(d.primary_attempt_share)} "
             f"(last quarter of the phase: {_pct(d.primary_share_end)}); "

@@ -22,6 +22,7 @@ from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middleware
 from tailgate.gateway.metrics import GatewayMetrics
+from tailgate.gateway.priors import seed_priors
 from tailgate.gateway.probes import Prober
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.reload import Providers, Reloader, add_config_routes
@@ -232,9 +233,13 @@ class Gateway:
                 min_samples=ac.min_samples,
                 floor=ac.floor,
                 recompute_s=ac.recompute,
-                smoothing_tau_s=ac.smoothing_up,
                 smoothing_down_tau_s=ac.smoothing_down,
-                half_open_traffic=not self.config.routing.probes.enabled,  # with probes, they are the trials
+                far_ratio=ac.far_ratio,
+                fast_window_s=ac.fast_window,
+                fast_min_misses=ac.fast_min_misses,
+                readmit_after=ac.readmit_after,
+                slow_start_s=ac.slow_start,
+                prior_idle_s=self.config.routing.window,
                 clock=time.monotonic,
             )
         if name == "least-latency":
@@ -286,6 +291,7 @@ class Gateway:
         await self.key_directory.start()
         if self.maintenance is not None:
             await self.maintenance.start()
+        seed_priors(self)  # promise 5: start from what the monitor measured (docs/routing.md)
         self.prober.start()
 
     async def close(self) -> None:

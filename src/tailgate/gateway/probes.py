@@ -12,8 +12,10 @@ what the gateway's mean. Its result
 - is counted in ``tailgate_probes_total{provider, outcome}``.
 
 Timing: every ``interval`` × (1 ± ``jitter`` × u) per target (the first one interval after start, so a
-gateway that starts and stops at once sends none), every ``degraded_interval`` (2 s) instead while the
-``degraded(provider, model)`` callback says the router holds the target down (adaptive factor < 0.5);
+gateway that starts and stops at once sends none), every ``degraded_interval`` (1 s) instead while the
+``degraded(provider, model)`` callback says the router holds the target down (adaptive factor < 0.5:
+demoted, or re-admitted and still early in its slow start) — looked at every ``degraded_interval``, so a
+route demoted in the middle of a 10 s wait is probed within a second;
 when a breaker opens, the probe waits for its cool-down, and while it is half-open probes go back to
 back (``half_open_gap`` apart) until it closes or re-opens. A probe takes a slot from the provider's
 pacer (a probe never causes a 429 of its own; when the pacer is full the probe is skipped, outcome
@@ -146,7 +148,9 @@ class Prober:
     async def _loop(self, provider: str, model: str) -> None:
         breaker = self.breakers.get(provider)
         event = self._wake[(provider, model)]
-        due = self._clock() + self._interval()
+        last = self._clock()
+        due = last + self._interval()
+        fast = self.config.degraded_interval
         while True:
             state = breaker.state  # reading it turns an open breaker half-open once its cool-down is over
             now = self._clock()
@@ -155,7 +159,11 @@ class Prober:
             elif state == "open":
                 wait = breaker.retry_in()
             else:
+                if self.degraded is not None and fast < self.config.interval and self.degraded(provider, model):
+                    due = min(due, last + fast)  # held down by the router: probe it often from now on
                 wait = due - now
+                if self.degraded is not None:
+                    wait = min(wait, fast)  # look again whether the router holds it down
             if wait > 0:
                 event.clear()
                 with contextlib.suppress(TimeoutError):
@@ -166,7 +174,8 @@ class Prober:
                 await self.probe(provider, model)
             except Exception:  # a bug in one probe must not end the loop (no more probes, silently)
                 log.exception("probe of %s/%s failed", provider, model)
-            due = self._clock() + self._interval(provider, model)
+            last = self._clock()
+            due = last + self._interval(provider, model)
             if breaker.state == "half_open":
                 await asyncio.sleep(self.config.half_open_gap)
 

@@ -50,7 +50,7 @@ class BreakerConfig:
     window_buckets: int = 10
     consecutive_failures: int = 5
     cooldown_s: float = 5.0
-    max_cooldown_s: float = 30.0
+    max_cooldown_s: float = 10.0
     jitter: float = 0.2
     trial_requests: int = 3
     trial_timeout_s: float = 30.0

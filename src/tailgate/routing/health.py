@@ -32,7 +32,9 @@ Everything reads time through the injected ``clock`` (seconds, monotonic); nothi
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,6 +63,9 @@ PROVIDER_FAULTS: frozenset[ErrorClass] = frozenset(
     }
 )
 """Failure classes that count against a provider (error rate, breaker)."""
+
+DECISIONS_KEPT = 512
+"""How many decided attempts ``ProviderHealth.decisions`` keeps (the router reads the last few seconds)."""
 
 FAULT_PENALTY_MS = 2000.0
 """A fault feeds the peak-EWMA estimates at least this much (and at least twice the current estimate),
@@ -101,6 +106,10 @@ class ProviderHealth:
         self._waiting: dict[int, tuple[float, bool]] = {}
         """handle → (send time, stream?) of attempts without a first token (an answer) yet."""
         self._next_handle = 0
+        self.decisions: deque[tuple[float, float, bool]] = deque(maxlen=DECISIONS_KEPT)
+        """The newest *decided* attempts and probes, in the order decided: (sent at, latency s, stream?). A
+        stream is decided at its first token (latency = TTFT), a non-stream at its answer (E2E), a fault when
+        it happens (latency ``inf``). First-token evidence for the router (``routing/promises.py``)."""
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -114,7 +123,13 @@ class ProviderHealth:
 
     def first_token(self, handle: int) -> None:
         """The attempt ``handle`` produced its first token (or, non-streamed, its answer)."""
-        self._waiting.pop(handle, None)
+        waited = self._waiting.pop(handle, None)
+        if waited is not None:
+            self.decisions.append((waited[0], self._clock() - waited[0], waited[1]))
+
+    def waiting(self) -> list[tuple[float, bool]]:
+        """(send time, stream?) of every attempt still waiting for its first token (its answer)."""
+        return list(self._waiting.values())
 
     def stalled_s(self, stream: bool, now: float | None = None) -> float | None:
         """Seconds the second-oldest attempt of this kind has waited for its first token (stream) or its
@@ -138,9 +153,17 @@ class ProviderHealth:
         """
         if not probe and self.in_flight > 0:
             self.in_flight -= 1
-        if handle is not None:
-            self._waiting.pop(handle, None)
-        self.last_observed = self._clock()
+        waited = self._waiting.pop(handle, None) if handle is not None else None
+        now = self.last_observed = self._clock()
+        if result.error_class is None or is_fault(result.error_class):
+            took = (result.e2e_ms or result.ttft_ms or 0.0) / 1000.0
+            if is_fault(result.error_class):
+                sent, stream = waited if waited is not None else (now - took, result.stream)
+                self.decisions.append((sent, math.inf, stream))
+            elif waited is not None:  # answered without a first-token event (non-stream): decided now
+                self.decisions.append((waited[0], now - waited[0], waited[1]))
+            elif probe and result.ttft_ms is not None:
+                self.decisions.append((now - took, result.ttft_ms / 1000.0, True))
         w = self.e2e
         cls = result.error_class
         if probe:
@@ -175,9 +198,11 @@ class ProviderHealth:
                 est.update(max(FAULT_PENALTY_MS, min(2.0 * est.value, FAULT_PENALTY_CAP_MS), result.e2e_ms or 0.0))
 
     def forget(self) -> None:
-        """Drop the windows and the latency estimates (the in-flight count and waits stay): called when the
-        provider's breaker closes after an outage, so the outage's faults and slow samples do not hold its
-        weight down for a whole window once its trials have shown it healthy again."""
+        """Drop the windows and the latency estimates (the in-flight count, the waits and the last seconds'
+        ``decisions`` stay): called when the provider's breaker closes after an outage, or the router
+        re-admits it on probe evidence, so the degradation's faults and slow samples do not hold its weight
+        down for a whole window once it has shown itself healthy again. The decisions stay because they are
+        that evidence: the breaker's successful trial probes re-admit the route at once."""
         self.ttft.reset()
         self.e2e.reset()
         self.ttft_peak = PeakEWMA(tau_s=self.ttft_peak.tau_s, clock=self._clock)

@@ -10,8 +10,14 @@ Definitions (docs/scenarios.md):
   ended elsewhere (with two routes, the failed first attempt was F's).
 - Cut-over after a fault on F at T: the first request sent at or after T from which fewer than 1% of the
   next :data:`WINDOW` requests went to F; the time is its send time − T. ``null``: never.
+- Time to < 10 % after a fault on F at T (``below_10pct_s``): the same with a threshold of 10 % over the next
+  :data:`SHORT_WINDOW` requests (2 s at 20 req/s): how fast most new traffic moved.
 - Re-admission after F recovers at T: the first request from which F's served share of the next
-  :data:`WINDOW` requests is at least half its share in the first phase.
+  :data:`WINDOW` requests is at least half its share in the first phase; back to the configured share
+  (``configured_s``): at least its first-phase share minus 3 points.
+- Split per class (``share_by_class``): who served the requests of each traffic class (``untagged``: no
+  header); ``configured_by_class`` at the run level is what the routes' weights say for each class while
+  every route meets its SLO (``tailgate.routing.promises.configured_split``).
 - Upstream counts come from the simulators' ground truth (``/sim/truth``): every request they received,
   the gateway's retries, hedges and probes included.
 """
@@ -24,16 +30,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailgate.ledger import LedgerRow
+from tailgate.routing import Route
+from tailgate.routing.promises import configured_split
 from tailgate.scenario.config import ScenarioConfig
-from tailgate.scenario.runner import PolicyRecord, Sample, UpstreamRecord
+from tailgate.scenario.runner import UNTAGGED, PolicyRecord, Sample, UpstreamRecord
 from tailgate.stats import LatencyHistogram
 
 __all__ = ["WINDOW", "PhaseSpan", "analyze_run", "phases_of"]
 
 WINDOW = 200
 """Requests per window for cut-over and re-admission (10 s at 20 req/s)."""
+SHORT_WINDOW = 40
+"""Requests per window for the time to < 10 % (2 s at 20 req/s)."""
 CUTOVER_SHARE = 0.01
+MOSTLY_OFF_SHARE = 0.10
 READMIT_FRACTION = 0.5
+CONFIGURED_TOLERANCE = 0.03
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +116,18 @@ def _served(rows: Sequence[LedgerRow], providers: Sequence[str]) -> dict[str, An
         if row.status == 200 and row.e2e_ms is not None and row.provider in e2e:
             e2e[row.provider].record(row.e2e_ms)
     total = len(rows)
+    by_class: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row.provider is not None:
+            c = by_class.setdefault(row.traffic_class or UNTAGGED, dict.fromkeys(providers, 0))
+            c[row.provider] = c.get(row.provider, 0) + 1
     return {
         "gateway_requests": total,
         "share": {p: round(n / total, 4) if total else None for p, n in counts.items()},
+        "share_by_class": {
+            cls: {"requests": sum(c.values()), **{p: round(n / sum(c.values()), 4) for p, n in c.items()}}
+            for cls, c in sorted(by_class.items())
+        },
         "no_provider": none,
         "multi_attempt": fallbacks,
         "provider_e2e_ms": {p: _summary(h) for p, h in e2e.items()},
@@ -129,8 +150,10 @@ def _went_to(row: LedgerRow, provider: str) -> bool:
     return row.provider == provider or (row.attempts > 1 and row.provider is not None)
 
 
-def _first_window(times: Sequence[float], flags: Sequence[bool], start: float, end: float, ok: Any) -> float | None:
-    """Send time of the first request in [start, end) whose next WINDOW requests (within the span) pass ``ok``."""
+def _first_window(
+    times: Sequence[float], flags: Sequence[bool], start: float, end: float, ok: Any, window: int = WINDOW
+) -> float | None:
+    """Send time of the first request in [start, end) whose next ``window`` requests (within the span) pass ``ok``."""
     lo = bisect.bisect_left(times, start)
     hi = bisect.bisect_left(times, end)
     if hi - lo < 1:
@@ -140,8 +163,8 @@ def _first_window(times: Sequence[float], flags: Sequence[bool], start: float, e
         prefix.append(prefix[-1] + int(f))
     n = hi - lo
     for i in range(n):
-        j = min(n, i + WINDOW)
-        if j - i < min(WINDOW, max(20, n // 4)):
+        j = min(n, i + window)
+        if j - i < min(window, max(20, n // 4)):
             return None  # too few requests left to judge
         if ok((prefix[j] - prefix[i]) / (j - i)):
             return times[lo + i]
@@ -165,6 +188,8 @@ def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float
             flags = [_went_to(r, provider) for r in rows]
             t = _first_window(times, flags, step.at, nxt, lambda share: share < CUTOVER_SHARE)
             event["cutover_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+            t = _first_window(times, flags, step.at, nxt, lambda share: share < MOSTLY_OFF_SHARE, SHORT_WINDOW)
+            event["below_10pct_s"] = None if t is None else round(max(0.0, t - step.at), 3)
         else:
             base = baseline.get(provider)
             flags = [r.provider == provider for r in rows]
@@ -172,8 +197,11 @@ def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float
                 goal = READMIT_FRACTION * base
                 t = _first_window(times, flags, step.at, nxt, lambda share, goal=goal: share >= goal)
                 event["readmit_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+                full = base - CONFIGURED_TOLERANCE
+                t = _first_window(times, flags, step.at, nxt, lambda share, full=full: share >= full)
+                event["configured_s"] = None if t is None else round(max(0.0, t - step.at), 3)
             else:
-                event["readmit_s"] = None
+                event["readmit_s"] = event["configured_s"] = None
         out.append(event)
     return out
 
@@ -248,9 +276,17 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
     overall = _section(record.samples, rows, [u for u in record.upstream if u.t >= 0.0], providers)
     baseline = phases[0]["share"] if phases else {}
     bucket = max(0.5, round(record.duration_s / 60.0, 1))
+    alias = cfg.gateway.models[cfg.alias]
+    routes = [Route(cfg.alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in alias.routes]
+    classes = sorted(set(cfg.load.classes) or {UNTAGGED})
+    configured = {
+        cls: {r.provider: round(v, 4) for r, v in configured_split(routes, None if cls == UNTAGGED else cls).items()}
+        for cls in classes
+    }
     return {
         "name": record.run.label,
         "policy": record.run.policy,
+        "configured_by_class": configured,
         "hedge": None,
         "pacing": record.run.pacing if record.run.pacing is not None else cfg.gateway.routing.pacing.enabled,
         "stopped_early": record.stopped,

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, line_chart
 
-__all__ = ["comparison_rows", "event_rows", "render_html", "render_markdown", "rich_tables"]
+__all__ = ["class_rows", "comparison_rows", "event_rows", "render_html", "render_markdown", "rich_tables"]
 
 Doc = Mapping[str, Any]
 
@@ -74,10 +74,42 @@ def event_rows(doc: Doc) -> list[list[str]]:
     for run in doc.get("runs") or []:
         for ev in run["events"]:
             if ev["kind"] == "fault":
-                what, value = "fault → cut-over (<1% of new traffic)", _secs(ev.get("cutover_s"))
+                pairs = [("fault → cut-over (<1% of new traffic)", ev.get("cutover_s"))]
+                if "below_10pct_s" in ev:
+                    pairs.insert(0, ("fault → <10% of new traffic", ev.get("below_10pct_s")))
             else:
-                what, value = "recovery → re-admission (≥½ first-phase share)", _secs(ev.get("readmit_s"))
-            rows.append([str(run["name"]), f"{ev['at_s']:g} s", str(ev["provider"]), what, value])
+                pairs = [("recovery → re-admission (≥½ first-phase share)", ev.get("readmit_s"))]
+                if "configured_s" in ev:
+                    pairs.append(("recovery → first-phase share (−3 points)", ev.get("configured_s")))
+            for what, value in pairs:
+                rows.append([str(run["name"]), f"{ev['at_s']:g} s", str(ev["provider"]), what, _secs(value)])
+    return rows
+
+
+CLASS_HEAD = ["policy", "phase", "class", "req", "configured", "served", "max deviation"]
+
+
+def class_rows(doc: Doc) -> list[list[str]]:
+    """One row per policy × phase × traffic class: the configured split against the served one."""
+    rows = []
+    for run in doc.get("runs") or []:
+        configured = run.get("configured_by_class") or {}
+        for ph in [*run["phases"], {"name": "all", **run["overall"]}]:
+            for cls, served in (ph.get("share_by_class") or {}).items():
+                want = configured.get(cls) or {}
+                providers = [p for p in served if p != "requests"]
+                dev = max((abs(served.get(p, 0.0) - want.get(p, 0.0)) for p in providers), default=0.0)
+                rows.append(
+                    [
+                        str(run["name"]),
+                        str(ph["name"]),
+                        cls,
+                        str(served.get("requests", 0)),
+                        " / ".join(f"{p} {_pct(want.get(p, 0.0))}" for p in providers),
+                        " / ".join(f"{p} {_pct(served.get(p))}" for p in providers),
+                        f"{100.0 * dev:.1f} pt",
+                    ]
+                )
     return rows
 
 
@@ -101,6 +133,14 @@ def rich_tables(doc: Doc) -> list[Table]:
         for row in events:
             ev.add_row(*row)
         out.append(ev)
+    classes = class_rows(doc)
+    if classes:
+        ct = Table(
+            *CLASS_HEAD, title="split per traffic class (configured: the weights while every route meets its SLO)"
+        )
+        for row in classes:
+            ct.add_row(*row)
+        out.append(ct)
     return out
 
 
@@ -116,6 +156,9 @@ def render_markdown(doc: Doc) -> str:
     events = event_rows(doc)
     if events:
         parts.append(_md(EVENT_HEAD, events))
+    classes = class_rows(doc)
+    if classes:
+        parts.append(_md(CLASS_HEAD, classes))
     return "\n\n".join(parts) + "\n"
 
 
@@ -201,6 +244,8 @@ def render_html(doc: Doc) -> str:
     events = event_rows(doc)
     if events:
         parts.append("<h2>Cut-over and re-admission</h2>" + _html_table(EVENT_HEAD, events, left=4))
+    if classes := class_rows(doc):
+        parts.append("<h2>Split per traffic class</h2>" + _html_table(CLASS_HEAD, classes, left=3))
     parts.append('<h2>Charts</h2><div class="charts">' + "\n".join(_charts(doc)) + "</div>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'

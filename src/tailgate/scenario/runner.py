@@ -97,6 +97,10 @@ class LiveStatus:
         return time.perf_counter() - self.started if self.started else 0.0
 
 
+UNTAGGED = "untagged"
+"""The class name in ``load.classes`` for requests sent without an ``x-tailgate-class`` header."""
+
+
 class _ClassMixWorkload(Workload):
     """The bench workload, with each request's traffic class drawn from the scenario's mix."""
 
@@ -114,8 +118,9 @@ class _ClassMixWorkload(Workload):
         for name, share in self._classes:
             acc += share
             if u < acc:
-                return replace(spec, traffic_class=name)
-        return replace(spec, traffic_class=self._classes[-1][0])
+                return replace(spec, traffic_class=None if name == UNTAGGED else name)
+        last = self._classes[-1][0]
+        return replace(spec, traffic_class=None if last == UNTAGGED else last)
 
 
 class _Capture(RunRecorder):

@@ -465,7 +465,12 @@
           : explained && explained[r.provider]
             ? explained[r.provider].reason
             : "static weight";
-        out.push({ text: `${alias}: ${isNum(e) ? +e.toFixed(2) : "—"}${share}`, title: `configured ${r.weight}; ${reason}` });
+        out.push({
+          text: `${alias}: ${isNum(e) ? +e.toFixed(2) : "—"}${share}`,
+          title: `configured ${r.weight}; ${reason}`,
+          // the router's promise in force for this route (docs/routing.md), in words
+          why: `${alias}: ${reason}`,
+        });
       }
     }
     return out;
@@ -492,8 +497,8 @@
       el(
         "tr",
         {},
-        ...["provider", "state", "effective weight", "breaker", "in flight", "attempts", "error rate", "TTFT P90", "E2E P90", "controls"].map(
-          (t, i) => el("th", { class: i < 4 || i === 9 ? "text" : null, text: t }),
+        ...["provider", "state", "effective weight", "routing: promise in force", "breaker", "in flight", "attempts", "error rate", "TTFT P90", "E2E P90", "controls"].map(
+          (t, i) => el("th", { class: i < 5 || i === 10 ? "text" : null, text: t }),
         ),
       ),
     );
@@ -518,6 +523,7 @@
         el("td", { class: "text", text: p.name }),
         el("td", { class: `text state-${p.state}`, text: p.state + (p.paused_for_s > 0 ? ` ${p.paused_for_s}s` : "") }),
         el("td", { class: "text" }, ...weights.map((w, i) => el("span", { title: w.title, text: (i ? ", " : "") + w.text }))),
+        el("td", { class: "text why" }, ...weights.map((w, i) => el("span", { text: (i ? "; " : "") + w.why }))),
         el("td", { class: `text state-${breaker}`, text: breaker }),
         el("td", { text: fmtInt(p.in_flight) }),
         el("td", { text: fmtInt(p.attempts) }),

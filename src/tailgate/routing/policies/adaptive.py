@@ -1,57 +1,27 @@
-"""The ``adaptive`` policy: configured weights scaled by a smoothed health factor from measured P90s.
+"""The ``adaptive`` policy: the configured split while routes meet their SLO, weight off those that miss it.
 
-For each route (provider × upstream model), at most every ``recompute_s`` (1 s) on demand:
+Its promises (docs/routing.md states them; ``routing/promises.py`` holds one function each):
 
-- latency factor, per metric ``m`` in (TTFT, E2E) with at least ``min_samples`` samples in the window:
-  ``1`` when ``p90_m <= slo_m``, else ``(slo_m / p90_m) ** exponent`` (exponent 4: 1.25× the SLO → ×0.41,
-  1.5× → ×0.2, twice → ×0.06: continuous, no cliff, but steep — a provider a few times over its SLO
-  next to a healthy one keeps about the floor, so the alias's P99 stays near the healthy provider's);
-  the worse of the two counts: ``min(f_ttft, f_e2e)``. Attempts still **waiting** count too: when the
-  second-oldest stream without a first token (request without an answer) has waited longer than the
-  window's P90, its age stands in for the P90 (``ProviderHealth.stalled_s``) — so a provider that slows
-  down is seen within about one SLO, not only after its slow calls have finished. Recovery is believed on
-  fresh evidence: when the newest ``min_samples`` samples (``recent_p90_s``; the probes come every
-  ``probes.degraded_interval`` while a route is down-weighted) have a lower P90 than the whole window,
-  theirs is used — so the slow samples of a past degradation do not hold the weight down for a window;
-- error factor: ``max(0, 1 - error_rate / error_rate_zero)`` (``error_rate_zero`` 0.5: 10 % faults →
-  ×0.8, 50 % → ×0) over the same window, once it holds ``min_samples`` requests;
-- ``raw = f_latency × f_error``; no samples yet → ``raw = 1`` (the prior);
-- ``factor`` = a time-based exponential smoothing of ``raw`` over the recomputations, asymmetric: towards a
-  lower ``raw`` with time constant ``smoothing_down_tau_s`` (1 s: a recomputation moves it ``1 - exp(-1)``
-  ≈ 63 % of the way, so a lasting degradation is followed within 2–3 s), towards a higher one with
-  ``smoothing_tau_s`` (3 s: ≈ 28 % per second, a slow start). Distrust fast, trust slowly: a provider
-  that flaps is re-admitted slowly, so weights do not oscillate with it. Blips are filtered before
-  that: the P90 is over the 60 s window, so a burst of slow calls only counts once it is more than
-  10 % of the last minute's calls (and ``min_samples`` of them exist).
-
-Effective weight of a route with configured weight ``w > 0``, among the routes eligible for this request:
-
-- breaker open → 0 and the route is left out (all traffic moves off it);
-- breaker half-open (with a free trial slot) → the floor only: trial traffic, no stampede — or nothing when
-  the gateway's active probes are on (``half_open_traffic=False``): the probes are the trials, so a
-  provider that is still down costs clients no failed attempt;
-- a route far over its SLO (smoothed factor < 0.5) while another route meets it (≥ 0.9) → ``w × factor``
-  ramped linearly down to 0 at factor 0.25 (so the floor): splitting by factor alone would still send it a
-  share large enough to set the alias's P99 (at 2× the SLO, 6 % of its weight);
-- a closed breaker whose last attempt failed → ``w × factor`` without the floor: a provider that is down
-  but not yet counted out (its breaker needs 5 failures in a row, which a trickle takes long to gather)
-  gets no trickle; the probes (or a success) bring the floor back;
-- otherwise ``max(w × factor, floor × T)`` where ``T`` = Σ ``w × factor`` over the closed-breaker routes:
-  ``floor`` 1 % is about a share of the *traffic*, not of the configured weights — a degraded provider
-  keeps a trickle of ~1 % (plus the active probes), so its recovery is seen in the windows while the
-  alias's P99 is barely touched. After a recovery the EWMA brings its weight back over a few
-  ``smoothing_tau_s`` (a slow start) as the bad samples leave the window.
-
-Routes of weight 0 stay pure fallbacks (last). The order is drawn like ``WeightedPolicy``'s: class
-preference first, then a weighted random order by effective weight (first pick ∝ effective weight, then
-the fallbacks by effective weight).
-
-The ``interactive`` class (``x-tailgate-class: interactive``), when no route lists it, prefers the
-fastest healthy route instead: routes whose effective weight comes from their factor (not the floor, not a
-half-open trial) and whose factor says they about meet the SLO (≥ 0.9; if none does, all factor-weighted
-routes) go first by ascending ``peak-EWMA TTFT × (in-flight + 1)`` — the least-latency policy's
-queue-aware score, so the fastest route does not get the whole herd and slow down under it — the rest
-follow in the weighted order. Latency-tolerant ``batch`` work keeps the weights.
+1. A route that meets its SLO keeps its configured share — exactly: the first choice is a smooth weighted
+   round-robin over the effective weights (untagged and ``interactive`` by the route weights, a class some
+   routes list by theirs). Weight moves only off a route that misses its SLO or fails: factor
+   ``(slo / p90) ** exponent`` × ``max(0, 1 - error_rate / error_rate_zero)`` (exponent 4: 1.25× → 0.41).
+2. No client request explores: a route *far* over its SLO (P90 ≥ ``far_ratio`` × the SLO, ≥ 25 % faults,
+   or the first-token evidence of promise 3), or with an open or half-open breaker, is *demoted*: weight
+   0 while another route meets its SLO; it stays a last fallback (for when the healthy routes are paced
+   out). It comes back on probe evidence — the last ``readmit_after`` results since the demotion all
+   within the SLO — with a slow start: its factor restarts at 0.1 and climbs linearly, 0 → 1 in
+   ``slow_start_s``. The gateway probes a route every ``probes.degraded_interval`` while ``factor()`` < 0.5.
+   A route demoted again within a minute of its re-admission (flapping) needs 4× the evidence next time.
+3. React at first-token speed: attempts decided in the last ``fast_window_s`` (first token, answer or
+   fault) plus those still waiting past the SLO; when at least ``fast_min_misses`` and three quarters of
+   them missed it, the route is far over. Downward moves of the factor are smoothed over
+   ``smoothing_down_tau_s`` (1 s); upward ones are the linear slow start.
+4. When no route meets its SLO, the split is ``promises.even_split``: weight × relative health (SLO ÷ P90,
+   linear) ÷ relative queue depth, each route keeping at least ``floor`` of the traffic.
+5. A route with no evidence of its own (no sample in the window, nothing observed for ``prior_idle_s``)
+   is judged by the monitor's recent TTFT P90 and error rate (``seed_priors``, from ``recent_priors()``).
+6. ``explain()`` says per route which promise is in force and why.
 """
 
 from __future__ import annotations
@@ -65,9 +35,32 @@ from typing import Any
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import SLO, eligible, split_by_class, weighted_order
+from tailgate.routing.promises import (
+    Promise,
+    SmoothSplit,
+    configured_split,
+    even_split,
+    explanation,
+    far_at_first_token,
+    first_token_view,
+    prior_ratio,
+    probes_only,
+    readmit_evidence,
+    slow_start,
+)
 from tailgate.routing.weighted import Route
 
 __all__ = ["AdaptivePolicy", "health_factor"]
+
+READMIT_START = 0.1
+"""The factor a demoted route restarts from when probes show it healthy (then the slow start)."""
+FLAP_WINDOW_S = 60.0
+"""A route demoted again within this long of its re-admission is flapping: each such strike quadruples the
+probe evidence it needs next time (3, 12, then ``MAX_READMIT``), like a breaker's cool-down but steeper: a
+provider that flaps every 10 s is then kept out until it has been good for 12 s, not re-admitted each spell."""
+MAX_READMIT = 30
+MEETS_ERROR_FACTOR = 0.9
+"""A route with an error factor below this (over 5 % faults at the defaults) does not meet its SLO."""
 
 
 def health_factor(
@@ -106,12 +99,35 @@ def _fresher(window_p90: float | None, recent_p90: float | None) -> float | None
 
 
 @dataclass(slots=True)
-class _Factor:
+class _Judged:
+    """What the policy last concluded about one route (alias × provider × model)."""
+
     value: float = 1.0
-    """The smoothed factor."""
-    computed_at: float = float("-inf")
+    """The smoothed factor: down with ``smoothing_down_tau_s``, up by the slow start."""
     raw: float = 1.0
-    reason: str = "no samples yet (prior 1.0)"
+    computed_at: float = -math.inf
+    ratio: float = 0.0
+    """The worst P90 ÷ SLO (waiting attempts included); 0 without samples."""
+    f_error: float = 1.0
+    evidence: str = "no samples yet (prior 1.0)"
+    source: str = "none"
+    """Where the evidence came from: ``window``, ``first-token``, ``prior`` or ``none``."""
+    demoted_since: float | None = None
+    readmitted_at: float = -math.inf
+    strikes: int = 0
+    """Demotions in a row that came within ``FLAP_WINDOW_S`` of a re-admission (a flapping route)."""
+    breaker: str = "closed"
+
+    @property
+    def demoted(self) -> bool:
+        return self.demoted_since is not None
+
+    @property
+    def meets(self) -> bool:
+        """Meets its SLO now: not demoted, breaker closed, P90s within it, errors under ~5 %."""
+        return (
+            not self.demoted and self.breaker == "closed" and self.ratio <= 1.0 and self.f_error >= MEETS_ERROR_FACTOR
+        )
 
 
 class AdaptivePolicy:
@@ -130,10 +146,14 @@ class AdaptivePolicy:
         error_rate_zero: float = 0.5,
         min_samples: int = 10,
         floor: float = 0.01,
-        recompute_s: float = 1.0,
-        smoothing_tau_s: float = 3.0,
+        recompute_s: float = 0.25,
         smoothing_down_tau_s: float = 1.0,
-        half_open_traffic: bool = True,
+        far_ratio: float = 2.0,
+        fast_window_s: float = 1.5,
+        fast_min_misses: int = 3,
+        readmit_after: int = 3,
+        slow_start_s: float = 15.0,
+        prior_idle_s: float = 60.0,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -146,179 +166,206 @@ class AdaptivePolicy:
         self.min_samples = min_samples
         self.floor = floor
         self.recompute_s = recompute_s
-        self.smoothing_tau_s = smoothing_tau_s
         self.smoothing_down_tau_s = smoothing_down_tau_s
-        self.half_open_traffic = half_open_traffic
+        self.far_ratio = far_ratio
+        self.fast_window_s = fast_window_s
+        self.fast_min_misses = fast_min_misses
+        self.readmit_after = readmit_after
+        self.slow_start_s = slow_start_s
+        self.prior_idle_s = prior_idle_s
         self._clock = clock or health.clock
         self._rng = rng or random.Random()
-        self._factors: dict[tuple[str, str, str], _Factor] = {}
+        self._split = SmoothSplit()
+        self._judged: dict[tuple[str, str, str], _Judged] = {}
         self._seen: dict[tuple[str, str, str], Route] = {}
+        self._priors: dict[tuple[str, str], tuple[float | None, float | None, int]] = {}
 
     def slo_for(self, alias: str) -> SLO:
         return self.slos.get(alias, self.slo)
 
-    def factor(self, route: Route) -> float:
-        """The smoothed health factor of ``route`` (recomputed when older than ``recompute_s``)."""
-        return self._state(route, self._clock()).value
+    # -- promise 5: priors -----------------------------------------------------------------------
 
-    def _state(self, route: Route, now: float) -> _Factor:
-        key = (route.alias, route.provider, route.model)
-        st = self._factors.get(key)
-        if st is None:
-            st = self._factors[key] = _Factor()
-            self._seen[key] = route
-        if now - st.computed_at >= self.recompute_s:
-            h = self.health.get(route.provider, route.model)
-            n = h.requests
-            ttft = _fresher(h.p90_s("ttft", min_samples=self.min_samples), h.recent_p90_s("ttft", self.min_samples))
-            e2e = _fresher(h.p90_s("e2e", min_samples=self.min_samples), h.recent_p90_s("e2e", self.min_samples))
-            # Attempts still waiting count before they finish: a stall is seen within about one SLO.
-            stalled = []
-            if (wait := h.stalled_s(True, now)) is not None and (ttft is None or wait > ttft):
-                ttft = wait
-                stalled.append(f"2 streams waiting {wait:.2f}s for a first token")
-            if (wait := h.stalled_s(False, now)) is not None and (e2e is None or wait > e2e):
-                e2e = wait
-                stalled.append(f"2 requests waiting {wait:.2f}s for an answer")
-            st.raw, st.reason = health_factor(
-                ttft,
-                e2e,
-                h.error_rate if n >= self.min_samples else None,
-                self.slo_for(route.alias),
-                exponent=self.exponent,
-                error_rate_zero=self.error_rate_zero,
+    def seed_priors(self, priors: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        """(provider, upstream model) → the monitor's ``recent_priors()`` entry (``ttft_p90_ms``,
+        ``error_rate``, ``n``). Used for a route until it has evidence of its own."""
+        for key, p in priors.items():
+            ttft_ms = p.get("ttft_p90_ms")
+            self._priors[key] = (
+                ttft_ms / 1000.0 if ttft_ms is not None else None,
+                p.get("error_rate"),
+                int(p.get("n") or 0),
             )
-            if stalled and st.raw < 1.0:
-                st.reason = f"{st.reason} ({'; '.join(stalled)})"
-            if st.computed_at == float("-inf"):
-                st.value = st.raw
+        for st in self._judged.values():
+            st.computed_at = -math.inf  # judge again with the priors
+
+    # -- judging one route -----------------------------------------------------------------------
+
+    def factor(self, route: Route) -> float:
+        """The route's factor now: 0 while demoted or its breaker is not closed (the gateway probes a
+        route often while this is below 0.5)."""
+        st = self._judge(route, self._clock())
+        return 0.0 if st.demoted or st.breaker != "closed" else st.value
+
+    def demoted(self, route: Route) -> bool:
+        """Is the route out of the client split (far over its SLO, waiting for probe evidence)?"""
+        return self._judge(route, self._clock()).demoted
+
+    def _judge(self, route: Route, now: float) -> _Judged:
+        key = (route.alias, route.provider, route.model)
+        st = self._judged.get(key)
+        if st is None:
+            st = self._judged[key] = _Judged()
+            self._seen[key] = route
+        breaker = self.breakers.get(route.provider).state if self.breakers is not None else "closed"
+        if now - st.computed_at < self.recompute_s and breaker == st.breaker:
+            return st  # a breaker transition is acted on at once, the rest at most every recompute_s
+        h = self.health.get(route.provider, route.model)
+        slo = self.slo_for(route.alias)
+        st.breaker = breaker
+        view = first_token_view(h.decisions, h.waiting(), slo, now, self.fast_window_s)
+        ttft = _fresher(h.p90_s("ttft", min_samples=self.min_samples), h.recent_p90_s("ttft", self.min_samples))
+        e2e = _fresher(h.p90_s("e2e", min_samples=self.min_samples), h.recent_p90_s("e2e", self.min_samples))
+        err = h.error_rate if h.requests >= self.min_samples else None
+        source = "window" if (ttft, e2e, err) != (None, None, None) else "none"
+        prior = self._priors.get((route.provider, route.model))
+        idle = h.last_observed is None or now - h.last_observed > self.prior_idle_s
+        if source == "none" and prior is not None and idle:
+            ratio, err = prior_ratio(prior[0], prior[1], slo)
+            ttft = ratio * slo.ttft_p90 if ratio is not None else None
+            source = "prior"
+        # Attempts still waiting count before they finish (promise 3) through the first-token view below, as
+        # a share of the recent attempts: two independent slow requests in flight at once are not a stall.
+        raw, evidence = health_factor(ttft, e2e, err, slo, exponent=self.exponent, error_rate_zero=self.error_rate_zero)
+        if source == "prior":
+            evidence = f"monitor's recent {evidence} (n={prior[2] if prior else 0})"
+        st.ratio = max(
+            ttft / slo.ttft_p90 if ttft is not None and slo.ttft_p90 > 0 else 0.0,
+            e2e / slo.e2e_p90 if e2e is not None and slo.e2e_p90 > 0 else 0.0,
+        )
+        st.f_error = max(0.0, 1.0 - err / self.error_rate_zero) if err else 1.0
+        fast_far = far_at_first_token(view, self.fast_min_misses)
+        if fast_far:
+            st.ratio = max(st.ratio, self.far_ratio)
+            if view.sent_recent:
+                st.f_error = min(st.f_error, 1.0 - view.faults_recent / view.sent_recent)
+            raw = min(raw, (1.0 / self.far_ratio) ** self.exponent * st.f_error)
+            evidence = (
+                f"{view.missed} of {view.decided} attempts in the last {self.fast_window_s:g}s "
+                f"past the slo or failed ({view.faults_recent} of {view.sent_recent} sent failed)"
+            )
+            source = "first-token"
+        far = fast_far or st.ratio >= self.far_ratio or st.f_error < 0.5
+        if st.breaker != "closed":
+            if st.demoted_since is None:
+                st.demoted_since = now
+                st.strikes = st.strikes + 1 if now - st.readmitted_at < FLAP_WINDOW_S else 0
+            evidence = f"breaker {st.breaker.replace('_', '-')}"
+        elif st.demoted_since is not None:
+            needed = min(MAX_READMIT, self.readmit_after * 4**st.strikes)
+            if readmit_evidence(h.decisions, st.demoted_since, slo, needed, view.waiting_late):
+                # Probes (or fallback requests) show it healthy: back in, from a slow start. Its window still
+                # holds the degradation's samples; they no longer describe it.
+                st.demoted_since, st.readmitted_at = None, now
+                h.forget()
+                st.value, raw, st.ratio, st.f_error = READMIT_START, 1.0, 0.0, 1.0
+                evidence = f"last {needed} probes within the slo"
+                source = "probes"
             else:
-                tau = self.smoothing_down_tau_s if st.raw < st.value else self.smoothing_tau_s
-                keep = math.exp(-(now - st.computed_at) / tau)
-                st.value = st.value * keep + st.raw * (1.0 - keep)
-            st.computed_at = now
+                evidence = f"{evidence}; waiting for {needed} probes in a row within the slo"
+        elif far:
+            st.demoted_since = now
+            st.strikes = st.strikes + 1 if now - st.readmitted_at < FLAP_WINDOW_S else 0
+        if st.computed_at == -math.inf:
+            st.value = raw
+        elif raw < st.value:
+            keep = math.exp(-(now - st.computed_at) / self.smoothing_down_tau_s)
+            st.value = st.value * keep + raw * (1.0 - keep)
+        else:
+            st.value = slow_start(st.value, raw, now - st.computed_at, self.slow_start_s)
+        st.raw, st.evidence, st.source, st.computed_at = raw, evidence, source, now
         return st
 
-    def _effective(self, routes: Sequence[Route], now: float) -> list[tuple[float, _Factor | None, str]]:
-        """Per route (aligned with ``routes``, all eligible): (effective weight, factor state, why), where
-        why is ``fallback``, ``open``, ``half_open``, ``floor`` or ``factor``. The hot path: no strings built."""
-        breakers = self.breakers
-        states: list[tuple[_Factor | None, str]] = []
-        total = 0.0  # effective weight of the closed-breaker routes before the floor
-        for r in routes:
-            if r.weight <= 0:
-                states.append((None, "fallback"))
-                continue
-            factor = self._state(r, now)
-            if breakers is None:
-                state = "closed"
-            else:
-                breaker = breakers.get(r.provider)
-                state = breaker.state
-                if state == "closed" and breaker.consecutive_failures > 0:
-                    state = "failing"  # no floor while its last attempt failed: the probes watch it
-            states.append((factor, state))
-            if state in ("closed", "failing"):
-                total += r.weight * factor.value
-        if total <= 0.0:  # every closed route at factor 0: the floor splits by configured weight
-            total = sum(r.weight for r in routes if r.weight > 0)
-        floor_w = self.floor * total
-        # A route that misses its SLO badly (factor < 0.5) next to one that meets it (factor ≥ 0.9) is
-        # ramped down to the floor (factor 0.25): splitting by factor would still send it a share large
-        # enough to set the alias's P99.
-        healthy_peer = any(st is not None and b == "closed" and st.value >= 0.9 for st, b in states)
-        out: list[tuple[float, _Factor | None, str]] = []
-        for r, (st, b) in zip(routes, states, strict=True):
+    # -- the split -------------------------------------------------------------------------------
+
+    def _effective(self, routes: Sequence[Route], now: float) -> list[tuple[float, _Judged | None, Promise]]:
+        """Per route (aligned with ``routes``): (effective weight, judgement, promise in force)."""
+        judged = [self._judge(r, now) if r.weight > 0 else None for r in routes]
+        healthy_peer = any(st is not None and st.meets for st in judged)
+        out: list[tuple[float, _Judged | None, Promise]] = []
+        if healthy_peer:  # promises 1 and 2
+            for r, st in zip(routes, judged, strict=True):
+                if st is None:
+                    out.append((0.0, None, "fallback"))
+                elif probes_only(st.demoted, st.breaker, True):
+                    out.append((0.0, st, "probes-only"))
+                elif st.meets:
+                    out.append((r.weight * st.value, st, "configured-split" if st.value >= 1.0 else "slow-start"))
+                else:
+                    out.append((r.weight * st.value, st, "over-slo"))
+            return out
+        # Promise 4: no route meets its SLO. Half-open and open breakers stay out (probes are their trials).
+        live = [(i, st) for i, st in enumerate(judged) if st is not None and st.breaker == "closed"]
+        health = [st.f_error / max(1.0, st.ratio) for _, st in live]
+        in_flight = [self.health.get(routes[i].provider, routes[i].model).in_flight for i, _ in live]
+        weights = even_split([routes[i].weight for i, _ in live], health, in_flight, self.floor)
+        by_index = {i: w for (i, _), w in zip(live, weights, strict=True)}
+        for i, st in enumerate(judged):
             if st is None:
                 out.append((0.0, None, "fallback"))
-            elif b == "open":
-                out.append((0.0, st, "open"))
-            elif b == "half_open":
-                out.append((floor_w if self.half_open_traffic else 0.0, st, "half_open"))
+            elif i in by_index:
+                out.append((by_index[i], st, "even-degradation"))
             else:
-                w = r.weight * st.value
-                if healthy_peer and st.value < 0.5:
-                    w *= max(0.0, (st.value - 0.25) / 0.25)  # 0 at factor 0.25, 1 at 0.5: no cliff
-                if b == "failing" and w < floor_w:
-                    out.append((w, st, "failing"))
-                elif w < floor_w:
-                    out.append((floor_w, st, "floor"))
-                else:
-                    out.append((w, st, "factor"))
-        return out
-
-    def _weights(self, routes: Sequence[Route]) -> dict[Route, tuple[float, float, str]]:
-        """route → (effective weight, smoothed factor, reason) among ``routes`` (all eligible)."""
-        out: dict[Route, tuple[float, float, str]] = {}
-        for r, (w, st, why) in zip(routes, self._effective(routes, self._clock()), strict=True):
-            f = st.value if st is not None else 1.0
-            reason = st.reason if st is not None else ""
-            if why == "fallback":
-                reason = "weight 0: fallback only"
-            elif why == "open":
-                reason = "breaker open"
-            elif why == "half_open":
-                reason = (
-                    "breaker half-open: trial traffic at the floor"
-                    if self.half_open_traffic
-                    else "breaker half-open: the probes are its trials"
-                )
-            elif why == "floor":
-                reason = f"{reason}; floor {self.floor:.0%}"
-            elif why == "failing":
-                reason = f"{reason}; no floor while its last attempt failed (probes watch for recovery)"
-            out[r] = (w, f, reason)
+                out.append((0.0, st, "probes-only"))
         return out
 
     def order(
         self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
     ) -> list[Route]:
-        """Routes to try, best first (see the module docstring); open breakers and ``exclude`` left out."""
+        """Routes to try, best first: the first by the exact split, the other routes with weight as
+        fallbacks (class preference first), then the zero-weight ones (demoted, weight 0)."""
         usable = eligible(routes, exclude, self.breakers)
         eff = self._effective(usable, self._clock())
-        by_id = {id(r): e[0] for r, e in zip(usable, eff, strict=True)}
+        weight = {id(r): e[0] for r, e in zip(usable, eff, strict=True)}
         preferred, rest = split_by_class(usable, traffic_class)
-
-        def weight(r: Route) -> float:
-            return by_id[id(r)]
-
-        first = weighted_order(preferred, weight, self._rng)
-        if traffic_class == "interactive" and not rest:  # every route may serve it: fastest first
-            # Healthy: weight from its factor (not the floor, not a trial) and about within the SLO (≥ 0.9);
-            # if none is, every route weighted by its factor.
-            healthy = {
-                id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor" and e[1] and e[1].value >= 0.9
-            }
-            if not healthy:
-                healthy = {id(r) for r, e in zip(usable, eff, strict=True) if e[2] == "factor"}
-            inf = float("inf")
-
-            def score(r: Route) -> float:
-                if id(r) not in healthy:
-                    return inf
-                h = self.health.get(r.provider, r.model)
-                return h.latency_estimate_ms("ttft") * (h.in_flight + 1)
-
-            first.sort(key=score)  # stable: ties keep the weighted order
-            return first
-        return first + weighted_order(rest, weight, self._rng)
+        live_pref = [r for r in preferred if weight[id(r)] > 0]
+        live_rest = [r for r in rest if weight[id(r)] > 0]
+        dead = [r for r in preferred if weight[id(r)] <= 0] + [r for r in rest if weight[id(r)] <= 0]
+        if not live_pref:
+            live_pref, live_rest = live_rest, []
+        out: list[Route] = []
+        if live_pref:
+            group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
+            keys = [((r.provider, r.model), weight[id(r)]) for r in live_pref]
+            pick = self._split.pick(group, keys, overflow=(group[0], None))
+            if pick is not None:
+                out.append(live_pref.pop(pick))
+        out += weighted_order(live_pref, lambda r: weight[id(r)], self._rng)
+        out += weighted_order(live_rest, lambda r: weight[id(r)], self._rng)
+        return out + dead
 
     def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]:
-        """provider → configured weight, effective weight, smoothed factor, raw factor, reason, breaker."""
+        """provider → configured and effective weight and share, factor, promise in force, reason, breaker."""
         routes = list(routes) if routes is not None else list(self._seen.values())
-        weights = self._weights(routes)
+        eff = self._effective(routes, self._clock())
+        configured = configured_split(routes)
+        total = sum(e[0] for e in eff)
         out: dict[str, dict[str, Any]] = {}
-        for r in routes:
-            eff, f, reason = weights[r]
-            st = self._factors.get((r.alias, r.provider, r.model))
+        for r, (w, st, promise) in zip(routes, eff, strict=True):
+            share = w / total if total > 0 else 0.0
+            evidence = st.evidence if st is not None else ""
             out[r.provider] = {
                 "alias": r.alias,
                 "model": r.model,
                 "configured_weight": r.weight,
-                "effective_weight": eff,
-                "factor": f,
-                "raw_factor": st.raw if st else 1.0,
-                "reason": reason,
+                "effective_weight": w,
+                "configured_share": configured[r],
+                "effective_share": share,
+                "factor": st.value if st is not None else 1.0,
+                "raw_factor": st.raw if st is not None else 1.0,
+                "promise": promise,
+                "reason": explanation(promise, evidence, configured[r], share),
+                "evidence": evidence,
+                "source": st.source if st is not None else "none",
                 "breaker": self.breakers.get(r.provider).state if self.breakers is not None else None,
             }
         return out
