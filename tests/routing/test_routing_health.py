@@ -121,3 +121,15 @@ def test_forget_drops_windows_and_estimates_but_keeps_waits() -> None:
     assert h.stalled_s(True) == 4.0
     h.first_token(handle)
     assert h.stalled_s(True) is None
+
+
+def test_a_non_streamed_answer_is_not_a_ttft() -> None:
+    """A non-streamed call's "first token" is its whole answer: it feeds the E2E window, not the TTFT one (a
+    batch route answering in 2 s must not look over a 1.5 s TTFT SLO)."""
+    t = [1000.0]
+    h = HealthRegistry(clock=lambda: t[0]).get("p", "m")
+    for _ in range(20):
+        h.observe(CallResult(200, None, 0.0, False, ttft_ms=2000.0, e2e_ms=2000.0, output_tokens=100))
+        h.observe(CallResult(200, None, 0.0, True, ttft_ms=400.0, e2e_ms=1500.0, output_tokens=64))
+    assert h.p90_s("ttft") == pytest.approx(0.4, rel=0.05)
+    assert h.p90_s("e2e") == pytest.approx(2.0, rel=0.05)

@@ -2,9 +2,10 @@
 
 ``ProviderHealth`` keeps, over a sliding window (default 60 s in 12 buckets of 5 s):
 
-- TTFT and E2E histograms (ms) → P50/P90/P99. TTFT is recorded whenever the call produced a first
-  token (a stream cut after its first token still tells us how fast the provider started); E2E only for
-  successful calls, since a failed call's duration is the failure's, not the provider's speed.
+- TTFT and E2E histograms (ms) → P50/P90/P99. TTFT is recorded whenever a *streamed* call produced a
+  first token (a stream cut after its first token still tells us how fast the provider started; a
+  non-streamed call's answer is its E2E, and judging it against a TTFT SLO would call a healthy batch
+  route slow); E2E only for successful calls, since a failed call's duration is the failure's.
 - counters: ``requests`` (every observed call except ``cancelled``), ``faults`` (calls that failed for
   a reason that is the provider's: see ``PROVIDER_FAULTS``), ``error:<class>`` for every failure class,
   ``429`` (status 429, whatever its class), ``probes`` / ``probe_faults``, and output tokens over
@@ -175,7 +176,8 @@ class ProviderHealth:
         if result.status == 429:
             w.incr("429")
         if result.ttft_ms is not None:
-            self.ttft.record(result.ttft_ms)
+            if result.stream:  # a non-streamed call's "first token" is its whole answer: its E2E, not a TTFT
+                self.ttft.record(result.ttft_ms)
             self.ttft_peak.update(result.ttft_ms)
         elif result.ok and result.e2e_ms is not None:
             # A non-streamed call: its first byte is its whole answer.
