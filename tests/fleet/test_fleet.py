@@ -279,7 +279,9 @@ async def test_weights_agree_across_replicas_from_merged_windows(sim: SimFactory
     merged fleet windows and shows the same effective weights within 5 points."""
     a = await sim("instant", models=("up",), faults={"stall_first_token_s": 0.3})
     b = await sim("instant", models=("up",))
-    replicas = await fleet(2, a.url, b.url, routing={"probes": {"enabled": False}, "slo": {"ttft_p90": "100ms"}})
+    replicas = await fleet(
+        2, a.url, b.url, routing={"probes": {"enabled": False}, "slo": {"ttft_p90": "100ms", "e2e_p90": "100ms"}}
+    )
     free = {"Authorization": "Bearer tg-free-key-0123"}
     async with aiohttp.ClientSession() as session:
         for _ in range(6):
