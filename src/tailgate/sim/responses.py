@@ -8,7 +8,6 @@ One ``message`` output item with one ``output_text`` part; a stream is ``respons
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.accuracy import solve, wrong_answer
-from tailgate.sim.engine import QueueFull, Sequence
+from tailgate.sim.engine import Sequence
 from tailgate.sim.text import estimate_tokens
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
@@ -64,32 +63,8 @@ async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamR
         h._truth(ctx, injected.status, stream)
         return injected
     seq = _sequence(h, ctx.rid, req)
-    delay = p.pre_queue_delay(time.perf_counter())
-    f = p.faults
-    if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
-        ctx.fault = "spike"
-        delay += f.spike_s
-    if f.active and f.stall_first_token_s:
-        ctx.fault = ctx.fault or "stall_first_token"
-        seq.extra_delay_s = f.stall_first_token_s
-    if f.active and f.slow_drip_s:
-        ctx.fault = ctx.fault or "slow_drip"
-        seq.drip_s = f.slow_drip_s
-    if delay > 0:
-        await asyncio.sleep(delay)
-    seq.notify_each = stream
-    try:
-        p.engine.submit(seq)
-    except QueueFull as exc:
-        status = p.spec.params.overflow_status
-        ctx.fault = "queue_full"
-        h._truth(ctx, status, stream)
-        err = (
-            wire_errors.rate_limited(f"Too many requests in flight: {exc}.")
-            if status == 429
-            else wire_errors.overloaded(f"The engine is overloaded: {exc}.")
-        )
-        return error_response(err, ctx.headers)
+    if (refused := await h._submit(seq, ctx, stream)) is not None:
+        return refused
     try:
         if stream:
             return await _stream(h, request, req, seq, ctx)

@@ -214,6 +214,19 @@ class SimHandlers:
         seed = p.text_seed(req.seed)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
         seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
+        if (refused := await self._submit(seq, ctx, stream)) is not None:
+            return refused
+        try:
+            if stream:
+                return await self._stream(request, req, kind, seq, ctx)
+            return await self._unary(request, req, kind, seq, ctx)
+        finally:
+            p.engine.cancel(seq)  # no-op when finished; frees the slot when the client left early
+
+    async def _submit(self, seq: Sequence, ctx: _Ctx, stream: bool) -> web.Response | None:
+        """Apply the active faults' delays to ``seq`` and hand it to the engine; the refusal (429 or 503)
+        when the engine's queue is full, else None. Shared by chat, completions and responses."""
+        p = self.p
         delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
         if f.active and f.spike_rate and p.rng.random() < f.spike_rate:
@@ -240,12 +253,7 @@ class SimHandlers:
                 else wire_errors.overloaded(f"The engine is overloaded: {exc}.")
             )
             return error_response(err, ctx.headers)
-        try:
-            if stream:
-                return await self._stream(request, req, kind, seq, ctx)
-            return await self._unary(request, req, kind, seq, ctx)
-        finally:
-            p.engine.cancel(seq)  # no-op when finished; frees the slot when the client left early
+        return None
 
     def _sequence(
         self,
