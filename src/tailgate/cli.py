@@ -6,21 +6,17 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from tailgate import __version__
+from tailgate._cli_keys import keys, usage
+from tailgate._cli_monitor import leaderboard, monitor
+from tailgate._cli_util import _fail, _stdout
 from tailgate._runtime import run, setup_logging, wait_for_stop
 from tailgate.config.loader import ConfigError
-
-
-def _stdout() -> Console:
-    """Rich console for tables; when piped, wide enough that rows are not wrapped mid-value."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
-
 
 log = logging.getLogger("tailgate")
 
@@ -34,12 +30,6 @@ def main(verbose: bool) -> None:
     Measure OpenAI-compatible providers honestly and route between them by measured tail latency.
     """
     setup_logging(verbose)
-
-
-def _fail(message: str) -> NoReturn:
-    """Print a usage/config error (plain text: paths must not be wrapped) and exit 2."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
 
 
 @main.command()
@@ -482,259 +472,8 @@ def scenario(
     )
 
 
-# -- monitor, leaderboard -------------------------------------------------------------------------------------
-def _echo_line(line: str) -> None:
-    """Progress and results to stdout; lines starting with "error" to stderr."""
-    click.echo(line, err=line.startswith("error"))
-
-
-def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
-    """``30s`` / ``1m30s`` / ``7d`` → seconds, or exit 2 naming the option."""
-    from tailgate.config import parse_duration
-
-    try:
-        value = float(parse_duration(text))
-    except ValueError as exc:
-        _fail(f"{option}: {exc}")
-    if value <= minimum:
-        _fail(f"{option}: must be more than {minimum:g} s, got {text!r}")
-    return value
-
-
-@main.command()
-@click.option("--config", "config_path", type=click.Path(path_type=Path), required=True, help="Gateway YAML config.")
-@click.option("--once", is_flag=True, help="Run one round, print its samples and exit (1 if no probe succeeded).")
-@click.option(
-    "--db",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Store (default: the config's ledger.path, else $TAILGATE_DB, else the XDG data folder).",
-)
-@click.option("--interval", default="60s", show_default=True, help="Time between rounds (jittered by up to 10%).")
-@click.option("--retention", default="30d", show_default=True, help="Delete samples older than this ('0' keeps all).")
-@click.option(
-    "--workload",
-    "workloads",
-    multiple=True,
-    type=click.Choice(["short", "long", "accuracy"]),
-    help="Probe only these workloads (repeatable; default: all three).",
-)
-@click.option("--concurrency", type=click.IntRange(1, 64), default=2, show_default=True, help="Probes per provider.")
-@click.option("--serve", is_flag=True, help="Also serve the dashboard over the store.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: listen address.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8090, show_default=True, help="With --serve: port.")
-@click.option("--peak-at", help="Run a bench profile at this local time (HH:MM, e.g. 11:00): the peak-hour test.")
-@click.option("--peak-days", default="mon-fri", show_default=True, help="Days of the peak test: mon-fri, daily …")
-@click.option("--peak-levels", default="1,10,50", show_default=True, help="Peak test: concurrency levels.")
-@click.option("--peak-duration", default="30s", show_default=True, help="Peak test: per level.")
-@click.option("--peak-find-max", multiple=True, help="Peak test: also search capacity, e.g. 'p90(ttft)<1s'.")
-def monitor(
-    config_path: Path,
-    once: bool,
-    db: Path | None,
-    interval: str,
-    retention: str,
-    workloads: tuple[str, ...],
-    concurrency: int,
-    serve: bool,
-    host: str,
-    port: int,
-    **peak: Any,
-) -> None:
-    """Probe every provider × model of a gateway config on a schedule and store the samples."""
-    from tailgate.monitor.command import MonitorOptions, monitor_main
-
-    if once and serve:
-        _fail("--serve runs until stopped; it cannot be combined with --once")
-    keep = None if retention.strip() == "0" else _duration("--retention", retention)
-    options = MonitorOptions(
-        config=config_path,
-        db=db,
-        once=once,
-        interval_s=_duration("--interval", interval),
-        retention_s=keep,
-        concurrency=concurrency,
-        workloads=workloads or ("short", "long", "accuracy"),
-        serve=serve,
-        host=host,
-        port=port,
-        **_peak_options(peak),
-    )
-    sys.exit(run(lambda stop: monitor_main(stop, options, echo=_echo_line)))
-
-
-def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
-    """``--peak-*`` → MonitorOptions fields; the bench profile runner is wired in here (faces stay apart)."""
-    if not peak.get("peak_at"):
-        return {}
-    from tailgate.bench.profile import run_profile
-    from tailgate.bench.thresholds import ThresholdError, parse_threshold
-    from tailgate.monitor.peak import PeakProfile, PeakSchedule
-
-    try:
-        PeakSchedule.parse(peak["peak_at"], peak["peak_days"])
-        levels = tuple(int(x) for x in str(peak["peak_levels"]).split(","))
-        for expr in peak["peak_find_max"]:
-            parse_threshold(expr)
-    except (ValueError, ThresholdError) as exc:
-        _fail(str(exc) if "--peak" in str(exc) else f"--peak-*: {exc}")
-    if not levels or min(levels) < 1:
-        _fail("--peak-levels: positive integers, e.g. 1,10,50")
-    profile = PeakProfile(
-        levels=levels,
-        duration_s=_duration("--peak-duration", peak["peak_duration"]),
-        find_max=tuple(peak["peak_find_max"]),
-    )
-    return {
-        "peak_at": peak["peak_at"],
-        "peak_days": peak["peak_days"],
-        "peak_profile": profile,
-        "peak_runner": run_profile,
-    }
-
-
-@main.command()
-@click.option("--window", default="7d", show_default=True, help="How far back: 1h, 24h, 7d, 30d …")
-@click.option(
-    "--sort",
-    default="p90",
-    show_default=True,
-    help="p90 | p50 | p99 | e2e_p90 | e2e_p99 | tok_s | min_tok_s | snapshot | reliability | accuracy | price | "
-    "samples | traffic_p90.",
-)
-@click.option("--model", default=None, help="Only this upstream model id.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema tailgate.leaderboard/v1).")
-@click.option(
-    "--db",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Store (default: the config's ledger.path, else $TAILGATE_DB, else the XDG data folder).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    help="Gateway config: adds price, max output length and configured pairs without samples.",
-)
-def leaderboard(
-    window: str, sort: str, model: str | None, as_json: bool, db: Path | None, config_path: Path | None
-) -> None:
-    """Rank providers × models from the monitor's samples and the gateway's traffic."""
-    from tailgate.monitor.board import BoardOptions, leaderboard_main
-
-    options = BoardOptions(
-        window_s=_duration("--window", window), sort=sort, model=model, as_json=as_json, db=db, config=config_path
-    )
-    sys.exit(leaderboard_main(options, echo=_echo_line, show=_stdout().print))
-
-
-# -- keys, usage (docs/keys.md) --------------------------------------------------------------------------------
-_STORE_OPTIONS = (
-    click.option("--config", "config_path", type=click.Path(path_type=Path), help="Gateway config: finds its store."),
-    click.option("--db", type=click.Path(path_type=Path, dir_okay=False), help="A SQLite store instead (overrides)."),
-)
-
-
-def _store_options(fn: Any) -> Any:
-    for option in reversed(_STORE_OPTIONS):
-        fn = option(fn)
-    return fn
-
-
-def _key_options(fn: Any) -> Any:
-    for option in reversed(
-        (
-            click.option("--rpm", help="Requests per minute ('none': no limit)."),
-            click.option("--tpm", help="Tokens per minute, prompt + max_tokens reserved at admission ('none')."),
-            click.option("--max-concurrency", help="Requests in flight at once ('none')."),
-            click.option(
-                "--budget",
-                "budgets",
-                multiple=True,
-                help="'200k tokens/day', '5M tokens/month', '10/day' or '100/month' (money); repeatable.",
-            ),
-            click.option("--no-budget", is_flag=True, help="Remove every budget."),
-            click.option("--models", help="Comma-separated aliases this key may use ('all': any)."),
-            click.option("--class", "traffic_class", help="Default traffic class of this key's requests."),
-            click.option("--expires", help="30d (from now), 2027-01-31 (UTC) or 'never'."),
-            click.option("--meta", multiple=True, help="NAME=VALUE metadata (team=search, owner=ana); repeatable."),
-            click.option("--json", "as_json", is_flag=True, help="Print JSON."),
-        )
-    ):
-        fn = option(fn)
-    return fn
-
-
-def _store_target(config_path: Path | None, db: Path | None) -> Any:
-    from tailgate.config import ConfigError
-    from tailgate.ledger.commands import store_target
-
-    try:
-        return store_target(config_path, db)
-    except ConfigError as exc:
-        _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
-
-
-@main.group()
-def keys() -> None:
-    """Runtime gateway keys in the store: limits, budgets, models, expiry (docs/keys.md)."""
-
-
-@keys.command("create")
-@_store_options
-@click.option("--id", "key_id", required=True, help="The key's name (team-a): in the ledger, metrics and /admin/keys.")
-@_key_options
-def keys_create(config_path: Path | None, db: Path | None, key_id: str, as_json: bool, **flags: Any) -> None:
-    """Create a key and print it once (only its hash is stored)."""
-    from tailgate.ledger.commands import KeyOptions, keys_main
-
-    target = _store_target(config_path, db)
-    sys.exit(keys_main("create", target, _echo_line, key_id=key_id, options=KeyOptions(**flags), as_json=as_json))
-
-
-@keys.command("list")
-@_store_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def keys_list(config_path: Path | None, db: Path | None, as_json: bool) -> None:
-    """Every key with its state, limits and spend today and this month."""
-    from tailgate.ledger.commands import keys_main
-
-    sys.exit(keys_main("list", _store_target(config_path, db), _echo_line, as_json=as_json))
-
-
-@keys.command("update")
-@_store_options
-@click.argument("key_id")
-@_key_options
-def keys_update(config_path: Path | None, db: Path | None, key_id: str, as_json: bool, **flags: Any) -> None:
-    """Change a key's limits, budgets, models, class, expiry or metadata."""
-    from tailgate.ledger.commands import KeyOptions, keys_main
-
-    target = _store_target(config_path, db)
-    sys.exit(keys_main("update", target, _echo_line, key_id=key_id, options=KeyOptions(**flags), as_json=as_json))
-
-
-@keys.command("revoke")
-@_store_options
-@click.argument("key_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def keys_revoke(config_path: Path | None, db: Path | None, key_id: str, as_json: bool) -> None:
-    """Revoke a key: every replica refuses it within about half a second."""
-    from tailgate.ledger.commands import keys_main
-
-    sys.exit(keys_main("revoke", _store_target(config_path, db), _echo_line, key_id=key_id, as_json=as_json))
-
-
-@main.command()
-@_store_options
-@click.option("--by", type=click.Choice(["key", "alias", "provider", "day"]), default="key", show_default=True)
-@click.option("--since", default="7d", show_default=True, help="How far back (rounded down to the hour): 24h, 7d, 30d.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
-@click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
-def usage(config_path: Path | None, db: Path | None, by: str, since: str, as_json: bool, as_csv: bool) -> None:
-    """Requests, tokens and spend per key, alias, provider or day, from the store (the whole fleet's)."""
-    from tailgate.ledger.commands import usage_main
-
-    if as_json and as_csv:
-        _fail("--json and --csv: choose one")
-    fmt = "json" if as_json else "csv" if as_csv else "table"
-    target = _store_target(config_path, db)
-    sys.exit(usage_main(target, _echo_line, by=by, since_s=_duration("--since", since), fmt=fmt))  # type: ignore[arg-type]
+# -- commands kept in their own modules: monitor and leaderboard, keys and usage (docs/keys.md)
+main.add_command(monitor)
+main.add_command(leaderboard)
+main.add_command(keys)
+main.add_command(usage)

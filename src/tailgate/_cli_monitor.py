@@ -1,0 +1,142 @@
+"""``tailgate monitor`` and ``tailgate leaderboard`` (docs/monitor.md).
+
+Registered on the main command group by ``tailgate.cli``; the logic lives in ``tailgate.monitor``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tailgate._cli_util import _duration, _echo_line, _fail, _stdout
+from tailgate._runtime import run
+
+__all__ = ["leaderboard", "monitor"]
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), required=True, help="Gateway YAML config.")
+@click.option("--once", is_flag=True, help="Run one round, print its samples and exit (1 if no probe succeeded).")
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Store (default: the config's ledger.path, else $TAILGATE_DB, else the XDG data folder).",
+)
+@click.option("--interval", default="60s", show_default=True, help="Time between rounds (jittered by up to 10%).")
+@click.option("--retention", default="30d", show_default=True, help="Delete samples older than this ('0' keeps all).")
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Choice(["short", "long", "accuracy"]),
+    help="Probe only these workloads (repeatable; default: all three).",
+)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=2, show_default=True, help="Probes per provider.")
+@click.option("--serve", is_flag=True, help="Also serve the dashboard over the store.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: listen address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8090, show_default=True, help="With --serve: port.")
+@click.option("--peak-at", help="Run a bench profile at this local time (HH:MM, e.g. 11:00): the peak-hour test.")
+@click.option("--peak-days", default="mon-fri", show_default=True, help="Days of the peak test: mon-fri, daily …")
+@click.option("--peak-levels", default="1,10,50", show_default=True, help="Peak test: concurrency levels.")
+@click.option("--peak-duration", default="30s", show_default=True, help="Peak test: per level.")
+@click.option("--peak-find-max", multiple=True, help="Peak test: also search capacity, e.g. 'p90(ttft)<1s'.")
+def monitor(
+    config_path: Path,
+    once: bool,
+    db: Path | None,
+    interval: str,
+    retention: str,
+    workloads: tuple[str, ...],
+    concurrency: int,
+    serve: bool,
+    host: str,
+    port: int,
+    **peak: Any,
+) -> None:
+    """Probe every provider × model of a gateway config on a schedule and store the samples."""
+    from tailgate.monitor.command import MonitorOptions, monitor_main
+
+    if once and serve:
+        _fail("--serve runs until stopped; it cannot be combined with --once")
+    keep = None if retention.strip() == "0" else _duration("--retention", retention)
+    options = MonitorOptions(
+        config=config_path,
+        db=db,
+        once=once,
+        interval_s=_duration("--interval", interval),
+        retention_s=keep,
+        concurrency=concurrency,
+        workloads=workloads or ("short", "long", "accuracy"),
+        serve=serve,
+        host=host,
+        port=port,
+        **_peak_options(peak),
+    )
+    sys.exit(run(lambda stop: monitor_main(stop, options, echo=_echo_line)))
+
+
+def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
+    """``--peak-*`` → MonitorOptions fields; the bench profile runner is wired in here (faces stay apart)."""
+    if not peak.get("peak_at"):
+        return {}
+    from tailgate.bench.profile import run_profile
+    from tailgate.bench.thresholds import ThresholdError, parse_threshold
+    from tailgate.monitor.peak import PeakProfile, PeakSchedule
+
+    try:
+        PeakSchedule.parse(peak["peak_at"], peak["peak_days"])
+        levels = tuple(int(x) for x in str(peak["peak_levels"]).split(","))
+        for expr in peak["peak_find_max"]:
+            parse_threshold(expr)
+    except (ValueError, ThresholdError) as exc:
+        _fail(str(exc) if "--peak" in str(exc) else f"--peak-*: {exc}")
+    if not levels or min(levels) < 1:
+        _fail("--peak-levels: positive integers, e.g. 1,10,50")
+    profile = PeakProfile(
+        levels=levels,
+        duration_s=_duration("--peak-duration", peak["peak_duration"]),
+        find_max=tuple(peak["peak_find_max"]),
+    )
+    return {
+        "peak_at": peak["peak_at"],
+        "peak_days": peak["peak_days"],
+        "peak_profile": profile,
+        "peak_runner": run_profile,
+    }
+
+
+@click.command()
+@click.option("--window", default="7d", show_default=True, help="How far back: 1h, 24h, 7d, 30d …")
+@click.option(
+    "--sort",
+    default="p90",
+    show_default=True,
+    help="p90 | p50 | p99 | e2e_p90 | e2e_p99 | tok_s | min_tok_s | snapshot | reliability | accuracy | price | "
+    "samples | traffic_p90.",
+)
+@click.option("--model", default=None, help="Only this upstream model id.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema tailgate.leaderboard/v1).")
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Store (default: the config's ledger.path, else $TAILGATE_DB, else the XDG data folder).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Gateway config: adds price, max output length and configured pairs without samples.",
+)
+def leaderboard(
+    window: str, sort: str, model: str | None, as_json: bool, db: Path | None, config_path: Path | None
+) -> None:
+    """Rank providers × models from the monitor's samples and the gateway's traffic."""
+    from tailgate.monitor.board import BoardOptions, leaderboard_main
+
+    options = BoardOptions(
+        window_s=_duration("--window", window), sort=sort, model=model, as_json=as_json, db=db, config=config_path
+    )
+    sys.exit(leaderboard_main(options, echo=_echo_line, show=_stdout().print))

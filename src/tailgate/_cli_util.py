@@ -1,0 +1,40 @@
+"""Small helpers shared by the command-line modules (``tailgate.cli`` and ``tailgate._cli_keys``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+from rich.console import Console
+
+__all__ = ["_duration", "_echo_line", "_fail", "_stdout"]
+
+
+def _fail(message: str) -> NoReturn:
+    """Print a usage/config error (plain text: paths must not be wrapped) and exit 2."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def _echo_line(line: str) -> None:
+    """Progress and results to stdout; lines starting with "error" to stderr."""
+    click.echo(line, err=line.startswith("error"))
+
+
+def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
+    """``30s`` / ``1m30s`` / ``7d`` → seconds, or exit 2 naming the option."""
+    from tailgate.config import parse_duration
+
+    try:
+        value = float(parse_duration(text))
+    except ValueError as exc:
+        _fail(f"{option}: {exc}")
+    if value <= minimum:
+        _fail(f"{option}: must be more than {minimum:g} s, got {text!r}")
+    return value
+
+
+def _stdout() -> Console:
+    """Rich console for tables; when piped, wide enough that rows are not wrapped mid-value."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
