@@ -27,10 +27,10 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -339,9 +339,10 @@ class KeyAdmission:
                 await asyncio.gather(*self._pending, return_exceptions=True)
 
 
-async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], obj: Mapping[str, Any], body_bytes: int) -> None:
+async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
     """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
-    the ledger outcome. Also applies the key's default traffic class."""
+    the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
+    (``gateway.responses.token_estimate``). Also applies the key's default traffic class."""
     if ctx.key_id is None:
         return
     limits = gw.key_directory.limits(ctx.key_id)
@@ -351,12 +352,6 @@ async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], obj: Mappin
         ctx.traffic_class = limits.traffic_class
     if not limits.limited:
         return
-    prompt = body_bytes / 4
-    if ctx.endpoint == "embeddings":
-        output = 0.0
-    else:
-        out = obj.get("max_completion_tokens") or obj.get("max_tokens")
-        output = float(out) if isinstance(out, int) and out > 0 else float(gw.config.routing.pacing.default_max_tokens)
     prices = [gw.providers[r.provider].config.price for r in routes if r.provider in gw.providers]
     price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
     try:

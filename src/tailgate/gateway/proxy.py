@@ -198,8 +198,11 @@ class Proxy:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
         obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
+        prompt, output = responses.token_estimate(
+            obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens
+        )
         if ctx.key_id is not None:
-            await admit_request(gw, ctx, routes, obj, len(body))  # the key's own limits (docs/keys.md)
+            await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
         shed = gw.config.routing.shed
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
@@ -213,7 +216,7 @@ class Proxy:
         order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
             raise refusals.no_route(gw, routes, now, ctx)
-        tokens = _token_estimate(obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens)
+        tokens = prompt + output
         hedger = gw.hedgers.get(req.model) if gw.hedgers else None
         if hedger is not None:
             hedger.budget.record_request()
@@ -593,12 +596,3 @@ def _answer_ms(ttft_ms: float | None, result: CallResult | None) -> float | None
 def _drain(queue: deque[Route]) -> Iterator[Route]:
     while queue:
         yield queue.popleft()
-
-
-def _token_estimate(obj: Mapping[str, Any], body_bytes: int, endpoint: Endpoint, default_max_tokens: int) -> float:
-    """Tokens a request may use, for TPM pacing: the prompt ≈ body bytes / 4, plus the output it may produce
-    (``max_completion_tokens`` / ``max_tokens``, else ``routing.pacing.default_max_tokens``; none for embeddings)."""
-    if endpoint == "embeddings":
-        return body_bytes / 4
-    out = responses.output_budget(obj)
-    return body_bytes / 4 + (out if isinstance(out, int) and out > 0 else default_max_tokens)

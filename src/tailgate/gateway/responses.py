@@ -41,3 +41,15 @@ def error_frame(err: WireError) -> bytes:
 def output_budget(obj: Mapping[str, Any]) -> Any:
     """The request's output token budget, whatever the endpoint calls it."""
     return obj.get("max_completion_tokens") or obj.get("max_tokens") or obj.get("max_output_tokens")
+
+
+def token_estimate(
+    obj: Mapping[str, Any], body_bytes: int, endpoint: str, default_max_tokens: int
+) -> tuple[float, float]:
+    """(prompt, output) tokens a request may use, for TPM pacing and key reservations alike: the prompt ≈ body
+    bytes / 4; the output is the request's budget (:func:`output_budget`), else ``default_max_tokens``
+    (``routing.pacing.default_max_tokens``); none for embeddings."""
+    if endpoint == "embeddings":
+        return body_bytes / 4, 0.0
+    out = output_budget(obj)
+    return body_bytes / 4, float(out if isinstance(out, int) and out > 0 else default_max_tokens)
