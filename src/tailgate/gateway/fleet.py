@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import copy
 import logging
@@ -51,6 +52,8 @@ _TRIAL_HOLD_S = 10.0
 _DEMAND_FLOOR = 0.05
 """Each replica's demand counts at least this many requests per second in the share split, so a replica
 that has seen no traffic yet can still send its first requests."""
+_DEMAND_WINDOW_S = 2.0
+"""A replica's demand is its request rate over about this long (a sliding window of sync ticks)."""
 
 
 class FleetWindow(SlidingWindow):
@@ -99,6 +102,11 @@ class Fleet:
         self._trial_tokens: dict[str, str] = {}
         self._wanted: dict[str, int] = dict.fromkeys(gw.providers, 0)
         self._demand: dict[str, float] = dict.fromkeys(gw.providers, 0.0)
+        self._demand_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
+        """Per provider: (tick length s, requests that wanted it) of the last ``_DEMAND_WINDOW_S``."""
+        self._published_demand: dict[str, float] = {}
+        self._peer_demand: dict[str, tuple[bytes, dict[str, float], dict[str, float]]] = {}
+        """Per peer replica: (its latest blob, its latest demands, the demands it published before)."""
         self._last_tick = time.monotonic()
         self._windows: dict[tuple[str, str], tuple[FleetWindow, FleetWindow]] = {}
         self.published = 0
@@ -348,22 +356,43 @@ class Fleet:
                 log.exception("fleet sync tick failed")
 
     async def _share_pacing(self) -> None:
+        """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``.
+
+        The replicas tick at different moments, so a replica sees a peer's new demand up to one tick
+        after the peer itself acted on it. To keep the shares' sum ≤ 1 through such changes, a replica's
+        own demand counts at the lower of its last two published values and each peer's at the higher
+        of the two last seen: whichever of a replica's two values its peers hold, they count it at least
+        as high as it counts itself. The demand is a rate over the last ``_DEMAND_WINDOW_S`` (an EMA
+        of 0.25 s ticks was noisy enough to over-allocate by ~30 % for a tick: one upstream 429)."""
         now = time.monotonic()
         dt, self._last_tick = max(1e-3, now - self._last_tick), now
         limited = [n for n, p in self.gw.providers.items() if p.pacer.limited]
         for name in self._wanted:
-            rate = self._wanted[name] / dt
+            ticks = self._demand_ticks.setdefault(name, collections.deque())
+            ticks.append((dt, self._wanted[name]))
             self._wanted[name] = 0
-            self._demand[name] = 0.5 * self._demand.get(name, 0.0) + 0.5 * rate
+            span = sum(t for t, _ in ticks)
+            while len(ticks) > 1 and span - ticks[0][0] >= _DEMAND_WINDOW_S:
+                span -= ticks.popleft()[0]
+            self._demand[name] = sum(n for _, n in ticks) / span
         if not limited:
             return
         mine = {n: round(self._demand[n], 3) for n in limited}
+        before, self._published_demand = self._published_demand, mine
         await self.state.publish("pacing", msgspec.json.encode(mine), ttl_s=max(1.0, 4 * self.sync_interval))
-        others = [msgspec.json.decode(b, type=dict[str, float]) for b in self.state.peers("pacing").values()]
+        seen: dict[str, tuple[bytes, dict[str, float], dict[str, float]]] = {}
+        for replica, blob in self.state.peers("pacing").items():
+            old = self._peer_demand.get(replica)
+            if old is not None and old[0] == blob:
+                seen[replica] = old
+            else:
+                latest = msgspec.json.decode(blob, type=dict[str, float])
+                seen[replica] = (blob, latest, old[1] if old is not None else latest)
+        self._peer_demand = seen
         for name in limited:
-            own = mine[name] + _DEMAND_FLOOR
-            total = own + sum(o.get(name, 0.0) + _DEMAND_FLOOR for o in others)
-            self.gw.providers[name].pacer.set_share(own / total)
+            own = min(mine[name], before.get(name, mine[name])) + _DEMAND_FLOOR
+            others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
+            self.gw.providers[name].pacer.set_share(own / (own + others))
 
     async def _publish_windows(self) -> None:
         blob = msgspec.msgpack.encode(
