@@ -286,3 +286,47 @@ def test_window_matches_a_naive_model(steps: list[tuple[float, float, bool]]) ->
         got = w.histogram()
         assert got.count == expected.count
         assert got.to_dict()["buckets"] == expected.to_dict()["buckets"]
+
+
+def test_precision_rounds_each_latency_within_its_step() -> None:
+    """``precision=128``: every percentile within 1/256 of the exact one, and at most 128 distinct values
+    per power of two however many different latencies were recorded."""
+    clock = FakeClock(0.0)
+    exact, coarse_w = SlidingWindow(60.0, 12, clock), SlidingWindow(60.0, 12, clock, precision=128)
+    values = [100.0 + i * 0.01 for i in range(10_000)]  # 100–200 ms: one power of two, 10,000 values
+    for v in values:
+        exact.record(v)
+        coarse_w.record(v)
+    got, want = coarse_w.histogram(), exact.histogram()
+    assert got.count == want.count == 10_000
+    distinct = [len(h.to_dict()["buckets"]) // 2 for h in (want, got)]  # (index delta, count) pairs
+    assert distinct[0] > 1_000
+    assert distinct[1] <= 128
+    for q in (50.0, 90.0, 99.0):
+        assert got.percentile(q) == pytest.approx(want.percentile(q), rel=1 / 256)
+    with pytest.raises(ValueError, match="precision"):
+        SlidingWindow(60.0, 12, clock, precision=0)
+
+
+def test_histogram_reuses_closed_buckets_until_time_or_a_merge_changes_them() -> None:
+    """The cached merge of the closed buckets always agrees with the buckets themselves (``count`` sums
+    them directly), across a new bucket, records, merges, expiry and reset."""
+    clock = FakeClock(0.0)
+    w = SlidingWindow(20.0, 4, clock)
+    w.record(1.0)
+    clock.t = 5.0  # a new bucket: the first one is closed now
+    assert w.histogram().count == w.count == 1
+    w.record(2.0)  # the current bucket is read fresh every time
+    assert w.histogram().count == w.count == 2
+    other = SlidingWindow(20.0, 4, clock)
+    clock.t = 0.0
+    other.record(3.0)  # into the closed bucket's time, through a merge
+    clock.t = 5.0
+    w.merge_from(other)
+    assert w.histogram().count == w.count == 3
+    w.merge_bytes(other.to_bytes())
+    assert w.histogram().count == w.count == 4
+    clock.t = 20.0  # the first bucket expires
+    assert w.histogram().count == w.count < 4
+    w.reset()
+    assert w.histogram().count == w.count == 0

@@ -36,6 +36,7 @@ from tailgate.routing import ProviderHealth, Transition
 from tailgate.state import SharedState
 from tailgate.state.lease import LeasedLimiter
 from tailgate.stats import SlidingWindow
+from tailgate.stats.window import ROUTING_PRECISION
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ class FleetWindow(SlidingWindow):
     __slots__ = ("own",)
 
     def __init__(self, width_s: float, buckets: int, clock: Callable[[], float]) -> None:
-        super().__init__(width_s, buckets, clock)
-        self.own = SlidingWindow(width_s, buckets, clock)
+        super().__init__(width_s, buckets, clock, precision=ROUTING_PRECISION)
+        self.own = SlidingWindow(width_s, buckets, clock, precision=ROUTING_PRECISION)
 
     def record(self, value: float, count: int = 1) -> None:
         super().record(value, count)

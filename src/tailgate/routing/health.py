@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tailgate.stats.ewma import PeakEWMA
-from tailgate.stats.window import SlidingWindow
+from tailgate.stats.window import ROUTING_PRECISION, SlidingWindow
 from tailgate.upstream.events import CallResult, ErrorClass
 
 __all__ = ["NEUTRAL_ERRORS", "PROVIDER_FAULTS", "HealthRegistry", "ProviderHealth", "is_fault"]
@@ -97,8 +97,8 @@ class ProviderHealth:
         self.provider = provider
         self.model = model
         self._clock = clock
-        self.ttft = SlidingWindow(window_s, buckets, clock)
-        self.e2e = SlidingWindow(window_s, buckets, clock)
+        self.ttft = SlidingWindow(window_s, buckets, clock, precision=ROUTING_PRECISION)
+        self.e2e = SlidingWindow(window_s, buckets, clock, precision=ROUTING_PRECISION)
         """Latencies of successful calls plus every counter (see the module docstring)."""
         self.ttft_peak = PeakEWMA(tau_s=peak_tau_s, clock=clock)
         self.e2e_peak = PeakEWMA(tau_s=peak_tau_s, clock=clock)

@@ -22,9 +22,20 @@ import msgspec
 
 from tailgate.stats.histogram import LatencyHistogram
 
-__all__ = ["SlidingWindow"]
+__all__ = ["ROUTING_PRECISION", "SlidingWindow", "coarse"]
 
 _NEVER = -(1 << 62)  # tag of a slot that has never been written; out of every live range
+
+ROUTING_PRECISION = 128
+"""Steps per power of two for windows that routing reads several times a second (within 0.4 %)."""
+
+
+def coarse(value: float, precision: int) -> float:
+    """``value`` (> 0, finite) rounded to the middle of its step when each power of two is cut into
+    ``precision`` equal steps: relative error at most ``1 / (2 × precision)``."""
+    m, e = math.frexp(value)  # value = m × 2**e, 0.5 <= m < 1
+    steps = 2 * precision
+    return math.ldexp((math.floor(m * steps) + 0.5) / steps, e)
 
 
 class SlidingWindow:
@@ -37,16 +48,24 @@ class SlidingWindow:
     therefore never raises, never moves data to older buckets and never expires anything; values
     recorded meanwhile go into the newest bucket. A clock jumping forward expires what is older
     than ``width_s`` in the jumped-to time, as it should.
+
+    ``precision`` (steps per power of two, e.g. :data:`ROUTING_PRECISION`) rounds each latency to the
+    middle of its step before recording: percentiles are then within ``1 / (2 × precision)`` (0.4 % at
+    128), and a window holds at most ``precision`` distinct values per power of two instead of up to
+    2,048. Windows that are read many times a second (routing health) need that: merging twelve buckets of
+    a busy minute at the histogram's full resolution took ~6 ms (5,770 distinct values at 1,500 req/s).
     """
 
     __slots__ = (
         "_bucket_s",
         "_buckets",
         "_clock",
+        "_closed",
         "_counters",
         "_created",
         "_hists",
         "_latest",
+        "_precision",
         "_skew",
         "_tags",
         "_unit",
@@ -60,6 +79,7 @@ class SlidingWindow:
         clock: Callable[[], float] = time.monotonic,
         *,
         unit: float = 0.001,
+        precision: int | None = None,
     ) -> None:
         if not (0.0 < width_s < math.inf):
             raise ValueError(f"width_s must be a positive finite number, got {width_s!r}")
@@ -67,7 +87,12 @@ class SlidingWindow:
             raise ValueError(f"buckets must be >= 1, got {buckets!r}")
         self._width_s = float(width_s)
         self._buckets = buckets
+        if precision is not None and not 1 <= precision <= 2048:
+            raise ValueError(f"precision must be within [1, 2048] steps per power of two, got {precision!r}")
         self._bucket_s = self._width_s / buckets
+        self._precision = precision
+        self._closed: tuple[int, LatencyHistogram] | None = None
+        """(epoch, the live buckets before it merged): reused by ``histogram()`` until the epoch moves."""
         self._clock = clock
         self._unit = unit
         self._hists = [LatencyHistogram(unit) for _ in range(buckets)]
@@ -123,7 +148,10 @@ class SlidingWindow:
         return i
 
     def record(self, value: float, count: int = 1) -> None:
-        """Record a latency (same unit and rules as ``LatencyHistogram.record``)."""
+        """Record a latency (same unit and rules as ``LatencyHistogram.record``), first rounded to the
+        window's ``precision`` when it has one."""
+        if self._precision is not None and 0.0 < value < math.inf:
+            value = coarse(value, self._precision)
         self._hists[self._write_slot()].record(value, count)
 
     def incr(self, name: str, n: int = 1) -> None:
@@ -139,6 +167,7 @@ class SlidingWindow:
         clock runs ahead) are folded into our current bucket, as a backwards clock would be.
         Alignment is in each window's own time, which is its clock plus any backwards-jump skew.
         """
+        self._closed = None
         if (other._bucket_s, other._buckets, other._unit) != (self._bucket_s, self._buckets, self._unit):
             raise ValueError(
                 "cannot merge windows of different shape: "
@@ -173,6 +202,7 @@ class SlidingWindow:
     def merge_bytes(self, data: bytes) -> None:
         """Add a window published with :meth:`to_bytes` into ours, bucket by age; raises ``ValueError`` on
         malformed data or a different shape."""
+        self._closed = None
         try:
             bucket_s, buckets, unit, slots = msgspec.msgpack.decode(
                 data, type=tuple[float, int, float, list[tuple[int, bytes, dict[str, int]]]]
@@ -192,6 +222,7 @@ class SlidingWindow:
 
     def reset(self) -> None:
         """Drop everything; the window's age restarts from now."""
+        self._closed = None
         for i in range(self._buckets):
             self._hists[i].reset()
             self._counters[i].clear()
@@ -213,11 +244,23 @@ class SlidingWindow:
         return self._bucket_s
 
     def histogram(self) -> LatencyHistogram:
-        """A new histogram merging the live buckets (the caller may keep or change it)."""
-        merged = LatencyHistogram(self._unit)
-        for i in self._live(self._epoch(self._now())):
-            merged.merge(self._hists[i])
-        return merged
+        """A new histogram merging the live buckets (the caller may keep or change it).
+
+        The buckets before the current one change only when time moves to a new bucket (or on a merge or
+        reset), so their merge is kept and reused: a read costs a copy plus the current bucket's merge."""
+        epoch = self._epoch(self._now())
+        closed = self._closed
+        if closed is None or closed[0] != epoch:
+            merged = LatencyHistogram(self._unit)
+            for i in self._live(epoch):
+                if self._tags[i] != epoch:
+                    merged.merge(self._hists[i])
+            self._closed = closed = (epoch, merged)
+        out = closed[1].copy()
+        current = epoch % self._buckets
+        if self._tags[current] == epoch:
+            out.merge(self._hists[current])
+        return out
 
     def recent_histogram(self, min_count: int) -> LatencyHistogram:
         """The newest live buckets merged, newest first, until they hold ``min_count`` latencies (or all
