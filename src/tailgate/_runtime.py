@@ -67,3 +67,17 @@ async def wait_for_stop(stop: asyncio.Event, duration: float | None) -> None:
     """Wait until ``stop`` is set or ``duration`` seconds pass (forever when None)."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=duration)
+
+
+async def stop_task(task: asyncio.Task[object] | asyncio.Task[None], grace_s: float = 0.1) -> None:
+    """Cancel a background task and wait until it has really stopped.
+
+    One ``cancel()`` is not always enough on Python 3.11: a cancellation that lands while an
+    ``asyncio.timeout`` block inside the task expires is turned into a ``TimeoutError``, and a loop that
+    treats timeouts as a Redis hiccup carries on for ever (a fleet test hung in teardown this way in CI).
+    So cancel again until the task is done."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=grace_s)
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("tailgate").debug("background task %s ended with %r", task.get_name(), task.exception())

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from tailgate._runtime import stop_task
 from tailgate.config.schema import ProbesConfig
 from tailgate.routing import BreakerRegistry, HealthRegistry, Transition
 from tailgate.upstream import CallResult, call
@@ -126,9 +127,7 @@ class Prober:
     async def close(self) -> None:
         """Cancel every loop and wait for them (a probe in flight is cancelled, its connection released)."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(stop_task(task) for task in tasks))
 
     def on_transition(self, provider: str, transition: Transition) -> None:
         """A breaker moved: wake the provider's loops so they re-plan (wait out an open, probe a half-open)."""

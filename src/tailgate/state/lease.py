@@ -19,11 +19,11 @@ each request makes its own atomic ``take``: exact to the unit, at the cost of on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from dataclasses import dataclass
 
+from tailgate._runtime import stop_task
 from tailgate.state.protocol import Admission, SharedState
 
 __all__ = ["LeasedLimiter"]
@@ -82,9 +82,7 @@ class LeasedLimiter:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
         for name in list(self._slices):
             await self._give_back(name)

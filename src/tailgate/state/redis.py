@@ -29,6 +29,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from tailgate._runtime import stop_task
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
 from tailgate.state.local import LocalState, default_replica_id
@@ -136,9 +137,7 @@ class RedisState(SharedState):
         if self._late:
             await asyncio.wait(list(self._late), timeout=_SYNC_TIMEOUT_S)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
         if not self._down:
             with contextlib.suppress(*_Failure):
                 async with asyncio.timeout(_SYNC_TIMEOUT_S):
