@@ -360,6 +360,8 @@ class LoadGenerator:
             """Build the next request ahead of its time, then send it if already due or arm the alarm."""
             nonlocal ready, building
             building = False
+            if finished.done():  # the run ended (or failed) while this was queued: nothing more to send
+                return
             if item is not None and ready is None:
                 try:
                     idx = self._next_target()
@@ -372,6 +374,8 @@ class LoadGenerator:
 
         def dispatch() -> None:
             nonlocal item, ready, building
+            if finished.done():
+                return
             try:
                 while item is not None and not self._should_stop(phase, bounds, end):
                     intended, make = item
