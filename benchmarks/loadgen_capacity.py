@@ -4,7 +4,8 @@
    ``instant`` simulator: >= 2,000 req/s.
 2. Open loop at a constant 1,000 req/s (one process): schedule lag (actual - intended send time of
    every request, ``schedule_lag_ms`` in results.json) has P99 <= 1 ms, the achieved rate is within
-   2 % of the schedule, and no request fails.
+   2 % of the schedule, and no request fails. The run (the empty schedule, then the generator) is made
+   ``--open-runs`` times (3): the P99 judged is the median run's; every run is printed and kept.
 
 For information: the same closed loop with two generator processes (``--workers 2``) and with
 streamed responses (20 token chunks), and the open loop's rate split over ``--workers 2``. ``--rt`` runs
@@ -24,7 +25,7 @@ prints the top functions by own time. Exit status: 0 when all checks pass and ev
 otherwise (``--quick``: targets shown, not enforced); 2 when wrk is missing.
 
 Usage: ``.venv/bin/python benchmarks/loadgen_capacity.py [--duration S] [--quick] [--json F] [--profile]
-[--only nonstream|open|stream] [--rt]``.
+[--only nonstream|open|stream] [--open-runs N] [--rt]``.
 """
 
 from __future__ import annotations
@@ -252,6 +253,8 @@ class Settings:
     quick: bool
     rt: bool = False
     """Open loop only: the generator and the empty schedule run with real-time priority (SCHED_FIFO)."""
+    open_runs: int = 3
+    """Open-loop runs (each: the empty schedule, then the generator); claim 2 is judged on the median P99."""
 
 
 def closed(
@@ -359,53 +362,80 @@ def empty_schedule(rate: float, duration_s: float, *, alarm: bool = True, rt: bo
     }
 
 
-def open_loop(st: Settings, sim: Server, workdir: Path) -> dict[str, Any]:
-    """Claim 2: one process, a constant ``rate``; schedule lag and achieved rate from results.json."""
-    checks = Checks()
-    out = workdir / "open.json"
+def _open_run(st: Settings, sim: Server, workdir: Path, k: int, checks: Checks) -> dict[str, Any]:
+    """One open-loop run of claim 2: the empty schedule (the alarm), then the generator, one process."""
+    out = workdir / f"open-{k}.json"
     argv = bench_argv(
         sim.url, out, "--rate", f"{st.rate:g}", stream=False, duration_s=st.open_duration_s, warmup_s=st.warmup_s
     )
     floor = empty_schedule(st.rate, st.open_duration_s, rt=st.rt)
-    timers = empty_schedule(st.rate, st.open_duration_s, alarm=False, rt=st.rt)
     rt = ["chrt", "-f", str(RT_PRIORITY)] if st.rt else []
-    argv = [*rt, *argv]
-    res = run_bench("open loop", argv, out, sim)
+    res = run_bench(f"open loop, run {k}", [*rt, *argv], out, sim)
     check_gen(checks, res)
+    return {
+        "run": k,
+        "schedule_lag_ms": res.run["metrics"]["schedule_lag_ms"],
+        "empty_schedule_lag_ms": floor,
+        "achieved_rps": res.rps,
+        "e2e_ms": res.run["metrics"]["e2e_ms"],
+        "errors": res.errors,
+        "generator": res.as_dict(),
+    }
+
+
+def open_loop(st: Settings, sim: Server, workdir: Path) -> dict[str, Any]:
+    """Claim 2: one process, a constant ``rate``; schedule lag and achieved rate from results.json.
+
+    The run (empty schedule, then the generator) is repeated ``st.open_runs`` times: on a shared machine
+    one run's P99 swings with whatever else ran in its 10 s (issue 16 measured 0.39-1.64 ms in five
+    runs of the same code on a quiet one). The target is judged on the median run's P99; every run is
+    reported, and the achieved rate and errors must pass in every run.
+    """
+    checks = Checks()
+    timers = empty_schedule(st.rate, st.open_duration_s, alarm=False, rt=st.rt)
+    runs = [_open_run(st, sim, workdir, k, checks) for k in range(1, st.open_runs + 1)]
+    rt = ["chrt", "-f", str(RT_PRIORITY)] if st.rt else []
     # For information: the same rate split over two generator processes (500 req/s each).
-    out2 = workdir / "open-2.json"
+    out2 = workdir / "open-x2.json"
     argv2 = bench_argv(
         sim.url, out2, "--rate", f"{st.rate:g}", "--workers", "2", stream=False, duration_s=st.open_duration_s,
         warmup_s=st.warmup_s,
     )  # fmt: skip
     res2 = run_bench("open loop x2", [*rt, *argv2], out2, sim)
     check_gen(checks, res2)
-    lag = res.run["metrics"]["schedule_lag_ms"]
-    p99 = lag["p99"]
-    achieved = res.rps
+    p99s = [r["schedule_lag_ms"]["p99"] for r in runs]
+    ranked = sorted(runs, key=lambda r: (r["schedule_lag_ms"]["p99"] is None, r["schedule_lag_ms"]["p99"] or 0.0))
+    median = ranked[len(ranked) // 2]  # for an even count, the worse of the middle two
+    p99 = median["schedule_lag_ms"]["p99"]
+    achieved = min(r["achieved_rps"] for r in runs)
     rate_ok = achieved >= (1 - RATE_TOLERANCE) * st.rate
     return {
         "claim": f"open loop at {st.rate:,.0f} req/s (constant), one process: schedule lag P99 <= "
-        f"{TARGET_LAG_P99_MS} ms, achieved rate >= {1 - RATE_TOLERANCE:.0%} of it",
+        f"{TARGET_LAG_P99_MS} ms (median of {len(runs)} runs), achieved rate >= {1 - RATE_TOLERANCE:.0%} of it",
         "target": {"metric": "schedule lag P99 ms", "op": "<=", "value": TARGET_LAG_P99_MS},
         "value": p99,
         "lag_passed": p99 is not None and p99 <= TARGET_LAG_P99_MS,
         "rate_passed": rate_ok,
         "passed": p99 is not None and p99 <= TARGET_LAG_P99_MS and rate_ok,
         "rate": st.rate,
-        "achieved_rps": achieved,
-        "schedule_lag_ms": lag,
-        "empty_schedule_lag_ms": floor,
+        # The median run's numbers (the keys as before there were several runs); every run in "runs".
+        "median_run": median["run"],
+        "p99_by_run": p99s,
+        "achieved_rps": median["achieved_rps"],
+        "min_achieved_rps": achieved,
+        "schedule_lag_ms": median["schedule_lag_ms"],
+        "empty_schedule_lag_ms": median["empty_schedule_lag_ms"],
         "empty_schedule_timer_lag_ms": timers,
-        "e2e_ms": res.run["metrics"]["e2e_ms"],
-        "generator": res.as_dict(),
+        "e2e_ms": median["e2e_ms"],
+        "generator": median["generator"],
+        "runs": runs,
         "two_workers": {
             "schedule_lag_ms": res2.run["metrics"]["schedule_lag_ms"],
             "achieved_rps": res2.rps,
             "e2e_ms": res2.run["metrics"]["e2e_ms"],
             "generator": res2.as_dict(),
         },
-        "errors": res.errors + res2.errors,
+        "errors": sum(r["errors"] for r in runs) + res2.errors,
         "correct": checks.ok,
         "checks": checks.items,
     }
@@ -479,11 +509,27 @@ def print_closed(title: str, sc: dict[str, Any], enforced: bool) -> None:
     console.print(line, soft_wrap=True)
 
 
+def _lags(d: dict[str, Any]) -> str:
+    return " / ".join(f"{d[k]:.3f}" if d[k] is not None else "-" for k in ("p50", "p90", "p99", "max"))
+
+
 def print_open(title: str, sc: dict[str, Any], enforced: bool) -> None:
+    runs = Table("run", "lag P50 / P90 / P99 / max ms", "empty schedule (alarm), same", "req/s", "generator CPU",
+                 title=f"{title}: every run (the target is judged on the median P99)")  # fmt: skip
+    for r in sc["runs"]:
+        mark = " (median)" if r["run"] == sc["median_run"] else ""
+        runs.add_row(
+            f"{r['run']}{mark}",
+            _lags(r["schedule_lag_ms"]),
+            _lags(r["empty_schedule_lag_ms"]),
+            f"{r['achieved_rps']:,.1f}",
+            _cores(r["generator"]["gen_cpu"]),
+        )
+    console.print(runs)
     lag = sc["schedule_lag_ms"]
-    table = Table("", "value", "target", "result", title=title)
+    table = Table("", "value", "target", "result", title=f"{title}: the median run ({sc['median_run']})")
     table.add_row(
-        "schedule lag P99 ms",
+        f"schedule lag P99 ms (median of {len(sc['runs'])} runs)",
         f"{lag['p99']:.3f}" if lag["p99"] is not None else "-",
         f"<= {TARGET_LAG_P99_MS}",
         _verdict(sc["lag_passed"], enforced),
@@ -499,8 +545,8 @@ def print_open(title: str, sc: dict[str, Any], enforced: bool) -> None:
             "",
         )
     table.add_row(
-        "achieved req/s",
-        f"{sc['achieved_rps']:,.1f}",
+        "achieved req/s (lowest of the runs)",
+        f"{sc['min_achieved_rps']:,.1f}",
         f">= {(1 - RATE_TOLERANCE) * sc['rate']:,.0f}",
         _verdict(sc["rate_passed"], enforced),
     )
@@ -551,6 +597,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=OPEN_RATE, help="open-loop rate, req/s (default 1000)")
     ap.add_argument("--profile", action="store_true", help="also run the closed loop under cProfile")
     ap.add_argument(
+        "--open-runs",
+        type=int,
+        default=None,
+        help="open loop: runs of the empty schedule + generator; the lag target is judged on the median P99 "
+        "(default 3; 1 with --quick)",
+    )
+    ap.add_argument(
         "--rt",
         action="store_true",
         help="open loop: run the generator and the empty schedule with real-time priority (chrt -f 10; needs root "
@@ -574,12 +627,13 @@ def main(argv: list[str] | None = None) -> int:
         rate=args.rate,
         quick=args.quick,
         rt=args.rt,
+        open_runs=max(1, args.open_runs if args.open_runs is not None else (1 if args.quick else 3)),
     )
     info = machine(wrk_binary)
     print_machine(console, info)
     console.print(
         f"closed loop c={st.concurrency}, {st.duration_s:g} s measured after a {st.warmup_s:g} s warm-up; "
-        f"open loop {st.rate:g} req/s for {st.open_duration_s:g} s"
+        f"open loop {st.rate:g} req/s for {st.open_duration_s:g} s, {st.open_runs} run(s)"
         f"{' (generator at real-time priority, --rt)' if st.rt else ''}; instant simulator, max_tokens {TOKENS}",
         markup=False,
         soft_wrap=True,

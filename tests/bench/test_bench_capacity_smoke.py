@@ -61,6 +61,9 @@ def test_loadgen_capacity_quick_run_is_correct(tmp_path: Path) -> None:
     assert open_loop["empty_schedule_lag_ms"]["count"] > 0
     assert open_loop["empty_schedule_timer_lag_ms"]["count"] > 0
     assert open_loop["achieved_rps"] > 0
+    runs = open_loop["runs"]  # --quick: one open-loop run; the value judged is its P99
+    assert [r["run"] for r in runs] == [1] == [open_loop["median_run"]]
+    assert open_loop["value"] == runs[0]["schedule_lag_ms"]["p99"] == open_loop["p99_by_run"][0]
     two = open_loop["two_workers"]  # the same rate split over --workers 2
     assert two["schedule_lag_ms"]["count"] > 0
     assert two["achieved_rps"] > 0

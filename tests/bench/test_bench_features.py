@@ -19,10 +19,11 @@ from conftest import SimFactory, ThreadedSim
 from tailgate.bench import loadgen
 from tailgate.bench.loadgen import Alarm, Bounds
 from tailgate.bench.runner import Plan, TargetSpec, apportion, parse_stages, run_plan, run_workers
-from tailgate.bench.workload import LengthDist, Workload, load_prompts
+from tailgate.bench.workload import LengthDist, RequestSpec, Workload, load_prompts
 from tailgate.cli import main
 from tailgate.sim.provider import SimProvider
 from tailgate.sim.truth import TruthRecord
+from tailgate.upstream import Endpoint, UpstreamClient
 
 
 def _bench(*args: str) -> tuple[int, str]:
@@ -302,6 +303,54 @@ async def test_open_loop_requests_bound_is_exact(sim: SimFactory) -> None:
     (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
     assert run["requests"] == run["successes"] == 50
     assert run["metrics"]["schedule_lag_ms"]["count"] == 50
+
+
+@pytest.mark.timeout(30)
+async def test_open_loop_builds_each_request_after_the_previous_one_is_sent(
+    sim: SimFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request built ahead of its time is built after the previous one was handed to the pool, never
+    between that request's dispatch and its send; the workload's requests go out in the workload's order."""
+    p = await sim("instant")
+    built: list[float] = []  # when each request was made, in workload order
+    order: list[tuple[float, loadgen.Prepared]] = []  # (intended, request) in dispatch order
+    sent_at: dict[int, float] = {}  # Sent.t by request
+
+    class Recording(Workload):
+        def next(self) -> RequestSpec:
+            built.append(time.perf_counter())
+            return super().next()
+
+    scheduled, execute = loadgen.LoadGenerator._scheduled, loadgen.execute
+
+    async def noting_order(
+        gen: loadgen.LoadGenerator, phase: loadgen.Phase, prep: loadgen.Prepared, intended: float, counted: bool
+    ) -> None:
+        order.append((intended, prep))  # tasks start in the order they were created
+        await scheduled(gen, phase, prep, intended, counted)
+
+    async def noting_send(prep: loadgen.Prepared) -> tuple[Any, Any, float]:
+        out = await execute(prep)
+        sent_at[id(prep)] = out[2]
+        return out
+
+    monkeypatch.setattr(loadgen, "execute", noting_send)
+    monkeypatch.setattr(loadgen.LoadGenerator, "_scheduled", noting_order)
+    workload = Recording(input_tokens=LengthDist(16), max_tokens=4, stream=False)
+    target = loadgen.Target("sim", UpstreamClient(Endpoint("sim", p.url)), "m")
+    gen = loadgen.LoadGenerator([target], workload)
+    try:
+        await gen.open(200, Bounds(duration=None, requests=40, warmup=0.0))
+    finally:
+        await target.client.close()
+    assert len(built) == len(order) == len(sent_at) == 40
+    intended = [i for i, _ in order]
+    assert intended == sorted(intended)
+    sent = [sent_at[id(prep)] for _, prep in order]
+    early = [k for k in range(1, 40) if built[k] < intended[k]]  # built ahead of time, not caught up
+    assert early  # at 200/s most are, even on a busy machine
+    for k in early:
+        assert built[k] > sent[k - 1], k
 
 
 @pytest.mark.parametrize("precise", [True, False])

@@ -14,9 +14,10 @@ millisecond-coarse (uvloop rounds every delay to whole milliseconds and fires on
 the dispatcher waits on an :class:`Alarm` instead: a Linux ``timerfd`` armed at the absolute intended
 time, which the kernel makes readable to the microsecond and the loop polls like any socket (no
 spinning, no thread, no GIL hand-over). The next request is built (body, JSON payload, ``Call``)
-while waiting, so a due request costs only a task creation; every request already due at a wake-up
-is dispatched in the same turn. "Actual" is the moment the measurement core hands the request to the
-connection pool (``Sent.t``, the start of its E2E), so lag + E2E is exactly completion − intended.
+while waiting, two loop turns after the previous send (once that request is on the wire), so a due
+request costs only a task creation; every request already due at a wake-up is dispatched in the same
+turn. "Actual" is the moment the measurement core hands the request to the connection pool
+(``Sent.t``, the start of its E2E), so lag + E2E is exactly completion − intended.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import itertools
 import os
 import random
@@ -334,38 +336,67 @@ class LoadGenerator:
         phase: Phase,
         bounds: Bounds,
         end: float | None,
-        plan: Iterator[tuple[float, RequestSpec]],
+        plan: Iterator[tuple[float, Callable[[], RequestSpec]]],
         measure_from: float,
         max_in_flight: int,
     ) -> None:
         """Send each ``(intended time, spec)`` of ``plan`` at its time, whatever happened to earlier ones.
 
         The dispatcher is the alarm's callback: it runs in the loop turn that sees the timer expire
-        (not one turn later, as a woken task would), dispatches every request already due, builds the
-        next one and re-arms the alarm for its time. Requests count as sent when dispatched (so
+        (not one turn later, as a woken task would) and dispatches every request already due. The
+        plan yields each request's time with a function that makes it, so the dispatcher knows the
+        next time without building the request: building it (``build``) waits until the request just
+        sent has gone out, then arms the alarm. Requests count as sent when dispatched (so
         ``--requests`` holds even when several go out in one turn).
         """
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
         tasks: set[asyncio.Task[None]] = set()
-        item = next(plan, None)
+        item: tuple[float, Callable[[], RequestSpec]] | None = next(plan, None)
         ready: Prepared | None = None
+        building = False
+
+        def build() -> None:
+            """Build the next request ahead of its time, then send it if already due or arm the alarm."""
+            nonlocal ready, building
+            building = False
+            if finished.done():  # the run ended (or failed) while this was queued: nothing more to send
+                return
+            if item is not None and ready is None:
+                try:
+                    idx = self._next_target()
+                    ready = prepare(self.targets[idx], item[1](), idx)
+                except BaseException as exc:  # e.g. a workload error: end the run with it
+                    if not finished.done():
+                        finished.set_exception(exc)
+                    return
+            dispatch()
 
         def dispatch() -> None:
-            nonlocal item, ready
+            nonlocal item, ready, building
+            if finished.done():
+                return
             try:
                 while item is not None and not self._should_stop(phase, bounds, end):
-                    intended, spec = item
-                    if ready is None:
-                        idx = self._next_target()
-                        ready = prepare(self.targets[idx], spec, idx)
+                    intended, make = item
                     now = time.perf_counter()
                     if now < intended:
-                        alarm.arm(intended if end is None else min(intended, end))
+                        if ready is not None:
+                            alarm.arm(intended if end is None else min(intended, end))
+                        elif not building:
+                            # Built (and the alarm armed) two loop turns from now, once the request just
+                            # dispatched is on the wire: its task runs its first step (the measurement
+                            # core hands it to the pool: Sent.t) in the next turn, and aiohttp writes it
+                            # from a task of its own one turn later (the ready queue is FIFO).
+                            building = True
+                            loop.call_soon(loop.call_soon, build)
                         return
                     if phase.in_flight >= max_in_flight:
                         alarm.arm(now + 0.001)  # the schedule keeps its times: the lag will show this wait
                         return
+                    if ready is None:  # behind schedule (or no turn in between): build it now
+                        idx = self._next_target()
+                        ready = prepare(self.targets[idx], make(), idx)
                     phase.sent += 1
                     phase.sent_by[ready.idx] = phase.sent_by.get(ready.idx, 0) + 1
                     task = loop.create_task(self._scheduled(phase, ready, intended, intended >= measure_from))
@@ -459,10 +490,10 @@ class LoadGenerator:
         # The schedule runs at rate × targets and alternates targets: each target gets `rate`.
         total_rate = rate * len(self.targets)
 
-        def plan() -> Iterator[tuple[float, RequestSpec]]:
+        def plan() -> Iterator[tuple[float, Callable[[], RequestSpec]]]:
             intended = t0
             for i in itertools.count(1):
-                yield intended, self.workload.next()
+                yield intended, self.workload.next
                 # constant: t0 + i/rate exactly (no drift from summing gaps)
                 intended = t0 + i / total_rate if arrival == "constant" else intended + rng.expovariate(total_rate)
 
@@ -490,7 +521,7 @@ class LoadGenerator:
         end = t0 + bounds.duration if bounds.duration is not None else None
         for rec in phase.recorders:
             rec.start(t0)
-        plan = ((t0 + entry.t * time_scale, self.workload.for_entry(entry)) for entry in entries)
+        plan = ((t0 + entry.t * time_scale, functools.partial(self.workload.for_entry, entry)) for entry in entries)
         await self._schedule(phase, bounds, end, plan, t0, 1_000_000)
         for rec in phase.recorders:
             rec.stop(time.perf_counter())

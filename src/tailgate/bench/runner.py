@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.text import Text
 
 from tailgate.bench.goodput import SLO
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
@@ -284,25 +284,36 @@ class Progress:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.phase: Phase | None = None
-        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
+        # Rich refreshes a live view from a thread of its own, 4 times a second, even when there is no
+        # terminal to draw on; each refresh holds the GIL the event loop needs, and in the open loop
+        # they showed as a 4 Hz comb of 0.5-1 ms schedule lags (docs/benchmarks.md, issue 16). With no
+        # terminal (a file, a pipe, a CI log) nothing would be drawn: no refresh thread at all.
+        self.live = Live(
+            console=console,
+            refresh_per_second=4,
+            transient=True,
+            get_renderable=self._render,
+            auto_refresh=console.is_terminal,
+        )
 
     def on_phase(self, phase: Phase) -> None:
         if self.phase is not None:
             self.console.print(f"done: {self.phase.label} — {self.phase.done} requests, {self.phase.errors} errors")
         self.phase = phase
 
-    def _render(self) -> Table:
-        table = Table("phase", "done", "req/s", "in flight", "live P90 E2E", "errors", box=None)
+    def _render(self) -> Text:
+        # One line of text: a rich Table took ~1 ms to lay out and draw (a line ~0.1 ms), all of it
+        # holding the GIL the event loop needs to keep an open loop's schedule.
         p = self.phase
-        if p is not None:
-            elapsed = max(1e-6, time.perf_counter() - p.started)
-            p90s = [v for r in p.recorders if (v := r.live_p90_e2e()) is not None]
-            table.add_row(
-                p.label,
-                f"{p.done}" + (f"/{p.total}" if p.total else ""),
-                f"{p.done / elapsed:.1f}",
-                str(p.in_flight),
-                f"{max(p90s):.0f} ms" if p90s else "-",
-                str(p.errors),
-            )
-        return table
+        if p is None:
+            return Text("")
+        elapsed = max(1e-6, time.perf_counter() - p.started)
+        p90s = [v for r in p.recorders if (v := r.live_p90_e2e()) is not None]
+        done = f"{p.done}" + (f"/{p.total}" if p.total else "")
+        p90 = f"{max(p90s):.0f} ms" if p90s else "-"
+        return Text(
+            f"{p.label}   done {done}   {p.done / elapsed:.1f} req/s   {p.in_flight} in flight   "
+            f"live P90 E2E {p90}   {p.errors} errors",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
