@@ -40,6 +40,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import sqlite3
 import statistics
@@ -239,7 +240,8 @@ def run_load(
 ) -> dict[str, Any]:
     """One run: ``streams`` users against ``url`` for ramp + measure seconds (then drained)."""
     k = max(1, min(st.client_procs, streams))
-    t0 = time.monotonic_ns() + int((0.4 + 0.2 * k) * 1e9)  # time for the client processes to start
+    # time for the client processes to start and open their connections
+    t0 = time.monotonic_ns() + int((0.4 + 0.2 * k + streams / 600) * 1e9)
     w0 = t0 + int(st.ramp_s * 1e9)
     w1 = w0 + int(st.measure_s * 1e9)
     clients: list[tuple[subprocess.Popen[bytes], Path]] = []
@@ -658,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     if find_redis_server() is None:
         console.print("[bold red]redis-server is not installed[/] (apt-get install redis-server)")
         return 2
