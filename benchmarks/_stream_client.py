@@ -65,6 +65,8 @@ class StreamProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.done: asyncio.Future[bool] | None = None
         self.closed = False
+        self.keep_alive = True
+        self.count = 0
 
     # -- connection ---------------------------------------------------------------------------------
 
