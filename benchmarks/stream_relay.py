@@ -656,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-procs", type=int, default=1, help="client processes sharing the streams (default 1)")
     ap.add_argument("--only", action="append", choices=PARTS, default=None, help="run only this part (repeatable)")
     ap.add_argument(
-        "--quick", action="store_true", help="tiny: 20 streams, a 4x faster simulator; targets not enforced"
+        "--quick", action="store_true", help="tiny: 20 streams, a 5x faster simulator; targets not enforced"
     )
     ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     args = ap.parse_args(argv)
@@ -668,11 +668,11 @@ def main(argv: list[str] | None = None) -> int:
         levels=[20] if args.quick else [int(x) for x in args.levels.split(",")],
         workers_level=20 if args.quick else args.workers_level,
         rounds=1 if args.quick else max(1, args.rounds),
-        ramp_s=0.4 if args.quick else args.ramp,
-        measure_s=1.0 if args.quick else args.measure,
+        ramp_s=0.3 if args.quick else args.ramp,
+        measure_s=0.8 if args.quick else args.measure,
         capacity_steps=[20, 40] if args.quick else [int(x) for x in args.capacity_steps.split(",")],
         client_procs=max(1, args.client_procs),
-        time_scale=0.25 if args.quick else 1.0,
+        time_scale=0.2 if args.quick else 1.0,
         quick=args.quick,
         parts=args.only or list(PARTS),
     )
