@@ -203,7 +203,8 @@ async def connect(args: argparse.Namespace, stats: Stats) -> StreamProtocol | No
 
 async def user(
     i: int, args: argparse.Namespace, stats: Stats, request: bytes, stop: int, proto: StreamProtocol | None
-) -> None:
+) -> StreamProtocol | None:
+    """Streams one after another until ``stop``; returns the connection, still open (a pool keeps it)."""
     start = args.t0 + int(i * args.ramp * 1e9 / args.streams)
     await asyncio.sleep(max(0.0, (start - time.monotonic_ns()) / 1e9))
     while time.monotonic_ns() < stop:
@@ -216,8 +217,7 @@ async def user(
             await asyncio.wait_for(proto.send(request), timeout=args.timeout)
         except TimeoutError:
             proto._fail("timeout", f"no end of stream after {args.timeout} s")
-    if proto is not None and proto.transport is not None:
-        proto.transport.close()
+    return proto
 
 
 async def preconnect(args: argparse.Namespace, stats: Stats) -> list[StreamProtocol | None]:
@@ -246,7 +246,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         f"Authorization: Bearer {args.key}\r\nAccept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     conns = await preconnect(args, stats)
-    await asyncio.gather(*(user(i, args, stats, request, w1, conns[i]) for i in range(args.streams)))
+    kept = await asyncio.gather(*(user(i, args, stats, request, w1, conns[i]) for i in range(args.streams)))
+    # Close only once every stream is over and the hop has had time to finish its bookkeeping: a client
+    # that hangs up the moment its last byte arrives races the server's end of the response.
+    await asyncio.sleep(0.5)
+    for proto in kept:
+        if proto is not None and proto.transport is not None:
+            proto.transport.close()
     Path(args.out).with_suffix(".gaps").write_bytes(stats.gaps.tobytes())
     Path(args.out).with_suffix(".ttft").write_bytes(stats.ttft.tobytes())
     return {

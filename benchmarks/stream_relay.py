@@ -591,17 +591,26 @@ def check_ledger(checks: Checks, name: str, db: Path, log_text: str, completed: 
     flushed = [(int(a), int(b)) for a, b in re.findall(r"ledger flushed: (\d+) rows written, (\d+) dropped", log_text)]
     dropped = sum(b for _, b in flushed) if flushed else None
     rows = ok_rows = 0
+    outcomes: dict[str, int] = {}
     try:
         with sqlite3.connect(db) as conn:
             rows, ok_rows = conn.execute("SELECT count(*), coalesce(sum(outcome = 'ok'), 0) FROM requests").fetchone()
+            outcomes = dict(conn.execute("SELECT outcome, count(*) FROM requests GROUP BY outcome").fetchall())
     except sqlite3.Error as exc:
         checks.add(f"{name}: ledger readable", False, f"{type(exc).__name__}: {exc}")
     checks.add(
         f"{name}: ledger has a row for every completed stream, none dropped",
         ok_rows >= completed and dropped == 0,
-        f"{rows:,} rows ({ok_rows:,} ok) for {completed:,} completed streams; flushed {flushed}",
+        f"{rows:,} rows ({outcomes}) for {completed:,} completed streams; flushed {flushed}",
     )
-    return {"rows": rows, "ok_rows": ok_rows, "completed": completed, "flushed": flushed, "dropped": dropped}
+    return {
+        "rows": rows,
+        "ok_rows": ok_rows,
+        "outcomes": outcomes,
+        "completed": completed,
+        "flushed": flushed,
+        "dropped": dropped,
+    }
 
 
 # -- report ----------------------------------------------------------------------------------------
