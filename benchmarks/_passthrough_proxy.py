@@ -3,8 +3,9 @@
 One pooled ``aiohttp.ClientSession``; the client's body is forwarded byte for byte to ``UPSTREAM`` +
 path; a non-stream answer is read whole and returned, a stream is relayed as it arrives
 (``iter_any()``, one write per read). No routing, no parsing, no metrics, no ledger, no timeouts
-beyond aiohttp's. Usage: ``python _passthrough_proxy.py UPSTREAM_ROOT [PORT]``; prints
-``listening on http://127.0.0.1:PORT/v1`` once bound (PORT 0 picks a free one).
+beyond aiohttp's. Usage: ``python _passthrough_proxy.py UPSTREAM_ROOT [PORT [POOL]]``; prints
+``listening on http://127.0.0.1:PORT/v1`` once bound (PORT 0 picks a free one). POOL is the upstream
+connection pool's size (default 256; stream_relay.py raises it to hold every stream at once).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ async def relay(request: web.Request) -> web.StreamResponse:
         return out
 
 
-async def main(upstream: str, port: int) -> None:
-    connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=30.0)
+async def main(upstream: str, port: int, pool: int = 256) -> None:
+    connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=30.0)
     app = web.Application()
     app[SESSION] = aiohttp.ClientSession(upstream, connector=connector, timeout=aiohttp.ClientTimeout(total=None))
     app.router.add_post("/v1/{tail:.*}", relay)
@@ -50,4 +51,4 @@ async def main(upstream: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    uvloop.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0))
+    uvloop.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0, *(int(x) for x in sys.argv[3:4])))

@@ -119,7 +119,10 @@ class SimProvider:
     async def _listen(self) -> None:
         assert self._runner is not None
         # HardenedSite: parser-level errors (a header over the limit) in the OpenAI shape; no connection cap.
-        self._site = HardenedSite(self._runner, self.spec.host, self.port, reuse_address=True)
+        # A listen backlog like a provider's front (aiohttp's default is 128): a gateway opening a thousand
+        # upstream connections at once while this loop is busy would otherwise see SYNs dropped and connect
+        # timeouts that no real provider would cause (benchmarks/stream_relay.py at 1,000 streams).
+        self._site = HardenedSite(self._runner, self.spec.host, self.port, reuse_address=True, backlog=4096)
         await self._site.start()
         server = self._site._server
         if self.port == 0 and server is not None:

@@ -1,0 +1,71 @@
+"""Smoke test of benchmarks/stream_relay.py: a --quick run works and every number it needs exists.
+
+Only correctness and the presence of numbers are asserted; the CPU and ITL targets are the full
+benchmark's business (1-second windows of 20 streams on a shared machine are too noisy to judge them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tailgate.state.server import find_redis_server
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "stream_relay.py"
+HOPS = ("direct", "floor", "tailgate", "tailgate-w2")
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(90)
+def test_stream_relay_quick_run_is_correct(tmp_path: Path) -> None:
+    """Every hop relays complete 300-token streams with zero errors, and every reported number exists."""
+    if find_redis_server() is None:
+        pytest.skip("redis-server is not installed; the gateways keep their fleet state in it")
+    out = tmp_path / "stream_relay.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=80,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["correct"] is True
+    failed = [c for c in result["checks"] if not c["ok"]]
+    assert not failed, failed
+    (level,) = result["compare"].values()
+    assert set(level["hops"]) == set(HOPS)
+    for name, hop in level["hops"].items():
+        assert hop["errors"] == 0, name
+        assert hop["incomplete"] == 0, name
+        assert hop["completed"] > 0, name
+        assert hop["chunks"] > 0, name
+        assert hop["chunks_per_s"] > 0, name
+        assert hop["cpu_us_per_chunk"] > 0, name
+        assert 0 < hop["itl_p50_ms"] <= hop["itl_p99_ms"], name
+        assert hop["client_cores"] > 0, name
+        for run in hop["rounds"]:
+            assert run["incomplete"] == 0, name
+            assert run["completed"] == run["started"], name
+            assert run["completed_in_window"] > 0, name
+            assert run["errors"] == 0, (name, run["error_kinds"])
+        if name != "direct":
+            assert "added_itl_p99_ms" in hop, name
+    assert {"cpu_ratio"} <= set(level["targets"])
+    assert level["cpu_ratio"] > 0
+    assert set(level["workers"]["cpu_us_per_chunk"]) == {"w1", "w2"}
+    capacity = result["capacity"]
+    assert [s["streams"] for s in capacity["steps"]][:1] == [20]
+    assert all(s["errors"] == 0 for s in capacity["steps"])
+    assert result["projection"]["cores"] > 0
+    for name in ("tailgate", "tailgate-w2"):
+        ledger = result["ledger"][name]
+        assert ledger["dropped"] == 0, name
+        assert ledger["ok_rows"] >= ledger["completed"] > 0, name
