@@ -268,21 +268,25 @@ def gateway_hop(
         yield Hop(name, srv, bearer=bearer, gateway=True, ledger=ledger, log=log)
 
 
-def redis_commands(port: int) -> int | None:
-    """Commands the redis-server has processed (``INFO stats``: ``total_commands_processed``)."""
+def redis_commands(port: int) -> dict[str, int] | None:
+    """The redis-server's command counts: ``commands`` (``total_commands_processed``, which counts the
+    commands a Lua script runs as well) and ``scripts`` (EVAL/EVALSHA/FCALL calls: round trips of a take)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"INFO stats\r\n")
+            s.sendall(b"INFO stats\r\nINFO commandstats\r\nPING\r\n")
             data = b""
-            while b"total_commands_processed:" not in data or not data.endswith(b"\r\n"):
+            while not data.endswith(b"+PONG\r\n"):
                 chunk = s.recv(65536)
                 if not chunk:
                     break
                 data += chunk
     except OSError:
         return None
-    match = re.search(rb"total_commands_processed:(\d+)", data)
-    return int(match.group(1)) if match else None
+    total = re.search(rb"total_commands_processed:(\d+)", data)
+    scripts = re.findall(rb"cmdstat_(?:eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro):calls=(\d+)", data)
+    if total is None:
+        return None
+    return {"commands": int(total.group(1)), "scripts": sum(int(x) for x in scripts)}
 
 
 def metric_sum(text: str, name: str, labels: str = "") -> float:

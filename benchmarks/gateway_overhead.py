@@ -1,12 +1,20 @@
 """Claim: the gateway, with every feature on, costs little more than the least a Python proxy can do.
 
-Three hops to the same ``instant`` simulator, driven by the identical wrk command, interleaved in one
-run so that drift on a shared machine hits all of them alike:
+Hops to the same ``instant`` simulator, driven by the identical wrk command, interleaved in one run so
+that drift on a shared machine hits all of them alike:
 
 - ``direct``: wrk -> simulator;
 - ``floor``: wrk -> ``_passthrough_proxy.py`` (aiohttp + uvloop, pooled client, no features) -> simulator;
-- ``tailgate``: wrk -> ``tailgate serve`` (client keys, upstream key, price, metrics, ledger in a temp
-  dir, live stats windows) -> simulator.
+- ``tailgate``: wrk -> ``tailgate serve``, one worker, every default feature on (adaptive routing over two
+  routes, probes, a store key with rpm/tpm/concurrency/budgets, upstream key, price, metrics, ledger and
+  traffic aggregates in a temp dir, live stats windows) -> simulator;
+
+and, besides (``--hops``; issue 15):
+
+- ``litellm``: LiteLLM's proxy, one worker, a master key, no database (non-stream only; it runs when
+  ``benchmarks/.venv-litellm`` holds the pinned version, which ``--litellm`` installs);
+- ``workers2``: the tailgate config under ``tailgate serve --workers 2`` (c=50 only; CPU of both workers);
+- ``redis``: the tailgate config with ``state: {backend: redis}`` on a throw-away redis-server.
 
 Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
 
@@ -14,14 +22,18 @@ Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 conne
 2. at c=1, tailgate's added latency (hop P50 - direct P50, paired per round) <= 1.25 x the floor's;
 3. at c=1, tailgate's added P99 (hop P99 - direct P99, paired per round) <= 2 ms;
 4. the gateway's RSS stays within +-5 % over ``--rss-requests`` (default 200,000) more requests
-   after a warm-up.
+   after a warm-up;
+5. with the LiteLLM hop: tailgate req/s >= 45 x LiteLLM's, non-stream at c=50.
+
+The workers2 and redis hops are reported (req/s and CPU per request against tailgate's), not judged.
 
 Correctness: every wrk run (warm-ups included) has zero non-2xx and zero socket errors; one request
-through each hop is well-formed; the gateway's ledger holds a row for every request it answered.
+through each hop is well-formed; each gateway's ledger holds a row for every request it answered.
 Exit status: 0 when all checks pass and every target is met; 1 otherwise (``--quick``: targets shown,
 not enforced); 2 when wrk is missing.
 
-Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]``.
+Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]
+[--hops litellm,workers2,redis|none] [--litellm]``.
 """
 
 from __future__ import annotations
@@ -410,25 +422,36 @@ def _vs_tailgate(runs: dict[str, list[dict[str, Any]]], hops: dict[str, Any], na
     }
 
 
-def redis_usage(hop: Hop, port: int, commands0: int | None, answered0: int) -> dict[str, Any]:
-    """What the Redis hop asked of Redis over the rounds: commands per request (the background sync and
-    publish ticks included), and how many shared-limit decisions were local (leased slices, fallback)."""
-    commands1 = redis_commands(port)
+def redis_usage(hop: Hop, port: int, before: dict[str, int] | None, answered0: int) -> dict[str, Any]:
+    """What the Redis hop asked of Redis over the rounds (the background sync and publish ticks included),
+    and how many shared-limit decisions were made locally: from a leased slice, or by the fallback when a
+    Redis call took longer than ``state.timeout`` (5 ms) or Redis was marked down."""
+    after = redis_commands(port)
     answered = ANSWERED[hop.server.pid] - answered0
     text = request(hop.server.url, "/metrics", bearer=hop.bearer)[2].decode()
-    commands = commands1 - commands0 if commands0 is not None and commands1 is not None else None
+    log = hop.log.read_text() if hop.log is not None else ""
+
+    def per_request(key: str) -> float | None:
+        if before is None or after is None or not answered:
+            return None
+        return round((after[key] - before[key]) / answered, 2)
+
     out = {
         "requests": answered,
-        "redis_commands": commands,
-        "commands_per_request": round(commands / answered, 2) if commands is not None and answered else None,
+        "redis_commands": after["commands"] - before["commands"] if before and after else None,
+        "commands_per_request": per_request("commands"),
+        "script_calls_per_request": per_request("scripts"),
         "fallback_decisions": metric_sum(text, "tailgate_state_fallback_total"),
         "limit_takes_local": metric_sum(text, "tailgate_state_limit_takes_total", 'where="local"'),
         "limit_takes_backend": metric_sum(text, "tailgate_state_limit_takes_total", 'where="backend"'),
+        "marked_down": log.count("Redis unavailable"),
+        "answers_again": log.count("Redis answers again"),
     }
     console.print(
-        f"  redis hop: {out['commands_per_request']} Redis commands per request over {answered:,} requests; "
-        f"shared-limit takes local {out['limit_takes_local']:,.0f}, via Redis {out['limit_takes_backend']:,.0f}; "
-        f"local-fallback decisions {out['fallback_decisions']:,.0f}",
+        f"  redis hop over {answered:,} requests: {out['script_calls_per_request']} Lua calls and "
+        f"{out['commands_per_request']} Redis commands per request; shared-limit takes from a leased slice "
+        f"{out['limit_takes_local']:,.0f}, via Redis {out['limit_takes_backend']:,.0f}; decisions by the local "
+        f"fallback {out['fallback_decisions']:,.0f}; Redis marked down {out['marked_down']} time(s)",
         markup=False,
     )
     return out

@@ -100,5 +100,6 @@ def test_gateway_overhead_workers_and_redis_hops(tmp_path: Path) -> None:
     assert sc["hops"]["workers2"]["processes"] >= 2  # the parent and its spawned worker, CPU summed over both
     assert sc["hops"]["redis"]["helper_cpu"] is not None  # the redis-server's CPU, counted apart
     state = result["redis_state"]
-    assert state["redis_commands"] > 0  # the redis hop really decided through Redis
+    assert state["redis_commands"] > 0  # the redis hop really used Redis
+    assert state["script_calls_per_request"] > 0
     assert state["requests"] > 0
