@@ -763,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     extras = [h for h in extras if h not in skipped]
     for name, why in skipped.items():
         console.print(f"hop {name} skipped: {why}", markup=False)
+    if modes and "litellm" not in extras and args.hops is None and not args.quick:
+        console.print("no litellm hop: benchmarks/.venv-litellm is not installed (--litellm installs it)", markup=False)
     plan: list[str] = []
     if modes:
         plan.append(
