@@ -1,12 +1,20 @@
 """Claim: the gateway, with every feature on, costs little more than the least a Python proxy can do.
 
-Three hops to the same ``instant`` simulator, driven by the identical wrk command, interleaved in one
-run so that drift on a shared machine hits all of them alike:
+Hops to the same ``instant`` simulator, driven by the identical wrk command, interleaved in one run so
+that drift on a shared machine hits all of them alike:
 
 - ``direct``: wrk -> simulator;
 - ``floor``: wrk -> ``_passthrough_proxy.py`` (aiohttp + uvloop, pooled client, no features) -> simulator;
-- ``tailgate``: wrk -> ``tailgate serve`` (client keys, upstream key, price, metrics, ledger in a temp
-  dir, live stats windows) -> simulator.
+- ``tailgate``: wrk -> ``tailgate serve``, one worker, every default feature on (adaptive routing over two
+  routes, probes, a store key with rpm/tpm/concurrency/budgets, upstream key, price, metrics, ledger and
+  traffic aggregates in a temp dir, live stats windows) -> simulator;
+
+and, besides (``--hops``; issue 15):
+
+- ``litellm``: LiteLLM's proxy, one worker, a master key, no database (non-stream only; it runs when
+  ``benchmarks/.venv-litellm`` holds the pinned version, which ``--litellm`` installs);
+- ``workers2``: the tailgate config under ``tailgate serve --workers 2`` (c=50 only; CPU of both workers);
+- ``redis``: the tailgate config with ``state: {backend: redis}`` on a throw-away redis-server.
 
 Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
 
@@ -14,19 +22,25 @@ Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 conne
 2. at c=1, tailgate's added latency (hop P50 - direct P50, paired per round) <= 1.25 x the floor's;
 3. at c=1, tailgate's added P99 (hop P99 - direct P99, paired per round) <= 2 ms;
 4. the gateway's RSS stays within +-5 % over ``--rss-requests`` (default 200,000) more requests
-   after a warm-up.
+   after a warm-up;
+5. with the LiteLLM hop: tailgate req/s >= 45 x LiteLLM's, non-stream at c=50.
+
+The workers2 and redis hops are reported (req/s and CPU per request against tailgate's), not judged.
 
 Correctness: every wrk run (warm-ups included) has zero non-2xx and zero socket errors; one request
-through each hop is well-formed; the gateway's ledger holds a row for every request it answered.
+through each hop is well-formed; each gateway's ledger holds a row for every request it answered.
 Exit status: 0 when all checks pass and every target is met; 1 otherwise (``--quick``: targets shown,
 not enforced); 2 when wrk is missing.
 
-Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]``.
+Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]
+[--hops litellm,workers2,redis|none] [--litellm]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -42,9 +56,36 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
+from _overhead_hops import (
+    LITELLM_KEY,
+    LITELLM_VERSION,
+    Hop,
+    gateway_hop,
+    install_litellm,
+    litellm_ready,
+    litellm_server,
+    litellm_version,
+    metric_sum,
+    redis_commands,
+    tree_cpu_s,
+    tree_pids,
+)
+from _overhead_report import (
+    EXTRA_HOPS,
+    HOP_MODES,
+    HOPS,
+    MODES,
+    ONLY,
+    TARGET_ADDED_P50_RATIO,
+    TARGET_ADDED_P99_MS,
+    TARGET_RPS_RATIO,
+    TARGET_RSS_GROWTH,
+    TARGET_VS_LITELLM,
+    _kib,
+    console,
+    print_mode,
+    print_rss,
+)
 from bench_sim import (
     CHAT_PATH,
     TOKENS,
@@ -54,7 +95,6 @@ from bench_sim import (
     WrkResult,
     _chat_body,
     _cores,
-    _verdict,
     check_wrk,
     finish,
     machine,
@@ -64,47 +104,16 @@ from bench_sim import (
     server,
     sim_argv,
 )
+from tailgate.state.server import RedisServer, find_redis_server
 
 HERE = Path(__file__).resolve().parent
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
-TARGET_RPS_RATIO = 0.70
-TARGET_ADDED_P50_RATIO = 1.25
-TARGET_ADDED_P99_MS = 2.0
-TARGET_RSS_GROWTH = 0.05
-HOPS = ("direct", "floor", "tailgate")
-MODES: dict[str, tuple[bool, int]] = {
-    "nonstream-c1": (False, 1),
-    "nonstream-c50": (False, 50),
-    "stream-c1": (True, 1),
-    "stream-c50": (True, 50),
-}
-"""mode -> (stream, connections)."""
-ONLY = (*MODES, "rss")
-CLIENT_KEY = "sk-bench-client"
-UPSTREAM_KEY = "sk-bench-upstream"
 
-# The same request for every hop. The simulator and the floor ignore the bearer; tailgate checks it.
+# The same request for every hop. The simulator and the floor ignore the bearer; tailgate and LiteLLM check it.
 _LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer {key}"
 wrk.body = '{body}'
-"""
-
-_GATEWAY_YAML = """\
-listen: {{host: 127.0.0.1, port: 0}}
-keys:
-  - {{id: bench, key: {client_key}}}
-providers:
-  sim:
-    base_url: "{upstream}/v1"
-    api_keys: ["{upstream_key}"]
-    price: {{input: 2.0, output: 3.0}}
-models:
-  bench:
-    routes:
-      - {{provider: sim, model: bench}}
-ledger: {{enabled: true, path: "{ledger}"}}
 """
 
 
@@ -151,14 +160,29 @@ def _per_s(a: float | None, b: float | None, wall: float) -> float | None:
     return round((b - a) / wall, 3) if a is not None and b is not None else None
 
 
-def measure(wrk: Wrk, hop: Server, sim: Server, script: Path, *, connections: int, duration_s: int) -> dict[str, Any]:
-    """One wrk run against ``hop``, with the CPU that hop, simulator, wrk and the rest of the machine used."""
-    hop0, sim0, busy0 = proc_cpu_s(hop.pid), proc_cpu_s(sim.pid), busy_s()
+def measure(
+    wrk: Wrk,
+    hop: Server,
+    sim: Server,
+    script: Path,
+    *,
+    connections: int,
+    duration_s: int,
+    helper: int | None = None,
+) -> dict[str, Any]:
+    """One wrk run against ``hop``, with the CPU that hop, simulator, wrk and the rest of the machine used.
+
+    The hop's CPU is that of its whole process tree (``--workers 2``: both workers); ``helper`` is a process
+    the hop depends on (the redis hop's redis-server), counted apart.
+    """
+    helper0 = proc_cpu_s(helper) if helper is not None else None
+    hop0, sim0, busy0 = tree_cpu_s(hop.pid), proc_cpu_s(sim.pid), busy_s()
     t0 = time.perf_counter()
     run = wrk.start(hop.url + CHAT_PATH, script, connections=connections, duration_s=duration_s, timeout_s=10)
     res = run.finish(hop)
     wall = time.perf_counter() - t0
-    hop1, sim1, busy1 = proc_cpu_s(hop.pid), proc_cpu_s(sim.pid), busy_s()
+    hop1, sim1, busy1 = tree_cpu_s(hop.pid), proc_cpu_s(sim.pid), busy_s()
+    helper1 = proc_cpu_s(helper) if helper is not None else None
     ANSWERED[hop.pid] += res.requests
     for srv in (hop, sim):
         if not alive(srv.pid):
@@ -168,7 +192,9 @@ def measure(wrk: Wrk, hop: Server, sim: Server, script: Path, *, connections: in
             )
     res.server_cpu = _per_s(hop0, hop1, wall)
     out = res.as_dict()
+    out["processes"] = len(tree_pids(hop.pid))
     out["sim_cpu"] = _per_s(sim0, sim1, wall)
+    out["helper_cpu"] = _per_s(helper0, helper1, wall)
     # CPU the hop process spent per request: what one request costs the proxy (or the simulator, direct).
     out["cpu_us_per_request"] = (
         round((hop1 - hop0) / res.requests * 1e6, 1) if hop0 is not None and hop1 is not None and res.requests else None
@@ -177,6 +203,7 @@ def measure(wrk: Wrk, hop: Server, sim: Server, script: Path, *, connections: in
     busy, ours = _per_s(busy0, busy1, wall), [res.server_cpu, res.client_cpu]
     if hop is not sim:
         ours.append(out["sim_cpu"])
+    ours.append(out["helper_cpu"])
     out["others_cpu"] = round(max(0.0, busy - sum(x for x in ours if x is not None)), 3) if busy is not None else None
     return out
 
@@ -186,19 +213,19 @@ def _result(d: dict[str, Any]) -> WrkResult:
     return WrkResult(**keep)
 
 
-def request(root: str, path: str, body: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    """One request with the client key (loopback URLs we built): status, headers, body."""
+def request(root: str, path: str, body: str | None = None, *, bearer: str) -> tuple[int, dict[str, str], bytes]:
+    """One request with ``bearer`` (loopback URLs we built): status, headers, body."""
     req = urllib.request.Request(root + path, data=body.encode() if body else None)  # noqa: S310
-    req.add_header("Authorization", f"Bearer {CLIENT_KEY}")
+    req.add_header("Authorization", f"Bearer {bearer}")
     if body:
         req.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310
         return int(resp.status), {k.lower(): v for k, v in resp.headers.items()}, bytes(resp.read())
 
 
-def check_one(root: str, stream: bool, *, gateway: bool) -> tuple[bool, str]:
+def check_one(hop: Hop, stream: bool) -> tuple[bool, str]:
     """One request is well-formed: 200, 20 tokens (usage, or 20 content chunks and [DONE]); tailgate's headers."""
-    status, headers, raw = request(root, CHAT_PATH, _chat_body(stream=stream))
+    status, headers, raw = request(hop.server.url, CHAT_PATH, _chat_body(stream=stream), bearer=hop.bearer)
     if stream:
         frames = [f.removeprefix(b"data: ") for f in raw.split(b"\n\n") if f.startswith(b"data: ")]
         chunks = [json.loads(f)["choices"] for f in frames[:-1]]
@@ -209,15 +236,15 @@ def check_one(root: str, stream: bool, *, gateway: bool) -> tuple[bool, str]:
         ok = True
     ok = ok and status == 200 and tokens == TOKENS
     detail = f"status {status}, {tokens} tokens"
-    if gateway:
-        ok = ok and headers.get("x-tailgate-provider") == "sim" and "x-tailgate-overhead-ms" in headers
+    if hop.gateway:
+        ok = ok and headers.get("x-tailgate-provider") in ("sim", "sim-b") and "x-tailgate-overhead-ms" in headers
         detail += f", x-tailgate-provider {headers.get('x-tailgate-provider')!r}"
     return ok, detail
 
 
-def overhead_metric(root: str) -> tuple[float, float]:
+def overhead_metric(hop: Hop) -> tuple[float, float]:
     """(count, sum in seconds) of the gateway's own ``tailgate_overhead_seconds`` histogram."""
-    text = request(root, "/metrics")[2].decode()
+    text = request(hop.server.url, "/metrics", bearer=hop.bearer)[2].decode()
     count = re.search(r'^tailgate_overhead_seconds_count\{alias="bench"\} (\S+)$', text, re.M)
     total = re.search(r'^tailgate_overhead_seconds_sum\{alias="bench"\} (\S+)$', text, re.M)
     return (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
@@ -226,29 +253,51 @@ def overhead_metric(root: str) -> tuple[float, float]:
 # -- the interleaved rounds ------------------------------------------------------------------------
 
 
+def modes_of(hop: str) -> tuple[str, ...]:
+    return HOP_MODES.get(hop, tuple(MODES))
+
+
 def rounds(
-    wrk: Wrk, st: Settings, hops: dict[str, Server], sim: Server, modes: list[str], checks: Checks
+    wrk: Wrk, st: Settings, hops: dict[str, Hop], sim: Server, modes: list[str], checks: Checks
 ) -> dict[str, Any]:
-    """Every mode, every hop, ``st.rounds`` times; hop order rotates per round (A B C, B C A, C A B)."""
-    scripts = {
-        stream: wrk.script(_LUA.format(key=CLIENT_KEY, body=_chat_body(stream=stream)))
-        for stream in {MODES[m][0] for m in modes}
-    }
-    for stream, script in scripts.items():
+    """Every mode, every hop of it, ``st.rounds`` times; the hop order rotates per round (A B C, B C A, C A B)."""
+    scripts: dict[tuple[str, bool], Path] = {}
+
+    def script(hop: Hop, stream: bool) -> Path:
+        if (hop.bearer, stream) not in scripts:
+            lua = _LUA.format(key=hop.bearer, body=_chat_body(stream=stream))
+            scripts[hop.bearer, stream] = wrk.script(lua)
+        return scripts[hop.bearer, stream]
+
+    for stream in sorted({MODES[m][0] for m in modes}):
         for name, hop in hops.items():
-            warm = measure(wrk, hop, sim, script, connections=50, duration_s=st.warmup_s)
+            if not any(MODES[m][0] == stream for m in modes_of(name) if m in modes):
+                continue
+            warm = measure(
+                wrk, hop.server, sim, script(hop, stream), connections=50, duration_s=st.warmup_s, helper=hop.helper
+            )
             check_wrk(checks, f"{name} warm-up ({'stream' if stream else 'non-stream'})", _result(warm))
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {h: [] for h in HOPS} for m in modes}
+    in_mode = {m: [h for h in hops if m in modes_of(h)] for m in modes}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {h: [] for h in in_mode[m]} for m in modes}
     self_overhead: dict[str, list[float]] = {m: [0.0, 0.0] for m in modes}
     for r in range(st.rounds):
-        order = HOPS[r % 3 :] + HOPS[: r % 3]
         for mode in modes:
             stream, conns = MODES[mode]
-            for name in order:
-                before = overhead_metric(hops[name].url) if name == "tailgate" else None
-                res = measure(wrk, hops[name], sim, scripts[stream], connections=conns, duration_s=st.duration_s)
+            names = in_mode[mode]
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                hop = hops[name]
+                before = overhead_metric(hop) if name == "tailgate" else None
+                res = measure(
+                    wrk,
+                    hop.server,
+                    sim,
+                    script(hop, stream),
+                    connections=conns,
+                    duration_s=st.duration_s,
+                    helper=hop.helper,
+                )
                 if before is not None:
-                    after = overhead_metric(hops[name].url)
+                    after = overhead_metric(hop)
                     self_overhead[mode][0] += after[0] - before[0]
                     self_overhead[mode][1] += after[1] - before[1]
                 runs[mode][name].append(res)
@@ -282,9 +331,11 @@ def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: l
             "hop_cpu": _median([r["server_cpu"] for r in rs if r["server_cpu"] is not None]),
             "sim_cpu": _median([r["sim_cpu"] for r in rs if r["sim_cpu"] is not None]),
             "wrk_cpu": _median([r["client_cpu"] for r in rs if r["client_cpu"] is not None]),
+            "helper_cpu": _median([r["helper_cpu"] for r in rs if r["helper_cpu"] is not None]),
             "others_cpu": _median([r["others_cpu"] for r in rs if r["others_cpu"] is not None]),
             "cpu_us_per_request": _median(cpu),
             "errors": sum(r["errors"] for r in rs),
+            "processes": max((r["processes"] for r in rs), default=0),
             "rounds": rs,
         }
     n = len(runs["direct"])
@@ -293,6 +344,7 @@ def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: l
         """Per round: hop percentile - direct percentile (the three runs of one mode in a round are back to back)."""
         return [runs[hop][i]["latency_ms"][q] - runs["direct"][i]["latency_ms"][q] for i in range(n)]
 
+    others = [h for h in runs if h != "direct"]
     ratios = [runs["tailgate"][i]["rps"] / runs["floor"][i]["rps"] for i in range(n) if runs["floor"][i]["rps"] > 0]
     rps_ratio = hops["tailgate"]["rps"] / hops["floor"]["rps"] if hops["floor"]["rps"] else 0.0
     floor_cpu, gw_cpu = hops["floor"]["cpu_us_per_request"], hops["tailgate"]["cpu_us_per_request"]
@@ -303,9 +355,10 @@ def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: l
         "rps_ratio": round(rps_ratio, 4),
         "rps_ratio_rounds": [round(x, 4) for x in ratios],
         "cpu_per_request_ratio": round(gw_cpu / floor_cpu, 3) if floor_cpu else None,
-        "added_p50_ms": {h: _median(added(h, "p50")) for h in ("floor", "tailgate")},
-        "added_p99_ms": {h: _median(added(h, "p99")) for h in ("floor", "tailgate")},
-        "added_p50_rounds": {h: [round(x, 3) for x in added(h, "p50")] for h in ("floor", "tailgate")},
+        "added_p50_ms": {h: _median(added(h, "p50")) for h in others},
+        "added_p99_ms": {h: _median(added(h, "p99")) for h in others},
+        "added_p50_rounds": {h: [round(x, 3) for x in added(h, "p50")] for h in others},
+        "vs_tailgate": {h: _vs_tailgate(runs, hops, h) for h in runs if h in EXTRA_HOPS},
         "gateway_self_overhead_mean_ms": (
             round(self_overhead[1] / self_overhead[0] * 1000.0, 4) if self_overhead[0] else None
         ),
@@ -332,8 +385,63 @@ def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: l
             "value": out["added_p99_ms"]["tailgate"],
             "passed": out["added_p99_ms"]["tailgate"] <= TARGET_ADDED_P99_MS,
         }
+    if "litellm" in runs and conns == 50 and not stream:
+        over = out["vs_tailgate"]["litellm"]["tailgate_over_hop"]
+        targets["vs_litellm"] = {
+            "what": f"tailgate req/s >= {TARGET_VS_LITELLM:g} x LiteLLM's",
+            "value": over,
+            "passed": over is not None and over >= TARGET_VS_LITELLM,
+        }
     out["targets"] = targets
     out["errors"] = sum(h["errors"] for h in hops.values())
+    return out
+
+
+def _vs_tailgate(runs: dict[str, list[dict[str, Any]]], hops: dict[str, Any], name: str) -> dict[str, Any]:
+    """An extra hop against tailgate's one worker: req/s both ways (pooled, and per round), CPU per request."""
+    mine, gw = hops[name], hops["tailgate"]
+    per_round = [a["rps"] / b["rps"] for a, b in zip(runs[name], runs["tailgate"], strict=True) if b["rps"] > 0]
+    cpu = mine["cpu_us_per_request"] / gw["cpu_us_per_request"] if gw["cpu_us_per_request"] else None
+    return {
+        "rps_ratio": round(mine["rps"] / gw["rps"], 4) if gw["rps"] else None,
+        "rps_ratio_rounds": [round(x, 4) for x in per_round],
+        "tailgate_over_hop": round(gw["rps"] / mine["rps"], 2) if mine["rps"] else None,
+        "cpu_per_request_ratio": round(cpu, 3) if cpu is not None else None,
+    }
+
+
+def redis_usage(hop: Hop, port: int, before: dict[str, int] | None, answered0: int) -> dict[str, Any]:
+    """What the Redis hop asked of Redis over the rounds (the background sync and publish ticks included),
+    and how many shared-limit decisions were made locally: from a leased slice, or by the fallback when a
+    Redis call took longer than ``state.timeout`` (5 ms) or Redis was marked down."""
+    after = redis_commands(port)
+    answered = ANSWERED[hop.server.pid] - answered0
+    text = request(hop.server.url, "/metrics", bearer=hop.bearer)[2].decode()
+    log = hop.log.read_text() if hop.log is not None else ""
+
+    def per_request(key: str) -> float | None:
+        if before is None or after is None or not answered:
+            return None
+        return round((after[key] - before[key]) / answered, 2)
+
+    out = {
+        "requests": answered,
+        "redis_commands": after["commands"] - before["commands"] if before and after else None,
+        "commands_per_request": per_request("commands"),
+        "script_calls_per_request": per_request("scripts"),
+        "fallback_decisions": metric_sum(text, "tailgate_state_fallback_total"),
+        "limit_takes_local": metric_sum(text, "tailgate_state_limit_takes_total", 'where="local"'),
+        "limit_takes_backend": metric_sum(text, "tailgate_state_limit_takes_total", 'where="backend"'),
+        "marked_down": log.count("Redis unavailable"),
+        "answers_again": log.count("Redis answers again"),
+    }
+    console.print(
+        f"  redis hop over {answered:,} requests: {out['script_calls_per_request']} Lua calls and "
+        f"{out['commands_per_request']} Redis commands per request; shared-limit takes from a leased slice "
+        f"{out['limit_takes_local']:,.0f}, via Redis {out['limit_takes_backend']:,.0f}; decisions by the local "
+        f"fallback {out['fallback_decisions']:,.0f}; Redis marked down {out['marked_down']} time(s)",
+        markup=False,
+    )
     return out
 
 
@@ -350,13 +458,14 @@ def rss_kib(pid: int) -> dict[str, int] | None:
     return out if "VmRSS" in out else None
 
 
-def rss_phase(wrk: Wrk, st: Settings, gateway: Server, sim: Server, checks: Checks) -> dict[str, Any]:
+def rss_phase(wrk: Wrk, st: Settings, hop: Hop, sim: Server, checks: Checks) -> dict[str, Any]:
     """Warm up for ``rss_warmup_requests``, read RSS, then ``rss_requests`` more; non-stream/stream alternate.
 
     Every run is ``wrk -c50`` for ``rss_chunk_s`` seconds; RSS is read after each (the warm-up's readings
     are kept too, so the report shows where the curve flattens).
     """
-    scripts = [wrk.script(_LUA.format(key=CLIENT_KEY, body=_chat_body(stream=s))) for s in (False, True)]
+    gateway = hop.server
+    scripts = [wrk.script(_LUA.format(key=hop.bearer, body=_chat_body(stream=s))) for s in (False, True)]
     samples: list[dict[str, Any]] = [{"phase": "start", "requests": 0, "rss_kib": rss_kib(gateway.pid)}]
     done = errors = runs = 0
     t0 = time.perf_counter()
@@ -415,25 +524,26 @@ def rss_phase(wrk: Wrk, st: Settings, gateway: Server, sim: Server, checks: Chec
     }
 
 
-def _kib(rss: dict[str, int] | None, key: str = "VmRSS") -> int | None:
-    return None if rss is None else rss.get(key)
-
-
 # -- correctness -----------------------------------------------------------------------------------
 
 
-def check_ledger(checks: Checks, db: Path, log_text: str, answered: int) -> dict[str, Any]:
-    """After the gateway stopped: a ledger row for every request wrk saw answered, none dropped."""
-    match = re.search(r"ledger flushed: (\d+) rows written, (\d+) dropped", log_text)
-    written, dropped = (int(match.group(1)), int(match.group(2))) if match else (None, None)
+def check_ledger(checks: Checks, db: Path, log_text: str, answered: int, *, hop: str = "tailgate") -> dict[str, Any]:
+    """After the gateway stopped: a ledger row for every request wrk saw answered, none dropped.
+
+    ``--workers N``: each worker logs its own flush line; they are added up.
+    """
+    flushed = re.findall(r"ledger flushed: (\d+) rows written, (\d+) dropped", log_text)
+    written = sum(int(w) for w, _ in flushed) if flushed else None
+    dropped = sum(int(d) for _, d in flushed) if flushed else None
     rows = ok_rows = 0
     try:
         with sqlite3.connect(db) as conn:
             rows, ok_rows = conn.execute("SELECT count(*), coalesce(sum(outcome = 'ok'), 0) FROM requests").fetchone()
     except sqlite3.Error as exc:
-        checks.add("ledger readable", False, f"{type(exc).__name__}: {exc}")
+        checks.add(f"{hop} ledger readable", False, f"{type(exc).__name__}: {exc}")
+    label = "" if hop == "tailgate" else f" ({hop})"
     checks.add(
-        "ledger: a row for every answered request, none dropped",
+        f"ledger{label}: a row for every answered request, none dropped",
         ok_rows >= answered and dropped == 0,
         f"{rows:,} rows ({ok_rows:,} ok) for {answered:,} answered requests; log says written {written}, "
         f"dropped {dropped}",
@@ -444,106 +554,26 @@ def check_ledger(checks: Checks, db: Path, log_text: str, answered: int) -> dict
 # -- report ----------------------------------------------------------------------------------------
 
 
-def print_mode(mode: str, sc: dict[str, Any], enforced: bool) -> None:
-    h = sc["hops"]
-    stream, conns = MODES[mode]
-    title = f"{'stream' if stream else 'non-stream'}, c={conns} ({len(h['direct']['rounds'])} rounds)"
-    table = Table("", *HOPS, "tailgate / floor", "target", "result", title=title)
-    t = sc["targets"]
-    table.add_row(
-        "req/s",
-        *(f"{h[x]['rps']:,.0f}" for x in HOPS),
-        f"{sc['rps_ratio']:.3f}",
-        f">= {TARGET_RPS_RATIO}",
-        _verdict(t["rps_ratio"]["passed"], enforced),
-    )
-    table.add_row("latency P50 ms", *(f"{h[x]['p50_ms']:.2f}" for x in HOPS), "", "", "")
-    table.add_row("latency P99 ms", *(f"{h[x]['p99_ms']:.2f}" for x in HOPS), "", "", "")
-    a50, a99 = sc["added_p50_ms"], sc["added_p99_ms"]
-    ratio50 = f"{a50['tailgate'] / a50['floor']:.2f}" if a50["floor"] > 0 else "-"
-    table.add_row(
-        "added P50 ms",
-        "-",
-        f"{a50['floor']:.3f}",
-        f"{a50['tailgate']:.3f}",
-        ratio50,
-        f"<= {t['added_p50']['limit']:.3f}" if "added_p50" in t else "",
-        _verdict(t["added_p50"]["passed"], enforced) if "added_p50" in t else "",
-    )
-    table.add_row(
-        "added P99 ms",
-        "-",
-        f"{a99['floor']:.3f}",
-        f"{a99['tailgate']:.3f}",
-        "",
-        f"<= {TARGET_ADDED_P99_MS}" if "added_p99" in t else "",
-        _verdict(t["added_p99"]["passed"], enforced) if "added_p99" in t else "",
-    )
-    cpu_ratio = sc["cpu_per_request_ratio"]
-    table.add_row(
-        "hop CPU µs / request",
-        *(f"{h[x]['cpu_us_per_request']:.0f}" for x in HOPS),
-        f"{cpu_ratio:.2f}" if cpu_ratio is not None else "-",
-        "",
-        "",
-    )
-    table.add_row("hop process CPU (cores)", *(_cores(h[x]["hop_cpu"]) for x in HOPS), "", "", "")
-    table.add_row("simulator CPU (cores)", *(_cores(h[x]["sim_cpu"]) for x in HOPS), "", "", "")
-    table.add_row("wrk CPU (cores)", *(_cores(h[x]["wrk_cpu"]) for x in HOPS), "", "", "")
-    table.add_row("rest of the machine (cores)", *(_cores(h[x]["others_cpu"]) for x in HOPS), "", "", "")
-    table.add_row("errors", *(str(h[x]["errors"]) for x in HOPS), "", "0", _verdict(sc["errors"] == 0, True))
-    console.print(table)
-    ratios = ", ".join(f"{x:.3f}" for x in sc["rps_ratio_rounds"])
-    console.print(f"  tailgate / floor per round: {ratios}", markup=False)
-    if sc["gateway_self_overhead_mean_ms"] is not None:
-        console.print(
-            f"  gateway's own x-tailgate-overhead-ms, mean: {sc['gateway_self_overhead_mean_ms']:.3f} ms "
-            "(to the first token, excluding HTTP parsing and per-chunk relaying)",
-            markup=False,
-        )
+def _install_litellm(log: Path) -> tuple[bool, str]:
+    install_litellm(log)
+    return litellm_ready(), f"litellm[proxy]=={LITELLM_VERSION} in benchmarks/.venv-litellm"
 
 
-def print_rss(sc: dict[str, Any], enforced: bool) -> None:
-    table = Table("", "value", "target", "result", title="gateway RSS")
-    growth = sc["growth"]
-    table.add_row(
-        f"RSS growth over {sc['requests']:,} requests",
-        f"{growth:+.2%}" if growth is not None else "-",
-        f"within +-{TARGET_RSS_GROWTH:.0%}",
-        _verdict(sc["target"]["passed"], enforced),
-    )
-    anon = sc["growth_anon"]
-    table.add_row("  of which heap (RssAnon)", f"{anon:+.2%}" if anon is not None else "-", "", "")
-    table.add_row(
-        "VmRSS MiB: start / baseline / end / max",
-        _mib(_kib(sc["first_kib"]), _kib(sc["start_kib"]), _kib(sc["end_kib"]), sc["max_kib"]),
-        "",
-        "",
-    )
-    table.add_row(
-        "RssAnon MiB: start / baseline / end",
-        _mib(_kib(sc["first_kib"], "RssAnon"), _kib(sc["start_kib"], "RssAnon"), _kib(sc["end_kib"], "RssAnon")),
-        "",
-        "",
-    )
-    warm = sc["warmup_growth"]
-    table.add_row("requests the gateway served before the baseline", f"{sc['served_before_baseline']:,}", "", "")
-    table.add_row(
-        f"growth during the {sc['warmup_requests']:,}-request warm-up",
-        f"{warm:+.2%}" if warm is not None else "-",
-        "",
-        "",
-    )
-    table.add_row("time", f"{sc['seconds']:.0f} s", "", "")
-    table.add_row("errors", str(sc["errors"]), "0", _verdict(sc["errors"] == 0, True))
-    console.print(table)
-
-
-def _mib(*kib: int | None) -> str:
-    return " / ".join("-" if k is None else f"{k / 1024:.1f}" for k in kib)
-
-
-# -- main ------------------------------------------------------------------------------------------
+def pick_hops(hops: str | None, *, litellm: bool, quick: bool) -> list[str]:
+    """The extra hops to run: ``--hops`` when given; else workers2 and redis, and LiteLLM when its venv is
+    installed (not with ``--quick``: it takes ~15 s to start); ``--litellm`` adds it in any case."""
+    if hops is not None:
+        names = {x.strip() for x in hops.split(",") if x.strip()}
+        unknown = names - {*HOPS, *EXTRA_HOPS, "none"}
+        if unknown:
+            raise SystemExit(
+                f"--hops: unknown hop(s) {', '.join(sorted(unknown))}; known: {', '.join(HOPS + EXTRA_HOPS)}"
+            )
+    else:
+        names = {"workers2", "redis"} | ({"litellm"} if litellm_ready() and not quick else set())
+    if litellm:
+        names.add("litellm")
+    return [h for h in EXTRA_HOPS if h in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -560,9 +590,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 s runs, 1 round, 5,000 RSS requests; targets not enforced")
     ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     ap.add_argument("--only", action="append", choices=ONLY, default=None, help="run only this mode (repeatable)")
+    ap.add_argument(
+        "--hops",
+        default=None,
+        help="comma-separated hops besides direct, floor and tailgate (which always run): litellm, workers2, "
+        "redis, or none (default: workers2,redis, plus litellm when benchmarks/.venv-litellm is installed)",
+    )
+    ap.add_argument(
+        "--litellm",
+        action="store_true",
+        help=f"add LiteLLM's proxy as a hop; installs litellm[proxy]=={LITELLM_VERSION} into "
+        "benchmarks/.venv-litellm first if needed (about a minute, from the package index)",
+    )
     args = ap.parse_args(argv)
     only = args.only or list(ONLY)
     modes = [m for m in MODES if m in only]
+    extras = pick_hops(args.hops, litellm=args.litellm, quick=args.quick) if modes else []
 
     wrk_binary = shutil.which("wrk")
     if wrk_binary is None:
@@ -579,49 +622,89 @@ def main(argv: list[str] | None = None) -> int:
     )
     info = machine(wrk_binary)
     print_machine(console, info)
+    checks = Checks()
+    skipped: dict[str, str] = {}
+    if "redis" in extras and find_redis_server() is None:
+        skipped["redis"] = "redis-server is not installed"
+    if "litellm" in extras and not litellm_ready():
+        console.print(f"installing litellm[proxy]=={LITELLM_VERSION} into benchmarks/.venv-litellm ...", markup=False)
+        with tempfile.TemporaryDirectory(prefix="gateway_overhead-pip-") as tmp:
+            checks.guard(f"litellm {LITELLM_VERSION} installed", lambda: _install_litellm(Path(tmp) / "pip.log"))
+        if not litellm_ready():
+            skipped["litellm"] = "install failed (see the checks)"
+    extras = [h for h in extras if h not in skipped]
+    for name, why in skipped.items():
+        console.print(f"hop {name} skipped: {why}", markup=False)
+    if modes and "litellm" not in extras and args.hops is None and not args.quick:
+        console.print("no litellm hop: benchmarks/.venv-litellm is not installed (--litellm installs it)", markup=False)
     plan: list[str] = []
     if modes:
         plan.append(
-            f"wrk -t1 -c1|-c50 -d{st.duration_s}s, {st.rounds} interleaved round(s) of {len(modes)} mode(s) x 3 hops"
+            f"wrk -t1 -c1|-c50 -d{st.duration_s}s, {st.rounds} interleaved round(s) of {len(modes)} mode(s); "
+            f"hops: {', '.join(HOPS + tuple(extras))}"
         )
     if "rss" in only:
         plan.append(f"RSS over {st.rss_requests:,} requests after {st.rss_warmup_requests:,} more warm-up requests")
     console.print("; ".join(plan), markup=False, soft_wrap=True)
-    checks = Checks()
-    result: dict[str, Any] = {"machine": info, "settings": asdict(st), "modes": {}, "rss": None}
+    result: dict[str, Any] = {
+        "machine": info,
+        "settings": asdict(st),
+        "hops": [*HOPS, *extras],
+        "skipped_hops": skipped,
+        "litellm_version": litellm_version() if "litellm" in extras else None,
+        "modes": {},
+        "rss": None,
+    }
     with tempfile.TemporaryDirectory(prefix="gateway_overhead-") as tmp:
         workdir = Path(tmp)
         wrk = Wrk(wrk_binary, workdir, pin=False)
-        ledger = workdir / "ledger.db"
-        gw_log = workdir / "gateway.log"
-        with server(
-            "sim (instant)", sim_argv("--preset", "instant", "--port", "0"), workdir / "sim.log", pin=False
-        ) as sim:
-            cfg = workdir / "gateway.yaml"
-            cfg.write_text(
-                _GATEWAY_YAML.format(client_key=CLIENT_KEY, upstream=sim.url, upstream_key=UPSTREAM_KEY, ledger=ledger)
+        with contextlib.ExitStack() as stack:
+            sim_log = workdir / "sim.log"
+            sim = stack.enter_context(
+                server("sim (instant)", sim_argv("--preset", "instant", "--port", "0"), sim_log, pin=False)
             )
             floor_argv = [sys.executable, str(HERE / "_passthrough_proxy.py"), sim.url, "0"]
-            gw_argv = [sys.executable, "-m", "tailgate", "serve", "--config", str(cfg), "--port", "0"]
-            with (
-                server("floor", floor_argv, workdir / "floor.log", pin=False) as floor,
-                server("tailgate", gw_argv, gw_log, pin=False) as gateway,
-            ):
-                hops = {"direct": sim, "floor": floor, "tailgate": gateway}
-                result["gateway_rss_at_start_kib"] = rss_kib(gateway.pid)
-                for name, hop in hops.items():
-                    for stream in (False, True):
-                        label = f"{name}: one {'stream' if stream else 'non-stream'} request is well-formed"
-                        checks.guard(label, lambda u=hop.url, s=stream, g=hop is gateway: check_one(u, s, gateway=g))
-                if modes:
-                    result["modes"] = rounds(wrk, st, hops, sim, modes, checks)
-                    for mode, sc in result["modes"].items():
-                        print_mode(mode, sc, not st.quick)
-                if "rss" in only:
-                    result["rss"] = rss_phase(wrk, st, gateway, sim, checks)
-                    print_rss(result["rss"], not st.quick)
-                answered = ANSWERED[gateway.pid]
-        result["ledger"] = check_ledger(checks, ledger, gw_log.read_text(), answered)
+            hops: dict[str, Hop] = {
+                "direct": Hop("direct", sim),
+                "floor": Hop(
+                    "floor", stack.enter_context(server("floor", floor_argv, workdir / "floor.log", pin=False))
+                ),
+                "tailgate": stack.enter_context(gateway_hop(workdir, "tailgate", sim.url)),
+            }
+            if "litellm" in extras:
+                hops["litellm"] = Hop(
+                    "litellm", stack.enter_context(litellm_server(workdir, sim.url)), bearer=LITELLM_KEY
+                )
+            if "workers2" in extras:
+                hops["workers2"] = stack.enter_context(gateway_hop(workdir, "workers2", sim.url, workers=2))
+            if "redis" in extras:
+                redis = stack.enter_context(RedisServer())  # stops after the gateway that uses it
+                hop = stack.enter_context(gateway_hop(workdir, "redis", sim.url, redis_url=redis.url))
+                hops["redis"] = dataclasses.replace(hop, helper=redis.proc.pid if redis.proc else None)
+            gateway = hops["tailgate"]
+            result["gateway_rss_at_start_kib"] = rss_kib(gateway.server.pid)
+            for name, hop in hops.items():
+                for stream in (False, True) if name != "litellm" else (False,):
+                    label = f"{name}: one {'stream' if stream else 'non-stream'} request is well-formed"
+                    checks.guard(label, lambda h=hop, s=stream: check_one(h, s))
+            if modes:
+                redis0 = (redis_commands(redis.port), ANSWERED[hops["redis"].server.pid]) if "redis" in hops else None
+                result["modes"] = rounds(wrk, st, hops, sim, modes, checks)
+                for mode, sc in result["modes"].items():
+                    print_mode(mode, sc, not st.quick)
+                if redis0 is not None:
+                    result["redis_state"] = redis_usage(hops["redis"], redis.port, *redis0)
+            if "rss" in only:
+                result["rss"] = rss_phase(wrk, st, gateway, sim, checks)
+                print_rss(result["rss"], not st.quick)
+            answered = {name: ANSWERED[h.server.pid] for name, h in hops.items() if h.gateway}
+        # Every server has stopped: the gateways have flushed their ledgers.
+        result["ledgers"] = {
+            name: check_ledger(checks, h.ledger, h.log.read_text(), answered[name], hop=name)
+            for name, h in hops.items()
+            if h.gateway and h.ledger is not None and h.log is not None
+        }
+        result["ledger"] = result["ledgers"]["tailgate"]
 
     print_checks("gateway_overhead", {"checks": checks.items})
     targets = [t for sc in result["modes"].values() for t in sc["targets"].values()]

@@ -1,7 +1,9 @@
 """Smoke test of benchmarks/gateway_overhead.py: a --quick run works and every number it needs exists.
 
 Only correctness and the presence of numbers are asserted; the overhead targets are the full
-benchmark's business (1-second runs on a shared CI machine are too noisy to judge them).
+benchmark's business (1-second runs on a shared CI machine are too noisy to judge them). The extra hops
+that need nothing installed (``--workers 2``, Redis state) run in a second, one-mode run; LiteLLM's hop
+needs its own venv (a minute of pip) and is left to the full benchmark.
 """
 
 from __future__ import annotations
@@ -11,22 +13,23 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tailgate.state.server import find_redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gateway_overhead.py"
 HOPS = ("direct", "floor", "tailgate")
 
 
-@pytest.mark.bench
-@pytest.mark.timeout(120)
-def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
+def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install wrk); gateway_overhead.py drives the load with it")
     out = tmp_path / "gateway_overhead.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -34,7 +37,16 @@ def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(120)
+def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
+    """Every mode and the RSS phase produce numbers for direct, floor and tailgate, with no error."""
+    result = _run(tmp_path, "--hops", "none")
+    assert result["hops"] == list(HOPS)
     assert result["correct"] is True
     failed = [c for c in result["checks"] if not c["ok"]]
     assert not failed, failed
@@ -62,3 +74,32 @@ def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
     ledger = result["ledger"]
     assert ledger["dropped"] == 0
     assert ledger["ok_rows"] >= ledger["answered"] > 0
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(120)
+def test_gateway_overhead_workers_and_redis_hops(tmp_path: Path) -> None:
+    """``--workers 2`` (both workers serving, CPU summed over both) and Redis state run as hops of the same run."""
+    if find_redis_server() is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    result = _run(tmp_path, "--hops", "workers2,redis", "--only", "nonstream-c50")
+    assert result["correct"] is True
+    assert result["hops"] == [*HOPS, "workers2", "redis"]
+    sc = result["modes"]["nonstream-c50"]
+    assert set(sc["hops"]) == {*HOPS, "workers2", "redis"}
+    for hop in ("workers2", "redis"):
+        h = sc["hops"][hop]
+        assert h["requests"] > 0, hop
+        assert h["errors"] == 0, hop
+        assert h["cpu_us_per_request"] > 0, hop
+        assert sc["vs_tailgate"][hop]["rps_ratio"] > 0, hop
+        assert hop in sc["added_p50_ms"], hop
+        ledger = result["ledgers"][hop]
+        assert ledger["dropped"] == 0, hop
+        assert ledger["ok_rows"] >= ledger["answered"] > 0, hop
+    assert sc["hops"]["workers2"]["processes"] >= 2  # the parent and its spawned worker, CPU summed over both
+    assert sc["hops"]["redis"]["helper_cpu"] is not None  # the redis-server's CPU, counted apart
+    state = result["redis_state"]
+    assert state["redis_commands"] > 0  # the redis hop really used Redis
+    assert state["script_calls_per_request"] > 0
+    assert state["requests"] > 0
