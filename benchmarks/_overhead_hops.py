@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_sim import Server, proc_cpu_s, server
+from bench_sim import Server, proc_cpu_s, server, stop_process
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -238,12 +238,7 @@ def litellm_server(workdir: Path, upstream: str, timeout_s: float = 120.0) -> It
             time.sleep(0.2)
         yield Server("litellm", url, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15.0)
 
 
 @contextlib.contextmanager

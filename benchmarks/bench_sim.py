@@ -308,12 +308,7 @@ def server(name: str, argv: list[str], log_path: Path, *, pin: bool) -> Iterator
             time.sleep(0.05)
         yield Server(name, f"http://127.0.0.1:{match.group(1)}", proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10.0)
 
 
 def sim_argv(*args: str) -> list[str]:
@@ -650,6 +645,16 @@ def print_machine(console: Console, info: dict[str, Any]) -> None:
         markup=False,
         soft_wrap=True,
     )
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``grace_s``; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def finish(
