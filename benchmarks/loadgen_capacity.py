@@ -255,6 +255,8 @@ class Settings:
     """Open loop only: the generator and the empty schedule run with real-time priority (SCHED_FIFO)."""
     open_runs: int = 3
     """Open-loop runs (each: the empty schedule, then the generator); claim 2 is judged on the median P99."""
+    pin: bool = False
+    """``--pin``: the simulator on CPU 0; wrk, the generator and the empty schedule on CPU 1."""
 
 
 def closed(
@@ -283,7 +285,8 @@ def closed(
         )  # fmt: skip
         if n > 1:
             argv += ["--workers", str(n)]
-        gens[str(n)] = res = run_bench(f"generator x{n}", argv, out, sim)
+        pin = ["taskset", "-c", str(GEN_CPU)] if st.pin else []  # beside wrk, as wrk is
+        gens[str(n)] = res = run_bench(f"generator x{n}", [*pin, *argv], out, sim)
         check_gen(checks, res)
     one = gens["1"].rps
     return {
@@ -306,6 +309,30 @@ RT_PRIORITY = 10
 """``--rt``: SCHED_FIFO priority of the open-loop generator and of the empty schedule (1-99)."""
 
 
+GEN_CPU = 1
+"""``--pin``: the CPU of the load generator (wrk, ``tailgate bench``, the empty schedule); servers get CPU 0."""
+
+
+@contextlib.contextmanager
+def _pinned(on: bool) -> Iterator[None]:
+    """Run the block on :data:`GEN_CPU` only (``--pin``), then restore this process's CPU set."""
+    if not on:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {GEN_CPU})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _gen_prefix(st: Settings) -> list[str]:
+    """The command prefix of a generator process: ``taskset`` with ``--pin``, ``chrt`` with ``--rt``."""
+    pin = ["taskset", "-c", str(GEN_CPU)] if st.pin else []
+    return [*pin, *(["chrt", "-f", str(RT_PRIORITY)] if st.rt else [])]
+
+
 @contextlib.contextmanager
 def _realtime(on: bool) -> Iterator[None]:
     """Run the block with SCHED_FIFO priority (``--rt``), then restore the normal scheduler."""
@@ -319,7 +346,9 @@ def _realtime(on: bool) -> Iterator[None]:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-def empty_schedule(rate: float, duration_s: float, *, alarm: bool = True, rt: bool = False) -> dict[str, Any]:
+def empty_schedule(
+    rate: float, duration_s: float, *, alarm: bool = True, rt: bool = False, pin: bool = False
+) -> dict[str, Any]:
     """The baseline of claim 2: the open loop's own timing with no request sent, in this process, on
     uvloop. ``alarm``: wait with the generator's own :class:`~tailgate.bench.loadgen.Alarm` (a timerfd,
     as ``LoadGenerator.open`` does); otherwise with ``asyncio.sleep`` (the loop's millisecond timers,
@@ -345,7 +374,7 @@ def empty_schedule(rate: float, duration_s: float, *, alarm: bool = True, rt: bo
             waker.close()
         return lags
 
-    with _realtime(rt), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with _pinned(pin), _realtime(rt), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         lags = sorted(runner.run(schedule()))
 
     def q(p: float) -> float:
@@ -368,9 +397,8 @@ def _open_run(st: Settings, sim: Server, workdir: Path, k: int, checks: Checks) 
     argv = bench_argv(
         sim.url, out, "--rate", f"{st.rate:g}", stream=False, duration_s=st.open_duration_s, warmup_s=st.warmup_s
     )
-    floor = empty_schedule(st.rate, st.open_duration_s, rt=st.rt)
-    rt = ["chrt", "-f", str(RT_PRIORITY)] if st.rt else []
-    res = run_bench(f"open loop, run {k}", [*rt, *argv], out, sim)
+    floor = empty_schedule(st.rate, st.open_duration_s, rt=st.rt, pin=st.pin)
+    res = run_bench(f"open loop, run {k}", [*_gen_prefix(st), *argv], out, sim)
     check_gen(checks, res)
     return {
         "run": k,
@@ -392,16 +420,15 @@ def open_loop(st: Settings, sim: Server, workdir: Path) -> dict[str, Any]:
     reported, and the achieved rate and errors must pass in every run.
     """
     checks = Checks()
-    timers = empty_schedule(st.rate, st.open_duration_s, alarm=False, rt=st.rt)
+    timers = empty_schedule(st.rate, st.open_duration_s, alarm=False, rt=st.rt, pin=st.pin)
     runs = [_open_run(st, sim, workdir, k, checks) for k in range(1, st.open_runs + 1)]
-    rt = ["chrt", "-f", str(RT_PRIORITY)] if st.rt else []
     # For information: the same rate split over two generator processes (500 req/s each).
     out2 = workdir / "open-x2.json"
     argv2 = bench_argv(
         sim.url, out2, "--rate", f"{st.rate:g}", "--workers", "2", stream=False, duration_s=st.open_duration_s,
         warmup_s=st.warmup_s,
     )  # fmt: skip
-    res2 = run_bench("open loop x2", [*rt, *argv2], out2, sim)
+    res2 = run_bench("open loop x2", [*_gen_prefix(st), *argv2], out2, sim)
     check_gen(checks, res2)
     p99s = [r["schedule_lag_ms"]["p99"] for r in runs]
     ranked = sorted(runs, key=lambda r: (r["schedule_lag_ms"]["p99"] is None, r["schedule_lag_ms"]["p99"] or 0.0))
@@ -609,6 +636,12 @@ def main(argv: list[str] | None = None) -> int:
         help="open loop: run the generator and the empty schedule with real-time priority (chrt -f 10; needs root "
         "or CAP_SYS_NICE), to separate the generator's own lag from waiting for a CPU on a busy machine",
     )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="taskset: the simulator on CPU 0; wrk, the generator and the empty schedule on CPU 1 (needs 2 CPUs), "
+        "so the generator's lag is not the wait for a CPU the simulator holds",
+    )
     ap.add_argument("--only", action="append", choices=SCENARIOS, default=None, help="run only this part (repeatable)")
     args = ap.parse_args(argv)
     only = set(args.only or SCENARIOS)
@@ -616,6 +649,9 @@ def main(argv: list[str] | None = None) -> int:
     wrk_binary = shutil.which("wrk")
     if wrk_binary is None:
         console.print("[bold red]wrk is not installed[/] (apt-get install wrk)")
+        return 2
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        console.print("[bold red]--pin needs 2 CPUs[/]")
         return 2
     d = 2.0 if args.quick else max(1.0, args.duration)
     st = Settings(
@@ -627,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         rate=args.rate,
         quick=args.quick,
         rt=args.rt,
+        pin=args.pin,
         open_runs=max(1, args.open_runs if args.open_runs is not None else (1 if args.quick else 3)),
     )
     info = machine(wrk_binary)
@@ -634,7 +671,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"closed loop c={st.concurrency}, {st.duration_s:g} s measured after a {st.warmup_s:g} s warm-up; "
         f"open loop {st.rate:g} req/s for {st.open_duration_s:g} s, {st.open_runs} run(s)"
-        f"{' (generator at real-time priority, --rt)' if st.rt else ''}; instant simulator, max_tokens {TOKENS}",
+        f"{' (generator at real-time priority, --rt)' if st.rt else ''}"
+        f"{' (--pin: simulator on CPU 0, generators on CPU 1)' if st.pin else ''}"
+        f"; instant simulator, max_tokens {TOKENS}",
         markup=False,
         soft_wrap=True,
     )
@@ -642,9 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     prof: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="loadgen_capacity-") as tmp:
         workdir = Path(tmp)
-        wrk = Wrk(wrk_binary, workdir, pin=False)
+        wrk = Wrk(wrk_binary, workdir, pin=st.pin)
         sim_cmd = sim_argv("--preset", "instant", "--port", "0")
-        with server("sim (instant)", sim_cmd, workdir / "sim.log", pin=False) as sim:
+        with server("sim (instant)", sim_cmd, workdir / "sim.log", pin=st.pin) as sim:
             if "nonstream" in only:
                 sc = closed(wrk, st, sim, workdir, stream=False, workers=(1, 2))
                 scenarios["nonstream"] = sc

@@ -76,7 +76,8 @@ def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockPro
         mp = mock_process("--preset", "provider-a", "--port", "0", "--seed", "3", "--time-scale", scale)
         spec = TargetSpec("sim", mp.url, "m")
         # One closed-loop level with a warm-up (excluded) in which the workers start spread out.
-        bounds = Bounds(duration={1: 2.0, 50: 3.0, 500: 4.0}[concurrency], warmup={1: 2.0, 50: 2.0, 500: 3.0}[concurrency])
+        duration, warmup = {1: (2.0, 2.0), 50: (3.0, 2.0), 500: (4.0, 3.0)}[concurrency]
+        bounds = Bounds(duration=duration, warmup=warmup)
         plan = Plan("closed", bounds, levels=(concurrency,))
         run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
         requests = run["requests"]
