@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import eventually
-from tailgate.state import SharedState
+from tailgate.state import Adjustment, SharedState
 
 
 async def test_take_admits_exactly_the_limit_then_refuses_with_a_retry_after(state: SharedState) -> None:
@@ -167,3 +167,32 @@ async def test_a_refund_goes_back_to_the_bucket_of_its_take(state: SharedState) 
     assert await state.adjust("k", -10, 0.6, late.bucket) == pytest.approx(10)  # dropped: nothing to refund
     assert not (await state.take("k", 1, 10, 0.6)).ok
     assert (await state.take("k", 0, 10, 0.6)).bucket is None  # asking counts nowhere
+
+
+async def test_settle_applies_every_correction_and_frees_the_slot(state: SharedState) -> None:
+    """A request's end in one call: a refund to its take's bucket, an overrun, a budget's refund, the slot back."""
+    tpm = await state.take("k:tpm", 800, 1000, 60.0)
+    assert tpm.ok
+    assert (await state.take("k:budget", 800, 1000, None)).ok
+    assert (await state.take("k:cost", 2.0, 5.0, None)).ok
+    slot = await state.acquire("k:conc", 1)
+    assert slot.ok
+    assert not (await state.acquire("k:conc", 1)).ok
+    await state.settle(
+        [
+            Adjustment("k:tpm", -500, 60.0, tpm.bucket),
+            Adjustment("k:budget", -700, None),
+            Adjustment("k:cost", 0.5, None),
+        ],
+        ("k:conc", slot.token),
+    )
+    assert await state.usage("k:tpm", 60.0) == pytest.approx(300)
+    assert await state.usage("k:budget", None) == pytest.approx(100)
+    assert await state.usage("k:cost", None) == pytest.approx(2.5)
+    again = await state.acquire("k:conc", 1)
+    assert again.ok
+    await state.settle([], ("k:conc", again.token))  # a slot alone
+    assert (await state.acquire("k:conc", 1)).ok
+    with pytest.raises(ValueError, match="delta must be finite"):
+        await state.settle([Adjustment("k:tpm", math.nan, 60.0), Adjustment("k:budget", 1, None)])
+    assert await state.usage("k:budget", None) == pytest.approx(100)  # refused before anything was applied

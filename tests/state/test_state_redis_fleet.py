@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import StateFactory, eventually, redis_config
+from tailgate.state import Adjustment
 from tailgate.state.redis import RedisState
 from tailgate.state.server import RedisServer
 
@@ -138,4 +139,35 @@ async def test_fail_closed_refuses_limits_while_redis_is_away(fallback: str) -> 
         assert adm.retry_after_s == 1.0
         assert not (await s.acquire("g", 5)).ok
     finally:
+        await s.close()
+
+
+async def test_settle_is_one_round_trip_and_survives_a_flushed_script_cache(redis_server: RedisServer) -> None:
+    """A request's corrections and its slot's release go to Redis in one pipelined call; after SCRIPT FLUSH
+    (what a Redis restart does to the cache) the parts Redis cannot run are redone one by one, none lost."""
+    import redis.asyncio as aioredis
+
+    s = RedisState(redis_config(redis_server.url, "settle"), replica="s")
+    await s.start()
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        for flush in (False, True):
+            name = f"k{int(flush)}"
+            tpm = await s.take(f"{name}:tpm", 800, 1000, 60.0)
+            assert tpm.ok
+            assert (await s.take(f"{name}:budget", 800, 1000, None)).ok
+            slot = await s.acquire(f"{name}:conc", 1)
+            assert slot.ok
+            if flush:
+                await admin.script_flush()
+            calls = s.calls
+            fixes = [Adjustment(f"{name}:tpm", -500, 60.0, tpm.bucket), Adjustment(f"{name}:budget", 100, None)]
+            await s.settle(fixes, (f"{name}:conc", slot.token))
+            # One call when the scripts are cached; after the flush, one per part Redis could not run (2).
+            assert s.calls - calls == (3 if flush else 1)
+            assert await s.usage(f"{name}:tpm", 60.0) == pytest.approx(300)
+            assert await s.usage(f"{name}:budget", None) == pytest.approx(900)
+            assert (await s.acquire(f"{name}:conc", 1)).ok  # the slot was released
+    finally:
+        await admin.aclose()
         await s.close()

@@ -39,7 +39,7 @@ from tailgate.gateway.keys import KeyDirectory, KeyLimits
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend
-from tailgate.state import LocalState, SharedState
+from tailgate.state import Adjustment, LocalState, SharedState
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
@@ -296,13 +296,11 @@ class KeyAdmission:
 
     async def _undo(self, state: SharedState, ticket: Ticket) -> None:
         """Give back what a refused (or failed) admission had taken."""
-        for take in ticket.takes:
-            await state.adjust(take.name, -take.amount, take.window_s, take.bucket)
+        refunds = [Adjustment(t.name, -t.amount, t.window_s, t.bucket) for t in ticket.takes]
+        lease, ticket.lease = ticket.lease, None
         ticket.takes.clear()
-        if ticket.lease is not None:
-            await state.release(*ticket.lease)
-            ticket.lease = None
         ticket.settled = True
+        await state.settle(refunds, lease)
 
     # -- settlement -----------------------------------------------------------------------------------
 
@@ -321,16 +319,12 @@ class KeyAdmission:
         state = self._state()
         actual_tokens = (prompt_tokens or 0) + (output_tokens or 0)  # exactly what the ledger row says
         actual = {"tokens": actual_tokens, "cost": cost or 0.0}
-        try:
-            for take in ticket.takes:
-                if take.kind == "requests":
-                    continue
-                delta = actual[take.kind] - take.amount
-                if delta:
-                    await state.adjust(take.name, delta, take.window_s, take.bucket if delta < 0 else None)
-        finally:
-            if ticket.lease is not None:
-                await state.release(*ticket.lease)
+        fixes = [
+            Adjustment(t.name, delta, t.window_s, t.bucket if delta < 0 else None)
+            for t in ticket.takes
+            if t.kind != "requests" and (delta := actual[t.kind] - t.amount)
+        ]
+        await state.settle(fixes, ticket.lease)
 
     async def close(self) -> None:
         """Wait for settlements in flight (the gateway closes this after draining its requests)."""

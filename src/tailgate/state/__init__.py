@@ -2,9 +2,10 @@
 
 from tailgate.state.factory import open_state
 from tailgate.state.local import LocalState, default_replica_id
-from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+from tailgate.state.protocol import Adjustment, Admission, Backend, Lease, SharedState, StateStatus
 
 __all__ = [
+    "Adjustment",
     "Admission",
     "Backend",
     "Lease",

@@ -22,10 +22,11 @@ prefixes them with its namespace. Amounts are floats (tokens, money, requests).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Admission", "Backend", "Lease", "SharedState", "StateStatus"]
+__all__ = ["Adjustment", "Admission", "Backend", "Lease", "SharedState", "StateStatus"]
 
 Backend = Literal["local", "redis"]
 
@@ -51,6 +52,16 @@ class Admission:
     refund exactly what this take counted."""
     local: bool = False
     """Decided by this replica's fallback (Redis down or slower than ``state.timeout``), not fleet-wide."""
+
+
+@dataclass(frozen=True, slots=True)
+class Adjustment:
+    """One correction for :meth:`SharedState.settle`: the arguments of :meth:`SharedState.adjust`."""
+
+    name: str
+    delta: float
+    window_s: float | None
+    bucket: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +138,18 @@ class SharedState(abc.ABC):
     @abc.abstractmethod
     async def usage(self, name: str, window_s: float | None) -> float:
         """The counter's usage over the window now (no change)."""
+
+    async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
+        """Apply every adjustment (as :meth:`adjust` does) and then release ``lease`` (name, token), if any.
+
+        What a request does when it ends: correct its reservations to what it used and free its slot. A
+        backend with round trips (Redis) sends them all at once; the default does them one by one."""
+        try:
+            for a in adjustments:
+                await self.adjust(a.name, a.delta, a.window_s, a.bucket)
+        finally:
+            if lease is not None:
+                await self.release(*lease)
 
     # -- concurrency gauges ----------------------------------------------------------------------------
 

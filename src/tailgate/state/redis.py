@@ -23,7 +23,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -33,7 +33,7 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
 from tailgate.state.local import LocalState, default_replica_id
-from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+from tailgate.state.protocol import Adjustment, Admission, Backend, Lease, SharedState, StateStatus
 
 __all__ = ["RedisState"]
 
@@ -288,6 +288,43 @@ class RedisState(SharedState):
         if delta < 0 and mirror:
             self.fallback.adjust_now(name, delta, window_s, None)  # the mirror gives back what Redis got back
         return out
+
+    async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
+        """A request's corrections and its slot's release in one pipelined round trip (was one per part).
+
+        Each script goes by its SHA (``EVALSHA``), so the pipeline sends no ``SCRIPT EXISTS`` first; a part
+        Redis cannot run (its script cache was flushed by a restart: ``NOSCRIPT``) is redone with its own
+        call, which loads the script. Redis unavailable: the fallback's counters take the corrections, as
+        :meth:`adjust` does, and a slot held in Redis frees itself at its TTL, as with :meth:`release`."""
+        for a in adjustments:
+            if not math.isfinite(a.delta):
+                raise ValueError(f"delta must be finite, got {a.delta!r}")
+        remote = lease is not None and not lease[1].startswith("local:")
+        if len(adjustments) + remote < 2:
+            await super().settle(adjustments, lease)
+            return
+        pipe = self._r.pipeline(transaction=False)
+        for a in adjustments:
+            key = f"{self._p}c:{a.window_s or 0:g}:{a.name}"
+            at = a.bucket if a.bucket is not None else "-"
+            pipe.evalsha(self._adjust.sha, 1, key, a.delta, a.window_s or 0, at)
+        if lease is not None and remote:
+            pipe.zrem(f"{self._p}g:{lease[0]}", lease[1])
+        try:
+            results = await self._call(pipe.execute(raise_on_error=False), _SYNC_TIMEOUT_S)
+        except _Unavailable:
+            for a in adjustments:
+                self.fallback.adjust_now(a.name, a.delta, a.window_s, None)
+            return
+        try:
+            for a, out in zip(adjustments, results, strict=False):
+                if isinstance(out, Exception):
+                    await self.adjust(a.name, a.delta, a.window_s, a.bucket)
+                elif a.delta < 0:
+                    self.fallback.adjust_now(a.name, a.delta, a.window_s, None)  # the mirror, as in adjust
+        finally:
+            if lease is not None and (not remote or isinstance(results[-1], Exception)):
+                await self.release(*lease)
 
     async def usage(self, name: str, window_s: float | None) -> float:
         key = f"{self._p}c:{window_s or 0:g}:{name}"
