@@ -285,8 +285,7 @@ def closed(
         )  # fmt: skip
         if n > 1:
             argv += ["--workers", str(n)]
-        pin = ["taskset", "-c", str(GEN_CPU)] if st.pin else []  # beside wrk, as wrk is
-        gens[str(n)] = res = run_bench(f"generator x{n}", [*pin, *argv], out, sim)
+        gens[str(n)] = res = run_bench(f"generator x{n}", [*_pin_prefix(st), *argv], out, sim)  # beside wrk
         check_gen(checks, res)
     one = gens["1"].rps
     return {
@@ -327,10 +326,14 @@ def _pinned(on: bool) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
+def _pin_prefix(st: Settings) -> list[str]:
+    """The command prefix that puts a generator process on :data:`GEN_CPU` with ``--pin``."""
+    return ["taskset", "-c", str(GEN_CPU)] if st.pin else []
+
+
 def _gen_prefix(st: Settings) -> list[str]:
-    """The command prefix of a generator process: ``taskset`` with ``--pin``, ``chrt`` with ``--rt``."""
-    pin = ["taskset", "-c", str(GEN_CPU)] if st.pin else []
-    return [*pin, *(["chrt", "-f", str(RT_PRIORITY)] if st.rt else [])]
+    """The command prefix of an open-loop generator process: ``taskset`` with ``--pin``, ``chrt`` with ``--rt``."""
+    return [*_pin_prefix(st), *(["chrt", "-f", str(RT_PRIORITY)] if st.rt else [])]
 
 
 @contextlib.contextmanager

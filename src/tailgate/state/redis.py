@@ -274,9 +274,13 @@ class RedisState(SharedState):
 
     # -- counters ---------------------------------------------------------------------------------------
 
+    def _counter(self, name: str, window_s: float | None) -> str:
+        """The Redis key of the counter ``name`` over ``window_s`` (one hash per name and window)."""
+        return f"{self._p}c:{window_s or 0:g}:{name}"
+
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
         _check(amount, limit, window_s)
-        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        key = self._counter(name, window_s)
         decided: list[bool] = []  # filled with the fallback's answer, for a late Redis answer to reconcile
         try:
             ok, retry, remaining, reset, bucket = await self._call(
@@ -321,7 +325,7 @@ class RedisState(SharedState):
     ) -> float:
         if not math.isfinite(delta):
             raise ValueError(f"delta must be finite, got {delta!r}")
-        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        key = self._counter(name, window_s)
         at = bucket if bucket is not None else "-"
         try:
             # A refund or a settlement follows an admission: no client waits on it, and a lost refund would
@@ -349,9 +353,8 @@ class RedisState(SharedState):
             return
         pipe = self._r.pipeline(transaction=False)
         for a in adjustments:
-            key = f"{self._p}c:{a.window_s or 0:g}:{a.name}"
             at = a.bucket if a.bucket is not None else "-"
-            pipe.evalsha(self._adjust.sha, 1, key, a.delta, a.window_s or 0, at)
+            pipe.evalsha(self._adjust.sha, 1, self._counter(a.name, a.window_s), a.delta, a.window_s or 0, at)
         if lease is not None and remote:
             pipe.zrem(f"{self._p}g:{lease[0]}", lease[1])
         try:
@@ -371,7 +374,7 @@ class RedisState(SharedState):
                 await self.release(*lease)
 
     async def usage(self, name: str, window_s: float | None) -> float:
-        key = f"{self._p}c:{window_s or 0:g}:{name}"
+        key = self._counter(name, window_s)
         try:
             return _f(await self._call(self._usage(keys=[key], args=[window_s or 0])))
         except _Unavailable:
