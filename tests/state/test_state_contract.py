@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import eventually
-from tailgate.state import Adjustment, SharedState
+from tailgate.state import Adjustment, Admission, Claim, Lease, SharedState, Slot
 
 
 async def test_take_admits_exactly_the_limit_then_refuses_with_a_retry_after(state: SharedState) -> None:
@@ -196,3 +196,55 @@ async def test_settle_applies_every_correction_and_frees_the_slot(state: SharedS
     with pytest.raises(ValueError, match="delta must be finite"):
         await state.settle([Adjustment("k:tpm", math.nan, 60.0), Adjustment("k:budget", 1, None)])
     assert await state.usage("k:budget", None) == pytest.approx(100)  # refused before anything was applied
+
+
+async def test_reserve_takes_every_claim_and_the_slot_or_nothing(state: SharedState) -> None:
+    """A request's admission at once: a tpm, a budget and a slot all held, or none of them when one refuses
+    (the refused part is named, with its own numbers); the buckets returned refund exactly what was taken."""
+    claims = [Claim("r:tpm", 600, 1000, 60.0), Claim("r:budget", 600, 1000, None)]
+    first = await state.reserve(claims, Slot("r:conc", 1))
+    assert first.ok
+    assert first.refused is None
+    assert [a.ok for a in first.admissions] == [True, True]
+    assert first.admissions[0].bucket is not None
+    assert first.lease is not None
+    assert first.lease.ok
+    assert first.lease.in_use == 1
+    assert await state.usage("r:tpm", 60.0) == pytest.approx(600)
+    assert await state.usage("r:budget", None) == pytest.approx(600)
+
+    # The slot is taken: both takes would fit, and neither is kept.
+    busy = await state.reserve([Claim("r:tpm", 100, 1000, 60.0), Claim("r:budget", 100, 1000, None)], Slot("r:conc", 1))
+    assert not busy.ok
+    assert isinstance(busy.refused, Lease)
+    assert busy.refused.in_use == 1
+    assert await state.usage("r:tpm", 60.0) == pytest.approx(600)
+    assert await state.usage("r:budget", None) == pytest.approx(600)
+
+    await state.settle([Adjustment("r:tpm", -600, 60.0, first.admissions[0].bucket)], ("r:conc", first.lease.token))
+    assert await state.usage("r:tpm", 60.0) == 0
+
+    # The budget refuses (600 + 500 > 1000): the tpm take before it is given back, the slot never taken.
+    spent = await state.reserve(
+        [Claim("r:tpm", 500, 1000, 60.0), Claim("r:budget", 500, 1000, None)], Slot("r:conc", 1)
+    )
+    assert not spent.ok
+    assert spent.lease is None
+    refused = spent.refused
+    assert isinstance(refused, Admission)
+    assert len(spent.admissions) == 2
+    assert refused.retry_after_s == math.inf
+    assert refused.remaining == pytest.approx(400)
+    assert await state.usage("r:tpm", 60.0) == 0
+    assert await state.usage("r:budget", None) == pytest.approx(600)
+    assert (await state.acquire("r:conc", 1)).ok  # the slot was never held
+
+    # The first claim refuses: the rest are not even asked.
+    over = await state.reserve([Claim("r:tpm", 1001, 1000, 60.0), Claim("r:budget", 1, 1000, None)])
+    assert not over.ok
+    assert len(over.admissions) == 1
+    assert over.admissions[0].retry_after_s == math.inf
+    assert await state.usage("r:budget", None) == pytest.approx(600)
+    with pytest.raises(ValueError, match="amount must be"):
+        await state.reserve([Claim("r:tpm", 1, 1000, 60.0), Claim("r:budget", -1, 1000, None)])
+    assert await state.usage("r:tpm", 60.0) == 0  # refused before anything was taken

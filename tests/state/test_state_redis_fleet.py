@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import StateFactory, eventually, redis_config
-from tailgate.state import Adjustment
+from tailgate.state import Adjustment, Claim, Slot
 from tailgate.state.redis import RedisState
 from tailgate.state.server import RedisServer
 
@@ -170,4 +170,84 @@ async def test_settle_is_one_round_trip_and_survives_a_flushed_script_cache(redi
             assert (await s.acquire(f"{name}:conc", 1)).ok  # the slot was released
     finally:
         await admin.aclose()
+        await s.close()
+
+
+async def test_reserve_is_one_round_trip_and_survives_a_flushed_script_cache(redis_server: RedisServer) -> None:
+    """A request's whole admission (tpm, two budgets, a slot) is one script call, also after SCRIPT FLUSH."""
+    import redis.asyncio as aioredis
+
+    s = RedisState(redis_config(redis_server.url, "reserve"), replica="r")
+    await s.start()
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        for flush in (False, True):
+            if flush:
+                await admin.script_flush()
+            name = f"k{int(flush)}"
+            claims = [
+                Claim(f"{name}:tpm", 300, 1000, 60.0),
+                Claim(f"{name}:tokens", 300, 10_000, None),
+                Claim(f"{name}:cost", 0.25, 5.0, None),
+            ]
+            calls = s.calls
+            res = await s.reserve(claims, Slot(f"{name}:conc", 2))
+            assert res.ok
+            assert res.lease is not None
+            assert res.lease.ok
+            assert s.calls - calls == 1
+            assert not any(a.local for a in res.admissions)  # decided in Redis, not by the fallback
+            assert await s.usage(f"{name}:cost", None) == pytest.approx(0.25)
+            assert await admin.zcard(f"reserve:g:{name}:conc") == 1
+    finally:
+        await admin.aclose()
+        await s.close()
+
+
+async def test_a_reservation_past_its_budget_or_abandoned_counts_once(redis_server: RedisServer) -> None:
+    """Redis paused: the fallback decides the reservation at its budget, and the late Redis grant is kept
+    once (its slot released: the request holds the fallback's). A caller cancelled while Redis decides (its
+    client hung up) leaves nothing behind once Redis answers: takes refunded, slot released."""
+    import redis.asyncio as aioredis
+
+    s = RedisState(redis_config(redis_server.url, "late", timeout=0.02), replica="l")
+    await s.start()
+    blocker = aioredis.Redis.from_url(redis_server.url)
+    claims = [Claim("k:tpm", 100, 1000, 60.0), Claim("k:budget", 100, 1000, None)]
+
+    async def settled() -> None:
+        for _ in range(300):
+            if not s._late:
+                return
+            await asyncio.sleep(0.01)
+
+    try:
+        await blocker.client_pause(400, all=True)
+        await asyncio.sleep(0.05)
+        res = await s.reserve(claims, Slot("k:conc", 5))
+        assert res.ok
+        assert all(a.local for a in res.admissions)
+        assert res.lease is not None
+        assert res.lease.token.startswith("local:")
+        await asyncio.sleep(0.45)
+        await settled()
+        assert await s.usage("k:tpm", 60.0) == pytest.approx(100)  # the late grant counts once, as decided
+        assert await s.usage("k:budget", None) == pytest.approx(100)
+        assert await blocker.zcard("late:g:k:conc") == 0  # Redis's late slot given back
+
+        s.timeout = 2.0  # now the caller, not the budget, gives up first
+        await blocker.client_pause(300, all=True)
+        await asyncio.sleep(0.05)
+        task = asyncio.create_task(s.reserve(claims, Slot("k:conc", 5)))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.35)
+        await settled()
+        assert await s.usage("k:tpm", 60.0) == pytest.approx(100)  # nothing of the abandoned one is left
+        assert await s.usage("k:budget", None) == pytest.approx(100)
+        assert await blocker.zcard("late:g:k:conc") == 0
+    finally:
+        await blocker.aclose()
         await s.close()

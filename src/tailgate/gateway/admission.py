@@ -39,7 +39,7 @@ from tailgate.gateway.keys import KeyDirectory, KeyLimits
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend
-from tailgate.state import Adjustment, LocalState, SharedState
+from tailgate.state import Adjustment, Claim, Lease, LocalState, Reservation, SharedState, Slot
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
@@ -197,38 +197,71 @@ class KeyAdmission:
         return reason
 
     async def _take_all(self, state: SharedState, limits: KeyLimits, ticket: Ticket, now: float) -> None:
+        """Reserve the tpm, every budget and the concurrency slot at once (``SharedState.reserve``: one Redis
+        round trip, all or nothing), or raise the refusal of the first limit that said no."""
         kid = limits.id
+        claims: list[Claim] = []
+        kinds: list[Kind] = []
         if limits.tpm is not None:
-            adm = await state.take(f"key:{kid}:tpm", ticket.tokens, limits.tpm, 60.0)
-            if not adm.ok:
-                wait = adm.retry_after_s if math.isfinite(adm.retry_after_s) else 60.0
-                err = _error(
-                    429,
-                    f"Token rate limit of this key reached: this request may use {ticket.tokens:.0f} tokens "
-                    f"(prompt + max_tokens), {max(0.0, adm.remaining):.0f} of {limits.tpm:g} per minute are left. "
-                    f"Retry after {wait:.1f}s.",
-                    "rate_limit_exceeded",
-                    "tokens",
-                    wait,
-                )
-                raise self._refuse(kid, "tpm_limited", err)
-            ticket.takes.append(_Take(f"key:{kid}:tpm", 60.0, "tokens", ticket.tokens, adm.bucket))
-        if limits.budgeted:
-            await self._budgets(state, limits, ticket, now)
-        if limits.max_concurrency is not None:
-            name = f"key:{kid}:concurrency"
-            lease = await state.acquire(name, limits.max_concurrency)
-            if not lease.ok:
-                err = _error(
-                    429,
-                    f"This key already has {lease.in_use} requests in flight (max_concurrency "
-                    f"{limits.max_concurrency}). Retry after 1s.",
-                    "concurrency_limit_exceeded",
-                    "requests",
-                    1.0,
-                )
-                raise self._refuse(kid, "concurrency_limited", err)
-            ticket.lease = (name, lease.token)
+            claims.append(Claim(f"key:{kid}:tpm", ticket.tokens, limits.tpm, 60.0))
+            kinds.append("tokens")
+        periods = self._periods(limits, now) if limits.budgeted else []
+        if periods and state.backend == "local" and self._store is not None:
+            await self._seed(state, kid, periods)
+        for name, kind, limit, _, _, _ in periods:
+            claims.append(Claim(name, ticket.tokens if kind == "tokens" else ticket.cost, limit, None))
+            kinds.append(kind)
+        slot = Slot(f"key:{kid}:concurrency", limits.max_concurrency) if limits.max_concurrency is not None else None
+        res = await state.reserve(claims, slot)
+        if not res.ok:
+            raise self._refusal(limits, ticket, claims, periods, res)
+        for c, kind, adm in zip(claims, kinds, res.admissions, strict=True):
+            ticket.takes.append(_Take(c.name, c.window_s, kind, c.amount, adm.bucket))
+        if res.lease is not None:
+            ticket.lease = (slot.name, res.lease.token) if slot is not None else None
+
+    def _refusal(
+        self, limits: KeyLimits, ticket: Ticket, claims: list[Claim], periods: list[_Period], res: Reservation
+    ) -> KeyRefused:
+        """The OpenAI-shaped refusal of the part of ``res`` that said no (docs/keys.md)."""
+        kid = limits.id
+        refused = res.refused
+        if isinstance(refused, Lease) or refused is None:
+            in_use = refused.in_use if refused is not None else 0
+            err = _error(
+                429,
+                f"This key already has {in_use} requests in flight (max_concurrency "
+                f"{limits.max_concurrency}). Retry after 1s.",
+                "concurrency_limit_exceeded",
+                "requests",
+                1.0,
+            )
+            return self._refuse(kid, "concurrency_limited", err)
+        claim = claims[len(res.admissions) - 1]
+        if claim.window_s is not None:  # the tpm
+            wait = refused.retry_after_s if math.isfinite(refused.retry_after_s) else 60.0
+            err = _error(
+                429,
+                f"Token rate limit of this key reached: this request may use {ticket.tokens:.0f} tokens "
+                f"(prompt + max_tokens), {max(0.0, refused.remaining):.0f} of {limits.tpm:g} per minute are left. "
+                f"Retry after {wait:.1f}s.",
+                "rate_limit_exceeded",
+                "tokens",
+                wait,
+            )
+            return self._refuse(kid, "tpm_limited", err)
+        _, kind, limit, _, word, reset = next(p for p in periods if p[0] == claim.name)
+        unit = "tokens" if kind == "tokens" else "of spend"
+        need = f"{claim.amount:.0f}" if kind == "tokens" else f"{claim.amount:.6g}"
+        err = _error(
+            429,
+            f"The {word} budget of this key is exhausted: this request may use {need} {unit}, "
+            f"{max(0.0, refused.remaining):.6g} of {limit:g} are left until the budget resets in {reset:.0f}s.",
+            "budget_exceeded",
+            "insufficient_quota",
+            reset,
+        )
+        return self._refuse(kid, "budget_exceeded", err)
 
     def _periods(self, limits: KeyLimits, now: float) -> list[_Period]:
         """(counter, kind, limit, period start, period word, seconds to reset) for each budget of the key."""
@@ -244,28 +277,6 @@ class KeyAdmission:
                 name = f"key:{limits.id}:budget:{kind}:{word}:{int(start)}"
                 out.append((name, kind, float(limit), start, word, reset))  # type: ignore[arg-type]
         return out
-
-    async def _budgets(self, state: SharedState, limits: KeyLimits, ticket: Ticket, now: float) -> None:
-        periods = self._periods(limits, now)
-        if state.backend == "local" and self._store is not None:
-            await self._seed(state, limits.id, periods)
-        for name, kind, limit, _, word, reset in periods:
-            amount = ticket.tokens if kind == "tokens" else ticket.cost
-            adm = await state.take(name, amount, limit, None)
-            if not adm.ok:
-                unit = "tokens" if kind == "tokens" else "of spend"
-                left = max(0.0, adm.remaining)
-                need = f"{amount:.0f}" if kind == "tokens" else f"{amount:.6g}"
-                err = _error(
-                    429,
-                    f"The {word} budget of this key is exhausted: this request may use {need} {unit}, "
-                    f"{left:.6g} of {limit:g} are left until the budget resets in {reset:.0f}s.",
-                    "budget_exceeded",
-                    "insufficient_quota",
-                    reset,
-                )
-                raise self._refuse(limits.id, "budget_exceeded", err)
-            ticket.takes.append(_Take(name, None, kind, amount, None))
 
     async def _seed(
         self, state: SharedState, key_id: str, periods: list[tuple[str, Kind, float, float, str, float]]

@@ -2,15 +2,28 @@
 
 from tailgate.state.factory import open_state
 from tailgate.state.local import LocalState, default_replica_id
-from tailgate.state.protocol import Adjustment, Admission, Backend, Lease, SharedState, StateStatus
+from tailgate.state.protocol import (
+    Adjustment,
+    Admission,
+    Backend,
+    Claim,
+    Lease,
+    Reservation,
+    SharedState,
+    Slot,
+    StateStatus,
+)
 
 __all__ = [
     "Adjustment",
     "Admission",
     "Backend",
+    "Claim",
     "Lease",
     "LocalState",
+    "Reservation",
     "SharedState",
+    "Slot",
     "StateStatus",
     "default_replica_id",
     "open_state",

@@ -12,63 +12,69 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# KEYS[1] counter hash; ARGV amount, limit, window (<= 0: none).
-# -> {ok, retry_after, remaining, reset, bucket counted in or '-'}
+# take(key, amount, limit, window <= 0: none) -> {ok, retry_after, remaining, reset, bucket counted in or '-'}
+_TAKE_FN = """
+local function take(key, amount, limit, window)
+  if window <= 0 then
+    local used = tonumber(redis.call('HGET', key, 't') or '0')
+    if used < 0 then used = 0 end
+    if amount > limit or used + amount > limit then
+      return {0, 'inf', tostring(math.max(0, limit - used)), '0', '-'}
+    end
+    if amount > 0 then redis.call('HINCRBYFLOAT', key, 't', amount) end
+    return {1, '0', tostring(math.max(0, limit - used - amount)), '0', '-'}
+  end
+  local b = window / 60
+  local epoch = math.floor(now / b)
+  local lo = epoch - 59
+  local flat = redis.call('HGETALL', key)
+  local used, live, newest = 0, {}, nil
+  for i = 1, #flat, 2 do
+    local k, v = tonumber(flat[i]), tonumber(flat[i + 1])
+    if k < lo then
+      redis.call('HDEL', key, flat[i])
+    else
+      used = used + v
+      table.insert(live, {k, v})
+      if v > 0 and (newest == nil or k > newest) then newest = k end
+    end
+  end
+  if used < 0 then used = 0 end
+  local function reset(n)
+    if n == nil then return '0' end
+    return tostring(math.max(0, (n + 60) * b - now))
+  end
+  if amount > limit then
+    return {0, 'inf', tostring(math.max(0, limit - used)), reset(newest), '-'}
+  end
+  if used + amount <= limit then
+    if amount > 0 then
+      redis.call('HINCRBYFLOAT', key, tostring(epoch), amount)
+      redis.call('PEXPIRE', key, math.ceil(window * 1000) + 1000)
+      if newest == nil or epoch > newest then newest = epoch end
+      return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), tostring(epoch)}
+    end
+    return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), '-'}
+  end
+  table.sort(live, function(a, c) return a[1] < c[1] end)
+  local need, freed, wait = used + amount - limit, 0, window
+  for _, kv in ipairs(live) do
+    freed = freed + kv[2]
+    if freed >= need then
+      wait = (kv[1] + 60) * b - now
+      break
+    end
+  end
+  return {0, tostring(math.max(0, wait)), tostring(math.max(0, limit - used)), reset(newest), '-'}
+end
+"""
+
+# KEYS[1] counter hash; ARGV amount, limit, window (<= 0: none). -> take()'s reply
 TAKE = (
     _NOW
+    + _TAKE_FN
     + """
-local amount, limit, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if window <= 0 then
-  local used = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
-  if used < 0 then used = 0 end
-  if amount > limit or used + amount > limit then
-    return {0, 'inf', tostring(math.max(0, limit - used)), '0', '-'}
-  end
-  if amount > 0 then redis.call('HINCRBYFLOAT', KEYS[1], 't', amount) end
-  return {1, '0', tostring(math.max(0, limit - used - amount)), '0', '-'}
-end
-local b = window / 60
-local epoch = math.floor(now / b)
-local lo = epoch - 59
-local flat = redis.call('HGETALL', KEYS[1])
-local used, live, newest = 0, {}, nil
-for i = 1, #flat, 2 do
-  local k, v = tonumber(flat[i]), tonumber(flat[i + 1])
-  if k < lo then
-    redis.call('HDEL', KEYS[1], flat[i])
-  else
-    used = used + v
-    table.insert(live, {k, v})
-    if v > 0 and (newest == nil or k > newest) then newest = k end
-  end
-end
-if used < 0 then used = 0 end
-local function reset(n)
-  if n == nil then return '0' end
-  return tostring(math.max(0, (n + 60) * b - now))
-end
-if amount > limit then
-  return {0, 'inf', tostring(math.max(0, limit - used)), reset(newest), '-'}
-end
-if used + amount <= limit then
-  if amount > 0 then
-    redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), amount)
-    redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
-    if newest == nil or epoch > newest then newest = epoch end
-    return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), tostring(epoch)}
-  end
-  return {1, '0', tostring(math.max(0, limit - used - amount)), reset(newest), '-'}
-end
-table.sort(live, function(a, c) return a[1] < c[1] end)
-local need, freed, wait = used + amount - limit, 0, window
-for _, kv in ipairs(live) do
-  freed = freed + kv[2]
-  if freed >= need then
-    wait = (kv[1] + 60) * b - now
-    break
-  end
-end
-return {0, tostring(math.max(0, wait)), tostring(math.max(0, limit - used)), reset(newest), '-'}
+return take(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
 )
 
@@ -121,16 +127,68 @@ return tostring(math.max(0, used))
 """
 )
 
+# acquire(key, token, limit, ttl) -> {ok, in_use}
+_ACQUIRE_FN = """
+local function acquire(key, token, limit, ttl)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local n = redis.call('ZCARD', key)
+  if n >= limit then return {0, n} end
+  redis.call('ZADD', key, now + ttl, token)
+  redis.call('PEXPIRE', key, math.ceil(ttl * 1000) + 1000)
+  return {1, n + 1}
+end
+"""
+
 # KEYS[1] gauge zset; ARGV token, limit, ttl. -> {ok, in_use}
 ACQUIRE = (
     _NOW
+    + _ACQUIRE_FN
     + """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local n = redis.call('ZCARD', KEYS[1])
-if n >= tonumber(ARGV[2]) then return {0, n} end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000) + 1000)
-return {1, n + 1}
+return acquire(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+"""
+)
+
+# A request's whole admission in one atomic call: take every claim, then the slot, all or nothing.
+# KEYS: one counter hash per claim, then the gauge zset when a slot is asked.
+# ARGV: n claims, then amount, limit, window per claim, then token, limit, ttl of the slot.
+# -> {ok, refused part (1-based; n + 1 is the slot; 0 when ok), slots in use, then take()'s five fields for
+#     each claim decided}. A refusal gives back, in the same call, what the claims before it took.
+RESERVE = (
+    _NOW
+    + _TAKE_FN
+    + _ACQUIRE_FN
+    + """
+local n = tonumber(ARGV[1])
+local out = {1, 0, 0}
+local taken = {}
+local function undo()
+  for _, t in ipairs(taken) do
+    redis.call('HINCRBYFLOAT', t[1], t[2] == '-' and 't' or t[2], -t[3])
+  end
+  out[1] = 0
+end
+for i = 1, n do
+  local a = 2 + (i - 1) * 3
+  local amount = tonumber(ARGV[a])
+  local r = take(KEYS[i], amount, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+  for _, v in ipairs(r) do table.insert(out, v) end
+  if r[1] == 0 then
+    undo()
+    out[2] = i
+    return out
+  end
+  if amount > 0 then table.insert(taken, {KEYS[i], r[5], amount}) end
+end
+if #KEYS > n then
+  local a = 2 + n * 3
+  local r = acquire(KEYS[n + 1], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+  out[3] = r[2]
+  if r[1] == 0 then
+    undo()
+    out[2] = n + 1
+  end
+end
+return out
 """
 )
 

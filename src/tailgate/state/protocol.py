@@ -26,7 +26,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Adjustment", "Admission", "Backend", "Lease", "SharedState", "StateStatus"]
+__all__ = [
+    "Adjustment",
+    "Admission",
+    "Backend",
+    "Claim",
+    "Lease",
+    "Reservation",
+    "SharedState",
+    "Slot",
+    "StateStatus",
+]
 
 Backend = Literal["local", "redis"]
 
@@ -62,6 +72,47 @@ class Adjustment:
     delta: float
     window_s: float | None
     bucket: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One part of a :meth:`SharedState.reserve`: the arguments of :meth:`SharedState.take`."""
+
+    name: str
+    amount: float
+    limit: float
+    window_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The concurrency slot of a :meth:`SharedState.reserve`: the arguments of :meth:`SharedState.acquire`."""
+
+    name: str
+    limit: int
+    ttl_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The answer of :meth:`SharedState.reserve`: everything was taken (``ok``), or nothing is held.
+
+    ``admissions``: each claim's decision, in order, up to and including the one refused (all of them when
+    ``ok`` or when the slot refused); the buckets of an ``ok`` reservation are where its takes were counted.
+    ``lease``: the slot (None when none was asked, or a claim refused first)."""
+
+    ok: bool
+    admissions: tuple[Admission, ...]
+    lease: Lease | None = None
+
+    @property
+    def refused(self) -> Admission | Lease | None:
+        """What said no: the refused claim's admission, or the slot's lease; None when ``ok``."""
+        if self.ok:
+            return None
+        if self.admissions and not self.admissions[-1].ok:
+            return self.admissions[-1]
+        return self.lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +201,34 @@ class SharedState(abc.ABC):
         finally:
             if lease is not None:
                 await self.release(*lease)
+
+    async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
+        """Take every claim and then the slot, all or nothing: a refusal (or an exception) leaves nothing held.
+
+        What a request does when it arrives: reserve its estimate under each of its key's limits and hold a
+        concurrency slot. A backend with round trips (Redis) decides it all in one atomic call; the default
+        takes the parts one by one and gives back what it took when a later part refuses."""
+        admissions: list[Admission] = []
+        lease: Lease | None = None
+        ok = False
+        try:
+            for c in claims:
+                adm = await self.take(c.name, c.amount, c.limit, c.window_s)
+                admissions.append(adm)
+                if not adm.ok:
+                    break
+            else:
+                lease = await self.acquire(slot.name, slot.limit, slot.ttl_s) if slot is not None else None
+                ok = lease is None or lease.ok
+        finally:
+            if not ok:
+                refunds = [
+                    Adjustment(c.name, -c.amount, c.window_s, a.bucket)
+                    for c, a in zip(claims, admissions, strict=False)
+                    if a.ok and c.amount
+                ]
+                await self.settle(refunds)
+        return Reservation(ok, tuple(admissions), lease)
 
     # -- concurrency gauges ----------------------------------------------------------------------------
 

@@ -33,7 +33,17 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
 from tailgate.state.local import LocalState, default_replica_id
-from tailgate.state.protocol import Adjustment, Admission, Backend, Lease, SharedState, StateStatus
+from tailgate.state.protocol import (
+    Adjustment,
+    Admission,
+    Backend,
+    Claim,
+    Lease,
+    Reservation,
+    SharedState,
+    Slot,
+    StateStatus,
+)
 
 __all__ = ["RedisState"]
 
@@ -102,6 +112,7 @@ class RedisState(SharedState):
         self._adjust = self._r.register_script(_lua.ADJUST)
         self._usage = self._r.register_script(_lua.USAGE)
         self._acquire = self._r.register_script(_lua.ACQUIRE)
+        self._reserve = self._r.register_script(_lua.RESERVE)
         self._pause = self._r.register_script(_lua.PAUSE)
         self._publish = self._r.register_script(_lua.PUBLISH)
         self._sync = self._rs.register_script(_lua.SYNC)
@@ -181,22 +192,27 @@ class RedisState(SharedState):
         limit = budget or self.timeout
         start = loop.time()
         try:
-            out = await asyncio.wait_for(asyncio.shield(task), limit)
-        except TimeoutError:
-            if not await self._ours(task, loop.time() - start - limit, limit):
-                self.timeouts += 1
-                self._late.add(task)
-                task.add_done_callback(lambda t: self._finish_late(t, late))
-                self._failed("slower than state.timeout")
-                raise _Unavailable from None
             try:
-                out = task.result()
+                out = await asyncio.wait_for(asyncio.shield(task), limit)
+            except TimeoutError:
+                if not await self._ours(task, loop.time() - start - limit, limit):
+                    self.timeouts += 1
+                    self._orphan(task, late)
+                    self._failed("slower than state.timeout")
+                    raise _Unavailable from None
+                try:
+                    out = task.result()
+                except _Failure as err:
+                    self._failed(type(err).__name__)
+                    raise _Unavailable from None
             except _Failure as err:
                 self._failed(type(err).__name__)
                 raise _Unavailable from None
-        except _Failure as err:
-            self._failed(type(err).__name__)
-            raise _Unavailable from None
+        except asyncio.CancelledError:
+            # The caller went away (its client hung up) while Redis decided: the call runs on, and what it
+            # took is given back by ``late`` (nothing here decided to keep it), not left to count for a window.
+            self._orphan(task, late)
+            raise
         self._failures = 0
         self._last_ok = time.monotonic()
         return out
@@ -220,6 +236,14 @@ class RedisState(SharedState):
             await asyncio.wait_for(asyncio.shield(task), _SYNC_TIMEOUT_S)
         return task.done()
 
+    def _orphan(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
+        """No one waits for ``task`` any more: hand its result to ``late`` when it comes (now, if it has)."""
+        if task.done():
+            self._finish_late(task, late)
+            return
+        self._late.add(task)
+        task.add_done_callback(lambda t: self._finish_late(t, late))
+
     def _finish_late(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
         self._late.discard(task)
         if task.cancelled() or late is None:
@@ -230,17 +254,19 @@ class RedisState(SharedState):
         self, name: str, amount: float, window_s: float | None, decided: list[bool]
     ) -> Callable[[Any], None]:
         """Reconcile a take whose Redis answer came after the fallback had decided it (``decided[0]``), so
-        Redis counts it exactly once: granted in Redis but refused here → refunded to its bucket; admitted
-        here but refused (or lost) in Redis → charged to the current bucket, for the whole fleet to see."""
+        Redis counts it exactly once: granted in Redis but refused here (or no longer wanted: ``decided`` is
+        empty when the caller was cancelled) → refunded to its bucket; admitted here but refused (or lost) in
+        Redis → charged to the current bucket, for the whole fleet to see."""
 
         def settle(result: Any) -> None:
-            if not amount or not decided:
+            if not amount:
                 return
+            here = bool(decided) and decided[0]
             granted = result is not None and bool(result[0])
-            if granted and not decided[0]:
+            if granted and not here:
                 at = int(result[4]) if result[4] != b"-" else None
                 self._spawn(self.adjust(name, -amount, window_s, at, mirror=False))
-            elif decided[0] and not granted:
+            elif here and not granted:
                 self._spawn(self.adjust(name, amount, window_s, mirror=False))
 
         return settle
@@ -294,9 +320,16 @@ class RedisState(SharedState):
             adm = self._fallback_take(name, amount, limit, window_s)
             decided.append(adm.ok)
             return adm
+        return self._decided(name, amount, limit, window_s, ok, retry, remaining, reset, bucket)
+
+    def _decided(
+        self, name: str, amount: float, limit: float, window_s: float | None, *reply: Any, mirror: bool = True
+    ) -> Admission:
+        """A take's Redis reply (``take()``'s five fields in the Lua) as an Admission, with its bookkeeping."""
+        ok, retry, remaining, reset, bucket = reply
         self._room[(name, window_s)] = [_f(remaining), time.monotonic(), 0.0]
         at = int(bucket) if ok and bucket != b"-" else None
-        if ok and amount:
+        if ok and amount and mirror:
             # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
             # is down, the fallback's share (limit ÷ replicas) already includes this replica's recent takes,
             # so a slow burst cannot add a whole share on top of what Redis admitted.
@@ -373,6 +406,103 @@ class RedisState(SharedState):
             if lease is not None and (not remote or isinstance(results[-1], Exception)):
                 await self.release(*lease)
 
+    async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
+        """Every claim and the slot in one atomic script (``RESERVE``): one round trip for a request's whole
+        admission, where taking the parts one by one cost one each (issue 15: a key with a tpm, two budgets
+        and a slot spent four). Redis unavailable or slower than ``state.timeout``: the fallback decides the
+        whole reservation, as :meth:`take` and :meth:`acquire` decide theirs, and a late Redis answer is
+        reconciled so that Redis counts what this replica decided exactly once."""
+        for c in claims:
+            _check(c.amount, c.limit, c.window_s)
+        if len(claims) + (slot is not None) < 2:
+            return await super().reserve(claims, slot)  # one part: its own call is as cheap
+        keys = [self._counter(c.name, c.window_s) for c in claims]
+        args: list[Any] = [len(claims)]
+        for c in claims:
+            args += [c.amount, c.limit, c.window_s or 0]
+        token = ""
+        if slot is not None:
+            self._tokens += 1
+            token = f"{self.replica}/{self._tokens}"
+            keys.append(f"{self._p}g:{slot.name}")
+            args += [token, slot.limit, slot.ttl_s]
+        decided: list[bool] = []
+        try:
+            out = await self._call(
+                self._reserve(keys=keys, args=args), late=self._reserve_late(claims, slot, token, decided)
+            )
+        except _Unavailable:
+            res = self._fallback_reserve(claims, slot)
+            decided.append(res.ok)
+            return res
+        ok = bool(out[0])
+        groups = [out[i : i + 5] for i in range(3, len(out), 5)]
+        admissions = tuple(
+            self._decided(c.name, c.amount, c.limit, c.window_s, *g, mirror=ok)
+            for c, g in zip(claims, groups, strict=False)
+        )
+        lease = None
+        if slot is not None and (ok or int(out[1]) == len(claims) + 1):  # the slot was asked: every claim passed
+            lease = Lease(ok, token if ok else "", int(out[2]), slot.limit)
+        return Reservation(ok, admissions, lease)
+
+    def _fallback_reserve(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation:
+        """Decide a reservation Redis could not, in time: each claim as :meth:`_fallback_take` would, then the
+        slot from this replica's share; a refusal gives back the fallback's takes before it."""
+        if self.config.fallback == "closed":
+            return Reservation(False, (Admission(False, 1.0, 0.0, claims[0].limit, local=True),))
+        admissions: list[Admission] = []
+        for c in claims:
+            adm = self._fallback_take(c.name, c.amount, c.limit, c.window_s)
+            admissions.append(adm)
+            if not adm.ok:
+                self._fallback_untake(claims[: len(admissions) - 1])
+                return Reservation(False, tuple(admissions))
+        lease = None
+        if slot is not None:
+            share = max(1, math.floor(slot.limit / max(1, self._replicas)))
+            got = self.fallback.acquire_now(slot.name, share, slot.ttl_s)
+            lease = Lease(got.ok, "local:" + got.token if got.ok else "", got.in_use, slot.limit)
+            if not got.ok:
+                self._fallback_untake(claims)
+                return Reservation(False, tuple(admissions), lease)
+        return Reservation(True, tuple(admissions), lease)
+
+    def _fallback_untake(self, claims: Sequence[Claim]) -> None:
+        """Give back takes the fallback admitted (its counter, and the share of room they had spent)."""
+        for c in claims:
+            if c.amount:
+                self.fallback.adjust_now(c.name, -c.amount, c.window_s)
+                room = self._room.get((c.name, c.window_s))
+                if room is not None:
+                    room[2] = max(0.0, room[2] - c.amount)
+
+    def _reserve_late(
+        self, claims: Sequence[Claim], slot: Slot | None, token: str, decided: list[bool]
+    ) -> Callable[[Any], None]:
+        """Reconcile a reservation Redis answered after the fallback had decided it (or after its caller went
+        away), as :meth:`_settle_late` does for one take: what Redis granted but this replica did not keep is
+        refunded to its buckets; what this replica admitted but Redis refused is charged. A slot Redis granted
+        late is always released (the request holds the fallback's, or none)."""
+
+        def settle(result: Any) -> None:
+            here = bool(decided) and decided[0]
+            granted = result is not None and bool(result[0])
+            if granted and slot is not None:
+                self._spawn(self.release(slot.name, token))
+            if granted and not here:
+                for c, i in zip(claims, range(3, len(result), 5), strict=False):
+                    bucket = result[i + 4]
+                    at = int(bucket) if bucket != b"-" else None
+                    if c.amount:
+                        self._spawn(self.adjust(c.name, -c.amount, c.window_s, at, mirror=False))
+            elif here and not granted:
+                for c in claims:
+                    if c.amount:
+                        self._spawn(self.adjust(c.name, c.amount, c.window_s, mirror=False))
+
+        return settle
+
     async def usage(self, name: str, window_s: float | None) -> float:
         key = self._counter(name, window_s)
         try:
@@ -388,7 +518,9 @@ class RedisState(SharedState):
         try:
             ok, n = await self._call(
                 self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]),
-                late=lambda result: self._spawn(self.release(name, token)) if result[0] else None,
+                late=lambda result: (
+                    self._spawn(self.release(name, token)) if result is not None and result[0] else None
+                ),
             )
         except _Unavailable:
             if self.config.fallback == "closed":
@@ -479,7 +611,8 @@ class RedisState(SharedState):
     async def _warm(self) -> None:
         """Open a few connections and load the scripts (a reconnect, or the start)."""
         await asyncio.gather(*(self._r.ping() for _ in range(_WARM)))
-        for script in (self._take, self._adjust, self._usage, self._acquire, self._pause, self._publish, self._sync):
+        scripts = (self._take, self._adjust, self._usage, self._acquire, self._reserve, self._pause, self._publish)
+        for script in (*scripts, self._sync):
             await self._r.script_load(script.script)
 
     # -- the sync loop ----------------------------------------------------------------------------------
