@@ -78,36 +78,60 @@ return take(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
 )
 
+# adjust(key, delta, window <= 0: none, bucket of the take refunded or nil) -> usage after (string)
+_ADJUST_FN = """
+local function adjust(key, delta, window, at)
+  if window <= 0 then
+    local v = tonumber(redis.call('HINCRBYFLOAT', key, 't', delta))
+    if v < 0 then redis.call('HSET', key, 't', '0'); v = 0 end
+    return tostring(v)
+  end
+  local b = window / 60
+  local epoch = math.floor(now / b)
+  local lo = epoch - 59
+  if delta < 0 and at ~= nil then
+    if at >= lo then
+      local cur = tonumber(redis.call('HGET', key, tostring(at)) or 'nil')
+      if cur ~= nil then
+        redis.call('HSET', key, tostring(at), tostring(math.max(0, cur + delta)))
+      end
+    end
+  else
+    redis.call('HINCRBYFLOAT', key, tostring(epoch), delta)
+    redis.call('PEXPIRE', key, math.ceil(window * 1000) + 1000)
+  end
+  local flat = redis.call('HGETALL', key)
+  local used = 0
+  for i = 1, #flat, 2 do
+    if tonumber(flat[i]) < lo then redis.call('HDEL', key, flat[i]) else used = used + tonumber(flat[i + 1]) end
+  end
+  return tostring(math.max(0, used))
+end
+"""
+
 # KEYS[1] counter hash; ARGV delta, window (<= 0: none), bucket of the take refunded or '-'. -> usage after
 ADJUST = (
     _NOW
+    + _ADJUST_FN
     + """
-local delta, window, at = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if window <= 0 then
-  local v = tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 't', delta))
-  if v < 0 then redis.call('HSET', KEYS[1], 't', '0'); v = 0 end
-  return tostring(v)
+return adjust(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+"""
+)
+
+# A request's end in one call: every correction (as ADJUST), then the slot given back.
+# KEYS: one counter hash per correction, then the gauge zset when a slot is released.
+# ARGV: n corrections, then delta, window, bucket or '-' per correction, then the slot's token. -> n
+SETTLE = (
+    _NOW
+    + _ADJUST_FN
+    + """
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  local a = 2 + (i - 1) * 3
+  adjust(KEYS[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
 end
-local b = window / 60
-local epoch = math.floor(now / b)
-local lo = epoch - 59
-if delta < 0 and at ~= nil then
-  if at >= lo then
-    local cur = tonumber(redis.call('HGET', KEYS[1], tostring(at)) or 'nil')
-    if cur ~= nil then
-      redis.call('HSET', KEYS[1], tostring(at), tostring(math.max(0, cur + delta)))
-    end
-  end
-else
-  redis.call('HINCRBYFLOAT', KEYS[1], tostring(epoch), delta)
-  redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
-end
-local flat = redis.call('HGETALL', KEYS[1])
-local used = 0
-for i = 1, #flat, 2 do
-  if tonumber(flat[i]) < lo then redis.call('HDEL', KEYS[1], flat[i]) else used = used + tonumber(flat[i + 1]) end
-end
-return tostring(math.max(0, used))
+if #KEYS > n then redis.call('ZREM', KEYS[n + 1], ARGV[2 + n * 3]) end
+return n
 """
 )
 

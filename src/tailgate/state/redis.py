@@ -113,6 +113,7 @@ class RedisState(SharedState):
         self._usage = self._r.register_script(_lua.USAGE)
         self._acquire = self._r.register_script(_lua.ACQUIRE)
         self._reserve = self._r.register_script(_lua.RESERVE)
+        self._settle = self._r.register_script(_lua.SETTLE)
         self._pause = self._r.register_script(_lua.PAUSE)
         self._publish = self._r.register_script(_lua.PUBLISH)
         self._sync = self._rs.register_script(_lua.SYNC)
@@ -192,19 +193,16 @@ class RedisState(SharedState):
         limit = budget or self.timeout
         start = loop.time()
         try:
+            # asyncio.wait leaves the task running when the budget (or the caller) gives up, as shield() would,
+            # with one waiter instead of wait_for's and shield's futures and callbacks.
+            done, _ = await asyncio.wait((task,), timeout=limit)
+            if not done and not await self._ours(task, loop.time() - start - limit, limit):
+                self.timeouts += 1
+                self._orphan(task, late)
+                self._failed("slower than state.timeout")
+                raise _Unavailable
             try:
-                out = await asyncio.wait_for(asyncio.shield(task), limit)
-            except TimeoutError:
-                if not await self._ours(task, loop.time() - start - limit, limit):
-                    self.timeouts += 1
-                    self._orphan(task, late)
-                    self._failed("slower than state.timeout")
-                    raise _Unavailable from None
-                try:
-                    out = task.result()
-                except _Failure as err:
-                    self._failed(type(err).__name__)
-                    raise _Unavailable from None
+                out = task.result()
             except _Failure as err:
                 self._failed(type(err).__name__)
                 raise _Unavailable from None
@@ -371,40 +369,37 @@ class RedisState(SharedState):
         return out
 
     async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
-        """A request's corrections and its slot's release in one pipelined round trip (was one per part).
+        """A request's corrections and its slot's release in one script call (``SETTLE``; was one per part).
 
-        Each script goes by its SHA (``EVALSHA``), so the pipeline sends no ``SCRIPT EXISTS`` first; a part
-        Redis cannot run (its script cache was flushed by a restart: ``NOSCRIPT``) is redone with its own
-        call, which loads the script. Redis unavailable: the fallback's counters take the corrections, as
-        :meth:`adjust` does, and a slot held in Redis frees itself at its TTL, as with :meth:`release`."""
+        Redis unavailable: the fallback's counters take the corrections, as :meth:`adjust` does, and a slot
+        held in Redis frees itself at its TTL, as with :meth:`release`. A script cache flushed by a restart
+        (``NOSCRIPT``) is reloaded by the call itself."""
         for a in adjustments:
             if not math.isfinite(a.delta):
                 raise ValueError(f"delta must be finite, got {a.delta!r}")
-        remote = lease is not None and not lease[1].startswith("local:")
-        if len(adjustments) + remote < 2:
-            await super().settle(adjustments, lease)
+        if lease is not None and lease[1].startswith("local:"):
+            self.fallback.release_now(lease[0], lease[1].removeprefix("local:"))
+            lease = None
+        if not adjustments and lease is None:
             return
-        pipe = self._r.pipeline(transaction=False)
+        keys = [self._counter(a.name, a.window_s) for a in adjustments]
+        args: list[Any] = [len(adjustments)]
         for a in adjustments:
-            at = a.bucket if a.bucket is not None else "-"
-            pipe.evalsha(self._adjust.sha, 1, self._counter(a.name, a.window_s), a.delta, a.window_s or 0, at)
-        if lease is not None and remote:
-            pipe.zrem(f"{self._p}g:{lease[0]}", lease[1])
+            args += [a.delta, a.window_s or 0, a.bucket if a.bucket is not None else "-"]
+        if lease is not None:
+            keys.append(f"{self._p}g:{lease[0]}")
+            args.append(lease[1])
         try:
-            results = await self._call(pipe.execute(raise_on_error=False), _SYNC_TIMEOUT_S)
+            # No client waits on it, and a lost refund would leave Redis counting what was never spent: the
+            # background budget, not state.timeout (as adjust).
+            await self._call(self._settle(keys=keys, args=args), _SYNC_TIMEOUT_S)
         except _Unavailable:
             for a in adjustments:
                 self.fallback.adjust_now(a.name, a.delta, a.window_s, None)
             return
-        try:
-            for a, out in zip(adjustments, results, strict=False):
-                if isinstance(out, Exception):
-                    await self.adjust(a.name, a.delta, a.window_s, a.bucket)
-                elif a.delta < 0:
-                    self.fallback.adjust_now(a.name, a.delta, a.window_s, None)  # the mirror, as in adjust
-        finally:
-            if lease is not None and (not remote or isinstance(results[-1], Exception)):
-                await self.release(*lease)
+        for a in adjustments:
+            if a.delta < 0:
+                self.fallback.adjust_now(a.name, a.delta, a.window_s, None)  # the mirror, as in adjust
 
     async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
         """Every claim and the slot in one atomic script (``RESERVE``): one round trip for a request's whole
@@ -611,8 +606,8 @@ class RedisState(SharedState):
     async def _warm(self) -> None:
         """Open a few connections and load the scripts (a reconnect, or the start)."""
         await asyncio.gather(*(self._r.ping() for _ in range(_WARM)))
-        scripts = (self._take, self._adjust, self._usage, self._acquire, self._reserve, self._pause, self._publish)
-        for script in (*scripts, self._sync):
+        scripts = (self._take, self._adjust, self._usage, self._acquire, self._reserve, self._settle, self._pause)
+        for script in (*scripts, self._publish, self._sync):
             await self._r.script_load(script.script)
 
     # -- the sync loop ----------------------------------------------------------------------------------
