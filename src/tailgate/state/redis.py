@@ -193,16 +193,19 @@ class RedisState(SharedState):
         limit = budget or self.timeout
         start = loop.time()
         try:
-            # asyncio.wait leaves the task running when the budget (or the caller) gives up, as shield() would,
-            # with one waiter instead of wait_for's and shield's futures and callbacks.
-            done, _ = await asyncio.wait((task,), timeout=limit)
-            if not done and not await self._ours(task, loop.time() - start - limit, limit):
-                self.timeouts += 1
-                self._orphan(task, late)
-                self._failed("slower than state.timeout")
-                raise _Unavailable
             try:
-                out = task.result()
+                out = await asyncio.wait_for(asyncio.shield(task), limit)
+            except TimeoutError:
+                if not await self._ours(task, loop.time() - start - limit, limit):
+                    self.timeouts += 1
+                    self._orphan(task, late)
+                    self._failed("slower than state.timeout")
+                    raise _Unavailable from None
+                try:
+                    out = task.result()
+                except _Failure as err:
+                    self._failed(type(err).__name__)
+                    raise _Unavailable from None
             except _Failure as err:
                 self._failed(type(err).__name__)
                 raise _Unavailable from None
