@@ -250,3 +250,33 @@ async def test_a_reservation_past_its_budget_or_abandoned_counts_once(redis_serv
     finally:
         await blocker.aclose()
         await s.close()
+
+
+async def test_settlements_ending_in_one_turn_share_one_round_trip(redis_server: RedisServer) -> None:
+    """Twenty requests that end together are settled by one script call, each correction and slot exactly."""
+    s = RedisState(redis_config(redis_server.url, "batch"), replica="b")
+    await s.start()
+    try:
+        held = [
+            await s.reserve([Claim("k:tpm", 50, 10_000, 60.0), Claim("k:budget", 50, 10_000, None)], Slot("k:c", 20))
+            for _ in range(20)
+        ]
+        assert all(r.ok for r in held)
+        assert not (await s.acquire("k:c", 20)).ok
+        calls = s.calls
+        await asyncio.gather(
+            *(
+                s.settle(
+                    [Adjustment("k:tpm", -20, 60.0, r.admissions[0].bucket), Adjustment("k:budget", 5, None)],
+                    ("k:c", r.lease.token if r.lease else ""),
+                )
+                for r in held
+            )
+        )
+        assert s.calls - calls == 1
+        assert await s.usage("k:tpm", 60.0) == pytest.approx(20 * 30)
+        assert await s.usage("k:budget", None) == pytest.approx(20 * 55)
+        slots = [await s.acquire("k:c", 20) for _ in range(21)]
+        assert [x.ok for x in slots] == [True] * 20 + [False]  # every slot was given back
+    finally:
+        await s.close()

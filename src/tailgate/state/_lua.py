@@ -118,9 +118,9 @@ return adjust(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
 )
 
-# A request's end in one call: every correction (as ADJUST), then the slot given back.
-# KEYS: one counter hash per correction, then the gauge zset when a slot is released.
-# ARGV: n corrections, then delta, window, bucket or '-' per correction, then the slot's token. -> n
+# Requests' ends in one call: every correction (as ADJUST), then the slots given back.
+# KEYS: one counter hash per correction, then one gauge zset per slot released.
+# ARGV: n corrections, then delta, window, bucket or '-' per correction, then one token per slot. -> n
 SETTLE = (
     _NOW
     + _ADJUST_FN
@@ -130,7 +130,7 @@ for i = 1, n do
   local a = 2 + (i - 1) * 3
   adjust(KEYS[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
 end
-if #KEYS > n then redis.call('ZREM', KEYS[n + 1], ARGV[2 + n * 3]) end
+for j = n + 1, #KEYS do redis.call('ZREM', KEYS[j], ARGV[1 + n * 2 + j]) end
 return n
 """
 )

@@ -24,6 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -137,6 +138,8 @@ class RedisState(SharedState):
         self._announced_down = False
         self._task: asyncio.Task[None] | None = None
         self._late: set[asyncio.Future[Any]] = set()
+        self._settling: _SettleBatch | None = None
+        """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._room: dict[tuple[str, float | None], list[float]] = {}
         """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
         """Calls past their budget, still running (and the undo work they caused)."""
@@ -372,7 +375,10 @@ class RedisState(SharedState):
         return out
 
     async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
-        """A request's corrections and its slot's release in one script call (``SETTLE``; was one per part).
+        """Requests' corrections and slot releases, gathered per turn of the event loop into one script call
+        (``SETTLE``). A request's settlement follows its answer, so no client waits on it; the requests that
+        end in the same turn (many, on a busy replica) share one round trip where each cost one, and each
+        part of theirs, one command, before (issue 15).
 
         Redis unavailable: the fallback's counters take the corrections, as :meth:`adjust` does, and a slot
         held in Redis frees itself at its TTL, as with :meth:`release`. A script cache flushed by a restart
@@ -385,24 +391,41 @@ class RedisState(SharedState):
             lease = None
         if not adjustments and lease is None:
             return
+        batch = self._settling
+        if batch is None:
+            batch = self._settling = _SettleBatch(asyncio.get_running_loop().create_future())
+            # The task's first step runs in the next turn of the loop, after every callback ready now: the
+            # settlements of this turn join the batch first.
+            self._spawn(self._send_settles(batch))
+        batch.adjustments.extend(adjustments)
+        if lease is not None:
+            batch.leases.append(lease)
+        await asyncio.shield(batch.sent)
+
+    async def _send_settles(self, batch: _SettleBatch) -> None:
+        self._settling = None
+        adjustments = batch.adjustments
         keys = [self._counter(a.name, a.window_s) for a in adjustments]
         args: list[Any] = [len(adjustments)]
         for a in adjustments:
             args += [a.delta, a.window_s or 0, a.bucket if a.bucket is not None else "-"]
-        if lease is not None:
-            keys.append(f"{self._p}g:{lease[0]}")
-            args.append(lease[1])
+        for name, token in batch.leases:
+            keys.append(f"{self._p}g:{name}")
+            args.append(token)
         try:
-            # No client waits on it, and a lost refund would leave Redis counting what was never spent: the
-            # background budget, not state.timeout (as adjust).
+            # A lost refund would leave Redis counting what was never spent: the background budget, not
+            # state.timeout (as adjust).
             await self._call(self._settle(keys=keys, args=args), _SYNC_TIMEOUT_S)
         except _Unavailable:
             for a in adjustments:
                 self.fallback.adjust_now(a.name, a.delta, a.window_s, None)
-            return
-        for a in adjustments:
-            if a.delta < 0:
-                self.fallback.adjust_now(a.name, a.delta, a.window_s, None)  # the mirror, as in adjust
+        else:
+            for a in adjustments:
+                if a.delta < 0:
+                    self.fallback.adjust_now(a.name, a.delta, a.window_s, None)  # the mirror, as in adjust
+        finally:
+            if not batch.sent.done():
+                batch.sent.set_result(None)
 
     async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
         """Every claim and the slot in one atomic script (``RESERVE``): one round trip for a request's whole
@@ -671,6 +694,13 @@ class RedisState(SharedState):
             if self._announced_down:
                 log.warning("state: Redis answers again; fleet-wide decisions resumed")
             self._announced_down = False
+
+
+@dataclass(slots=True)
+class _SettleBatch:
+    sent: asyncio.Future[None]
+    adjustments: list[Adjustment] = field(default_factory=list)
+    leases: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _Unavailable(Exception):
