@@ -280,3 +280,39 @@ async def test_settlements_ending_in_one_turn_share_one_round_trip(redis_server:
         assert [x.ok for x in slots] == [True] * 20 + [False]  # every slot was given back
     finally:
         await s.close()
+
+
+async def test_reservations_arriving_in_one_turn_share_one_round_trip_each_all_or_nothing(
+    redis_server: RedisServer,
+) -> None:
+    """Eight requests arrive together against a budget with room for five and two slots left of three: one
+    script call decides them all, in order, each on its own (a refused one keeps nothing)."""
+    s = RedisState(redis_config(redis_server.url, "many"), replica="m")
+    await s.start()
+    try:
+        first = await s.acquire("k:c", 7)
+        assert first.ok
+        calls = s.calls
+        results = await asyncio.gather(
+            *(
+                s.reserve([Claim("k:tpm", 10, 10_000, 60.0), Claim("k:budget", 100, 500, None)], Slot("k:c", 7))
+                for _ in range(8)
+            )
+        )
+        assert s.calls - calls == 1
+        assert [r.ok for r in results] == [True] * 5 + [False] * 3  # the budget holds five
+        assert all(r.lease is None for r in results[5:])  # refused by the budget: no slot asked
+        assert await s.usage("k:budget", None) == pytest.approx(500)
+        assert await s.usage("k:tpm", 60.0) == pytest.approx(50)  # the refused ones' tpm given back
+        more = await asyncio.gather(
+            *(
+                s.reserve([Claim("k:tpm", 10, 10_000, 60.0), Claim("k:other", 1, 500, None)], Slot("k:c", 7))
+                for _ in range(2)
+            )
+        )
+        assert [r.ok for r in more] == [True, False]  # 1 + 5 + 1 of 7 slots; the last is refused by its slot
+        assert more[1].lease is not None
+        assert more[1].lease.in_use == 7
+        assert await s.usage("k:other", None) == pytest.approx(1)
+    finally:
+        await s.close()

@@ -172,47 +172,56 @@ return acquire(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
 )
 
-# A request's whole admission in one atomic call: take every claim, then the slot, all or nothing.
-# KEYS: one counter hash per claim, then the gauge zset when a slot is asked.
-# ARGV: n claims, then amount, limit, window per claim, then token, limit, ttl of the slot.
-# -> {ok, refused part (1-based; n + 1 is the slot; 0 when ok), slots in use, then take()'s five fields for
-#     each claim decided}. A refusal gives back, in the same call, what the claims before it took.
+# Requests' admissions in one call, each atomic and all or nothing: take every claim, then the slot.
+# ARGV: m reservations, then for each: n claims, 1 when it asks a slot (else 0), amount, limit, window per
+# claim, then the slot's token, limit, ttl. KEYS, in the same order: each reservation's counter hashes, then
+# its gauge zset when it asks a slot.
+# -> one reply per reservation: {ok, refused part (1-based; n + 1 is the slot; 0 when ok), slots in use, then
+#    take()'s five fields for each claim decided}. A refusal gives back, in the same call, what the claims
+#    before it took.
 RESERVE = (
     _NOW
     + _TAKE_FN
     + _ACQUIRE_FN
     + """
-local n = tonumber(ARGV[1])
-local out = {1, 0, 0}
-local taken = {}
-local function undo()
-  for _, t in ipairs(taken) do
-    redis.call('HINCRBYFLOAT', t[1], t[2] == '-' and 't' or t[2], -t[3])
+local function reserve(k, a)
+  local n, slot = tonumber(ARGV[a]), ARGV[a + 1] == '1'
+  a = a + 2
+  local out = {1, 0, 0}
+  local taken = {}
+  local function undo(part)
+    for _, t in ipairs(taken) do
+      redis.call('HINCRBYFLOAT', t[1], t[2] == '-' and 't' or t[2], -t[3])
+    end
+    out[1], out[2] = 0, part
   end
-  out[1] = 0
-end
-for i = 1, n do
-  local a = 2 + (i - 1) * 3
-  local amount = tonumber(ARGV[a])
-  local r = take(KEYS[i], amount, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
-  for _, v in ipairs(r) do table.insert(out, v) end
-  if r[1] == 0 then
-    undo()
-    out[2] = i
-    return out
+  for i = 1, n do
+    local amount = tonumber(ARGV[a])
+    local r = take(KEYS[k], amount, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+    for _, v in ipairs(r) do table.insert(out, v) end
+    if r[1] == 0 then
+      undo(i)
+      return out
+    end
+    if amount > 0 then table.insert(taken, {KEYS[k], r[5], amount}) end
+    k, a = k + 1, a + 3
   end
-  if amount > 0 then table.insert(taken, {KEYS[i], r[5], amount}) end
-end
-if #KEYS > n then
-  local a = 2 + n * 3
-  local r = acquire(KEYS[n + 1], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
-  out[3] = r[2]
-  if r[1] == 0 then
-    undo()
-    out[2] = n + 1
+  if slot then
+    local r = acquire(KEYS[k], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+    out[3] = r[2]
+    if r[1] == 0 then undo(n + 1) end
   end
+  return out
 end
-return out
+local replies, k, a = {}, 1, 2
+for j = 1, tonumber(ARGV[1]) do
+  local n, slot = tonumber(ARGV[a]), ARGV[a + 1] == '1'
+  local next_k = k + n + (slot and 1 or 0)
+  local next_a = a + 2 + 3 * n + (slot and 3 or 0)
+  replies[j] = reserve(k, a)
+  k, a = next_k, next_a
+end
+return replies
 """
 )
 

@@ -139,6 +139,8 @@ class RedisState(SharedState):
         self._task: asyncio.Task[None] | None = None
         self._late: set[asyncio.Future[Any]] = set()
         self._settling: _SettleBatch | None = None
+        self._reserving: list[_Reserving] | None = None
+        """Reservations of this turn of the loop, sent together by the next (see ``reserve``)."""
         """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._room: dict[tuple[str, float | None], list[float]] = {}
         """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
@@ -428,44 +430,105 @@ class RedisState(SharedState):
                 batch.sent.set_result(None)
 
     async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
-        """Every claim and the slot in one atomic script (``RESERVE``): one round trip for a request's whole
-        admission, where taking the parts one by one cost one each (issue 15: a key with a tpm, two budgets
-        and a slot spent four). Redis unavailable or slower than ``state.timeout``: the fallback decides the
-        whole reservation, as :meth:`take` and :meth:`acquire` decide theirs, and a late Redis answer is
-        reconciled so that Redis counts what this replica decided exactly once."""
+        """Every claim and the slot in one atomic script (``RESERVE``), where taking the parts one by one cost
+        a round trip each (issue 15: a key with a tpm, two budgets and a slot spent four). The reservations
+        of one turn of the event loop go together in one call, each still all or nothing: on a busy replica
+        many requests share a round trip, and none waits more than that turn for it.
+
+        Redis unavailable or slower than ``state.timeout``: the fallback decides each reservation, as
+        :meth:`take` and :meth:`acquire` decide theirs, and a late Redis answer is reconciled so that Redis
+        counts what this replica decided exactly once. A caller that goes away while Redis decides (its
+        client hung up) leaves nothing held."""
         for c in claims:
             _check(c.amount, c.limit, c.window_s)
         if len(claims) + (slot is not None) < 2:
             return await super().reserve(claims, slot)  # one part: its own call is as cheap
-        keys = [self._counter(c.name, c.window_s) for c in claims]
-        args: list[Any] = [len(claims)]
-        for c in claims:
-            args += [c.amount, c.limit, c.window_s or 0]
         token = ""
         if slot is not None:
             self._tokens += 1
             token = f"{self.replica}/{self._tokens}"
-            keys.append(f"{self._p}g:{slot.name}")
-            args += [token, slot.limit, slot.ttl_s]
-        decided: list[bool] = []
+        entry = _Reserving(claims, slot, token, asyncio.get_running_loop().create_future())
+        batch = self._reserving
+        if batch is None:
+            batch = self._reserving = []
+            self._spawn(self._send_reservations(batch))  # runs next turn, once this turn's requests joined
+        batch.append(entry)
         try:
-            out = await self._call(
-                self._reserve(keys=keys, args=args), late=self._reserve_late(claims, slot, token, decided)
-            )
-        except _Unavailable:
-            res = self._fallback_reserve(claims, slot)
-            decided.append(res.ok)
-            return res
-        ok = bool(out[0])
-        groups = [out[i : i + 5] for i in range(3, len(out), 5)]
+            return await asyncio.shield(entry.done)
+        except asyncio.CancelledError:
+            entry.done.add_done_callback(lambda f: self._abandon(entry, f))
+            raise
+
+    async def _send_reservations(self, batch: list[_Reserving]) -> None:
+        self._reserving = None
+        keys: list[str] = []
+        args: list[Any] = [len(batch)]
+        for e in batch:
+            keys += [self._counter(c.name, c.window_s) for c in e.claims]
+            args += [len(e.claims), int(e.slot is not None)]
+            for c in e.claims:
+                args += [c.amount, c.limit, c.window_s or 0]
+            if e.slot is not None:
+                keys.append(f"{self._p}g:{e.slot.name}")
+                args += [e.token, e.slot.limit, e.slot.ttl_s]
+        try:
+            try:
+                replies = await self._call(
+                    self._reserve(keys=keys, args=args), late=lambda out: self._reserved_late(batch, out)
+                )
+            except _Unavailable:
+                for e in batch:
+                    res = self._fallback_reserve(e.claims, e.slot)
+                    e.decided.append(res.ok)
+                    e.done.set_result(res)
+                return
+            for e, reply in zip(batch, replies, strict=True):
+                e.done.set_result(self._reservation(e, reply))
+        except BaseException as err:  # a bug, or the replica closing: no caller is left waiting forever
+            for e in batch:
+                if not e.done.done():
+                    e.done.set_exception(err if isinstance(err, Exception) else _Unavailable())
+            if not isinstance(err, Exception):
+                raise
+
+    def _reservation(self, e: _Reserving, reply: list[Any]) -> Reservation:
+        """One reservation's Redis reply as a :class:`Reservation`, with each take's bookkeeping."""
+        ok = bool(reply[0])
+        groups = [reply[i : i + 5] for i in range(3, len(reply), 5)]
         admissions = tuple(
             self._decided(c.name, c.amount, c.limit, c.window_s, *g, mirror=ok)
-            for c, g in zip(claims, groups, strict=False)
+            for c, g in zip(e.claims, groups, strict=False)
         )
         lease = None
-        if slot is not None and (ok or int(out[1]) == len(claims) + 1):  # the slot was asked: every claim passed
-            lease = Lease(ok, token if ok else "", int(out[2]), slot.limit)
+        if e.slot is not None and (ok or int(reply[1]) == len(e.claims) + 1):  # asked: every claim passed
+            lease = Lease(ok, e.token if ok else "", int(reply[2]), e.slot.limit)
         return Reservation(ok, admissions, lease)
+
+    def _reserved_late(self, batch: list[_Reserving], replies: list[Any] | None) -> None:
+        for i, e in enumerate(batch):
+            self._reserve_late(e.claims, e.slot, e.token, e.decided)(None if replies is None else replies[i])
+
+    def _abandon(self, e: _Reserving, done: asyncio.Future[Reservation]) -> None:
+        """Give back a reservation whose caller went away before it was answered."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        res = done.result()
+        if not res.ok:
+            return
+        lease = (e.slot.name, res.lease.token) if e.slot is not None and res.lease is not None else None
+        if any(a.local for a in res.admissions):  # the fallback's decision; a late Redis grant is refunded
+            if e.decided:
+                e.decided[0] = False
+            self._fallback_untake(e.claims)
+            if lease is not None:
+                self.fallback.release_now(lease[0], lease[1].removeprefix("local:"))
+            return
+        refunds = [
+            Adjustment(c.name, -c.amount, c.window_s, a.bucket)
+            for c, a in zip(e.claims, res.admissions, strict=True)
+            if c.amount
+        ]
+        self._spawn(self.settle(refunds, lease))
 
     def _fallback_reserve(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation:
         """Decide a reservation Redis could not, in time: each claim as :meth:`_fallback_take` would, then the
@@ -701,6 +764,16 @@ class _SettleBatch:
     sent: asyncio.Future[None]
     adjustments: list[Adjustment] = field(default_factory=list)
     leases: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Reserving:
+    claims: Sequence[Claim]
+    slot: Slot | None
+    token: str
+    done: asyncio.Future[Reservation]
+    decided: list[bool] = field(default_factory=list)
+    """The fallback's answer, when it decided (for a late Redis answer to reconcile); empty otherwise."""
 
 
 class _Unavailable(Exception):
