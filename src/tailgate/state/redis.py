@@ -371,10 +371,18 @@ class RedisState(SharedState):
             # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
             out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
         except _Unavailable:
-            return self.fallback.adjust_now(name, delta, window_s, None) if mirror else 0.0
-        if delta < 0 and mirror:
-            self.fallback.adjust_now(name, delta, window_s, None)  # the mirror gives back what Redis got back
+            return self._mirror(name, delta, window_s, applied=False) if mirror else 0.0
+        if mirror:
+            self._mirror(name, delta, window_s, applied=True)
         return out
+
+    def _mirror(self, name: str, delta: float, window_s: float | None, *, applied: bool) -> float:
+        """Keep the fallback's counter in step with a correction: all of it when Redis could not apply it (the
+        fallback counts for it meanwhile); only a refund when Redis did — the mirror gives back what Redis
+        got back, while an overrun is Redis's to count."""
+        if applied and delta >= 0:
+            return 0.0
+        return self.fallback.adjust_now(name, delta, window_s, None)
 
     async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
         """Requests' corrections and slot releases, gathered per turn of the event loop into one script call
@@ -414,18 +422,17 @@ class RedisState(SharedState):
         for name, token in batch.leases:
             keys.append(f"{self._p}g:{name}")
             args.append(token)
+        applied = False
         try:
             # A lost refund would leave Redis counting what was never spent: the background budget, not
             # state.timeout (as adjust).
             await self._call(self._settle(keys=keys, args=args), _SYNC_TIMEOUT_S)
+            applied = True
         except _Unavailable:
-            for a in adjustments:
-                self.fallback.adjust_now(a.name, a.delta, a.window_s, None)
-        else:
-            for a in adjustments:
-                if a.delta < 0:
-                    self.fallback.adjust_now(a.name, a.delta, a.window_s, None)  # the mirror, as in adjust
+            pass
         finally:
+            for a in adjustments:
+                self._mirror(a.name, a.delta, a.window_s, applied=applied)
             if not batch.sent.done():
                 batch.sent.set_result(None)
 
