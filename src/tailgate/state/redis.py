@@ -138,13 +138,13 @@ class RedisState(SharedState):
         self._announced_down = False
         self._task: asyncio.Task[None] | None = None
         self._late: set[asyncio.Future[Any]] = set()
+        """Calls past their budget, still running (and the undo work they caused); batches being sent."""
         self._settling: _SettleBatch | None = None
+        """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._reserving: list[_Reserving] | None = None
         """Reservations of this turn of the loop, sent together by the next (see ``reserve``)."""
-        """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._room: dict[tuple[str, float | None], list[float]] = {}
         """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
-        """Calls past their budget, still running (and the undo work they caused)."""
         self.calls = 0
         self.fallbacks = 0
         """Decisions made by the fallback (Redis down, slow or failing) since start."""
