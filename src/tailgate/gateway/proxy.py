@@ -282,9 +282,14 @@ class Proxy:
         payload = {**obj, "model": route.model}
         try:
             if ctx.stream:
-                resp, result = await self._attempt_stream(
+                relay = self._attempt_stream(
                     request, ctx, provider, payload, wants_usage, lambda: health.first_token(handle)
                 )
+                # The relay runs as a task of its own: every upstream read then resumes a short chain (task →
+                # relay → call → read) instead of the whole aiohttp handler stack above this frame, nine frames
+                # more per relayed chunk (issue 15, docs/benchmarks.md); cancelling the handler cancels it. A
+                # hedged attempt already is such a task (hedging.py: the race knows its racers by their task).
+                resp, result = await (relay if ctx.race is not None else asyncio.create_task(relay))
             else:
                 resp, result = await self._attempt_unary(ctx, provider, payload)
         except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
