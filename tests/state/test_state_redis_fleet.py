@@ -209,7 +209,7 @@ async def test_a_reservation_past_its_budget_or_abandoned_counts_once(redis_serv
     client hung up) leaves nothing behind once Redis answers: takes refunded, slot released."""
     import redis.asyncio as aioredis
 
-    s = RedisState(redis_config(redis_server.url, "late", timeout=0.05), replica="l")
+    s = RedisState(redis_config(redis_server.url, "late", timeout=0.1), replica="l")
     await s.start()
     blocker = aioredis.Redis.from_url(redis_server.url)
     claims = [Claim("k:tpm", 100, 1000, 60.0), Claim("k:budget", 100, 1000, None)]
