@@ -33,7 +33,8 @@ from redis.exceptions import RedisError
 from tailgate._runtime import stop_task
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
-from tailgate.state.local import LocalState, default_replica_id
+from tailgate.state.fallback import Fallback
+from tailgate.state.local import default_replica_id
 from tailgate.state.protocol import (
     Adjustment,
     Admission,
@@ -118,7 +119,9 @@ class RedisState(SharedState):
         self._pause = self._r.register_script(_lua.PAUSE)
         self._publish = self._r.register_script(_lua.PUBLISH)
         self._sync = self._rs.register_script(_lua.SYNC)
-        self.fallback = LocalState(self.replica)
+        self._alone = Fallback(self.replica, closed=config.fallback == "closed", replicas=lambda: self._replicas)
+        self.fallback = self._alone.local
+        """The in-process counters, gauges and pauses this replica decides with alone (``fallback.py``)."""
         self._tokens = 0
         # Views, refreshed by the sync loop; deadlines on *our* monotonic clock.
         self._generations: dict[str, int] = {}
@@ -143,8 +146,6 @@ class RedisState(SharedState):
         """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._reserving: list[_Reserving] | None = None
         """Reservations of this turn of the loop, sent together by the next (see ``reserve``)."""
-        self._room: dict[tuple[str, float | None], list[float]] = {}
-        """(name, window) → [room the last fleet-wide answer left, when, spent by the fallback since]."""
         self.calls = 0
         self.fallbacks = 0
         """Decisions made by the fallback (Redis down, slow or failing) since start."""
@@ -301,9 +302,6 @@ class RedisState(SharedState):
                 self.config.fallback,
             )
 
-    def _share(self, limit: float) -> float:
-        return limit / max(1, self._replicas)
-
     # -- counters ---------------------------------------------------------------------------------------
 
     def _counter(self, name: str, window_s: float | None) -> str:
@@ -320,10 +318,7 @@ class RedisState(SharedState):
                 late=self._settle_late(name, amount, window_s, decided),
             )
         except _Unavailable:
-            if self.config.fallback == "closed":
-                decided.append(False)
-                return Admission(False, 1.0, 0.0, limit, local=True)
-            adm = self._fallback_take(name, amount, limit, window_s)
+            adm = self._alone.take(name, amount, limit, window_s)
             decided.append(adm.ok)
             return adm
         return self._decided(name, amount, limit, window_s, ok, retry, remaining, reset, bucket)
@@ -333,31 +328,9 @@ class RedisState(SharedState):
     ) -> Admission:
         """A take's Redis reply (``take()``'s five fields in the Lua) as an Admission, with its bookkeeping."""
         ok, retry, remaining, reset, bucket = reply
-        self._room[(name, window_s)] = [_f(remaining), time.monotonic(), 0.0]
+        self._alone.granted(name, amount, window_s, _f(remaining), mirror=bool(ok) and mirror)
         at = int(bucket) if ok and bucket != b"-" else None
-        if ok and amount and mirror:
-            # Mirror what Redis gave this replica into the fallback's counter: when a call is slow or Redis
-            # is down, the fallback's share (limit ÷ replicas) already includes this replica's recent takes,
-            # so a slow burst cannot add a whole share on top of what Redis admitted.
-            self.fallback.adjust_now(name, amount, window_s)
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
-
-    def _fallback_take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
-        """Decide a take Redis could not, in time. With a fleet-wide answer for this counter from less than a
-        window ago, this replica may spend its share of the room that answer left (``remaining ÷
-        replicas``), less what it spent so since: a slow call near the limit cannot overshoot it. Without
-        one (Redis down for long), the share of the limit, counted against what Redis gave this replica in
-        the window (the mirror)."""
-        room = self._room.get((name, window_s))
-        if room is not None and window_s is not None and time.monotonic() - room[1] < window_s:
-            left = room[0] / max(1, self._replicas) - room[2]
-            if amount <= left:
-                room[2] += amount
-                self.fallback.adjust_now(name, amount, window_s)
-                return Admission(True, 0.0, max(0.0, room[0] - amount), limit, 0.0, None, local=True)
-            return Admission(False, 1.0, max(0.0, room[0]), limit, 1.0, None, local=True)
-        adm = self.fallback.take_now(name, amount, self._share(limit), window_s)
-        return Admission(adm.ok, adm.retry_after_s, adm.remaining, limit, adm.reset_s, None, local=True)
 
     async def adjust(
         self, name: str, delta: float, window_s: float | None, bucket: int | None = None, *, mirror: bool = True
@@ -371,18 +344,10 @@ class RedisState(SharedState):
             # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
             out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
         except _Unavailable:
-            return self._mirror(name, delta, window_s, applied=False) if mirror else 0.0
+            return self._alone.mirror(name, delta, window_s, applied=False) if mirror else 0.0
         if mirror:
-            self._mirror(name, delta, window_s, applied=True)
+            self._alone.mirror(name, delta, window_s, applied=True)
         return out
-
-    def _mirror(self, name: str, delta: float, window_s: float | None, *, applied: bool) -> float:
-        """Keep the fallback's counter in step with a correction: all of it when Redis could not apply it (the
-        fallback counts for it meanwhile); only a refund when Redis did — the mirror gives back what Redis
-        got back, while an overrun is Redis's to count."""
-        if applied and delta >= 0:
-            return 0.0
-        return self.fallback.adjust_now(name, delta, window_s, None)
 
     async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
         """Requests' corrections and slot releases, gathered per turn of the event loop into one script call
@@ -397,7 +362,7 @@ class RedisState(SharedState):
             if not math.isfinite(a.delta):
                 raise ValueError(f"delta must be finite, got {a.delta!r}")
         if lease is not None and lease[1].startswith("local:"):
-            self.fallback.release_now(lease[0], lease[1].removeprefix("local:"))
+            self._alone.release(*lease)
             lease = None
         if not adjustments and lease is None:
             return
@@ -432,7 +397,7 @@ class RedisState(SharedState):
             pass
         finally:
             for a in adjustments:
-                self._mirror(a.name, a.delta, a.window_s, applied=applied)
+                self._alone.mirror(a.name, a.delta, a.window_s, applied=applied)
             if not batch.sent.done():
                 batch.sent.set_result(None)
 
@@ -485,7 +450,7 @@ class RedisState(SharedState):
                 )
             except _Unavailable:
                 for e in batch:
-                    res = self._fallback_reserve(e.claims, e.slot)
+                    res = self._alone.reserve(e.claims, e.slot)
                     e.decided.append(res.ok)
                     e.done.set_result(res)
                 return
@@ -526,9 +491,9 @@ class RedisState(SharedState):
         if any(a.local for a in res.admissions):  # the fallback's decision; a late Redis grant is refunded
             if e.decided:
                 e.decided[0] = False
-            self._fallback_untake(e.claims)
+            self._alone.untake(e.claims)
             if lease is not None:
-                self.fallback.release_now(lease[0], lease[1].removeprefix("local:"))
+                self._alone.release(*lease)
             return
         refunds = [
             Adjustment(c.name, -c.amount, c.window_s, a.bucket)
@@ -536,37 +501,6 @@ class RedisState(SharedState):
             if c.amount
         ]
         self._spawn(self.settle(refunds, lease))
-
-    def _fallback_reserve(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation:
-        """Decide a reservation Redis could not, in time: each claim as :meth:`_fallback_take` would, then the
-        slot from this replica's share; a refusal gives back the fallback's takes before it."""
-        if self.config.fallback == "closed":
-            return Reservation(False, (Admission(False, 1.0, 0.0, claims[0].limit, local=True),))
-        admissions: list[Admission] = []
-        for c in claims:
-            adm = self._fallback_take(c.name, c.amount, c.limit, c.window_s)
-            admissions.append(adm)
-            if not adm.ok:
-                self._fallback_untake(claims[: len(admissions) - 1])
-                return Reservation(False, tuple(admissions))
-        lease = None
-        if slot is not None:
-            share = max(1, math.floor(slot.limit / max(1, self._replicas)))
-            got = self.fallback.acquire_now(slot.name, share, slot.ttl_s)
-            lease = Lease(got.ok, "local:" + got.token if got.ok else "", got.in_use, slot.limit)
-            if not got.ok:
-                self._fallback_untake(claims)
-                return Reservation(False, tuple(admissions), lease)
-        return Reservation(True, tuple(admissions), lease)
-
-    def _fallback_untake(self, claims: Sequence[Claim]) -> None:
-        """Give back takes the fallback admitted (its counter, and the share of room they had spent)."""
-        for c in claims:
-            if c.amount:
-                self.fallback.adjust_now(c.name, -c.amount, c.window_s)
-                room = self._room.get((c.name, c.window_s))
-                if room is not None:
-                    room[2] = max(0.0, room[2] - c.amount)
 
     def _reserve_late(
         self, claims: Sequence[Claim], slot: Slot | None, token: str, decided: list[bool]
@@ -614,16 +548,12 @@ class RedisState(SharedState):
                 ),
             )
         except _Unavailable:
-            if self.config.fallback == "closed":
-                return Lease(False, "", 0, limit)
-            share = max(1, math.floor(limit / max(1, self._replicas)))
-            lease = self.fallback.acquire_now(name, share, ttl_s)
-            return Lease(lease.ok, "local:" + lease.token if lease.ok else "", lease.in_use, limit)
+            return self._alone.acquire(name, limit, ttl_s)
         return Lease(bool(ok), token if ok else "", int(n), limit)
 
     async def release(self, name: str, token: str) -> None:
         if token.startswith("local:"):
-            self.fallback.release_now(name, token.removeprefix("local:"))
+            self._alone.release(name, token)
             return
         with contextlib.suppress(_Unavailable):
             await self._call(self._r.zrem(f"{self._p}g:{name}", token))
