@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus
+from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus, check_take
 from tailgate.state.window import WindowCounter
 
 __all__ = ["LocalState", "default_replica_id"]
@@ -58,7 +58,7 @@ class LocalState(SharedState):
 
     def take_now(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
         """``take`` without a coroutine (the local backend never waits)."""
-        _check(amount, limit, window_s)
+        check_take(amount, limit, window_s)
         return self._counter(name, window_s).take(self._clock(), amount, limit, window_s)
 
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
@@ -162,12 +162,3 @@ class LocalState(SharedState):
 
     def replicas(self) -> int:
         return 1
-
-
-def _check(amount: float, limit: float, window_s: float | None) -> None:
-    if not (math.isfinite(amount) and amount >= 0):
-        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
-    if not (limit >= 0):
-        raise ValueError(f"limit must be >= 0, got {limit!r}")
-    if window_s is not None and not (0 < window_s < math.inf):
-        raise ValueError(f"window_s must be positive and finite (or None), got {window_s!r}")

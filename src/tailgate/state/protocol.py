@@ -22,6 +22,7 @@ prefixes them with its namespace. Amounts are floats (tokens, money, requests).
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -291,3 +292,13 @@ class SharedState(abc.ABC):
     @abc.abstractmethod
     def replicas(self) -> int:
         """Replicas alive in the fleet (this one included), as of the last sync; 1 for ``local``."""
+
+
+def check_take(amount: float, limit: float, window_s: float | None) -> None:
+    """Refuse, by name, the arguments no backend's :meth:`SharedState.take` accepts."""
+    if not (math.isfinite(amount) and amount >= 0):
+        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+    if not (limit >= 0):
+        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    if window_s is not None and not (0 < window_s < math.inf):
+        raise ValueError(f"window_s must be positive and finite (or None), got {window_s!r}")

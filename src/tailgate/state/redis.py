@@ -45,7 +45,9 @@ from tailgate.state.protocol import (
     SharedState,
     Slot,
     StateStatus,
+    check_take,
 )
+from tailgate.state.views import FleetViews
 
 __all__ = ["RedisState"]
 
@@ -65,15 +67,6 @@ _Failure = (RedisError, OSError, asyncio.TimeoutError)
 def _f(v: Any) -> float:
     s = v.decode() if isinstance(v, bytes) else str(v)
     return math.inf if s == "inf" else float(s)
-
-
-def _pairs(flat: list[Any]) -> list[tuple[bytes, bytes]]:
-    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
-
-
-def _split(v: bytes) -> tuple[float, bytes]:
-    head, _, tail = v.partition(b"|")
-    return float(head), tail
 
 
 class RedisState(SharedState):
@@ -119,17 +112,12 @@ class RedisState(SharedState):
         self._pause = self._r.register_script(_lua.PAUSE)
         self._publish = self._r.register_script(_lua.PUBLISH)
         self._sync = self._rs.register_script(_lua.SYNC)
-        self._alone = Fallback(self.replica, closed=config.fallback == "closed", replicas=lambda: self._replicas)
+        self._views = FleetViews(self.replica, config.replicas_hint)
+        self._alone = Fallback(self.replica, closed=config.fallback == "closed", replicas=lambda: self._views.replicas)
         self.fallback = self._alone.local
         """The in-process counters, gauges and pauses this replica decides with alone (``fallback.py``)."""
         self._tokens = 0
         # Views, refreshed by the sync loop; deadlines on *our* monotonic clock.
-        self._generations: dict[str, int] = {}
-        self._pauses: dict[str, tuple[float, str]] = {}
-        self._flags: dict[str, bool] = {}
-        self._peers: dict[str, dict[str, tuple[float, bytes]]] = {}
-        self._channels: set[str] = set()
-        self._replicas = config.replicas_hint or 1
         self._pending_flags: dict[str, bool | None] = {}
         self._pending_bumps: dict[str, int] = {}
         # Health of the connection.
@@ -179,7 +167,7 @@ class RedisState(SharedState):
         await self._rs.aclose()
 
     def status(self) -> StateStatus:
-        return StateStatus("redis", self.replica, self.connected, self._down, self._replicas)
+        return StateStatus("redis", self.replica, self.connected, self._down, self._views.replicas)
 
     # -- the call wrapper -------------------------------------------------------------------------------
 
@@ -309,7 +297,7 @@ class RedisState(SharedState):
         return f"{self._p}c:{window_s or 0:g}:{name}"
 
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
-        _check(amount, limit, window_s)
+        check_take(amount, limit, window_s)
         key = self._counter(name, window_s)
         decided: list[bool] = []  # filled with the fallback's answer, for a late Redis answer to reconcile
         try:
@@ -412,7 +400,7 @@ class RedisState(SharedState):
         counts what this replica decided exactly once. A caller that goes away while Redis decides (its
         client hung up) leaves nothing held."""
         for c in claims:
-            _check(c.amount, c.limit, c.window_s)
+            check_take(c.amount, c.limit, c.window_s)
         if len(claims) + (slot is not None) < 2:
             return await super().reserve(claims, slot)  # one part: its own call is as cheap
         token = ""
@@ -564,13 +552,13 @@ class RedisState(SharedState):
         try:
             n = int(await self._call(self._r.hincrby(self._p + "gen", namespace, 1)))
         except _Unavailable:
-            n = self._generations.get(namespace, 0) + 1  # seen here only, and sent when Redis answers again
+            n = self._views.generations.get(namespace, 0) + 1  # seen here only, and sent when Redis answers again
             self._pending_bumps[namespace] = self._pending_bumps.get(namespace, 0) + 1
-        self._generations[namespace] = max(n, self._generations.get(namespace, 0))
+        self._views.generations[namespace] = max(n, self._views.generations.get(namespace, 0))
         return n
 
     def generation(self, namespace: str) -> int:
-        return self._generations.get(namespace, 0)
+        return self._views.generations.get(namespace, 0)
 
     # -- pauses -----------------------------------------------------------------------------------------
 
@@ -580,17 +568,17 @@ class RedisState(SharedState):
         # Our own view at once (the sync would show it within an interval anyway).
         self.fallback.pause_now(name, seconds, reason)
         if seconds <= 0:
-            self._pauses.pop(name, None)
+            self._views.pauses.pop(name, None)
         with contextlib.suppress(_Unavailable):
             await self._call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
 
     def paused_for(self, name: str) -> float:
         own = self.fallback.paused_for(name)
-        p = self._pauses.get(name)
+        p = self._views.paused_until(name)
         return max(own, p[0] - time.monotonic()) if p is not None else own
 
     def pause_reason(self, name: str) -> str:
-        p = self._pauses.get(name)
+        p = self._views.paused_until(name)
         if p is not None and p[0] > time.monotonic():
             return p[1]
         return self.fallback.pause_reason(name)
@@ -599,9 +587,9 @@ class RedisState(SharedState):
 
     async def set_flag(self, name: str, value: bool | None) -> None:
         if value is None:
-            self._flags.pop(name, None)
+            self._views.flags.pop(name, None)
         else:
-            self._flags[name] = value
+            self._views.flags[name] = value
         try:
             key = self._p + "flag"
             await self._call(self._r.hdel(key, name) if value is None else self._r.hset(key, name, int(value)))
@@ -609,12 +597,12 @@ class RedisState(SharedState):
             self._pending_flags[name] = value  # sent when Redis answers again
 
     def flag(self, name: str) -> bool | None:
-        return self._flags.get(name)
+        return self._views.flags.get(name)
 
     # -- blobs ------------------------------------------------------------------------------------------
 
     async def publish(self, channel: str, blob: bytes, ttl_s: float = 5.0) -> None:
-        self._channels.add(channel)
+        self._views.channels.add(channel)
         if self._down:
             return
         with contextlib.suppress(*_Failure):
@@ -622,12 +610,10 @@ class RedisState(SharedState):
                 await self._publish(keys=[f"{self._p}pub:{channel}"], args=[self.replica, ttl_s, blob])
 
     def peers(self, channel: str) -> dict[str, bytes]:
-        self._channels.add(channel)
-        now = time.monotonic()
-        return {r: blob for r, (until, blob) in self._peers.get(channel, {}).items() if until > now}
+        return self._views.live_peers(channel)
 
     def replicas(self) -> int:
-        return self._replicas
+        return self._views.replicas
 
     async def _warm(self) -> None:
         """Open a few connections and load the scripts (a reconnect, or the start)."""
@@ -655,7 +641,7 @@ class RedisState(SharedState):
 
     async def _sync_once(self) -> None:
         p = self._p
-        channels = sorted(self._channels)
+        channels = sorted(self._views.channels)
         keys = [p + "gen", p + "pause", p + "flag", p + "replicas", *(f"{p}pub:{c}" for c in channels)]
         if self._down:
             await self._warm()
@@ -667,23 +653,7 @@ class RedisState(SharedState):
                 await self._rs.hincrby(p + "gen", namespace, n)
                 self._pending_bumps.pop(namespace, None)
         out = await self._sync(keys=keys, args=[self.replica, max(_HEARTBEAT_TTL_S, 3 * self.config.sync_interval)])
-        mono = time.monotonic()
-        redis_now = float(out[0])
-        self._generations = {k.decode(): int(v) for k, v in _pairs(out[1])}
-        pauses: dict[str, tuple[float, str]] = {}
-        for k, v in _pairs(out[2]):
-            until, reason = _split(v)
-            pauses[k.decode()] = (mono + until - redis_now, reason.decode(errors="replace"))
-        self._pauses = pauses
-        self._flags = {k.decode(): v == b"1" for k, v in _pairs(out[3])}
-        self._replicas = max(1, len(out[4]) // 2)
-        for channel, flat in zip(channels, out[5:], strict=True):
-            self._peers[channel] = {
-                k.decode(): (mono + until - redis_now, blob)
-                for k, v in _pairs(flat)
-                if k.decode() != self.replica
-                for until, blob in (_split(v),)
-            }
+        mono = self._views.apply(out, channels)
         self.last_sync = mono
         self.connected = True
         self._failures = 0
@@ -728,12 +698,3 @@ async def _answered_late(task: asyncio.Future[Any]) -> bool:
             break
         await asyncio.sleep(0)
     return task.done() and not task.cancelled() and task.exception() is None
-
-
-def _check(amount: float, limit: float, window_s: float | None) -> None:
-    if not (math.isfinite(amount) and amount >= 0):
-        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
-    if not (limit >= 0):
-        raise ValueError(f"limit must be >= 0, got {limit!r}")
-    if window_s is not None and not (0 < window_s < math.inf):
-        raise ValueError(f"window_s must be positive and finite (or None), got {window_s!r}")
