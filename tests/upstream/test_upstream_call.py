@@ -154,7 +154,6 @@ async def test_connection_is_reused(sim: SimFactory, clients: Clients) -> None:
     for _ in range(3):
         result = await call(c, "chat/completions", chat_body(2), stream=True).collect()
         assert result.ok
-    assert c.connector is not None
-    assert len(c.connector._acquired) == 0
-    assert sum(len(v) for v in c.connector._conns.values()) == 1
+    assert c.pool.in_use == 0
+    assert c.pool.idle == 1
     assert c.in_flight == 0

@@ -19,9 +19,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
-import aiohttp
 import msgspec
 
+from tailgate import __version__
 from tailgate.upstream._frames import (
     EventFrame,
     FrameSplitter,
@@ -34,6 +34,7 @@ from tailgate.upstream._frames import (
 )
 from tailgate.upstream.client import UpstreamClient
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
+from tailgate.upstream.http import Response, request_head
 from tailgate.wire.errors import MAX_ERROR_BODY, WireError, parse_error_body
 from tailgate.wire.responses import ANSWER_EVENTS, ERROR_EVENTS, FIRST_TOKEN_EVENTS, TERMINAL_EVENTS
 from tailgate.wire.sse import SSEDecoder, SSEProtocolError
@@ -41,6 +42,7 @@ from tailgate.wire.sse import SSEDecoder, SSEProtocolError
 __all__ = ["Call", "call"]
 
 _encode = msgspec.json.encode
+USER_AGENT = f"tailgate/{__version__}"
 _perf = time.perf_counter
 _FAILED_EVENTS = ERROR_EVENTS
 
@@ -160,7 +162,7 @@ class Call:
         self._timer_at = 0.0
         self._deadline: float | None = None
         self._expiry_class: ErrorClass = "timeout_idle"
-        self._reader: aiohttp.StreamReader | None = None
+        self._reader: Response | None = None
         self._sending: asyncio.Task[Any] | None = None
         self._send_expired = False
 
@@ -240,7 +242,12 @@ class Call:
 
     def _request_headers(self) -> dict[str, str]:
         endpoint = self.client.endpoint
-        headers = {"Content-Type": "application/json", **endpoint.headers}
+        headers = {
+            "User-Agent": USER_AGENT,
+            "Accept-Encoding": "identity",
+            "Content-Type": "application/json",
+            **endpoint.headers,
+        }
         if self._extra_headers:
             headers.update(self._extra_headers)
         if (picked := self.client.keys.next()) is not None:
@@ -270,9 +277,7 @@ class Call:
         self._timer_at = deadline
         self._timer = self._loop.call_at(deadline, self._on_timer)
 
-    async def _read(
-        self, resp: aiohttp.ClientResponse, phase: float | None, phase_class: ErrorClass, total: float | None
-    ) -> bytes:
+    async def _read(self, resp: Response, phase: float | None, phase_class: ErrorClass, total: float | None) -> bytes:
         """One read of the body, bounded by the phase deadline and the total deadline (loop time).
 
         Data already buffered is taken without waiting. Otherwise the read waits on the call's one
@@ -282,7 +287,7 @@ class Call:
         A fresh ``asyncio.timeout_at()`` per read cost a Timeout object, a timer handle and a task
         cancellation path on every read; this costs a comparison.
         """
-        content = resp.content
+        content = resp
         try:
             data = content.read_nowait()
             if data or content.is_eof():
@@ -306,7 +311,7 @@ class Call:
                 return await content.readany()
             finally:
                 self._reader = None
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+        except OSError as exc:
             raise _Failed("cut", f"the upstream connection broke mid-response ({type(exc).__name__})") from None
 
     async def _run(self) -> AsyncGenerator[Event, None]:
@@ -314,8 +319,8 @@ class Call:
         limits = endpoint.timeouts
         loop = self._loop = asyncio.get_running_loop()
         headers = self._request_headers()
-        session = client.session
-        resp: aiohttp.ClientResponse | None = None
+        pool = client.pool
+        resp: Response | None = None
         clean = False
         self._wall = time.time()
         self._t0 = t0 = _perf()
@@ -348,7 +353,9 @@ class Call:
             expired = False
             try:
                 try:
-                    resp = await session.post(endpoint.url(self.path), data=self._payload, headers=headers)
+                    body = self._payload
+                    head = request_head("POST", client.target(self.path), pool.host_header, headers, len(body))
+                    resp = await pool.post(head, body)
                 finally:
                     self._sending = None
                     # Ours alone (no other cancel pending) if uncancel() brings it back to where it was.
@@ -357,10 +364,12 @@ class Call:
                 if expired:
                     raise _Expired(self._expiry_class) from None
                 raise
-            except TimeoutError as exc:  # aiohttp's own connect timeout (sock_connect)
+            except TimeoutError as exc:  # the pool's own connect timeout
                 raise _Failed("connect", f"connect timed out ({type(exc).__name__})") from None
-            except (aiohttp.ClientError, OSError) as exc:
+            except OSError as exc:
                 raise _Failed("connect", f"{type(exc).__name__}: {exc}") from None
+            except ValueError as exc:  # a header with a line break (request_head refuses to send it)
+                raise _Failed("connect", str(exc)) from None
             client.in_flight += 1
             t_headers = _perf()
             self._status = status = resp.status
@@ -524,22 +533,22 @@ class Call:
         self._completion_tokens = usage.completion
         self._reasoning_tokens = usage.reasoning
 
-    async def _drain(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> None:
+    async def _drain(self, resp: Response, total_at: float | None, loop: Any) -> None:
         """Read to the end after [DONE] so the connection can be reused; a short, bounded wait."""
         idle = self.client.endpoint.timeouts.idle
-        content = resp.content
+        content = resp
         try:
             while content.read_nowait():  # usually the end is already here: no timer needed
                 pass
             if content.is_eof():
                 return
             async with asyncio.timeout_at(_min(total_at, loop.time() + min(idle or 1.0, 1.0))):
-                while await resp.content.readany():
+                while await resp.readany():
                     pass
-        except (TimeoutError, aiohttp.ClientError, OSError):
+        except OSError:  # TimeoutError included
             resp.close()  # not reusable; the call itself already succeeded
 
-    async def _error_result(self, resp: aiohttp.ClientResponse, total_at: float | None, loop: Any) -> CallResult:
+    async def _error_result(self, resp: Response, total_at: float | None, loop: Any) -> CallResult:
         """Read (a bounded prefix of) a non-2xx body and parse it, keys redacted."""
         status = resp.status
         idle = self.client.endpoint.timeouts.idle
@@ -547,11 +556,11 @@ class Call:
         try:
             deadline = _min(total_at, None if idle is None else loop.time() + idle)
             async with asyncio.timeout_at(deadline):
-                while len(body) <= MAX_ERROR_BODY and (data := await resp.content.readany()):
+                while len(body) <= MAX_ERROR_BODY and (data := await resp.readany()):
                     body += data
-        except (TimeoutError, aiohttp.ClientError, OSError):
+        except OSError:  # TimeoutError included
             resp.close()  # keep what arrived; the status alone classifies the call
-        if len(body) <= MAX_ERROR_BODY and not resp.content.at_eof():
+        if len(body) <= MAX_ERROR_BODY and not resp.at_eof():
             resp.close()
         # parse_error_body replaces every key in every field (and in the exception args).
         error = parse_error_body(status, bytes(body), redact=tuple(self.client.keys.secrets))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from types import TracebackType
-
-import aiohttp
+from urllib.parse import urlsplit
 
 from tailgate.upstream.endpoint import Endpoint
+from tailgate.upstream.http import Pool
 from tailgate.upstream.keys import KeyPool
 
 __all__ = ["UpstreamClient"]
@@ -20,14 +20,14 @@ class UpstreamClient:
     """Owns the keep-alive connection pool (bounded by ``endpoint.max_connections``) and key pool.
 
     Create it inside the event loop that will use it; ``await close()`` (or ``async with``) at the end.
-    The aiohttp session is made on first use, so constructing a client does no I/O.
+    The pool (tailgate.upstream.http) is made on first use, so constructing a client does no I/O.
     """
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.keys = KeyPool(endpoint.api_keys)
-        self._session: aiohttp.ClientSession | None = None
-        self._connector: aiohttp.TCPConnector | None = None
+        self._pool: Pool | None = None
+        self._targets: dict[str, str] = {}
         self.in_flight = 0
         """Calls that hold an upstream response (and so a connection) right now."""
 
@@ -35,35 +35,30 @@ class UpstreamClient:
         return f"UpstreamClient({self.endpoint.name!r}, {self.endpoint.base_url!r}, in_flight={self.in_flight})"
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        """The pooled session, created on first use."""
-        if self._session is None or self._session.closed:
-            timeouts = self.endpoint.timeouts
-            self._connector = aiohttp.TCPConnector(
+    def pool(self) -> Pool:
+        """The keep-alive connection pool, created on first use."""
+        if self._pool is None:
+            self._pool = Pool(
+                self.endpoint.base_url,
                 limit=self.endpoint.max_connections,
-                limit_per_host=0,
-                keepalive_timeout=KEEPALIVE_S,
+                connect_timeout=self.endpoint.timeouts.connect,
+                keepalive_s=KEEPALIVE_S,
             )
-            self._session = aiohttp.ClientSession(
-                connector=self._connector,
-                # Only the connect phase is left to aiohttp; call() enforces the others itself so that
-                # each expiry maps to its own error class.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
-                trust_env=False,
-                raise_for_status=False,
-            )
-        return self._session
+        return self._pool
 
-    @property
-    def connector(self) -> aiohttp.TCPConnector | None:
-        """The connection pool, once the session exists (tests inspect it for leaked connections)."""
-        return self._connector
+    def target(self, path: str) -> str:
+        """The request target (the URL's path) of ``path`` under the base URL, cached per path."""
+        target = self._targets.get(path)
+        if target is None:
+            parts = urlsplit(self.endpoint.url(path))
+            target = self._targets[path] = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return target
 
     async def close(self) -> None:
         """Close every pooled connection."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     async def __aenter__(self) -> UpstreamClient:
         return self
