@@ -18,7 +18,7 @@ __all__ = ["Endpoint", "Timeouts", "endpoint_for"]
 class Timeouts:
     """Per-phase limits in seconds; ``None`` disables one.
 
-    ``connect``: TCP connect (aiohttp ``sock_connect``; waiting for a free pool slot is not counted).
+    ``connect``: TCP (and TLS) connect of a new connection (waiting for a free pool slot is not counted).
     ``headers``: send → response headers. ``first_token``: send → first token-carrying chunk.
     ``idle``: longest silence between two reads of a stream once a token arrived. ``total``: send → end.
     For a non-streamed call the wait for headers and body is bounded by the larger of ``headers`` and

@@ -88,7 +88,7 @@ class Response:
 
     def __init__(self, conn: _Conn, head: asyncio.Future[Response]) -> None:
         self._conn: _Conn | None = conn
-        self._head = head
+        self._head: asyncio.Future[Response] | None = head  # dropped once settled: no response <-> future cycle
         self.status = 0
         self.headers: CIMultiDictProxy[str] = _EMPTY
         self._raw_headers: list[tuple[str, str]] = []
@@ -189,8 +189,9 @@ class Response:
         if status not in (204, 304) and "content-length" not in headers and "transfer-encoding" not in headers:
             self._until_close = True  # the body ends when the connection does
             self._keep_alive = False
-        if not self._head.done():
-            self._head.set_result(self)
+        head, self._head = self._head, None
+        if head is not None and not head.done():
+            head.set_result(self)
 
     def _on_body(self, data: bytes) -> None:
         self._buf.append(data)
@@ -207,11 +208,10 @@ class Response:
         self._wake()
 
     def _on_lost(self, exc: BaseException | None) -> None:
-        if not self._head.done():
+        head, self._head = self._head, None
+        if head is not None and not head.done():
             reason = f": {exc}" if exc is not None else ""
-            self._head.set_exception(
-                UpstreamDisconnected(f"the upstream closed the connection before answering{reason}")
-            )
+            head.set_exception(UpstreamDisconnected(f"the upstream closed the connection before answering{reason}"))
             return
         if self._eof:
             return
