@@ -140,6 +140,7 @@ class KeyAdmission:
         self._seeded: set[str] = set()
         self._seed_lock = asyncio.Lock()
         self._pending: set[asyncio.Task[None]] = set()
+        self._calendar = (0.0, 0.0, 0.0, 0.0)  # (UTC day start, next day, month start, next month)
         self.refusals = Counter(
             "tailgate_key_refusals",
             "Requests refused by a key's own limits, by key id and reason (model_not_allowed, key_expired, "
@@ -212,7 +213,7 @@ class KeyAdmission:
             claims.append(Claim(name, ticket.tokens if kind == "tokens" else ticket.cost, limit, None))
             kinds.append(kind)
         slot = Slot(f"key:{kid}:concurrency", limits.max_concurrency) if limits.max_concurrency is not None else None
-        res = await state.reserve(claims, slot)
+        res = state.reserve_now(claims, slot) if isinstance(state, LocalState) else await state.reserve(claims, slot)
         if not res.ok:
             raise self._refusal(limits, ticket, claims, periods, res)
         for c, kind, adm in zip(claims, kinds, res.admissions, strict=True):
@@ -265,17 +266,20 @@ class KeyAdmission:
 
     def _periods(self, limits: KeyLimits, now: float) -> list[_Period]:
         """(counter, kind, limit, period start, period word, seconds to reset) for each budget of the key."""
-        day, month = day_start(now), month_start(now)
+        cal = self._calendar
+        if not cal[0] <= now < cal[1]:  # a new UTC day (months begin on one): once a day, not per request
+            cal = self._calendar = (day_start(now), next_day(now), month_start(now), next_month(now))
+        day, day_end, month, month_end = cal
         out: list[_Period] = []
-        for limit, kind, start, word, reset in (
-            (limits.tokens_per_day, "tokens", day, "daily", next_day(now) - now),
-            (limits.tokens_per_month, "tokens", month, "monthly", next_month(now) - now),
-            (limits.cost_per_day, "cost", day, "daily", next_day(now) - now),
-            (limits.cost_per_month, "cost", month, "monthly", next_month(now) - now),
+        for limit, kind, start, word, end in (
+            (limits.tokens_per_day, "tokens", day, "daily", day_end),
+            (limits.tokens_per_month, "tokens", month, "monthly", month_end),
+            (limits.cost_per_day, "cost", day, "daily", day_end),
+            (limits.cost_per_month, "cost", month, "monthly", month_end),
         ):
             if limit is not None:
                 name = f"key:{limits.id}:budget:{kind}:{word}:{int(start)}"
-                out.append((name, kind, float(limit), start, word, reset))  # type: ignore[arg-type]
+                out.append((name, kind, float(limit), start, word, end - now))  # type: ignore[arg-type]
         return out
 
     async def _seed(
@@ -320,6 +324,10 @@ class KeyAdmission:
         if ticket.settled:
             return
         ticket.settled = True
+        state = self._state()
+        if isinstance(state, LocalState):  # never waits: no task per request
+            state.settle_now(self._fixes(ticket, prompt_tokens, output_tokens, cost), ticket.lease)
+            return
         task = asyncio.get_running_loop().create_task(self._settle(ticket, prompt_tokens, output_tokens, cost))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -327,15 +335,20 @@ class KeyAdmission:
     async def _settle(
         self, ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None
     ) -> None:
-        state = self._state()
+        await self._state().settle(self._fixes(ticket, prompt_tokens, output_tokens, cost), ticket.lease)
+
+    @staticmethod
+    def _fixes(
+        ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None
+    ) -> list[Adjustment]:
+        """The corrections that make each of ``ticket``'s takes what the ledger row says it used."""
         actual_tokens = (prompt_tokens or 0) + (output_tokens or 0)  # exactly what the ledger row says
         actual = {"tokens": actual_tokens, "cost": cost or 0.0}
-        fixes = [
+        return [
             Adjustment(t.name, delta, t.window_s, t.bucket if delta < 0 else None)
             for t in ticket.takes
             if t.kind != "requests" and (delta := actual[t.kind] - t.amount)
         ]
-        await state.settle(fixes, ticket.lease)
 
     async def close(self) -> None:
         """Wait for settlements in flight (the gateway closes this after draining its requests)."""

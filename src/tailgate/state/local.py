@@ -10,9 +10,20 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from tailgate.state.protocol import Admission, Backend, Lease, SharedState, StateStatus, check_take
+from tailgate.state.protocol import (
+    Adjustment,
+    Admission,
+    Backend,
+    Claim,
+    Lease,
+    Reservation,
+    SharedState,
+    Slot,
+    StateStatus,
+    check_take,
+)
 from tailgate.state.window import WindowCounter
 
 __all__ = ["LocalState", "default_replica_id"]
@@ -75,6 +86,44 @@ class LocalState(SharedState):
     async def usage(self, name: str, window_s: float | None) -> float:
         c = self._counters.get((name, window_s))
         return c.usage(self._clock(), window_s) if c is not None else 0.0
+
+    # -- a request's reservation and settlement, without a coroutine ------------------------------------
+
+    def reserve_now(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
+        """``reserve`` without a coroutine (the same decisions as the protocol's default, in one call)."""
+        admissions: list[Admission] = []
+        lease: Lease | None = None
+        ok = False
+        try:
+            for c in claims:
+                adm = self.take_now(c.name, c.amount, c.limit, c.window_s)
+                admissions.append(adm)
+                if not adm.ok:
+                    break
+            else:
+                lease = self.acquire_now(slot.name, slot.limit, slot.ttl_s) if slot is not None else None
+                ok = lease is None or lease.ok
+        finally:
+            if not ok:  # refused (or a bad claim raised): give back what was taken
+                for c, a in zip(claims, admissions, strict=False):
+                    if a.ok and c.amount:
+                        self.adjust_now(c.name, -c.amount, c.window_s, a.bucket)
+        return Reservation(ok, tuple(admissions), lease)
+
+    async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
+        return self.reserve_now(claims, slot)
+
+    def settle_now(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
+        """``settle`` without a coroutine."""
+        try:
+            for a in adjustments:
+                self.adjust_now(a.name, a.delta, a.window_s, a.bucket)
+        finally:
+            if lease is not None:
+                self.release_now(*lease)
+
+    async def settle(self, adjustments: Sequence[Adjustment], lease: tuple[str, str] | None = None) -> None:
+        self.settle_now(adjustments, lease)
 
     # -- gauges -----------------------------------------------------------------------------------------
 

@@ -371,6 +371,7 @@ class Pool:
             raise
 
     async def _acquire(self) -> _Conn:
+        woken = False
         while True:
             if self._closed:
                 raise UpstreamDisconnected("the connection pool is closed")
@@ -387,7 +388,11 @@ class Pool:
             if len(self._busy) + self._opening < self.limit:
                 return await self._connect()
             waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            if woken:  # woken but beaten to the connection by a newcomer: keep our place at the front
+                self._waiters.appendleft(waiter)
+            else:
+                self._waiters.append(waiter)
+            woken = True
             try:
                 await waiter
             except BaseException:
