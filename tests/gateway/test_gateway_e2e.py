@@ -253,6 +253,32 @@ async def test_client_disconnect_cancels_the_upstream_at_once(sim: SimFactory, g
     assert all(p.in_flight == 0 for p in gw.gateway.providers.values())
 
 
+async def test_metrics_show_the_upstream_pools_reusing_connections(sim: SimFactory, gateway: GwFactory) -> None:
+    """/metrics has each provider's pool: twelve sequential requests reuse keep-alive connections."""
+    a, b, gw = await _pair(sim, gateway)
+    async with aiohttp.ClientSession() as session:
+        for i in range(12):
+            status, _, _ = await _post(
+                session, gw, {"model": "deepseek-v3.2", "messages": MSG, "max_tokens": 3, "stream": i % 2 == 0}
+            )
+            assert status == 200
+        async with session.get(f"{gw.root_url}/metrics") as r:
+            metrics = await r.text()
+    await gw.stop()
+    values: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(("tailgate_upstream_connections{", "tailgate_upstream_connects_total{")):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    connects = {p: values[f'tailgate_upstream_connects_total{{provider="{p}"}}'] for p in ("primary", "secondary")}
+    assert 1 <= sum(connects.values()) <= 4  # two pools, each reusing its connection (a probe may add one)
+    for p in ("primary", "secondary"):
+        in_use = values[f'tailgate_upstream_connections{{provider="{p}",state="in_use"}}']
+        idle = values[f'tailgate_upstream_connections{{provider="{p}",state="idle"}}']
+        assert in_use + idle <= connects[p]
+    assert sum(values[f'tailgate_upstream_connections{{provider="{p}",state="idle"}}'] for p in connects) >= 1
+
+
 async def test_metrics_and_ledger_rows(sim: SimFactory, gateway: GwFactory) -> None:
     """/metrics counts requests by outcome; the ledger holds one row per request with tokens and timings."""
     a, b, gw = await _pair(sim, gateway)

@@ -8,6 +8,7 @@ nonsense, keep-alive reuse, the connection limit, flow control, TLS) are each sh
 from __future__ import annotations
 
 import asyncio
+import gzip
 import shutil
 import socket
 import ssl
@@ -177,6 +178,35 @@ async def test_informational_answers_are_skipped(serve: Serve) -> None:
     assert response.status == 200
     assert "link" not in response.headers
     assert await read_all(response) == b'{"ok":true}'
+
+
+async def test_a_gzip_body_sent_anyway_is_decompressed(serve: Serve) -> None:
+    text = b'{"choices": [], "padding": "' + b"x" * 5000 + b'"}'
+    packed = gzip.compress(text)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(0, len(packed), 100):  # in small pieces: the decompressor keeps its state across them
+            piece = packed[i : i + 100]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        writer.write(b"0\r\n\r\n")
+
+    _, pool = await serve(handler)
+    response = await pool.post(head_for(pool, b"{}"), b"{}")
+    assert await read_all(response) == text
+
+
+async def test_a_corrupt_gzip_body_fails_the_read(serve: Serve) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 12\r\n\r\nnot gzip at all")
+        await asyncio.sleep(1)
+
+    _, pool = await serve(handler)
+    response = await pool.post(head_for(pool, b"{}"), b"{}")
+    with pytest.raises(UpstreamDisconnected, match="compressed body is corrupt"):
+        await read_all(response)
 
 
 async def test_connection_close_is_honoured(serve: Serve) -> None:

@@ -28,7 +28,12 @@ from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.reload import Providers, Reloader, add_config_routes
 from tailgate.gateway.revocation import revoked_counter
 from tailgate.gateway.state import ProviderState, pacer_for
-from tailgate.gateway.store_metrics import register_ledger_metrics, register_runtime_metrics, register_store_metrics
+from tailgate.gateway.store_metrics import (
+    register_ledger_metrics,
+    register_runtime_metrics,
+    register_store_metrics,
+    register_upstream_metrics,
+)
 from tailgate.gateway.trace import TraceWriter
 from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger import SQLiteLedger, default_db_path
@@ -187,6 +192,7 @@ class Gateway:
             lc = config.ledger
             self.maintenance = Maintenance(keys_at, raw_s=lc.retention, rollup_s=lc.rollup_retention)
         register_store_metrics(self, self.metrics.registry)  # spool backlog, shipped rows, roll-ups
+        register_upstream_metrics(self, self.metrics.registry)  # each provider's connection pool
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.refresh_provider_gauges()

@@ -1,5 +1,5 @@
-"""The store's health and the event loop's task count on /metrics, all read at scrape time (nothing is
-counted on the request path).
+"""The store's health, the event loop's task count and the upstream connection pools on /metrics, all read
+at scrape time (nothing is counted on the request path).
 
 A full or locked store shows here first; ``tailgate_event_loop_tasks`` (asyncio tasks alive in this
 process) is what a soak run watches for leaks (benchmarks/soak.py).
@@ -25,7 +25,7 @@ from tailgate.ledger import SQLiteLedger
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
 
-__all__ = ["register_ledger_metrics", "register_runtime_metrics", "register_store_metrics"]
+__all__ = ["register_ledger_metrics", "register_runtime_metrics", "register_store_metrics", "register_upstream_metrics"]
 
 
 class _LedgerCollector(Collector):
@@ -107,3 +107,33 @@ class _StoreCollector(Collector):
 
 def register_store_metrics(gw: Gateway, registry: CollectorRegistry) -> None:
     registry.register(_StoreCollector(gw))
+
+
+class _UpstreamCollector(Collector):
+    """Each provider's keep-alive pool (tailgate.upstream.http): connections in use and idle, and made so far."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    def collect(self) -> Iterator[Metric]:
+        conns = GaugeMetricFamily(
+            "tailgate_upstream_connections",
+            "Keep-alive connections to each provider: in_use (carrying a call) or idle (ready for the next).",
+            labels=["provider", "state"],
+        )
+        opened = CounterMetricFamily(
+            "tailgate_upstream_connects",
+            "New connections made to each provider (climbing with the traffic: keep-alive is not holding).",
+            labels=["provider"],
+        )
+        for name, provider in self.gw.providers.items():
+            in_use, idle, made = provider.client.connections
+            conns.add_metric([name, "in_use"], in_use)
+            conns.add_metric([name, "idle"], idle)
+            opened.add_metric([name], made)
+        yield conns
+        yield opened
+
+
+def register_upstream_metrics(gw: Gateway, registry: CollectorRegistry) -> None:
+    registry.register(_UpstreamCollector(gw))

@@ -46,6 +46,12 @@ class UpstreamClient:
             )
         return self._pool
 
+    @property
+    def connections(self) -> tuple[int, int, int]:
+        """(in use, idle, opened so far) of the pool; zeros before the first call (no pool is made to answer)."""
+        pool = self._pool
+        return (0, 0, 0) if pool is None else (pool.in_use, pool.idle, pool.opened)
+
     def target(self, path: str) -> str:
         """The request target (the URL's path) of ``path`` under the base URL, cached per path."""
         target = self._targets.get(path)

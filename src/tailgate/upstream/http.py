@@ -13,7 +13,8 @@ connections reused last-in first-out (idle ones closed after ``keepalive_s``), a
 connections per pool (callers beyond wait in order), ``Content-Length`` and chunked responses and
 bodies that end with the connection, 1xx answers skipped, read-side flow control (a slow consumer
 pauses the socket instead of growing the buffer). What it leaves out on purpose: redirects, cookies,
-proxies (``trust_env`` was already off), compression (it asks for ``identity``), HTTP/2.
+proxies (``trust_env`` was already off), compression (it asks for ``identity``; a gzip or deflate body
+sent anyway is decompressed), HTTP/2.
 
 Errors: every failure is an ``OSError`` — :class:`UpstreamDisconnected` (closed, reset or not HTTP) or
 ``TimeoutError`` (the connect timeout) — so a caller classifies one exception family.
@@ -25,7 +26,9 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import zlib
 from collections import deque
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -81,6 +84,7 @@ class Response:
         "_raw_headers",
         "_size",
         "_until_close",
+        "_unzip",
         "_waiter",
         "headers",
         "status",
@@ -96,6 +100,7 @@ class Response:
         self._informational = False
         self._keep_alive = False
         self._until_close = False
+        self._unzip: Any = None  # a zlib decompressor for a gzip / deflate body the upstream sent anyway
         self._buf: list[bytes] = []
         self._size = 0
         self._eof = False
@@ -186,6 +191,9 @@ class Response:
         self.status = status
         self.headers = headers = CIMultiDictProxy(CIMultiDict(self._raw_headers))
         self._keep_alive = keep_alive
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("gzip", "x-gzip", "deflate"):  # not asked for (identity), but cheap to honour
+            self._unzip = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by the header
         if status not in (204, 304) and "content-length" not in headers and "transfer-encoding" not in headers:
             self._until_close = True  # the body ends when the connection does
             self._keep_alive = False
@@ -194,6 +202,13 @@ class Response:
             head.set_result(self)
 
     def _on_body(self, data: bytes) -> None:
+        if self._unzip is not None:
+            try:
+                data = self._unzip.decompress(data)
+            except zlib.error as exc:
+                raise UpstreamDisconnected(f"the upstream's compressed body is corrupt ({exc})") from None
+            if not data:
+                return
         self._buf.append(data)
         self._size += len(data)
         if self._size >= HIGH_WATER and (conn := self._conn) is not None:
@@ -333,6 +348,8 @@ class Pool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
+        self.opened = 0
+        """New connections made so far (a count that climbs with the traffic means keep-alive is not working)."""
 
     def __repr__(self) -> str:
         return f"<Pool {self.host_header} busy={len(self._busy)} idle={len(self._idle)} limit={self.limit}>"
@@ -420,6 +437,7 @@ class Pool:
             self._wake_one()
             raise
         self._opening -= 1
+        self.opened += 1
         self._busy.add(conn)
         return conn
 
