@@ -209,6 +209,24 @@ async def test_a_corrupt_gzip_body_fails_the_read(serve: Serve) -> None:
         await read_all(response)
 
 
+async def test_bytes_after_a_whole_answer_are_not_taken_for_it(serve: Serve) -> None:
+    """A peer that sends more than one answer: the first stays as it was, the connection is not reused."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(OK + b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n")
+
+    server, pool = await serve(handler)
+    for _ in range(2):
+        response = await pool.post(head_for(pool, b"{}"), b"{}")
+        assert response.status == 200
+        assert await read_all(response) == b'{"ok":true}'
+        response.release()
+    assert server.connections == 2
+    assert pool.idle == 0
+
+
 async def test_connection_close_is_honoured(serve: Serve) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)

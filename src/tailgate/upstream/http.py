@@ -3,10 +3,11 @@
 Why not aiohttp's client (which the rest of tailgate still uses where speed does not matter): a gateway
 call needs one thing from it — POST a body, get the status, the headers and the body's bytes as they
 arrive — and aiohttp's general client (cookies, redirects, proxies, decompression, tracing, a request
-and a response object of many fields, a payload writer) cost 85 µs of CPU per non-streamed call and
-~15 µs per streamed chunk on our benchmark machine; this pool costs 26 µs and ~10 µs
-(docs/benchmarks.md, "A lean upstream client"). The parser is httptools (llhttp, the parser Node.js
-uses; uvicorn's too), so this module only moves bytes: it does not parse HTTP by hand.
+and a response object of many fields, a payload writer) cost 111 µs of CPU per non-streamed call and
+~12.7 µs per read of a stream on our benchmark machine; this pool costs 39 µs and ~9 µs
+(``benchmarks/upstream_client.py``; docs/benchmarks.md, "A lean upstream client"). The parser is
+httptools (llhttp, the parser Node.js uses; uvicorn's too), so this module only moves bytes: it does not
+parse HTTP by hand.
 
 What it does: HTTP/1.1 over TCP or TLS (the system's CA store, SNI, hostname checked), keep-alive
 connections reused last-in first-out (idle ones closed after ``keepalive_s``), at most ``limit``
@@ -210,9 +211,10 @@ class Response:
             if not data:
                 return
         self._buf.append(data)
-        self._size += len(data)
-        if self._size >= HIGH_WATER and (conn := self._conn) is not None:
-            conn.transport.pause_reading()
+        size = self._size
+        self._size = size + len(data)
+        if size < HIGH_WATER <= self._size and (conn := self._conn) is not None:
+            conn.transport.pause_reading()  # once, when crossing: _take resumes it
         self._wake()
 
     def _on_message_complete(self) -> None:
@@ -254,6 +256,7 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.response: Response | None = None
         self.closed = False
+        self.stray = False  # the peer began an answer nobody asked for
         self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -269,6 +272,8 @@ class _Conn(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if self.stray:
+                self.close()
         except (httptools.HttpParserError, UpstreamDisconnected) as exc:
             response, self.response = self.response, None
             self.close()
@@ -294,7 +299,12 @@ class _Conn(asyncio.Protocol):
             self.closed = True
             self.transport.close()
 
-    # httptools callbacks (the parser calls them from feed_data)
+    # httptools callbacks (the parser calls them from feed_data). Once the answer is whole the response is
+    # detached: a callback without one is a second, unasked-for answer, and the connection is not trusted again.
+    def on_message_begin(self) -> None:
+        if self.response is None:
+            self.stray = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if (response := self.response) is not None:
             response._on_header(name, value)
@@ -311,6 +321,8 @@ class _Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if (response := self.response) is not None:
             response._on_message_complete()
+            if response._eof:
+                self.response = None
 
 
 class Pool:
