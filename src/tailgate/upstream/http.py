@@ -106,7 +106,7 @@ class Response:
         self._size = 0
         self._eof = False
         self._exc: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bytes | None] | None = None  # bytes: data handed over; None: look again
 
     def __repr__(self) -> str:
         return f"<Response {self.status} eof={self._eof} buffered={self._size}>"
@@ -138,11 +138,17 @@ class Response:
             conn = self._conn
             if conn is None:
                 return b""
-            self._waiter = waiter = conn.loop.create_future()
+            waiter: asyncio.Future[bytes | None] = conn.loop.create_future()
+            self._waiter = waiter
             try:
-                await waiter
+                handed = await waiter
             finally:
                 self._waiter = None
+            if handed is not None and self._exc is None:  # given to us straight from the socket (_on_body)
+                if not self._buf:
+                    return handed
+                self._buf.insert(0, handed)  # more came after it in the same loop turn: keep the order
+                self._size += len(handed)
         return self.read_nowait()
 
     def _take(self) -> None:
@@ -210,6 +216,10 @@ class Response:
                 raise UpstreamDisconnected(f"the upstream's compressed body is corrupt ({exc})") from None
             if not data:
                 return
+        waiter = self._waiter
+        if waiter is not None and not self._buf and not waiter.done():
+            waiter.set_result(data)  # a reader is waiting: hand it over, no buffering
+            return
         self._buf.append(data)
         size = self._size
         self._size = size + len(data)
