@@ -37,9 +37,26 @@ around every step, and a writer thread beside a saturated event loop waits for i
 5 ms switch interval). Measured (issue 15): at ~1,900 req/s on one core the ledger fell behind by ~300 rows/s
 with ``executemany`` (pending rows, and RSS, growing for as long as the load lasted); a writer thread beside a
 busy Python loop inserted 3–5× the rows per second this way."""
+_INSERT_SIZES = (_ROWS_PER_INSERT, 64, 16, 4, 1)
+"""The only statement sizes used: a batch is cut greedily into these. The sqlite3 module keeps every statement
+it prepared (up to 128) and a prepared ``INSERT`` of n rows holds ~1.8 KB per row in C memory, so inserting
+batches as they came (any size 1..200) grew the process by up to 35 MB in steps as new sizes appeared — the
+gateway benchmark's RSS "growth that plateaus" (issue 15). Five sizes hold ~0.5 MB, and a batch is at most a
+dozen statements more."""
 
 
-@functools.lru_cache(maxsize=8)
+def _cuts(n: int) -> list[tuple[int, int]]:
+    """(start, size) of each statement that inserts ``n`` rows, sizes from ``_INSERT_SIZES``."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for size in _INSERT_SIZES:
+        while n - start >= size:
+            out.append((start, size))
+            start += size
+    return out
+
+
+@functools.lru_cache(maxsize=len(_INSERT_SIZES))
 def _insert_rows(n: int) -> str:
     """``INSERT`` of ``n`` rows in one statement."""
     one = f"({', '.join('?' * len(COLUMNS))})"
@@ -357,9 +374,9 @@ class SQLiteLedger:
         conn.execute("BEGIN IMMEDIATE")
         try:
             try:
-                for i in range(0, len(batch), _ROWS_PER_INSERT):
-                    part = batch[i : i + _ROWS_PER_INSERT]
-                    conn.execute(_insert_rows(len(part)), [v for row in part for v in _params(row)])
+                for start, size in _cuts(len(batch)):
+                    part = batch[start : start + size]
+                    conn.execute(_insert_rows(size), [v for row in part for v in _params(row)])
                 rejected, reason = 0, None
             except _BAD_ROW:
                 # Some row is bad: start over one row at a time, keeping every good one.
