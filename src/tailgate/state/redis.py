@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from tailgate._runtime import stop_task
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
 from tailgate.state.fallback import Fallback
+from tailgate.state.link import FAILURE, SYNC_TIMEOUT_S, Link, Unavailable
 from tailgate.state.local import default_replica_id
 from tailgate.state.protocol import (
     Adjustment,
@@ -53,15 +53,10 @@ __all__ = ["RedisState"]
 
 log = logging.getLogger("tailgate.state")
 
-_FAILURES_TO_DOWN = 3
-_DOWN_AFTER_S = 0.5
 _POOL_SIZE = 16
 _WARM = 4
 """Connections opened (and scripts loaded) at start and on every reconnect, so the first burst finds them."""
-_BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
-_SYNC_TIMEOUT_S = 1.0
 _HEARTBEAT_TTL_S = 3.0
-_Failure = (RedisError, OSError, asyncio.TimeoutError)
 
 
 def _f(v: Any) -> float:
@@ -78,7 +73,6 @@ class RedisState(SharedState):
         assert config.url is not None  # the schema requires it for this backend
         self.config = config
         self.replica = replica or config.replica or default_replica_id()
-        self.timeout = config.timeout
         self._p = config.namespace + ":"
         # A bounded pool: a burst of requests waits (within its budget) for one of a few warm connections
         # instead of opening dozens of new ones at once, which is what made calls slow under load.
@@ -87,7 +81,7 @@ class RedisState(SharedState):
             max_connections=_POOL_SIZE,
             timeout=None,
             socket_connect_timeout=1.0,
-            socket_timeout=_SYNC_TIMEOUT_S,
+            socket_timeout=SYNC_TIMEOUT_S,
             retry_on_timeout=False,
             health_check_interval=0,
         )
@@ -98,7 +92,7 @@ class RedisState(SharedState):
         self._rs: aioredis.Redis = aioredis.Redis.from_url(
             config.url.get_secret_value(),
             socket_connect_timeout=1.0,
-            socket_timeout=_SYNC_TIMEOUT_S,
+            socket_timeout=SYNC_TIMEOUT_S,
             retry_on_timeout=False,
             health_check_interval=0,
             single_connection_client=True,
@@ -120,130 +114,80 @@ class RedisState(SharedState):
         # Views, refreshed by the sync loop; deadlines on *our* monotonic clock.
         self._pending_flags: dict[str, bool | None] = {}
         self._pending_bumps: dict[str, int] = {}
-        # Health of the connection.
-        self.connected = False
-        self._down = True  # until the first sync answers
-        self._failures = 0
-        self._last_ok = 0.0
-        self._backoff = _BACKOFF_MIN_S
-        self._announced_down = False
-        self._task: asyncio.Task[None] | None = None
-        self._late: set[asyncio.Future[Any]] = set()
-        """Calls past their budget, still running (and the undo work they caused); batches being sent."""
+        self._link = Link(config.timeout, config.fallback)
+        """Each call's budget and Redis's health (``link.py``)."""
         self._settling: _SettleBatch | None = None
         """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._reserving: list[_Reserving] | None = None
         """Reservations of this turn of the loop, sent together by the next (see ``reserve``)."""
-        self.calls = 0
-        self.fallbacks = 0
-        """Decisions made by the fallback (Redis down, slow or failing) since start."""
-        self.timeouts = 0
-        self.late_answers = 0
-        """Calls whose reply was waiting in the socket when their budget ran out (taken, not timed out)."""
-        self.loop_waits = 0
-        """Calls past their budget because this process's event loop was late, waited for (see ``_ours``)."""
         self.last_sync: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        with contextlib.suppress(*_Failure):
-            async with asyncio.timeout(_SYNC_TIMEOUT_S):
+        with contextlib.suppress(*FAILURE):
+            async with asyncio.timeout(SYNC_TIMEOUT_S):
                 await self._sync_once()
-        if self._down:
-            self._announce_down("not reachable at start")
+        if self._link.down:
+            self._link.announce_down("not reachable at start")
         self._task = asyncio.create_task(self._sync_loop(), name="tailgate-state-sync")
 
     async def close(self) -> None:
-        if self._late:
-            await asyncio.wait(list(self._late), timeout=_SYNC_TIMEOUT_S)
+        if self._link.late:
+            await asyncio.wait(list(self._link.late), timeout=SYNC_TIMEOUT_S)
         if self._task is not None:
             await stop_task(self._task)
-        if not self._down:
-            with contextlib.suppress(*_Failure):
-                async with asyncio.timeout(_SYNC_TIMEOUT_S):
+        if not self._link.down:
+            with contextlib.suppress(*FAILURE):
+                async with asyncio.timeout(SYNC_TIMEOUT_S):
                     await self._r.hdel(self._p + "replicas", self.replica)
         await self._r.aclose(close_connection_pool=True)  # the pool was passed in: not closed by default
         await self._rs.aclose()
 
     def status(self) -> StateStatus:
-        return StateStatus("redis", self.replica, self.connected, self._down, self._views.replicas)
+        return StateStatus("redis", self.replica, self._link.connected, self._link.down, self._views.replicas)
 
-    # -- the call wrapper -------------------------------------------------------------------------------
+    # Redis's health and the call counters, kept by the link; read by /metrics (gateway/fleet.py) and tests.
+    @property
+    def timeout(self) -> float:
+        """The request path's budget per Redis call (``state.timeout``)."""
+        return self._link.timeout
 
-    async def _call(self, coro: Any, budget: float | None = None, late: Callable[[Any], None] | None = None) -> Any:
-        """Run one Redis call within the budget; raises ``_Unavailable`` for the caller's fallback.
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._link.timeout = value
 
-        A call past its budget is not cancelled: it runs on in the background (cancelling would drop the
-        connection, and the script may already have run in Redis). ``late`` gets its result if it succeeds,
-        so what Redis did after the fallback had decided can be undone (a take refunded, a slot released)."""
-        if self._down:
-            coro.close()
-            self.fallbacks += 1
-            raise _Unavailable
-        self.calls += 1
-        task = asyncio.ensure_future(coro)
-        loop = asyncio.get_running_loop()
-        limit = budget or self.timeout
-        start = loop.time()
-        try:
-            try:
-                out = await asyncio.wait_for(asyncio.shield(task), limit)
-            except TimeoutError:
-                if not await self._ours(task, loop.time() - start - limit, limit):
-                    self.timeouts += 1
-                    self._orphan(task, late)
-                    self._failed("slower than state.timeout")
-                    raise _Unavailable from None
-                try:
-                    out = task.result()
-                except _Failure as err:
-                    self._failed(type(err).__name__)
-                    raise _Unavailable from None
-            except _Failure as err:
-                self._failed(type(err).__name__)
-                raise _Unavailable from None
-        except asyncio.CancelledError:
-            # The caller went away (its client hung up) while Redis decided: the call runs on, and what it
-            # took is given back by ``late`` (nothing here decided to keep it), not left to count for a window.
-            self._orphan(task, late)
-            raise
-        self._failures = 0
-        self._last_ok = time.monotonic()
-        return out
+    @property
+    def connected(self) -> bool:
+        return self._link.connected
 
-    async def _ours(self, task: asyncio.Future[Any], lateness: float, limit: float) -> bool:
-        """After a call's budget ran out: was the delay this process's, and has the call now finished?
+    @property
+    def calls(self) -> int:
+        return self._link.calls
 
-        The budget is for Redis's slowness. Two signs that the time went to this process instead: the reply
-        was already in its socket (it completes within a few loop turns: libuv runs timers before it polls
-        for I/O), or the budget's own timer fired later than the budget is long (the event loop is saturated,
-        so no reply could have been read in time). Then the call is waited for, within the background budget,
-        rather than decided by the fallback, whose decision a late Redis answer would have to reconcile: more
-        Redis work exactly when the replica has the least CPU to spare (issue 15's Redis hop at c=50)."""
-        if await _answered_late(task):
-            self.late_answers += 1
-            return True
-        if lateness <= limit:
-            return False  # the loop was on time: Redis was slow
-        self.loop_waits += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), _SYNC_TIMEOUT_S)
-        return task.done()
+    @property
+    def fallbacks(self) -> int:
+        """Decisions made by the fallback (Redis down, slow or failing) since start."""
+        return self._link.fallbacks
 
-    def _orphan(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
-        """No one waits for ``task`` any more: hand its result to ``late`` when it comes (now, if it has)."""
-        if task.done():
-            self._finish_late(task, late)
-            return
-        self._late.add(task)
-        task.add_done_callback(lambda t: self._finish_late(t, late))
+    @property
+    def timeouts(self) -> int:
+        return self._link.timeouts
 
-    def _finish_late(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
-        self._late.discard(task)
-        if task.cancelled() or late is None:
-            return
-        late(None if task.exception() is not None else task.result())
+    @property
+    def late_answers(self) -> int:
+        return self._link.late_answers
+
+    @property
+    def loop_waits(self) -> int:
+        return self._link.loop_waits
+
+    @property
+    def _late(self) -> set[asyncio.Future[Any]]:
+        """Calls past their budget still running, and the undo work they caused (``Link.late``)."""
+        return self._link.late
+
+    # -- reconciling late answers ------------------------------------------------------------------------
 
     def _settle_late(
         self, name: str, amount: float, window_s: float | None, decided: list[bool]
@@ -260,35 +204,11 @@ class RedisState(SharedState):
             granted = result is not None and bool(result[0])
             if granted and not here:
                 at = int(result[4]) if result[4] != b"-" else None
-                self._spawn(self.adjust(name, -amount, window_s, at, mirror=False))
+                self._link.spawn(self.adjust(name, -amount, window_s, at, mirror=False))
             elif here and not granted:
-                self._spawn(self.adjust(name, amount, window_s, mirror=False))
+                self._link.spawn(self.adjust(name, amount, window_s, mirror=False))
 
         return settle
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._late.add(task)
-        task.add_done_callback(self._late.discard)
-
-    def _failed(self, why: str) -> None:
-        self.fallbacks += 1
-        self._failures += 1
-        # A few slow calls under a burst are not an outage: only failures that persist mark Redis down.
-        persistent = time.monotonic() - self._last_ok > _DOWN_AFTER_S
-        if self._failures >= _FAILURES_TO_DOWN and persistent and not self._down:
-            self._down = True
-            self.connected = False
-            self._announce_down(why)
-
-    def _announce_down(self, why: str) -> None:
-        if not self._announced_down:
-            self._announced_down = True
-            log.warning(
-                "state: Redis unavailable (%s): deciding with the %s fallback until it answers again",
-                why,
-                self.config.fallback,
-            )
 
     # -- counters ---------------------------------------------------------------------------------------
 
@@ -301,11 +221,11 @@ class RedisState(SharedState):
         key = self._counter(name, window_s)
         decided: list[bool] = []  # filled with the fallback's answer, for a late Redis answer to reconcile
         try:
-            ok, retry, remaining, reset, bucket = await self._call(
+            ok, retry, remaining, reset, bucket = await self._link.call(
                 self._take(keys=[key], args=[amount, limit, window_s or 0]),
                 late=self._settle_late(name, amount, window_s, decided),
             )
-        except _Unavailable:
+        except Unavailable:
             adm = self._alone.take(name, amount, limit, window_s)
             decided.append(adm.ok)
             return adm
@@ -330,8 +250,8 @@ class RedisState(SharedState):
         try:
             # A refund or a settlement follows an admission: no client waits on it, and a lost refund would
             # leave Redis counting what was never spent. So it gets the background budget, not state.timeout.
-            out = _f(await self._call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), _SYNC_TIMEOUT_S))
-        except _Unavailable:
+            out = _f(await self._link.call(self._adjust(keys=[key], args=[delta, window_s or 0, at]), SYNC_TIMEOUT_S))
+        except Unavailable:
             return self._alone.mirror(name, delta, window_s, applied=False) if mirror else 0.0
         if mirror:
             self._alone.mirror(name, delta, window_s, applied=True)
@@ -359,7 +279,7 @@ class RedisState(SharedState):
             batch = self._settling = _SettleBatch(asyncio.get_running_loop().create_future())
             # The task's first step runs in the next turn of the loop, after every callback ready now: the
             # settlements of this turn join the batch first.
-            self._spawn(self._send_settles(batch))
+            self._link.spawn(self._send_settles(batch))
         batch.adjustments.extend(adjustments)
         if lease is not None:
             batch.leases.append(lease)
@@ -379,9 +299,9 @@ class RedisState(SharedState):
         try:
             # A lost refund would leave Redis counting what was never spent: the background budget, not
             # state.timeout (as adjust).
-            await self._call(self._settle(keys=keys, args=args), _SYNC_TIMEOUT_S)
+            await self._link.call(self._settle(keys=keys, args=args), SYNC_TIMEOUT_S)
             applied = True
-        except _Unavailable:
+        except Unavailable:
             pass
         finally:
             for a in adjustments:
@@ -411,7 +331,7 @@ class RedisState(SharedState):
         batch = self._reserving
         if batch is None:
             batch = self._reserving = []
-            self._spawn(self._send_reservations(batch))  # runs next turn, once this turn's requests joined
+            self._link.spawn(self._send_reservations(batch))  # runs next turn, once this turn's requests joined
         batch.append(entry)
         try:
             return await asyncio.shield(entry.done)
@@ -433,10 +353,10 @@ class RedisState(SharedState):
                 args += [e.token, e.slot.limit, e.slot.ttl_s]
         try:
             try:
-                replies = await self._call(
+                replies = await self._link.call(
                     self._reserve(keys=keys, args=args), late=lambda out: self._reserved_late(batch, out)
                 )
-            except _Unavailable:
+            except Unavailable:
                 for e in batch:
                     res = self._alone.reserve(e.claims, e.slot)
                     e.decided.append(res.ok)
@@ -447,7 +367,7 @@ class RedisState(SharedState):
         except BaseException as err:  # a bug, or the replica closing: no caller is left waiting forever
             for e in batch:
                 if not e.done.done():
-                    e.done.set_exception(err if isinstance(err, Exception) else _Unavailable())
+                    e.done.set_exception(err if isinstance(err, Exception) else Unavailable())
             if not isinstance(err, Exception):
                 raise
 
@@ -488,7 +408,7 @@ class RedisState(SharedState):
             for c, a in zip(e.claims, res.admissions, strict=True)
             if c.amount
         ]
-        self._spawn(self.settle(refunds, lease))
+        self._link.spawn(self.settle(refunds, lease))
 
     def _reserve_late(
         self, claims: Sequence[Claim], slot: Slot | None, token: str, decided: list[bool]
@@ -502,25 +422,25 @@ class RedisState(SharedState):
             here = bool(decided) and decided[0]
             granted = result is not None and bool(result[0])
             if granted and slot is not None:
-                self._spawn(self.release(slot.name, token))
+                self._link.spawn(self.release(slot.name, token))
             if granted and not here:
                 for c, i in zip(claims, range(3, len(result), 5), strict=False):
                     bucket = result[i + 4]
                     at = int(bucket) if bucket != b"-" else None
                     if c.amount:
-                        self._spawn(self.adjust(c.name, -c.amount, c.window_s, at, mirror=False))
+                        self._link.spawn(self.adjust(c.name, -c.amount, c.window_s, at, mirror=False))
             elif here and not granted:
                 for c in claims:
                     if c.amount:
-                        self._spawn(self.adjust(c.name, c.amount, c.window_s, mirror=False))
+                        self._link.spawn(self.adjust(c.name, c.amount, c.window_s, mirror=False))
 
         return settle
 
     async def usage(self, name: str, window_s: float | None) -> float:
         key = self._counter(name, window_s)
         try:
-            return _f(await self._call(self._usage(keys=[key], args=[window_s or 0])))
-        except _Unavailable:
+            return _f(await self._link.call(self._usage(keys=[key], args=[window_s or 0])))
+        except Unavailable:
             return await self.fallback.usage(name, window_s)
 
     # -- gauges -----------------------------------------------------------------------------------------
@@ -529,13 +449,13 @@ class RedisState(SharedState):
         self._tokens += 1
         token = f"{self.replica}/{self._tokens}"
         try:
-            ok, n = await self._call(
+            ok, n = await self._link.call(
                 self._acquire(keys=[f"{self._p}g:{name}"], args=[token, limit, ttl_s]),
                 late=lambda result: (
-                    self._spawn(self.release(name, token)) if result is not None and result[0] else None
+                    self._link.spawn(self.release(name, token)) if result is not None and result[0] else None
                 ),
             )
-        except _Unavailable:
+        except Unavailable:
             return self._alone.acquire(name, limit, ttl_s)
         return Lease(bool(ok), token if ok else "", int(n), limit)
 
@@ -543,15 +463,15 @@ class RedisState(SharedState):
         if token.startswith("local:"):
             self._alone.release(name, token)
             return
-        with contextlib.suppress(_Unavailable):
-            await self._call(self._r.zrem(f"{self._p}g:{name}", token))
+        with contextlib.suppress(Unavailable):
+            await self._link.call(self._r.zrem(f"{self._p}g:{name}", token))
 
     # -- generations ------------------------------------------------------------------------------------
 
     async def bump(self, namespace: str) -> int:
         try:
-            n = int(await self._call(self._r.hincrby(self._p + "gen", namespace, 1)))
-        except _Unavailable:
+            n = int(await self._link.call(self._r.hincrby(self._p + "gen", namespace, 1)))
+        except Unavailable:
             n = self._views.generations.get(namespace, 0) + 1  # seen here only, and sent when Redis answers again
             self._pending_bumps[namespace] = self._pending_bumps.get(namespace, 0) + 1
         self._views.generations[namespace] = max(n, self._views.generations.get(namespace, 0))
@@ -569,8 +489,8 @@ class RedisState(SharedState):
         self.fallback.pause_now(name, seconds, reason)
         if seconds <= 0:
             self._views.pauses.pop(name, None)
-        with contextlib.suppress(_Unavailable):
-            await self._call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
+        with contextlib.suppress(Unavailable):
+            await self._link.call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
 
     def paused_for(self, name: str) -> float:
         own = self.fallback.paused_for(name)
@@ -592,8 +512,8 @@ class RedisState(SharedState):
             self._views.flags[name] = value
         try:
             key = self._p + "flag"
-            await self._call(self._r.hdel(key, name) if value is None else self._r.hset(key, name, int(value)))
-        except _Unavailable:
+            await self._link.call(self._r.hdel(key, name) if value is None else self._r.hset(key, name, int(value)))
+        except Unavailable:
             self._pending_flags[name] = value  # sent when Redis answers again
 
     def flag(self, name: str) -> bool | None:
@@ -603,10 +523,10 @@ class RedisState(SharedState):
 
     async def publish(self, channel: str, blob: bytes, ttl_s: float = 5.0) -> None:
         self._views.channels.add(channel)
-        if self._down:
+        if self._link.down:
             return
-        with contextlib.suppress(*_Failure):
-            async with asyncio.timeout(_SYNC_TIMEOUT_S):  # background work: not the request path's budget
+        with contextlib.suppress(*FAILURE):
+            async with asyncio.timeout(SYNC_TIMEOUT_S):  # background work: not the request path's budget
                 await self._publish(keys=[f"{self._p}pub:{channel}"], args=[self.replica, ttl_s, blob])
 
     def peers(self, channel: str) -> dict[str, bytes]:
@@ -626,16 +546,12 @@ class RedisState(SharedState):
 
     async def _sync_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.sync_interval if not self._down else self._backoff)
+            await asyncio.sleep(self.config.sync_interval if not self._link.down else self._link.backoff)
             try:
-                async with asyncio.timeout(_SYNC_TIMEOUT_S):
+                async with asyncio.timeout(SYNC_TIMEOUT_S):
                     await self._sync_once()
-            except _Failure as err:
-                self.connected = False
-                if not self._down:
-                    self._down = True
-                    self._announce_down(type(err).__name__)
-                self._backoff = min(_BACKOFF_MAX_S, self._backoff * 2)
+            except FAILURE as err:
+                self._link.lost(type(err).__name__)
             except Exception:  # a bug must not stop the views from refreshing for good
                 log.exception("state: sync failed")
 
@@ -643,7 +559,7 @@ class RedisState(SharedState):
         p = self._p
         channels = sorted(self._views.channels)
         keys = [p + "gen", p + "pause", p + "flag", p + "replicas", *(f"{p}pub:{c}" for c in channels)]
-        if self._down:
+        if self._link.down:
             await self._warm()
             for name, value in list(self._pending_flags.items()):
                 rs = self._rs
@@ -655,15 +571,7 @@ class RedisState(SharedState):
         out = await self._sync(keys=keys, args=[self.replica, max(_HEARTBEAT_TTL_S, 3 * self.config.sync_interval)])
         mono = self._views.apply(out, channels)
         self.last_sync = mono
-        self.connected = True
-        self._failures = 0
-        self._last_ok = mono
-        self._backoff = _BACKOFF_MIN_S
-        if self._down:
-            self._down = False
-            if self._announced_down:
-                log.warning("state: Redis answers again; fleet-wide decisions resumed")
-            self._announced_down = False
+        self._link.answered(mono)
 
 
 @dataclass(slots=True)
@@ -681,20 +589,3 @@ class _Reserving:
     done: asyncio.Future[Reservation]
     decided: list[bool] = field(default_factory=list)
     """The fallback's answer, when it decided (for a late Redis answer to reconcile); empty otherwise."""
-
-
-class _Unavailable(Exception):
-    """Redis could not decide this call (down, slow, failing): the fallback decides it."""
-
-
-_LATE_TURNS = 3
-"""Loop turns a timed-out call gets to finish from a reply already received (poll, read, parse)."""
-
-
-async def _answered_late(task: asyncio.Future[Any]) -> bool:
-    """Whether ``task`` completes, successfully, within :data:`_LATE_TURNS` turns of the loop (no waiting)."""
-    for _ in range(_LATE_TURNS):
-        if task.done():
-            break
-        await asyncio.sleep(0)
-    return task.done() and not task.cancelled() and task.exception() is None
