@@ -213,7 +213,7 @@ class KeyAdmission:
             claims.append(Claim(name, ticket.tokens if kind == "tokens" else ticket.cost, limit, None))
             kinds.append(kind)
         slot = Slot(f"key:{kid}:concurrency", limits.max_concurrency) if limits.max_concurrency is not None else None
-        res = state.reserve_now(claims, slot) if isinstance(state, LocalState) else await state.reserve(claims, slot)
+        res = await state.reserve(claims, slot)
         if not res.ok:
             raise self._refusal(limits, ticket, claims, periods, res)
         for c, kind, adm in zip(claims, kinds, res.admissions, strict=True):

@@ -287,10 +287,9 @@ class Call:
         A fresh ``asyncio.timeout_at()`` per read cost a Timeout object, a timer handle and a task
         cancellation path on every read; this costs a comparison.
         """
-        content = resp
         try:
-            data = content.read_nowait()
-            if data or content.is_eof():
+            data = resp.read_nowait()
+            if data or resp.is_eof():
                 return data
             if total is not None and (phase is None or total <= phase):
                 deadline: float | None = total
@@ -306,9 +305,9 @@ class Call:
                         self._timer.cancel()
                     self._arm(deadline)
             self._deadline = deadline
-            self._reader = content
+            self._reader = resp
             try:
-                return await content.readany()
+                return await resp.readany()
             finally:
                 self._reader = None
         except OSError as exc:
@@ -536,11 +535,10 @@ class Call:
     async def _drain(self, resp: Response, total_at: float | None, loop: Any) -> None:
         """Read to the end after [DONE] so the connection can be reused; a short, bounded wait."""
         idle = self.client.endpoint.timeouts.idle
-        content = resp
         try:
-            while content.read_nowait():  # usually the end is already here: no timer needed
+            while resp.read_nowait():  # usually the end is already here: no timer needed
                 pass
-            if content.is_eof():
+            if resp.is_eof():
                 return
             async with asyncio.timeout_at(_min(total_at, loop.time() + min(idle or 1.0, 1.0))):
                 while await resp.readany():
