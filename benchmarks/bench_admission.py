@@ -7,7 +7,8 @@ process, for a key with a tpm, a daily token budget, a monthly money budget and 
 
 - ``generic``: the ``SharedState`` protocol's path, as any backend with round trips takes it (awaited
   ``reserve``, one settlement task per request) — a state that forwards to ``LocalState`` but is not one;
-- ``local``: the local backend's path (``reserve_now`` / ``settle_now``: no coroutine, no task).
+- ``local``: the local backend's path (``reserve`` answered in one call by ``reserve_now``; ``settle_now``:
+  no task).
 
 Reported: CPU µs per admitted and settled request (``time.process_time``), median of ``--rounds``
 interleaved rounds, and local ÷ generic. Target: local ≤ 0.8 × generic. Correctness (exit 1): every
