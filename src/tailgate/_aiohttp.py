@@ -57,14 +57,14 @@ class BodyLimits:
 BODY_LIMITS_KEY: web.AppKey[BodyLimits] = web.AppKey("tailgate_body_limits", BodyLimits)
 
 
-def _is_json_type(content_type: str) -> bool:
+def is_json_type(content_type: str) -> bool:
     return content_type in _JSON_TYPES or content_type.endswith("+json")
 
 
 async def _read_body(request: web.Request, limits: BodyLimits) -> WireError | None:
     """Read (and cache, aiohttp keeps it for ``request.read()``) the body within the limits."""
     if request.content_length is not None and request.content_length > limits.max_bytes:
-        return _too_large(limits.max_bytes)
+        return too_large(limits.max_bytes)
     try:
         if request.content.is_eof():  # the usual case: the body came with the headers, no wait, no timer
             await request.read()
@@ -79,11 +79,11 @@ async def _read_body(request: web.Request, limits: BodyLimits) -> WireError | No
             code="request_timeout",
         )
     except web.HTTPRequestEntityTooLarge:
-        return _too_large(limits.max_bytes)
+        return too_large(limits.max_bytes)
     return None
 
 
-def _too_large(limit: int) -> WireError:
+def too_large(limit: int) -> WireError:
     return WireError(
         413,
         f"Request body too large: the limit is {limit} bytes.",
@@ -103,7 +103,7 @@ async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.St
         limits = request.app.get(BODY_LIMITS_KEY)
         if limits is not None and request.method == "POST":
             declared = "Content-Type" in request.headers  # aiohttp reads a missing one as octet-stream
-            if declared and request.path.startswith(limits.json_paths) and not _is_json_type(request.content_type):
+            if declared and request.path.startswith(limits.json_paths) and not is_json_type(request.content_type):
                 response = error_response(
                     WireError(
                         415,
@@ -146,7 +146,7 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> WireEr
             code="method_not_allowed",
         )
     if exc.status == 413:
-        return _too_large(request.client_max_size)
+        return too_large(request.client_max_size)
     return WireError(exc.status, exc.reason or "Request refused.", type="invalid_request_error")
 
 
@@ -199,6 +199,14 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
+FrontFactory = Callable[
+    ["HardenedSite", web.Server, Callable[[], asyncio.Protocol], asyncio.AbstractEventLoop], asyncio.Protocol
+]
+"""Builds a connection's protocol in front of aiohttp's handler (the gateway's front door, gateway/front.py):
+``(site, server, make_aiohttp_handler, loop)``. It counts itself in ``site.connections`` while it holds the
+connection, and may hand the connection to the handler it makes."""
+
+
 class HardenedSite(web.TCPSite):
     """A ``TCPSite`` that caps open client connections and renders parser errors in the OpenAI shape.
 
@@ -207,10 +215,18 @@ class HardenedSite(web.TCPSite):
     """
 
     def __init__(
-        self, runner: web.BaseRunner, host: str | None, port: int, *, max_connections: int | None = None, **kwargs: Any
+        self,
+        runner: web.BaseRunner,
+        host: str | None,
+        port: int,
+        *,
+        max_connections: int | None = None,
+        front: FrontFactory | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(runner, host, port, **kwargs)
         self.max_connections = max_connections
+        self.front = front
         self.connections = 0
         self.refused = 0
         self._refusal = WireError(
@@ -230,6 +246,8 @@ class HardenedSite(web.TCPSite):
             if self.max_connections is not None and self.connections >= self.max_connections:
                 self.refused += 1
                 return _Refuse(self._refusal)
+            if self.front is not None:
+                return self.front(self, server, lambda: _Handler(self, server, loop=loop, **kwargs), loop)
             return _Handler(self, server, loop=loop, **kwargs)
 
         return make

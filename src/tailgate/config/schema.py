@@ -276,6 +276,9 @@ class ServerConfig(_Strict):
     """Failed admin/dashboard/metrics key checks per client address within ``admin_failure_window``
     before that address gets a 429 for the rest of the window."""
     admin_failure_window: PositiveSeconds = 60.0
+    http_front: Literal["lean", "aiohttp"] = "lean"
+    """Who parses the ``/v1`` POSTs: ``lean`` (the gateway's own HTTP/1.1 front door, the hot path's speed;
+    every other route still goes to aiohttp on the same port) or ``aiohttp`` (everything through aiohttp)."""
 
 
 class MetricsConfig(_Strict):

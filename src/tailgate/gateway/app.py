@@ -17,7 +17,9 @@ from tailgate.gateway.admin import add_admin_routes, route_weights
 from tailgate.gateway.admin_keys import add_key_routes
 from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
 from tailgate.gateway.auth import AccessGuard, KeyRing
+from tailgate.gateway.exchange import aiohttp_route
 from tailgate.gateway.fleet import Fleet
+from tailgate.gateway.front import FRONT_KEY, FrontRoutes
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middleware
@@ -323,10 +325,11 @@ class Gateway:
         app[GATEWAY_KEY] = self
         app[BODY_LIMITS_KEY] = body_limits(self.config)
         proxy = Proxy(self)
-        app.router.add_post("/v1/chat/completions", proxy.chat)
-        app.router.add_post("/v1/completions", proxy.completions)
-        app.router.add_post("/v1/embeddings", proxy.embeddings)
-        app.router.add_post("/v1/responses", proxy.responses)
+        hot = proxy.routes()
+        for path, handle in hot.items():
+            app.router.add_post(path, aiohttp_route(handle))
+        if self.config.server.http_front == "lean":  # these POSTs skip aiohttp on a HardenedSite (front.py)
+            app[FRONT_KEY] = FrontRoutes(hot, app[BODY_LIMITS_KEY], self.config.server)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/health", self._healthz)

@@ -11,6 +11,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
+from tailgate.gateway.exchange import HasHeaders
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.limits import SourceLockout
 from tailgate.wire import errors as wire_errors
@@ -21,7 +22,7 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-def bearer(request: web.Request) -> str | None:
+def bearer(request: HasHeaders) -> str | None:
     """The bearer token of a request (``Authorization: Bearer X`` or OpenAI-style ``api-key: X``)."""
     auth = request.headers.get("Authorization")
     if auth is not None and auth[:7].lower() == "bearer ":
@@ -73,7 +74,7 @@ class KeyRing:
             rpm = stored.rpm if stored is not None else None
         return rpm
 
-    def identify(self, request: web.Request) -> str | None:
+    def identify(self, request: HasHeaders) -> str | None:
         """The key id of the caller; raises a 401 as a WireError."""
         if self.open:
             return None

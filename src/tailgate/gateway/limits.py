@@ -29,6 +29,8 @@ from aiohttp.typedefs import Handler
 
 from tailgate._aiohttp import BodyLimits, HardenedSite, error_response
 from tailgate.config.schema import GatewayConfig, ServerConfig
+from tailgate.gateway.exchange import DEADLINE_HIT, STREAM_RESPONSE
+from tailgate.gateway.front import FRONT_KEY, Front
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -46,11 +48,6 @@ __all__ = [
     "site",
     "upstream_full",
 ]
-
-STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey("tailgate_stream", web.StreamResponse)
-"""Set by the proxy when a stream's headers are sent: the deadline ends that stream with an error event."""
-DEADLINE_HIT: web.RequestKey[bool] = web.RequestKey("tailgate_deadline_hit", bool)
-"""Set when ``request_deadline`` cancelled the handler (the ledger then says ``deadline``, not 499)."""
 
 
 def body_limits(config: GatewayConfig) -> BodyLimits:
@@ -71,8 +68,23 @@ def runner_kwargs(server: ServerConfig) -> dict[str, Any]:
 
 
 def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConfig, **kwargs: Any) -> HardenedSite:
-    """The listening site with the connection cap and OpenAI-shaped parse errors."""
-    return HardenedSite(runner, host, port, max_connections=server.max_connections, **kwargs)
+    """The listening site with the connection cap and OpenAI-shaped parse errors; an app that set
+    ``FRONT_KEY`` (``server.http_front: lean``) gets the gateway's front door for its ``/v1`` POSTs."""
+    app = runner.app if isinstance(runner, web.AppRunner) else None
+    routes = app.get(FRONT_KEY) if app is not None else None
+
+    def front(
+        site: HardenedSite,
+        manager: web.Server,
+        fallback: Callable[[], asyncio.Protocol],
+        loop: asyncio.AbstractEventLoop,
+    ) -> asyncio.Protocol:
+        assert routes is not None
+        return Front(routes, site=site, manager=manager, fallback=fallback, loop=loop)
+
+    return HardenedSite(
+        runner, host, port, max_connections=server.max_connections, front=front if routes else None, **kwargs
+    )
 
 
 def upstream_full(gw: Gateway) -> bool:

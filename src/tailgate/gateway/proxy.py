@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
-from aiohttp import web
 
-from tailgate._aiohttp import error_response
 from tailgate.gateway import refusals, responses
 from tailgate.gateway.admission import Ticket, admit_request
 from tailgate.gateway.bookkeeping import record
+from tailgate.gateway.exchange import Exchange, Reply, Stream
 from tailgate.gateway.hedging import Race
-from tailgate.gateway.limits import DEADLINE_HIT, STREAM_RESPONSE, check_upstream_capacity, upstream_full
+from tailgate.gateway.limits import check_upstream_capacity, upstream_full
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
@@ -69,17 +68,6 @@ RETRYABLE = frozenset(
         "stream_error",
     }
 )
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-class _SSEResponse(web.StreamResponse):
-    """A stream response whose headers leave with its first write: one system call fewer per stream.
-
-    ``_commit`` writes right after ``prepare()``, so nothing reaches the client later than before.
-    (aiohttp's ``web.Response`` sets the same class switch; a StreamResponse sends headers at once.)
-    """
-
-    _send_headers_immediately = False
 
 
 @dataclass(slots=True)
@@ -127,21 +115,30 @@ class Proxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop serving this app (an aiohttp app runs in one); asking each time costs a getpid() call."""
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: Exchange) -> Reply | Stream:
         return await self.handle(request, "chat")
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def completions(self, request: Exchange) -> Reply | Stream:
         return await self.handle(request, "completions")
 
-    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+    async def embeddings(self, request: Exchange) -> Reply | Stream:
         return await self.handle(request, "embeddings")
 
-    async def responses(self, request: web.Request) -> web.StreamResponse:
+    async def responses(self, request: Exchange) -> Reply | Stream:
         return await self.handle(request, "responses")  # routed like chat: gateway/responses.py
+
+    def routes(self) -> dict[str, Callable[[Exchange], Any]]:
+        """The ``/v1`` POST endpoints this proxy serves, by path."""
+        return {
+            "/v1/chat/completions": self.chat,
+            "/v1/completions": self.completions,
+            "/v1/embeddings": self.embeddings,
+            "/v1/responses": self.responses,
+        }
 
     # -- the request ------------------------------------------------------------------------------
 
-    async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    async def handle(self, request: Exchange, endpoint: Endpoint) -> Reply | Stream:
         ctx = _Ctx(
             request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
             endpoint=endpoint,
@@ -154,7 +151,7 @@ class Proxy:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
-            if request.get(DEADLINE_HIT):  # server.request_deadline (limits.py), not the client
+            if request.deadline_hit:  # server.request_deadline (limits.py, front.py), not the client
                 ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
             else:
                 ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
@@ -162,10 +159,10 @@ class Proxy:
             raise
         finally:
             self.in_flight -= 1
-        if response.prepared:
+        if not isinstance(response, Reply):
             self._record(ctx, time.perf_counter())  # a stream: already sent to its end
         else:
-            # aiohttp sends this response after the handler returns: book it in the next turn of the
+            # The server sends this reply after the handler returns: book it in the next turn of the
             # loop, once the bytes are handed to the socket, so the bookkeeping is off the client's
             # critical path. The end time is taken now, as before. The callback runs whatever happens
             # to the connection, and a graceful stop (serve.py) runs the loop on long after it.
@@ -174,7 +171,7 @@ class Proxy:
             loop.call_soon(self._record, ctx, time.perf_counter())
         return response
 
-    async def _serve(self, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
+    async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
         gw = self.gw
         ctx.key_id = gw.keys.identify(request)
         if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
@@ -183,14 +180,7 @@ class Proxy:
             except WireError:
                 ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
                 raise
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise WireError(
-                413,
-                f"Request body too large: the limit is {gw.config.max_body_bytes} bytes.",
-                type="invalid_request_error",
-            ) from None
+        body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         req = decode_request(ctx.endpoint, body, strict=False)
         ctx.alias = req.model
         routes = gw.aliases.get(req.model)
@@ -266,8 +256,8 @@ class Proxy:
         return True
 
     async def _attempt(
-        self, request: web.Request, ctx: _Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
-    ) -> tuple[web.StreamResponse | None, CallResult]:
+        self, request: Exchange, ctx: _Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
+    ) -> tuple[Reply | Stream | None, CallResult]:
         """One attempt at ``route``, with its bookkeeping (health, breaker, metrics) whatever the outcome:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
@@ -280,6 +270,7 @@ class Proxy:
         if ctx.race is None:
             ctx.provider, ctx.route = provider, route
         payload = {**obj, "model": route.model}
+        resp: Reply | Stream | None
         try:
             if ctx.stream:
                 relay = self._attempt_stream(
@@ -304,7 +295,7 @@ class Proxy:
 
     async def _race(
         self,
-        request: web.Request,
+        request: Exchange,
         ctx: _Ctx,
         route: Route,
         queue: deque[Route],
@@ -313,7 +304,7 @@ class Proxy:
         wants_usage: bool,
         tokens: float,
         paced: list[ProviderState],
-    ) -> tuple[web.StreamResponse | None, CallResult]:
+    ) -> tuple[Reply | Stream | None, CallResult]:
         """The first attempt of a hedged alias; after the hedge delay without a first token (a complete
         answer), the same request also goes to the next admissible route. First to claim wins (hedging.py)."""
         gw = self.gw
@@ -379,7 +370,7 @@ class Proxy:
 
     async def _attempt_unary(
         self, ctx: _Ctx, provider: ProviderState, payload: Mapping[str, Any]
-    ) -> tuple[web.StreamResponse | None, CallResult]:
+    ) -> tuple[Reply | None, CallResult]:
         body = b""
         sent = time.perf_counter()
         provider.in_flight += 1
@@ -404,19 +395,19 @@ class Proxy:
         ctx.status = 200
         ctx.first_token_at = now = time.perf_counter()
         headers = self._headers(ctx, now)
-        return web.Response(body=body, content_type="application/json", headers=headers), result
+        return Reply(200, headers, body), result
 
     async def _attempt_stream(
         self,
-        request: web.Request,
+        request: Exchange,
         ctx: _Ctx,
         provider: ProviderState,
         payload: Mapping[str, Any],
         wants_usage: bool,
         on_first_token: Callable[[], None],
-    ) -> tuple[web.StreamResponse | None, CallResult]:
+    ) -> tuple[Stream | None, CallResult]:
         held: list[bytes] = []
-        resp: web.StreamResponse | None = None
+        resp: Stream | None = None
         sent = time.perf_counter()
         provider.in_flight += 1
         try:
@@ -487,19 +478,13 @@ class Proxy:
             await resp.write_eof()
         return resp, result
 
-    async def _commit(
-        self, request: web.Request, ctx: _Ctx, held: list[bytes], first: bytes, sent: float
-    ) -> web.StreamResponse:
+    async def _commit(self, request: Exchange, ctx: _Ctx, held: list[bytes], first: bytes, sent: float) -> Stream:
         """Send headers and everything held so far: from here on this route owns the response."""
         now = time.perf_counter()
         ctx.upstream_s += now - sent
         ctx.first_token_at = now
         ctx.status = 200
-        resp = _SSEResponse(status=200, headers={**_SSE_HEADERS, **self._headers(ctx, now)})
-        request[STREAM_RESPONSE] = resp  # the request deadline ends it with an error event (limits.py)
-        await resp.prepare(request)
-        await resp.write(b"".join(held) + first)
-        return resp
+        return await request.open_stream(self._headers(ctx, now), b"".join(held) + first)
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -521,11 +506,11 @@ class Proxy:
             limit = self.gw.config.routing.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
-    def _error(self, err: WireError, ctx: _Ctx) -> web.Response:
-        headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
+    def _error(self, err: WireError, ctx: _Ctx) -> Reply:
+        headers = {**(err.headers or {}), "x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name
-        return error_response(err, headers)
+        return Reply(err.status, headers, err.body())
 
     def _record(self, ctx: _Ctx, now: float) -> None:
         """One ledger row and the request metrics, for every request, whatever its outcome (bookkeeping.py)."""

@@ -1,0 +1,629 @@
+"""The gateway's front door: its own HTTP/1.1 server for the ``/v1`` POSTs, aiohttp for everything else.
+
+Issue 15 measured aiohttp's server at about a third of the gateway's CPU per relayed request
+(docs/benchmarks.md). The hot path — ``POST`` to ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings``, ``/v1/responses`` — is parsed here with llhttp (httptools) on a bare asyncio protocol
+and handed to the proxy as an :class:`~tailgate.gateway.exchange.Exchange`; its answer is written in one
+system call (a stream: one per relayed read). Every other request — admin, dashboard, metrics, models,
+health, a wrong method, anything this parser refuses — is handed over, with the bytes received so far, to
+aiohttp's own connection handler (``_aiohttp.HardenedSite``), which then serves that connection to its end.
+
+What the aiohttp stack did for these POSTs is kept, with the same answers (docs/reliability.md): a body
+over ``max_body_bytes`` is a 413, one that does not arrive within ``body_read_timeout`` a 408, a declared
+non-JSON content type a 415 (each closes the connection); ``request_deadline`` ends a request with a 504
+or an SSE error event; a client that goes away cancels its request (the ledger says 499); an idle
+connection closes after ``keepalive_timeout``; ``Expect: 100-continue`` is answered; the connection cap
+counts these connections; a graceful stop waits for their requests like aiohttp's.
+
+A hand-over needs the request's first byte to be the first byte of a read: true of every client that
+waits for an answer before it sends the next request (all HTTP/1.1 clients in use; pipelining is off
+everywhere). A non-``/v1`` request pipelined right behind a ``/v1`` one in the same read is answered 400
+("send it on its own connection"); pipelined ``/v1`` requests are served in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, NoReturn
+
+import httptools
+from aiohttp import web
+from multidict import CIMultiDict
+
+from tailgate._aiohttp import BodyLimits, is_json_type, too_large
+from tailgate.config.schema import ServerConfig
+from tailgate.gateway.exchange import SSE_HEADERS, Handle, Reply, Stream
+from tailgate.wire import errors as wire_errors
+from tailgate.wire.errors import WireError
+
+__all__ = ["FRONT_KEY", "Front", "FrontRoutes"]
+
+log = logging.getLogger("tailgate.http")
+
+
+@dataclass(frozen=True, slots=True)
+class FrontRoutes:
+    """What the front door serves itself: ``POST`` to these paths, within these limits."""
+
+    routes: Mapping[str, Handle]
+    limits: BodyLimits
+    server: ServerConfig
+
+
+FRONT_KEY: web.AppKey[FrontRoutes] = web.AppKey("tailgate_front", FrontRoutes)
+
+_STATUS = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+_PIPELINE_LIMIT = 16
+"""Complete requests queued behind the one being served before reading pauses."""
+_LINGER_S = 2.0
+"""After a refusal, how long what the client still sends is read and dropped before the connection closes
+(aiohttp's ``lingering_time`` as the gateway sets it, limits.py)."""
+_HANDOVER_LIMIT = 1 << 20
+"""Bytes held for a hand-over that waits on a request in flight before reading pauses."""
+
+
+class _Stop(Exception):
+    """Raised from a parser callback to stop parsing this connection's input (the reason is on the front)."""
+
+
+class _Message:
+    __slots__ = ("body", "handle", "headers", "keep_alive", "path")
+
+    def __init__(self, path: str, handle: Handle, headers: CIMultiDict[str], keep_alive: bool) -> None:
+        self.path = path
+        self.handle = handle
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.body = b""
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _date() -> str:
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, email.utils.formatdate(now, usegmt=True))
+    return _date_cache[1]
+
+
+def _head(status: int, headers: Mapping[str, str], fixed: str) -> bytes:
+    """Status line and headers; ``fixed`` holds the framing headers. Refuses CR/LF in a value."""
+    lines = [_STATUS.get(status) or f"HTTP/1.1 {status} Unknown\r\n", fixed, "Date: ", _date(), "\r\n"]
+    for name, value in headers.items():
+        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+            raise ValueError(f"CR or LF in the response header {name!r}")
+        lines += (name, ": ", value, "\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("utf-8")
+
+
+def _error_reply(err: WireError) -> Reply:
+    return Reply(err.status, dict(err.headers or {}), err.body())
+
+
+class _Exchange:
+    """One ``/v1`` request on a front connection (the proxy's view: exchange.py)."""
+
+    __slots__ = ("body", "deadline_hit", "front", "headers", "stream")
+
+    def __init__(self, front: Front, message: _Message) -> None:
+        self.front = front
+        self.headers = message.headers
+        self.body = message.body
+        self.deadline_hit = False
+        self.stream: _Stream | None = None
+
+    async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
+        front = self.front
+        if front.lost:
+            raise ConnectionResetError("the client closed the connection")
+        stream = self.stream = _Stream(front)
+        head = _head(200, {**SSE_HEADERS, **headers}, "Transfer-Encoding: chunked\r\n")
+        front.transport.write(head + (b"%x\r\n%b\r\n" % (len(first), first) if first else b""))
+        if front.write_paused:
+            await front.drain()
+        return stream
+
+
+class _Stream:
+    """A chunked ``text/event-stream`` body on a front connection."""
+
+    __slots__ = ("done", "front")
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.done = False
+
+    async def write(self, data: bytes) -> None:
+        if self.done:
+            raise RuntimeError("write() after write_eof()")
+        if not data:
+            return
+        front = self.front
+        if front.lost:
+            raise ConnectionResetError("the client closed the connection")
+        front.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if front.write_paused:
+            await front.drain()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self.done:
+            return
+        self.done = True
+        front = self.front
+        if front.lost:
+            raise ConnectionResetError("the client closed the connection")
+        front.transport.write((b"%x\r\n%b\r\n" % (len(data), data) if data else b"") + _LAST_CHUNK)
+        if front.write_paused:
+            await front.drain()
+
+
+class Front(asyncio.Protocol):
+    """One client connection (see the module docstring). ``fallback`` builds aiohttp's handler for a hand-over;
+    ``site`` counts open connections (``connections``); ``manager`` is aiohttp's server, whose graceful stop
+    calls :meth:`close` and :meth:`shutdown` on every connection it knows."""
+
+    def __init__(
+        self,
+        front: FrontRoutes,
+        *,
+        site: Any,
+        manager: web.Server,
+        fallback: Callable[[], asyncio.Protocol],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._routes = {path.encode(): handle for path, handle in front.routes.items()}
+        self._limits = front.limits
+        server = front.server
+        self._max_field = server.max_header_bytes
+        self._max_headers = server.max_headers
+        self._keepalive_s = server.keepalive_timeout
+        self._deadline_s = server.request_deadline
+        self._site = site
+        self._manager = manager
+        self._fallback = fallback
+        self._loop = loop
+        self._parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
+        self.lost = False
+        self.write_paused = False
+        self._read_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        # the message being parsed
+        self._data = b""
+        self._chunks: list[bytes] = []
+        """Reads since the message in progress began, while its head is open and it began a read (for a hand-over)."""
+        self._idle = True
+        """Between messages: the next byte begins one."""
+        self._clean = True
+        """This read began between messages."""
+        self._begun = 0
+        """Messages begun in this read."""
+        self._fresh = True
+        """The message in progress began at the first byte of a read (it can be handed over)."""
+        self._head_open = False
+        self._url = b""
+        self._fields: list[tuple[bytes, bytes]] = []
+        self._message: _Message | None = None
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._stop_reason: str | None = None
+        # serving
+        self._queue: deque[_Message | Reply] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._ignore_input = False
+        self._closing = False
+        self._handover: list[bytes] | None = None
+        self._handover_size = 0
+        self._last = loop.time()
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._task_handler = None  # read by aiohttp's server on connection_lost (we have no handler task)
+        site.connections += 1
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._manager.connection_made(self, transport)  # type: ignore[arg-type]  # a graceful stop reaches us
+        self._arm_keepalive()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        self._site.connections -= 1
+        self._manager._connections.pop(self, None)  # type: ignore[call-overload]
+        self._cancel_timers()
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_exception(ConnectionResetError("the client closed the connection"))
+        if self._task is not None:
+            self._task.cancel()  # like aiohttp's handler_cancellation: the proxy books a 499
+        self._queue.clear()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    async def drain(self) -> None:
+        if not self.write_paused:
+            return
+        if self.lost:
+            raise ConnectionResetError("the client closed the connection")
+        waiter = self._drain_waiter
+        if waiter is None or waiter.done():
+            waiter = self._drain_waiter = self._loop.create_future()
+        await waiter
+
+    def data_received(self, data: bytes) -> None:
+        if self._ignore_input:
+            return
+        if self._handover is not None:
+            self._handover.append(data)
+            self._handover_size += len(data)
+            if self._handover_size > _HANDOVER_LIMIT:
+                self._pause_reading()  # resumed when aiohttp's handler has the connection
+            return
+        self._clean = self._idle
+        self._begun = 0
+        self._data = data
+        if self._head_open and self._fresh:
+            self._chunks.append(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            reason, self._stop_reason = self._stop_reason, None
+            if reason == "handover":
+                self._start_handover()
+            elif reason is None:  # the parser refused the input
+                if self._fresh and (self._head_open or self._idle):
+                    self._start_handover()  # aiohttp parses it again and answers in its own (OpenAI) shape
+                else:
+                    self._refuse(
+                        WireError(400, "Malformed HTTP request.", type="invalid_request_error", code="bad_request")
+                    )
+            return
+        finally:
+            self._data = b""
+        if self._message is not None and self._body_timer is None and not self._head_open:
+            # a body still on its way: it must arrive within body_read_timeout (408)
+            self._body_timer = self._loop.call_later(self._limits.read_timeout_s, self._body_late)
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._idle = False
+        self._begun += 1
+        self._fresh = self._clean and self._begun == 1
+        self._chunks = [self._data] if self._fresh else []
+        self._head_open = True
+        self._url = b""
+        self._fields = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self._max_field:
+            self._stop("handover" if self._fresh else None, 431)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields.append((name, value))
+        if len(name) + len(value) > self._max_field or len(self._fields) > self._max_headers:
+            self._stop("handover" if self._fresh else None, 431)
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        path = self._url.partition(b"?")[0]
+        handle = self._routes.get(path) if self._parser.get_method() == b"POST" else None
+        if handle is None:
+            if self._fresh:
+                self._stop("handover")
+            self._stop(None, 400)
+        self._chunks = []
+        headers: CIMultiDict[str] = CIMultiDict(
+            [(n.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for n, v in self._fields]
+        )
+        self._fields = []
+        limits = self._limits
+        content_type = headers.get("Content-Type")
+        if content_type is not None:
+            mime = content_type.partition(";")[0].strip().lower()
+            if not is_json_type(mime):
+                self._refuse(
+                    WireError(
+                        415,
+                        f"Unsupported content type {mime[:100]!r}: send 'application/json'.",
+                        type="invalid_request_error",
+                        param="Content-Type",
+                        code="unsupported_media_type",
+                    )
+                )
+                raise _Stop
+        length = headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > limits.max_bytes:
+            self._refuse(too_large(limits.max_bytes))
+            raise _Stop
+        if headers.get("Expect", "").lower() == "100-continue":
+            self.transport.write(_CONTINUE)
+        self._message = _Message(path.decode("latin-1"), handle, headers, self._parser.should_keep_alive())
+        self._body = []
+        self._body_size = 0
+
+    def on_body(self, body: bytes) -> None:
+        if self._message is None:
+            return
+        self._body.append(body)
+        self._body_size += len(body)
+        if self._body_size > self._limits.max_bytes:
+            self._refuse(too_large(self._limits.max_bytes))
+            raise _Stop
+
+    def on_message_complete(self) -> None:
+        self._idle = True
+        message, self._message = self._message, None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        if message is None:
+            return
+        body = self._body
+        message.body = body[0] if len(body) == 1 else b"".join(body)
+        self._body = []
+        self._queue.append(message)
+        if self._task is None:
+            self._next()
+        elif len(self._queue) > _PIPELINE_LIMIT:
+            self._pause_reading()  # resumed when the queue is served
+
+    def _stop(self, reason: str | None, status: int = 400) -> NoReturn:
+        """Stop parsing: a hand-over (``"handover"``), else refuse with ``status`` and close."""
+        if reason is None:
+            message = (
+                "A request line or header field is longer than the gateway accepts (server.max_header_bytes)."
+                if status == 431
+                else "Only /v1 POSTs may be pipelined behind a /v1 request: send this one on its own connection."
+            )
+            code = "header_too_large" if status == 431 else "bad_request"
+            self._refuse(WireError(status, message, type="invalid_request_error", code=code))
+        self._stop_reason = reason or "refused"
+        raise _Stop
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    def _refuse(self, err: WireError) -> None:
+        """Answer ``err`` after whatever is queued, then close; nothing more is read."""
+        self._ignore_input = True
+        self._message = None
+        self._stop_reason = self._stop_reason or "refused"
+        self._cancel_timers()
+        self._queue.append(_error_reply(err))
+        if self._task is None:
+            self._next()
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        self._refuse(
+            WireError(
+                408,
+                f"The request body did not arrive within {self._limits.read_timeout_s:g}s (limits.body_read_timeout).",
+                type="invalid_request_error",
+                code="request_timeout",
+            )
+        )
+
+    def _next(self) -> None:
+        """Serve the next queued message, or hand over / close / wait, as the connection's state says."""
+        while self._queue and not self.lost:
+            item = self._queue.popleft()
+            if isinstance(item, _Message):
+                self._task = self._loop.create_task(self._serve(item))
+                if len(self._queue) <= _PIPELINE_LIMIT:
+                    self._resume_reading()
+                return
+            self._write_reply(item, keep_alive=False, linger=True)  # a refusal: it closes the connection
+            return
+        if self.lost:
+            return
+        if self._handover is not None:
+            self._hand_over()
+        elif self._closing:
+            self.transport.close()
+        else:
+            self._last = self._loop.time()
+            self._arm_keepalive()
+
+    async def _serve(self, message: _Message) -> None:
+        exchange = _Exchange(self, message)
+        timer = (
+            self._loop.call_later(self._deadline_s, self._deadline, exchange, asyncio.current_task())
+            if self._deadline_s is not None
+            else None
+        )
+        out: Reply | Stream | None
+        try:
+            out = await message.handle(exchange)
+        except asyncio.CancelledError:
+            if not exchange.deadline_hit or self.lost:
+                raise  # the client went away (connection_lost cleaned up), or the server is stopping
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+            out = await self._deadline_answer(exchange)
+        except ConnectionError:
+            self._task = None
+            self.transport.close()
+            return
+        except Exception:
+            log.exception("unhandled error in POST %s", message.path)
+            out = None if exchange.stream is not None else _error_reply(wire_errors.server_error())
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._task = None
+        if self.lost:
+            return
+        keep_alive = message.keep_alive and not self._closing
+        if isinstance(out, Reply):
+            self._write_reply(out, keep_alive=keep_alive)
+            if not keep_alive:
+                return
+        elif exchange.stream is None or not exchange.stream.done or not keep_alive:
+            self.transport.close()  # a stream that did not end cleanly: the client must see the cut
+            return
+        self._next()
+
+    def _deadline(self, exchange: _Exchange, task: asyncio.Task[None] | None) -> None:
+        exchange.deadline_hit = True
+        if task is not None:
+            task.cancel()
+
+    async def _deadline_answer(self, exchange: _Exchange) -> Reply | None:
+        err = wire_errors.timeout(
+            f"The request passed its deadline of {self._deadline_s:g}s (server.request_deadline)."
+        )
+        err.code = "deadline_exceeded"
+        stream = exchange.stream
+        if stream is None:
+            return _error_reply(err)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await stream.write(err.sse_frame())
+            await stream.write_eof()
+        return None
+
+    def _write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None:
+        """Write ``reply`` in one call. Without keep-alive the connection closes: at once, or with ``linger``
+        (a refused request whose body may still be on its way) after reading and dropping what the client still
+        sends for up to ``_LINGER_S``, so that it reads the answer instead of a reset."""
+        body = reply.body
+        fixed = f"Content-Type: {reply.content_type}\r\nContent-Length: {len(body)}\r\n"
+        if not keep_alive:
+            fixed += "Connection: close\r\n"
+        try:
+            head = _head(reply.status, reply.headers, fixed)
+        except ValueError:
+            log.exception("refused to send a response header")
+            head = _head(500, {}, fixed.replace(str(len(body)), "0"))
+            body = b""
+        self.transport.write(head + body)
+        if keep_alive:
+            return
+        if linger and self.transport.can_write_eof():
+            self._ignore_input = True
+            self.transport.write_eof()
+            self._linger = self._loop.call_later(_LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
+
+    # -- hand-over, keep-alive, stop ----------------------------------------------------------------
+
+    def _start_handover(self) -> None:
+        self._handover = self._chunks
+        self._handover_size = sum(len(c) for c in self._chunks)
+        self._chunks = []
+        self._head_open = False
+        if self._task is None and not self._queue:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """aiohttp's handler takes the connection, from the first byte of the request in progress."""
+        data = b"".join(self._handover or ())
+        self._handover = None
+        self._cancel_timers()
+        self.lost = True  # this protocol is done with the connection (its counters move to the handler)
+        self._site.connections -= 1
+        self._manager._connections.pop(self, None)  # type: ignore[call-overload]
+        handler = self._fallback()
+        transport = self.transport
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if self.write_paused:
+            handler.pause_writing()
+        self._resume_reading()
+        if data:
+            handler.data_received(data)
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def _arm_keepalive(self) -> None:
+        if self._keepalive is None:
+            self._keepalive = self._loop.call_at(self._last + self._keepalive_s, self._keepalive_due)
+
+    def _keepalive_due(self) -> None:
+        self._keepalive = None
+        if self.lost or self._task is not None or self._queue or self._message is not None:
+            return  # busy: armed again when the request ends
+        due = self._last + self._keepalive_s
+        if self._loop.time() >= due:
+            self.transport.close()
+        else:
+            self._keepalive = self._loop.call_at(due, self._keepalive_due)
+
+    def _cancel_timers(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def close(self) -> None:
+        """aiohttp's ``pre_shutdown``: no new request; close once the one in flight is answered."""
+        self._closing = True
+        if not self._busy() and not self.lost:
+            self.transport.close()
+
+    def _busy(self) -> bool:
+        """A request is being received, queued, or served."""
+        return self._task is not None or bool(self._queue) or not self._idle
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109  # aiohttp's signature
+        """aiohttp's graceful stop: wait up to ``timeout`` for the request in flight, then cancel it and close."""
+        self._closing = True
+        end = None if timeout is None else self._loop.time() + timeout
+        while self._busy() and not self.lost and (end is None or self._loop.time() < end):
+            task = self._task
+            if task is None:  # a request still arriving: it gets its answer too
+                await asyncio.sleep(0.01)
+                continue
+            left = None if end is None else max(0.0, end - self._loop.time())
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), left)
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if not self.lost:
+            self.transport.close()
