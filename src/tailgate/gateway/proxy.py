@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.state import ProviderState
 
 Endpoint = Literal["chat", "completions", "embeddings", "responses"]
-PATHS: dict[str, str] = {
+PATHS: dict[Endpoint, str] = {
     "chat": "/chat/completions",
     "completions": "/completions",
     "embeddings": "/embeddings",
@@ -115,26 +116,10 @@ class Proxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop serving this app (an aiohttp app runs in one); asking each time costs a getpid() call."""
 
-    async def chat(self, request: Exchange) -> Reply | Stream:
-        return await self.handle(request, "chat")
-
-    async def completions(self, request: Exchange) -> Reply | Stream:
-        return await self.handle(request, "completions")
-
-    async def embeddings(self, request: Exchange) -> Reply | Stream:
-        return await self.handle(request, "embeddings")
-
-    async def responses(self, request: Exchange) -> Reply | Stream:
-        return await self.handle(request, "responses")  # routed like chat: gateway/responses.py
-
-    def routes(self) -> dict[str, Callable[[Exchange], Any]]:
-        """The ``/v1`` POST endpoints this proxy serves, by path."""
-        return {
-            "/v1/chat/completions": self.chat,
-            "/v1/completions": self.completions,
-            "/v1/embeddings": self.embeddings,
-            "/v1/responses": self.responses,
-        }
+    def routes(self) -> dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]]:
+        """The ``/v1`` POST endpoints this proxy serves, by path (``/v1/responses`` is routed like chat:
+        gateway/responses.py). Partials, not wrapper coroutines: one frame fewer on every resumption."""
+        return {f"/v1{path}": functools.partial(self.handle, endpoint=endpoint) for endpoint, path in PATHS.items()}
 
     # -- the request ------------------------------------------------------------------------------
 

@@ -1,0 +1,253 @@
+"""The gateway's front door (gateway/front.py) on raw sockets: what it serves itself, what it hands to aiohttp.
+
+The ``/v1`` POSTs are answered without aiohttp's ``Server`` header; every other route carries it (aiohttp's
+handler took the connection). Real gateway on port 0, real simulated provider, bytes on a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from conftest import GatewayHandle, SimFactory
+from tailgate.ledger import read_rows
+
+GwFactory = Callable[..., Awaitable[GatewayHandle]]
+CHAT = b"/v1/chat/completions"
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}).encode()
+
+
+def _config(url: str, **server: Any) -> dict[str, Any]:
+    return {
+        "providers": {"sim": {"base_url": url, "api_keys": ["sk-up-0123456789"]}},
+        "models": {"m": {"routes": [{"provider": "sim", "model": "up"}]}},
+        "server": server,
+    }
+
+
+def _post(body: bytes = BODY, path: bytes = CHAT, extra: bytes = b"") -> bytes:
+    return b"POST %b HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b" % (
+        path,
+        len(body),
+        extra,
+        body,
+    )
+
+
+def _get(path: bytes) -> bytes:
+    return b"GET %b HTTP/1.1\r\nHost: t\r\n\r\n" % path
+
+
+class _Answer:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> _Answer:
+    """One HTTP/1.1 response: Content-Length, chunked, or until close."""
+    line = await reader.readline()
+    assert line.startswith(b"HTTP/1."), line
+    status = int(line.split()[1])
+    headers: dict[str, str] = {}
+    while (h := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = h.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if status == 100:
+        return _Answer(status, headers, b"")
+    if "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding") == "chunked":
+        parts = []
+        while (size := int((await reader.readline()).strip(), 16)) > 0:
+            parts.append(await reader.readexactly(size))
+            await reader.readline()
+        await reader.readline()
+        body = b"".join(parts)
+    else:
+        body = await reader.read()
+    return _Answer(status, headers, body)
+
+
+async def _connect(gw: GatewayHandle) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", gw.port)
+
+
+async def _closed(reader: asyncio.StreamReader, within: float = 5.0) -> bool:
+    """The server closed the connection (EOF) within ``within`` seconds."""
+    return await asyncio.wait_for(reader.read(), within) == b""
+
+
+async def test_one_connection_moves_from_the_front_door_to_aiohttp_and_stays_served(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    """Keep-alive: a chat served by the front door, then GET /v1/models handed to aiohttp on the same
+    connection, then chat again (aiohttp serves it now); every answer right, nothing lost."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url))
+    reader, writer = await _connect(gw)
+    writer.write(_post())
+    first = await _read_answer(reader)
+    assert first.status == 200, first.body
+    assert "server" not in first.headers  # the front door's answer
+    assert first.json()["usage"]["completion_tokens"] == 3
+    assert first.headers["x-tailgate-provider"] == "sim"
+    assert first.headers["date"].endswith("GMT")
+    writer.write(_get(b"/v1/models"))
+    models = await _read_answer(reader)
+    assert models.status == 200
+    assert "aiohttp" in models.headers["server"]  # handed over: aiohttp's handler answered
+    assert [m["id"] for m in models.json()["data"]] == ["m"]
+    writer.write(_post())
+    again = await _read_answer(reader)
+    assert again.status == 200
+    assert again.json()["usage"]["completion_tokens"] == 3
+    assert "aiohttp" in again.headers["server"]
+    writer.close()
+    # a connection whose first request is not a /v1 POST goes to aiohttp at once
+    reader, writer = await _connect(gw)
+    writer.write(_get(b"/healthz"))
+    health = await _read_answer(reader)
+    assert health.status == 200
+    assert health.json() == {"status": "ok"}
+    writer.close()
+    await asyncio.sleep(0.05)
+    assert gw.gateway.ledger is not None
+    await gw.gateway.ledger.flush()
+    assert [r.status for r in read_rows(gw.gateway.ledger.path)] == [200, 200]  # both chats, one row each
+
+
+async def test_pipelined_requests_are_answered_in_order(sim: SimFactory, gateway: GwFactory) -> None:
+    """Three /v1 POSTs in one write: three answers in order. A GET pipelined behind a POST in the same write
+    cannot be handed over (its first byte is not a read's): the POST is served, the GET gets a 400 that says
+    why, and the connection closes."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url))
+    reader, writer = await _connect(gw)
+    bodies = [
+        json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": n}).encode()
+        for n in (1, 2, 3)
+    ]
+    writer.write(b"".join(_post(b) for b in bodies))
+    answers = [await _read_answer(reader) for _ in bodies]
+    assert [a.status for a in answers] == [200, 200, 200]
+    assert [a.json()["usage"]["completion_tokens"] for a in answers] == [1, 2, 3]
+    writer.write(_post() + _get(b"/v1/models"))
+    served = await _read_answer(reader)
+    assert served.status == 200
+    refused = await _read_answer(reader)
+    assert refused.status == 400
+    assert "own connection" in refused.json()["error"]["message"]
+    assert refused.headers["connection"] == "close"
+    assert await _closed(reader)
+    writer.close()
+
+
+async def test_expect_continue_chunked_bodies_and_their_limit(sim: SimFactory, gateway: GwFactory) -> None:
+    """``Expect: 100-continue`` gets its 100 before the body is sent; a chunked body is read whole; a chunked
+    body past ``max_body_bytes`` (no Content-Length to refuse early) is a 413 and the connection closes."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway({**_config(up.url), "max_body_bytes": 4096})
+    reader, writer = await _connect(gw)
+    head = _post(extra=b"Expect: 100-continue\r\n")[: -len(BODY)]
+    writer.write(head)
+    cont = await asyncio.wait_for(_read_answer(reader), 5)
+    assert cont.status == 100
+    writer.write(BODY)
+    answer = await _read_answer(reader)
+    assert answer.status == 200
+    assert answer.json()["usage"]["completion_tokens"] == 3
+    chunked = _post(b"").replace(b"Content-Length: 0", b"Transfer-Encoding: chunked")
+    pieces = [BODY[:10], BODY[10:40], BODY[40:]]
+    writer.write(chunked + b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
+    answer = await _read_answer(reader)
+    assert answer.status == 200
+    assert answer.json()["usage"]["completion_tokens"] == 3
+    big = b"x" * 3000
+    writer.write(chunked + b"%x\r\n%b\r\n" % (len(big), big) * 2)
+    refused = await _read_answer(reader)
+    assert refused.status == 413
+    assert "4096" in refused.json()["error"]["message"]
+    assert await _closed(reader)
+    writer.close()
+
+
+async def test_http10_and_connection_close_end_the_connection(sim: SimFactory, gateway: GwFactory) -> None:
+    """An HTTP/1.0 request (no keep-alive) and a ``Connection: close`` one: answered, then closed."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url))
+    for request in (_post().replace(b"HTTP/1.1", b"HTTP/1.0"), _post(extra=b"Connection: close\r\n")):
+        reader, writer = await _connect(gw)
+        writer.write(request)
+        answer = await _read_answer(reader)
+        assert answer.status == 200, answer.body
+        assert answer.headers["connection"] == "close"
+        assert await _closed(reader)
+        writer.close()
+
+
+async def test_a_stream_through_the_front_door_is_chunked_and_keeps_the_connection(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    """A stream: chunked SSE with the gateway's headers, ``[DONE]`` last, then the same connection serves on."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url))
+    reader, writer = await _connect(gw)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True})
+    writer.write(_post(body.encode()))
+    stream = await _read_answer(reader)
+    assert stream.status == 200
+    assert stream.headers["content-type"] == "text/event-stream"
+    assert stream.headers["transfer-encoding"] == "chunked"
+    assert stream.headers["x-tailgate-attempts"] == "1"
+    frames = [f for f in stream.body.split(b"\n\n") if f]
+    assert frames[-1] == b"data: [DONE]"
+    tokens = sum(
+        1
+        for f in frames[:-1]
+        if json.loads(f[6:])["choices"] and json.loads(f[6:])["choices"][0]["delta"].get("content")
+    )
+    assert tokens == 4
+    writer.write(_post())
+    assert (await _read_answer(reader)).status == 200
+    writer.close()
+
+
+async def test_a_client_gone_mid_request_cancels_it_and_is_booked_499(sim: SimFactory, gateway: GwFactory) -> None:
+    """The client closes while the upstream is still working: the request is cancelled (no upstream call left
+    open) and the ledger books it ``client_closed`` with status 499."""
+    up = await sim("instant", models=("up",), faults={"stall_headers_s": 3.0})
+    gw = await gateway(_config(up.url))
+    reader, writer = await _connect(gw)
+    writer.write(_post())
+    await asyncio.sleep(0.3)
+    writer.close()
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if gw.gateway.providers["sim"].in_flight == 0:
+            break
+    assert gw.gateway.providers["sim"].in_flight == 0
+    assert gw.gateway.ledger is not None
+    await gw.gateway.ledger.flush()
+    rows = read_rows(gw.gateway.ledger.path)
+    assert [(r.status, r.outcome) for r in rows] == [(499, "client_closed")]
+
+
+@pytest.mark.parametrize("front", ["lean", "aiohttp"])
+async def test_http_front_switch(sim: SimFactory, gateway: GwFactory, front: str) -> None:
+    """``server.http_front: aiohttp`` sends the /v1 POSTs through aiohttp too; both answer the same."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url, http_front=front))
+    reader, writer = await _connect(gw)
+    writer.write(_post())
+    answer = await _read_answer(reader)
+    assert answer.status == 200
+    assert answer.json()["usage"]["completion_tokens"] == 3
+    assert ("server" in answer.headers) is (front == "aiohttp")
+    writer.close()
