@@ -3,6 +3,8 @@
 - ``tailgate``: ``tailgate serve``, one worker, every default feature on (gateway_yaml below);
 - ``workers2``: the same config, ``tailgate serve --workers 2`` (a fixed port: the workers share it);
 - ``redis``: the same config with ``state: {backend: redis}`` on a throw-away redis-server (docs/fleet.md);
+- ``aiohttp-front``: the same config with ``server: {http_front: aiohttp}``: the /v1 POSTs through aiohttp's
+  server instead of the gateway's own front door (gateway/front.py), for the A/B of that choice;
 - ``litellm``: LiteLLM's proxy (a pinned ``litellm[proxy]`` in ``benchmarks/.venv-litellm``, created here
   on request), one uvicorn worker, the same simulator as an ``openai/`` model, no database, nothing fetched.
 
@@ -104,10 +106,14 @@ class Hop:
     """A process the hop depends on, its CPU counted apart (the redis hop's redis-server)."""
 
 
-def gateway_yaml(workdir: Path, name: str, upstream: str, *, redis_url: str | None = None) -> tuple[Path, Path]:
-    """Write hop ``name``'s config (its own ledger; Redis state when given); returns (config, ledger)."""
+def gateway_yaml(
+    workdir: Path, name: str, upstream: str, *, redis_url: str | None = None, extra_yaml: str = ""
+) -> tuple[Path, Path]:
+    """Write hop ``name``'s config (its own ledger; Redis state when given; ``extra_yaml`` appended);
+    returns (config, ledger)."""
     ledger = workdir / f"{name}-ledger.db"
     text = _GATEWAY_YAML.format(yaml_key=YAML_KEY, upstream=upstream, upstream_key=UPSTREAM_KEY, ledger=ledger)
+    text += extra_yaml
     if redis_url is not None:
         text += _STATE_YAML.format(url=redis_url, namespace=f"bench-{name}")
     cfg = workdir / f"{name}.yaml"
@@ -252,10 +258,16 @@ def gateway_server(name: str, argv: list[str], log: Path, *, workers: int = 1) -
 
 @contextlib.contextmanager
 def gateway_hop(
-    workdir: Path, name: str, upstream: str, *, workers: int = 1, redis_url: str | None = None
+    workdir: Path,
+    name: str,
+    upstream: str,
+    *,
+    workers: int = 1,
+    redis_url: str | None = None,
+    extra_yaml: str = "",
 ) -> Iterator[Hop]:
     """A tailgate hop: its config, ledger and store key, then ``tailgate serve`` (``--workers N``: a fixed port)."""
-    cfg, ledger = gateway_yaml(workdir, name, upstream, redis_url=redis_url)
+    cfg, ledger = gateway_yaml(workdir, name, upstream, redis_url=redis_url, extra_yaml=extra_yaml)
     bearer = store_key(cfg)
     log = workdir / ("gateway.log" if name == "tailgate" else f"{name}.log")
     argv = gateway_argv(cfg, workers=workers, port=free_port() if workers > 1 else 0)

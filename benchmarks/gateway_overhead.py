@@ -14,7 +14,9 @@ and, besides (``--hops``; issue 15):
 - ``litellm``: LiteLLM's proxy, one worker, a master key, no database (non-stream only; it runs when
   ``benchmarks/.venv-litellm`` holds the pinned version, which ``--litellm`` installs);
 - ``workers2``: the tailgate config under ``tailgate serve --workers 2`` (c=50 only; CPU of both workers);
-- ``redis``: the tailgate config with ``state: {backend: redis}`` on a throw-away redis-server.
+- ``redis``: the tailgate config with ``state: {backend: redis}`` on a throw-away redis-server;
+- ``aiohttp-front``: the tailgate config with ``server: {http_front: aiohttp}`` (the /v1 POSTs through
+  aiohttp's server, not the gateway's front door): the A/B of gateway/front.py.
 
 Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
 
@@ -25,7 +27,7 @@ Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 conne
    after a warm-up;
 5. with the LiteLLM hop: tailgate req/s >= 45 x LiteLLM's, non-stream at c=50.
 
-The workers2 and redis hops are reported (req/s and CPU per request against tailgate's), not judged.
+The workers2, redis and aiohttp-front hops are reported (req/s and CPU per request against tailgate's), not judged.
 
 Correctness: every wrk run (warm-ups included) has zero non-2xx and zero socket errors; one request
 through each hop is well-formed; each gateway's ledger holds a row for every request it answered.
@@ -594,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         "--hops",
         default=None,
         help="comma-separated hops besides direct, floor and tailgate (which always run): litellm, workers2, "
-        "redis, or none (default: workers2,redis, plus litellm when benchmarks/.venv-litellm is installed)",
+        "redis, aiohttp-front, or none (default: workers2,redis, plus litellm when benchmarks/.venv-litellm is "
+        "installed)",
     )
     ap.add_argument(
         "--litellm",
@@ -677,6 +680,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if "workers2" in extras:
                 hops["workers2"] = stack.enter_context(gateway_hop(workdir, "workers2", sim.url, workers=2))
+            if "aiohttp-front" in extras:
+                hops["aiohttp-front"] = stack.enter_context(
+                    gateway_hop(workdir, "aiohttp-front", sim.url, extra_yaml="server: {http_front: aiohttp}\n")
+                )
             if "redis" in extras:
                 redis = stack.enter_context(RedisServer())  # stops after the gateway that uses it
                 hop = stack.enter_context(gateway_hop(workdir, "redis", sim.url, redis_url=redis.url))
