@@ -64,6 +64,11 @@ class Exchange(HasHeaders, Protocol):
         """Send a 200 ``text/event-stream`` head with ``headers`` and ``first`` in one write."""
         ...
 
+    def send(self, reply: Reply) -> None:
+        """Send ``reply`` now if the server can (the handler returns it too; it is not sent twice). The
+        proxy's work after it is off the client's path."""
+        ...
+
 
 Handle = Callable[[Exchange], Awaitable[Reply | Stream]]
 
@@ -89,6 +94,9 @@ class _AiohttpExchange:
     @property
     def deadline_hit(self) -> bool:
         return bool(self.request.get(DEADLINE_HIT))
+
+    def send(self, reply: Reply) -> None:
+        """aiohttp sends the handler's returned response: nothing to do before."""
 
     async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
         resp = _SSEResponse(status=200, headers={**SSE_HEADERS, **headers})

@@ -117,14 +117,26 @@ def _error_reply(err: WireError) -> Reply:
 class _Exchange:
     """One ``/v1`` request on a front connection (the proxy's view: exchange.py)."""
 
-    __slots__ = ("body", "deadline_hit", "front", "headers", "stream")
+    __slots__ = ("body", "deadline_hit", "front", "headers", "keep_alive", "replied", "stream")
 
     def __init__(self, front: Front, message: _Message) -> None:
         self.front = front
         self.headers = message.headers
         self.body = message.body
+        self.keep_alive = message.keep_alive
         self.deadline_hit = False
+        self.replied = False
+        """A whole reply went out (``send``), or a stream ended: losing the client now cancels nothing."""
         self.stream: _Stream | None = None
+
+    def send(self, reply: Reply) -> None:
+        """Write ``reply`` now; the proxy's work after it (the call's end, health, bookkeeping) is off the
+        client's path, and a client that closes right after reading it does not cancel that work."""
+        front = self.front
+        if self.replied or front.lost:
+            return
+        self.replied = True
+        front.write_reply(reply, keep_alive=self.keep_alive and not front.closing)
 
     async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
         front = self.front
@@ -167,6 +179,8 @@ class _Stream:
         if front.lost:
             raise ConnectionResetError("the client closed the connection")
         front.transport.write((b"%x\r\n%b\r\n" % (len(data), data) if data else b"") + _LAST_CHUNK)
+        if front.exchange is not None:
+            front.exchange.replied = True
         if front.write_paused:
             await front.drain()
 
@@ -225,8 +239,10 @@ class Front(asyncio.Protocol):
         # serving
         self._queue: deque[_Message | Reply] = deque()
         self._task: asyncio.Task[None] | None = None
+        self.exchange: _Exchange | None = None
+        """The request being served."""
         self._ignore_input = False
-        self._closing = False
+        self.closing = False
         self._handover: list[bytes] | None = None
         self._handover_size = 0
         self._last = loop.time()
@@ -255,7 +271,7 @@ class Front(asyncio.Protocol):
         self._cancel_timers()
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_exception(ConnectionResetError("the client closed the connection"))
-        if self._task is not None:
+        if self._task is not None and (self.exchange is None or not self.exchange.replied):
             self._task.cancel()  # like aiohttp's handler_cancellation: the proxy books a 499
         self._queue.clear()
 
@@ -441,20 +457,20 @@ class Front(asyncio.Protocol):
                 if len(self._queue) <= _PIPELINE_LIMIT:
                     self._resume_reading()
                 return
-            self._write_reply(item, keep_alive=False, linger=True)  # a refusal: it closes the connection
+            self.write_reply(item, keep_alive=False, linger=True)  # a refusal: it closes the connection
             return
         if self.lost:
             return
         if self._handover is not None:
             self._hand_over()
-        elif self._closing:
+        elif self.closing:
             self.transport.close()
         else:
             self._last = self._loop.time()
             self._arm_keepalive()
 
     async def _serve(self, message: _Message) -> None:
-        exchange = _Exchange(self, message)
+        exchange = self.exchange = _Exchange(self, message)
         timer = (
             self._loop.call_later(self._deadline_s, self._deadline, exchange, asyncio.current_task())
             if self._deadline_s is not None
@@ -481,19 +497,26 @@ class Front(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._task = None
+        self.exchange = None
         if self.lost:
             return
-        keep_alive = message.keep_alive and not self._closing
-        if isinstance(out, Reply):
-            self._write_reply(out, keep_alive=keep_alive)
+        keep_alive = message.keep_alive and not self.closing
+        if exchange.replied:  # sent by send(), or a stream that ended
+            if not keep_alive:
+                self.transport.close()
+                return
+        elif isinstance(out, Reply):
+            self.write_reply(out, keep_alive=keep_alive)
             if not keep_alive:
                 return
-        elif exchange.stream is None or not exchange.stream.done or not keep_alive:
+        else:
             self.transport.close()  # a stream that did not end cleanly: the client must see the cut
             return
         self._next()
 
     def _deadline(self, exchange: _Exchange, task: asyncio.Task[None] | None) -> None:
+        if exchange.replied:
+            return  # answered: what is left is bookkeeping
         exchange.deadline_hit = True
         if task is not None:
             task.cancel()
@@ -511,7 +534,7 @@ class Front(asyncio.Protocol):
             await stream.write_eof()
         return None
 
-    def _write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None:
+    def write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None:
         """Write ``reply`` in one call. Without keep-alive the connection closes: at once, or with ``linger``
         (a refused request whose body may still be on its way) after reading and dropping what the client still
         sends for up to ``_LINGER_S``, so that it reads the answer instead of a reset."""
@@ -600,7 +623,7 @@ class Front(asyncio.Protocol):
 
     def close(self) -> None:
         """aiohttp's ``pre_shutdown``: no new request; close once the one in flight is answered."""
-        self._closing = True
+        self.closing = True
         if not self._busy() and not self.lost:
             self.transport.close()
 
@@ -610,7 +633,7 @@ class Front(asyncio.Protocol):
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109  # aiohttp's signature
         """aiohttp's graceful stop: wait up to ``timeout`` for the request in flight, then cancel it and close."""
-        self._closing = True
+        self.closing = True
         end = None if timeout is None else self._loop.time() + timeout
         while self._busy() and not self.lost and (end is None or self._loop.time() < end):
             task = self._task

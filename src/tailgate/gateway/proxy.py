@@ -267,7 +267,7 @@ class Proxy:
                 # hedged attempt already is such a task (hedging.py: the race knows its racers by their task).
                 resp, result = await (relay if ctx.race is not None else asyncio.create_task(relay))
             else:
-                resp, result = await self._attempt_unary(ctx, provider, payload)
+                resp, result = await self._attempt_unary(request, ctx, provider, payload)
         except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
@@ -354,10 +354,13 @@ class Proxy:
     # -- attempts ---------------------------------------------------------------------------------
 
     async def _attempt_unary(
-        self, ctx: _Ctx, provider: ProviderState, payload: Mapping[str, Any]
+        self, request: Exchange, ctx: _Ctx, provider: ProviderState, payload: Mapping[str, Any]
     ) -> tuple[Reply | None, CallResult]:
-        body = b""
-        sent = time.perf_counter()
+        """A non-streamed attempt. The answer leaves as soon as the measurement core has checked it (its
+        ``Body`` event: a 200 whose JSON is an OpenAI answer); the call's end, the attempt's health,
+        breaker and metrics, and the request's bookkeeping all follow after the bytes are out."""
+        reply: Reply | None = None
+        sent: float | None = time.perf_counter()
         provider.in_flight += 1
         try:
             async with call(
@@ -367,20 +370,24 @@ class Proxy:
                     if isinstance(event, Sent):
                         sent = event.t
                     elif isinstance(event, Body):
-                        body = event.raw
+                        now = time.perf_counter()
+                        ctx.upstream_s += now - (sent or now)
+                        sent = None
+                        if ctx.race is not None and not ctx.race.claim():
+                            raise asyncio.CancelledError  # another attempt won the race (it cancels this one)
+                        ctx.status = 200
+                        ctx.first_token_at = now
+                        reply = Reply(200, self._headers(ctx, now), event.raw)
+                        request.send(reply)
         finally:
             provider.in_flight -= 1
-            ctx.upstream_s += time.perf_counter() - sent
+            if sent is not None:
+                ctx.upstream_s += time.perf_counter() - sent
         result = c.result
         assert result is not None
-        if not result.ok:
+        if reply is None:
             return None, result
-        if ctx.race is not None and not ctx.race.claim():
-            raise asyncio.CancelledError  # another attempt won the race (it cancels this one first)
-        ctx.status = 200
-        ctx.first_token_at = now = time.perf_counter()
-        headers = self._headers(ctx, now)
-        return Reply(200, headers, body), result
+        return reply, result  # sent: whatever the call's end says, the client has its answer
 
     async def _attempt_stream(
         self,
