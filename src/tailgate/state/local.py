@@ -130,10 +130,13 @@ class LocalState(SharedState):
     def acquire_now(self, name: str, limit: int, ttl_s: float = 600.0) -> Lease:
         now = self._clock()
         held = self._gauges.setdefault(name, {})
-        for token in [t for t, exp in held.items() if exp <= now]:
-            del held[token]
         if len(held) >= limit:
-            return Lease(False, "", len(held), limit)
+            # Only at the limit do expired leases (a holder that never released) matter: purge them then,
+            # not on every acquire — the scan is O(held), and a key at 1,000 concurrent streams paid it per request.
+            for token in [t for t, exp in held.items() if exp <= now]:
+                del held[token]
+            if len(held) >= limit:
+                return Lease(False, "", len(held), limit)
         self._tokens += 1
         token = f"{self.replica}/{self._tokens}"
         held[token] = now + ttl_s
