@@ -316,3 +316,41 @@ async def test_reservations_arriving_in_one_turn_share_one_round_trip_each_all_o
         assert await s.usage("k:other", None) == pytest.approx(1)
     finally:
         await s.close()
+
+
+def test_commands_are_framed_exactly_as_redis_py_frames_them() -> None:
+    """The hiredis framing (redis.py's ``_PackedByHiredis``) sends the same bytes as redis-py's own asyncio
+    framing for every argument type tailgate sends, multi-word commands included; and the pool really uses it."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.connection import Connection
+
+    from tailgate.state.redis import _hiredis_packing
+
+    pool = _hiredis_packing(aioredis.ConnectionPool.from_url("redis://127.0.0.1:1/0"))
+    ours = pool.connection_class()
+    plain = Connection()
+    cases = [
+        ("EVALSHA", "0123abcd", 2, "ns:key:a:tpm", b"ns:g:x", 1.5, 1e-7, 10**20, -3, 0.1, float("inf"), 1 / 3),
+        ("SCRIPT LOAD", "local t = redis.call('TIME') return t"),
+        (b"CLIENT SETNAME", "tailgate-replica"),
+        ("HSET", "ns:flags", "drain:p", 1),
+        ("PING",),
+    ]
+    for args in cases:
+        assert b"".join(ours.pack_command(*args)) == b"".join(plain.pack_command(*args)), args
+    assert type(ours).__name__.startswith("HiredisPacked")
+
+
+async def test_scripts_run_with_hiredis_framing(redis_server: RedisServer) -> None:
+    """A script call and a multi-word command (SCRIPT LOAD, on start) through the hiredis-framed pool."""
+    state = RedisState(redis_config(redis_server.url, "hiredis-framing"))
+    await state.start()
+    try:
+        assert state.status().fallback_active is False
+        first = await state.take("key:h:rpm", 2.5, 5, 60.0)
+        second = await state.take("key:h:rpm", 2.5, 5, 60.0)
+        third = await state.take("key:h:rpm", 2.5, 5, 60.0)
+        assert (first.ok, second.ok, third.ok) == (True, True, False)
+        assert state.calls >= 3
+    finally:
+        await state.close()
