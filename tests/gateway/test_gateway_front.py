@@ -251,3 +251,26 @@ async def test_http_front_switch(sim: SimFactory, gateway: GwFactory, front: str
     assert answer.json()["usage"]["completion_tokens"] == 3
     assert ("server" in answer.headers) is (front == "aiohttp")
     writer.close()
+
+
+def test_reply_framing_and_the_header_guard() -> None:
+    """A whole reply is one status line, framing headers, a Date, the reply's headers and its body; a header that
+    would split the response (CR or LF in a name or value) is refused, never written."""
+    from tailgate.gateway.exchange import Reply
+    from tailgate.gateway.front_reply import reply_bytes
+
+    raw = reply_bytes(Reply(429, {"Retry-After": "2", "x-request-id": "r1"}, b'{"error":{}}'), keep_alive=False)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 429 Too Many Requests"
+    fields = dict(line.split(b": ", 1) for line in lines[1:])
+    assert fields[b"Content-Length"] == b"12"
+    assert fields[b"Content-Type"] == b"application/json"
+    assert fields[b"Connection"] == b"close"
+    assert fields[b"Retry-After"] == b"2"
+    assert fields[b"Date"].endswith(b" GMT")
+    assert body == b'{"error":{}}'
+    assert b"Connection" not in reply_bytes(Reply(200, {}, b"{}"), keep_alive=True)
+    for bad in ({"x-request-id": "a\r\nSet-Cookie: x=1"}, {"x\nbad": "1"}):
+        with pytest.raises(ValueError, match="CR or LF"):
+            reply_bytes(Reply(200, bad, b"{}"), keep_alive=True)

@@ -19,20 +19,20 @@ A hand-over needs the request's first byte to be the first byte of a read: true 
 waits for an answer before it sends the next request (all HTTP/1.1 clients in use; pipelining is off
 everywhere). A non-``/v1`` request pipelined right behind a ``/v1`` one in the same read is answered 400
 ("send it on its own connection"); pipelined ``/v1`` requests are served in order.
+
+This module is the connection (parse, dispatch, hand-over, timers, graceful stop); ``front_reply`` holds what it
+writes (status lines and headers, whole replies, the exchange and its chunked stream).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
 import socket
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, NoReturn
 
 import httptools
@@ -41,7 +41,8 @@ from multidict import CIMultiDict
 
 from tailgate._aiohttp import BodyLimits, is_json_type, too_large
 from tailgate.config.schema import ServerConfig
-from tailgate.gateway.exchange import SSE_HEADERS, Handle, Reply, Stream
+from tailgate.gateway.exchange import Handle, Reply, Stream
+from tailgate.gateway.front_reply import FrontExchange, Message, error_reply, reply_bytes
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -61,9 +62,7 @@ class FrontRoutes:
 
 FRONT_KEY: web.AppKey[FrontRoutes] = web.AppKey("tailgate_front", FrontRoutes)
 
-_STATUS = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_LAST_CHUNK = b"0\r\n\r\n"
 _PIPELINE_LIMIT = 16
 """Complete requests queued behind the one being served before reading pauses."""
 _LINGER_S = 2.0
@@ -75,114 +74,6 @@ _HANDOVER_LIMIT = 1 << 20
 
 class _Stop(Exception):
     """Raised from a parser callback to stop parsing this connection's input (the reason is on the front)."""
-
-
-class _Message:
-    __slots__ = ("body", "handle", "headers", "keep_alive", "path")
-
-    def __init__(self, path: str, handle: Handle, headers: CIMultiDict[str], keep_alive: bool) -> None:
-        self.path = path
-        self.handle = handle
-        self.headers = headers
-        self.keep_alive = keep_alive
-        self.body = b""
-
-
-_date_cache: tuple[int, str] = (0, "")
-
-
-def _date() -> str:
-    global _date_cache
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache = (now, email.utils.formatdate(now, usegmt=True))
-    return _date_cache[1]
-
-
-def _head(status: int, headers: Mapping[str, str], fixed: str) -> bytes:
-    """Status line and headers; ``fixed`` holds the framing headers. Refuses CR/LF in a value."""
-    lines = [_STATUS.get(status) or f"HTTP/1.1 {status} Unknown\r\n", fixed, "Date: ", _date(), "\r\n"]
-    for name, value in headers.items():
-        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
-            raise ValueError(f"CR or LF in the response header {name!r}")
-        lines += (name, ": ", value, "\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode("utf-8")
-
-
-def _error_reply(err: WireError) -> Reply:
-    return Reply(err.status, dict(err.headers or {}), err.body())
-
-
-class _Exchange:
-    """One ``/v1`` request on a front connection (the proxy's view: exchange.py)."""
-
-    __slots__ = ("body", "deadline_hit", "front", "headers", "keep_alive", "replied", "stream")
-
-    def __init__(self, front: Front, message: _Message) -> None:
-        self.front = front
-        self.headers = message.headers
-        self.body = message.body
-        self.keep_alive = message.keep_alive
-        self.deadline_hit = False
-        self.replied = False
-        """A whole reply went out (``send``), or a stream ended: losing the client now cancels nothing."""
-        self.stream: _Stream | None = None
-
-    def send(self, reply: Reply) -> None:
-        """Write ``reply`` now; the proxy's work after it (the call's end, health, bookkeeping) is off the
-        client's path, and a client that closes right after reading it does not cancel that work."""
-        front = self.front
-        if self.replied or front.lost:
-            return
-        self.replied = True
-        front.write_reply(reply, keep_alive=self.keep_alive and not front.closing)
-
-    async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
-        front = self.front
-        if front.lost:
-            raise ConnectionResetError("the client closed the connection")
-        stream = self.stream = _Stream(front)
-        head = _head(200, {**SSE_HEADERS, **headers}, "Transfer-Encoding: chunked\r\n")
-        front.transport.write(head + (b"%x\r\n%b\r\n" % (len(first), first) if first else b""))
-        if front.write_paused:
-            await front.drain()
-        return stream
-
-
-class _Stream:
-    """A chunked ``text/event-stream`` body on a front connection."""
-
-    __slots__ = ("done", "front")
-
-    def __init__(self, front: Front) -> None:
-        self.front = front
-        self.done = False
-
-    async def write(self, data: bytes) -> None:
-        if self.done:
-            raise RuntimeError("write() after write_eof()")
-        if not data:
-            return
-        front = self.front
-        if front.lost:
-            raise ConnectionResetError("the client closed the connection")
-        front.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        if front.write_paused:
-            await front.drain()
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        if self.done:
-            return
-        self.done = True
-        front = self.front
-        if front.lost:
-            raise ConnectionResetError("the client closed the connection")
-        front.transport.write((b"%x\r\n%b\r\n" % (len(data), data) if data else b"") + _LAST_CHUNK)
-        if front.exchange is not None:
-            front.exchange.replied = True
-        if front.write_paused:
-            await front.drain()
 
 
 class Front(asyncio.Protocol):
@@ -231,15 +122,15 @@ class Front(asyncio.Protocol):
         self._head_open = False
         self._url = b""
         self._fields: list[tuple[bytes, bytes]] = []
-        self._message: _Message | None = None
+        self._message: Message | None = None
         self._body: list[bytes] = []
         self._body_size = 0
         self._body_timer: asyncio.TimerHandle | None = None
         self._stop_reason: str | None = None
         # serving
-        self._queue: deque[_Message | Reply] = deque()
+        self._queue: deque[Message | Reply] = deque()
         self._task: asyncio.Task[None] | None = None
-        self.exchange: _Exchange | None = None
+        self.exchange: FrontExchange | None = None
         """The request being served."""
         self._ignore_input = False
         self.closing = False
@@ -382,7 +273,7 @@ class Front(asyncio.Protocol):
             raise _Stop
         if headers.get("Expect", "").lower() == "100-continue":
             self.transport.write(_CONTINUE)
-        self._message = _Message(path.decode("latin-1"), handle, headers, self._parser.should_keep_alive())
+        self._message = Message(path.decode("latin-1"), handle, headers, self._parser.should_keep_alive())
         self._body = []
         self._body_size = 0
 
@@ -433,7 +324,7 @@ class Front(asyncio.Protocol):
         self._message = None
         self._stop_reason = self._stop_reason or "refused"
         self._cancel_timers()
-        self._queue.append(_error_reply(err))
+        self._queue.append(error_reply(err))
         if self._task is None:
             self._next()
 
@@ -452,7 +343,7 @@ class Front(asyncio.Protocol):
         """Serve the next queued message, or hand over / close / wait, as the connection's state says."""
         while self._queue and not self.lost:
             item = self._queue.popleft()
-            if isinstance(item, _Message):
+            if isinstance(item, Message):
                 self._task = self._loop.create_task(self._serve(item))
                 if len(self._queue) <= _PIPELINE_LIMIT:
                     self._resume_reading()
@@ -469,8 +360,8 @@ class Front(asyncio.Protocol):
             self._last = self._loop.time()
             self._arm_keepalive()
 
-    async def _serve(self, message: _Message) -> None:
-        exchange = self.exchange = _Exchange(self, message)
+    async def _serve(self, message: Message) -> None:
+        exchange = self.exchange = FrontExchange(self, message)
         timer = (
             self._loop.call_later(self._deadline_s, self._deadline, exchange, asyncio.current_task())
             if self._deadline_s is not None
@@ -492,7 +383,7 @@ class Front(asyncio.Protocol):
             return
         except Exception:
             log.exception("unhandled error in POST %s", message.path)
-            out = None if exchange.stream is not None else _error_reply(wire_errors.server_error())
+            out = None if exchange.stream is not None else error_reply(wire_errors.server_error())
         finally:
             if timer is not None:
                 timer.cancel()
@@ -514,21 +405,21 @@ class Front(asyncio.Protocol):
             return
         self._next()
 
-    def _deadline(self, exchange: _Exchange, task: asyncio.Task[None] | None) -> None:
+    def _deadline(self, exchange: FrontExchange, task: asyncio.Task[None] | None) -> None:
         if exchange.replied:
             return  # answered: what is left is bookkeeping
         exchange.deadline_hit = True
         if task is not None:
             task.cancel()
 
-    async def _deadline_answer(self, exchange: _Exchange) -> Reply | None:
+    async def _deadline_answer(self, exchange: FrontExchange) -> Reply | None:
         err = wire_errors.timeout(
             f"The request passed its deadline of {self._deadline_s:g}s (server.request_deadline)."
         )
         err.code = "deadline_exceeded"
         stream = exchange.stream
         if stream is None:
-            return _error_reply(err)
+            return error_reply(err)
         with contextlib.suppress(ConnectionError, RuntimeError):
             await stream.write(err.sse_frame())
             await stream.write_eof()
@@ -538,17 +429,12 @@ class Front(asyncio.Protocol):
         """Write ``reply`` in one call. Without keep-alive the connection closes: at once, or with ``linger``
         (a refused request whose body may still be on its way) after reading and dropping what the client still
         sends for up to ``_LINGER_S``, so that it reads the answer instead of a reset."""
-        body = reply.body
-        fixed = f"Content-Type: {reply.content_type}\r\nContent-Length: {len(body)}\r\n"
-        if not keep_alive:
-            fixed += "Connection: close\r\n"
         try:
-            head = _head(reply.status, reply.headers, fixed)
+            data = reply_bytes(reply, keep_alive=keep_alive)
         except ValueError:
             log.exception("refused to send a response header")
-            head = _head(500, {}, fixed.replace(str(len(body)), "0"))
-            body = b""
-        self.transport.write(head + body)
+            data = reply_bytes(Reply(500, {}, b""), keep_alive=keep_alive)
+        self.transport.write(data)
         if keep_alive:
             return
         if linger and self.transport.can_write_eof():
