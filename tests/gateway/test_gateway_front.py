@@ -274,3 +274,21 @@ def test_reply_framing_and_the_header_guard() -> None:
     for bad in ({"x-request-id": "a\r\nSet-Cookie: x=1"}, {"x\nbad": "1"}):
         with pytest.raises(ValueError, match="CR or LF"):
             reply_bytes(Reply(200, bad, b"{}"), keep_alive=True)
+
+
+async def test_an_upgrade_request_is_answered_by_aiohttp(sim: SimFactory, gateway: GwFactory) -> None:
+    """``Upgrade: h2c`` on a chat POST (what ``curl --http2`` sends over cleartext): handed to aiohttp, which
+    answers it in HTTP/1.1 — an answer, not a dropped connection."""
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url))
+    reader, writer = await _connect(gw)
+    writer.write(
+        _post(
+            extra=b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n"
+        )
+    )
+    answer = await asyncio.wait_for(_read_answer(reader), 10)
+    assert answer.status == 200, answer.body
+    assert answer.json()["usage"]["completion_tokens"] == 3
+    assert "aiohttp" in answer.headers["server"]
+    writer.close()

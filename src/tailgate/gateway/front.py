@@ -200,7 +200,7 @@ class Front(asyncio.Protocol):
             self._chunks.append(data)
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             reason, self._stop_reason = self._stop_reason, None
             if reason == "handover":
                 self._start_handover()
@@ -243,7 +243,7 @@ class Front(asyncio.Protocol):
         self._head_open = False
         path = self._url.partition(b"?")[0]
         handle = self._routes.get(path) if self._parser.get_method() == b"POST" else None
-        if handle is None:
+        if handle is None or self._parser.should_upgrade():  # an Upgrade (h2c, websocket) is aiohttp's to answer
             if self._fresh:
                 self._stop("handover")
             self._stop(None, 400)
