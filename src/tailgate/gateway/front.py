@@ -514,8 +514,9 @@ class Front(asyncio.Protocol):
             self.transport.close()
 
     def _busy(self) -> bool:
-        """A request is being received, queued, or served."""
-        return self._task is not None or bool(self._queue) or not self._idle
+        """A request's body is arriving, or a request is queued or being served (half a head is not a request:
+        a graceful stop does not wait for a client that never finishes its headers)."""
+        return self._task is not None or bool(self._queue) or self._message is not None
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109  # aiohttp's signature
         """aiohttp's graceful stop: wait up to ``timeout`` for the request in flight, then cancel it and close."""
