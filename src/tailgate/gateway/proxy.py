@@ -147,10 +147,11 @@ class Proxy:
         if not isinstance(response, Reply):
             self._record(ctx, time.perf_counter())  # a stream: already sent to its end
         else:
-            # The server sends this reply after the handler returns: book it in the next turn of the
-            # loop, once the bytes are handed to the socket, so the bookkeeping is off the client's
-            # critical path. The end time is taken now, as before. The callback runs whatever happens
-            # to the connection, and a graceful stop (serve.py) runs the loop on long after it.
+            # The reply is out already (an answer: Exchange.send) or leaves when the handler returns (an
+            # error, or aiohttp): book it in the next turn of the loop, once the bytes are handed to the
+            # socket, so the bookkeeping is off the client's critical path. The end time is taken now, as
+            # before. The callback runs whatever happens to the connection, and a graceful stop (serve.py)
+            # runs the loop on long after it.
             if (loop := self._loop) is None:
                 loop = self._loop = asyncio.get_running_loop()
             loop.call_soon(self._record, ctx, time.perf_counter())
