@@ -1,7 +1,7 @@
 """Claim: framing Redis commands with hiredis costs the fleet's admission less CPU than redis-py's own framing.
 
 The Redis state (``tailgate.state.redis``) frames every command with hiredis's C ``pack_command`` instead of
-redis-py's asyncio connection's Python one (``_PackedByHiredis``). This runs a key's admission and settlement
+redis-py's asyncio connection's Python one (``state/clients.py``). This runs a key's admission and settlement
 (``KeyAdmission.admit`` + ``settle``: the gateway's two script calls per request, the benchmark key of
 ``gateway_overhead.py``: tpm, a daily token budget, a monthly money budget, ``max_concurrency``) one request at a
 time against a throw-away ``redis-server``, through two ``RedisState`` objects in the same run: ``hiredis`` (as
@@ -40,7 +40,7 @@ async def run(url: str, namespace: str, framing: str, requests: int) -> float:
     state = RedisState(StateConfig(backend="redis", url=url, namespace=namespace, timeout=2.0))  # type: ignore[arg-type]
     if framing == "redis-py":
         pool = state._r.connection_pool
-        pool.connection_class = pool.connection_class.__bases__[1]  # undo _hiredis_packing
+        pool.connection_class = pool.connection_class.__bases__[1]  # undo clients.hiredis_packing
     await state.start()
     directory = KeyDirectory(None, [])
     directory.limits = lambda key_id: LIMITS  # type: ignore[method-assign]

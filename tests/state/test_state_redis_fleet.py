@@ -319,14 +319,14 @@ async def test_reservations_arriving_in_one_turn_share_one_round_trip_each_all_o
 
 
 def test_commands_are_framed_exactly_as_redis_py_frames_them() -> None:
-    """The hiredis framing (redis.py's ``_PackedByHiredis``) sends the same bytes as redis-py's own asyncio
+    """The hiredis framing (``state/clients.py``) sends the same bytes as redis-py's own asyncio
     framing for every argument type tailgate sends, multi-word commands included; and the pool really uses it."""
     import redis.asyncio as aioredis
     from redis.asyncio.connection import Connection
 
-    from tailgate.state.redis import _hiredis_packing
+    from tailgate.state.clients import hiredis_packing
 
-    pool = _hiredis_packing(aioredis.ConnectionPool.from_url("redis://127.0.0.1:1/0"))
+    pool = hiredis_packing(aioredis.ConnectionPool.from_url("redis://127.0.0.1:1/0"))
     ours = pool.connection_class()
     plain = Connection()
     cases = [

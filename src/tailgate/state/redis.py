@@ -27,12 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import hiredis
 import redis.asyncio as aioredis
 
 from tailgate._runtime import stop_task
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
+from tailgate.state.clients import request_client, sync_client
 from tailgate.state.fallback import Fallback
 from tailgate.state.link import FAILURE, SYNC_TIMEOUT_S, Link, Unavailable
 from tailgate.state.local import default_replica_id
@@ -54,29 +54,6 @@ __all__ = ["RedisState"]
 
 log = logging.getLogger("tailgate.state")
 
-_POOL_SIZE = 16
-
-
-class _PackedByHiredis:
-    """A connection whose commands are framed by hiredis's C ``pack_command`` (byte-identical for the str, bytes,
-    int and float arguments tailgate sends; checked in tests/state/test_state_redis.py). redis-py's asyncio
-    connection frames them in Python: ~23 µs for a batched script's ~30 arguments against ~5 µs here
-    (docs/benchmarks.md, "The Redis hop's framing"); its sync connection already uses hiredis for this."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        first = args[0]
-        if (isinstance(first, str) and " " in first) or (isinstance(first, bytes) and b" " in first):
-            args = (*first.split(), *args[1:])  # "SCRIPT LOAD": as redis-py does, the server wants the words apart
-        return [hiredis.pack_command(args)]
-
-
-def _hiredis_packing(pool: aioredis.ConnectionPool) -> aioredis.ConnectionPool:
-    """Frame commands with hiredis on whatever connection class the URL chose (TCP, TLS, unix socket)."""
-    cls = pool.connection_class
-    pool.connection_class = type(f"HiredisPacked{cls.__name__}", (_PackedByHiredis, cls), {})
-    return pool
-
-
 _WARM = 4
 """Connections opened (and scripts loaded) at start and on every reconnect, so the first burst finds them."""
 _HEARTBEAT_TTL_S = 3.0
@@ -97,29 +74,9 @@ class RedisState(SharedState):
         self.config = config
         self.replica = replica or config.replica or default_replica_id()
         self._p = config.namespace + ":"
-        # A bounded pool: a burst of requests waits (within its budget) for one of a few warm connections
-        # instead of opening dozens of new ones at once, which is what made calls slow under load.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            config.url.get_secret_value(),
-            max_connections=_POOL_SIZE,
-            timeout=None,
-            socket_connect_timeout=1.0,
-            socket_timeout=SYNC_TIMEOUT_S,
-            retry_on_timeout=False,
-            health_check_interval=0,
-        )
-        self._r: aioredis.Redis = aioredis.Redis(connection_pool=_hiredis_packing(pool))
-        # The sync loop has a connection of its own: it is the liveness signal, and behind a busy request pool
-        # (a replica at full CPU, every connection held by calls past their budget) it waited its turn past
-        # its 1 s budget and marked a healthy Redis down (issue 15's Redis hop: 8-11 times a run).
-        self._rs: aioredis.Redis = aioredis.Redis.from_url(
-            config.url.get_secret_value(),
-            socket_connect_timeout=1.0,
-            socket_timeout=SYNC_TIMEOUT_S,
-            retry_on_timeout=False,
-            health_check_interval=0,
-            single_connection_client=True,
-        )
+        url = config.url.get_secret_value()
+        self._r: aioredis.Redis = request_client(url, SYNC_TIMEOUT_S)
+        self._rs: aioredis.Redis = sync_client(url, SYNC_TIMEOUT_S)  # the sync loop's own (clients.py)
         self._take = self._r.register_script(_lua.TAKE)
         self._adjust = self._r.register_script(_lua.ADJUST)
         self._usage = self._r.register_script(_lua.USAGE)
