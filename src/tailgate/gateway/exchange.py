@@ -14,7 +14,18 @@ from typing import Protocol
 
 from aiohttp import web
 
-__all__ = ["DEADLINE_HIT", "STREAM_RESPONSE", "Exchange", "HasHeaders", "Reply", "Stream", "aiohttp_route"]
+from tailgate.wire.errors import WireError
+
+__all__ = [
+    "DEADLINE_HIT",
+    "STREAM_RESPONSE",
+    "Exchange",
+    "HasHeaders",
+    "Reply",
+    "Stream",
+    "aiohttp_route",
+    "error_reply",
+]
 
 STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey("tailgate_stream", web.StreamResponse)
 """Set when a stream's headers are sent (aiohttp): the deadline ends that stream with an error event."""
@@ -32,6 +43,11 @@ class Reply:
     headers: dict[str, str]
     body: bytes
     content_type: str = "application/json"
+
+
+def error_reply(err: WireError, headers: Mapping[str, str] | None = None) -> Reply:
+    """``err`` in the OpenAI shape, with the headers it carries (``Retry-After``) and ``headers`` on top."""
+    return Reply(err.status, {**(err.headers or {}), **(headers or {})}, err.body())
 
 
 class Stream(Protocol):

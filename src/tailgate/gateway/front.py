@@ -41,8 +41,8 @@ from multidict import CIMultiDict
 
 from tailgate._aiohttp import BodyLimits, is_json_type, too_large
 from tailgate.config.schema import ServerConfig
-from tailgate.gateway.exchange import Handle, Reply, Stream
-from tailgate.gateway.front_reply import FrontExchange, Message, error_reply, reply_bytes
+from tailgate.gateway.exchange import Handle, Reply, Stream, error_reply
+from tailgate.gateway.front_reply import FrontExchange, Message, reply_bytes
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 

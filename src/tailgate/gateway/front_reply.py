@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING
 from multidict import CIMultiDict
 
 from tailgate.gateway.exchange import SSE_HEADERS, Handle, Reply, Stream
-from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.front import Front
 
-__all__ = ["FrontExchange", "Message", "error_reply", "reply_bytes"]
+__all__ = ["FrontExchange", "Message", "reply_bytes"]
 
 _STATUS = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _LAST_CHUNK = b"0\r\n\r\n"
@@ -74,10 +73,6 @@ def reply_bytes(reply: Reply, *, keep_alive: bool) -> bytes:
     if not keep_alive:
         fixed += "Connection: close\r\n"
     return head(reply.status, reply.headers, fixed) + body
-
-
-def error_reply(err: WireError) -> Reply:
-    return Reply(err.status, dict(err.headers or {}), err.body())
 
 
 def _chunk(data: bytes) -> bytes:

@@ -30,7 +30,7 @@ import aiohttp
 from tailgate.gateway import refusals, responses
 from tailgate.gateway.admission import Ticket, admit_request
 from tailgate.gateway.bookkeeping import record
-from tailgate.gateway.exchange import Exchange, Reply, Stream
+from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import check_upstream_capacity, upstream_full
 from tailgate.gateway.revocation import revoke_refused_key
@@ -500,10 +500,10 @@ class Proxy:
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
     def _error(self, err: WireError, ctx: _Ctx) -> Reply:
-        headers = {**(err.headers or {}), "x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
+        headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name
-        return Reply(err.status, headers, err.body())
+        return error_reply(err, headers)
 
     def _record(self, ctx: _Ctx, now: float) -> None:
         """One ledger row and the request metrics, for every request, whatever its outcome (bookkeeping.py)."""
