@@ -64,7 +64,23 @@ REASONS: tuple[Reason, ...] = (
 )
 Kind = Literal["requests", "tokens", "cost"]
 _Period = tuple[str, Kind, float, float, str, float]
-"""A budget: (counter name, kind, limit, period start, "daily" / "monthly", seconds until it resets)."""
+"""A budget: (counter name, kind, limit, period start, "daily" / "monthly", when it resets: Unix seconds)."""
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What a key's requests reserve, worked out once per key and UTC day instead of once per request: the
+    claims (counter name, kind, limit, window), its budgets and its concurrency slot. Valid while the key
+    directory hands out the same ``limits`` (a reload or a key change makes a new object) and the day lasts
+    (budget counters are named after their period)."""
+
+    limits: KeyLimits
+    day: float
+    parts: tuple[tuple[str, Kind, float, float | None], ...]
+    periods: list[_Period]
+    slot: Slot | None
+    seeded: bool = False
+    """The local state's budget counters were started from the store's spend (``_seed``)."""
 
 
 @dataclass(slots=True)
@@ -138,6 +154,7 @@ class KeyAdmission:
         self._store = store
         self._clock = clock
         self._seeded: set[str] = set()
+        self._plans: dict[str, _Plan] = {}
         self._seed_lock = asyncio.Lock()
         self._pending: set[asyncio.Task[None]] = set()
         self._calendar = (0.0, 0.0, 0.0, 0.0)  # (UTC day start, next day, month start, next month)
@@ -179,8 +196,19 @@ class KeyAdmission:
         cost = (prompt_estimate * price[0] + output_estimate * price[1]) / 1_000_000
         ticket = Ticket(key_id, tokens, cost, prompt_estimate)
         state = self._state()
+        plan = self._plan(limits, now)
+        if plan.periods and not plan.seeded and state.backend == "local" and self._store is not None:
+            await self._seed(state, key_id, plan.periods)
+            plan.seeded = True
+        # The tpm, every budget and the concurrency slot at once (``SharedState.reserve``: one Redis round trip,
+        # all or nothing; the local state answers at once, without a coroutine).
+        claims = [Claim(name, cost if kind == "cost" else tokens, limit, w) for name, kind, limit, w in plan.parts]
         try:
-            await self._take_all(state, limits, ticket, now)
+            if isinstance(state, LocalState):
+                res = state.reserve_now(claims, plan.slot)
+            else:
+                res = await state.reserve(claims, plan.slot)
+            self._book(limits, plan, ticket, claims, res)
         except BaseException:
             await self._undo(state, ticket)
             raise
@@ -197,29 +225,35 @@ class KeyAdmission:
         self.refusals.labels(key_id or "-", reason).inc()
         return reason
 
-    async def _take_all(self, state: SharedState, limits: KeyLimits, ticket: Ticket, now: float) -> None:
-        """Reserve the tpm, every budget and the concurrency slot at once (``SharedState.reserve``: one Redis
-        round trip, all or nothing), or raise the refusal of the first limit that said no."""
-        kid = limits.id
-        claims: list[Claim] = []
-        kinds: list[Kind] = []
-        if limits.tpm is not None:
-            claims.append(Claim(f"key:{kid}:tpm", ticket.tokens, limits.tpm, 60.0))
-            kinds.append("tokens")
-        periods = self._periods(limits, now) if limits.budgeted else []
-        if periods and state.backend == "local" and self._store is not None:
-            await self._seed(state, kid, periods)
-        for name, kind, limit, _, _, _ in periods:
-            claims.append(Claim(name, ticket.tokens if kind == "tokens" else ticket.cost, limit, None))
-            kinds.append(kind)
-        slot = Slot(f"key:{kid}:concurrency", limits.max_concurrency) if limits.max_concurrency is not None else None
-        res = await state.reserve(claims, slot)
+    def _book(self, limits: KeyLimits, plan: _Plan, ticket: Ticket, claims: list[Claim], res: Reservation) -> None:
+        """Write what ``res`` took into ``ticket``, or raise the refusal of the first limit that said no."""
         if not res.ok:
-            raise self._refusal(limits, ticket, claims, periods, res)
-        for c, kind, adm in zip(claims, kinds, res.admissions, strict=True):
-            ticket.takes.append(_Take(c.name, c.window_s, kind, c.amount, adm.bucket))
-        if res.lease is not None:
-            ticket.lease = (slot.name, res.lease.token) if slot is not None else None
+            raise self._refusal(limits, ticket, claims, plan.periods, res)
+        ticket.takes = [
+            _Take(c.name, c.window_s, part[1], c.amount, adm.bucket)
+            for c, part, adm in zip(claims, plan.parts, res.admissions, strict=True)
+        ]
+        if res.lease is not None and plan.slot is not None:
+            ticket.lease = (plan.slot.name, res.lease.token)
+
+    def _plan(self, limits: KeyLimits, now: float) -> _Plan:
+        """The key's plan for today (made on a key's first request of a UTC day, or after its limits changed)."""
+        cal = self._calendar
+        if not cal[0] <= now < cal[1]:  # a new UTC day (months begin on one): once a day, not per request
+            cal = self._calendar = (day_start(now), next_day(now), month_start(now), next_month(now))
+        plan = self._plans.get(limits.id)
+        if plan is not None and plan.limits is limits and plan.day == cal[0]:
+            return plan
+        kid = limits.id
+        parts: list[tuple[str, Kind, float, float | None]] = []
+        if limits.tpm is not None:
+            parts.append((f"key:{kid}:tpm", "tokens", float(limits.tpm), 60.0))
+        periods = self._periods(limits) if limits.budgeted else []
+        parts.extend((name, kind, limit, None) for name, kind, limit, *_ in periods)
+        slot = Slot(f"key:{kid}:concurrency", limits.max_concurrency) if limits.max_concurrency is not None else None
+        seeded = all(p[0] in self._seeded for p in periods)
+        plan = self._plans[kid] = _Plan(limits, cal[0], tuple(parts), periods, slot, seeded)
+        return plan
 
     def _refusal(
         self, limits: KeyLimits, ticket: Ticket, claims: list[Claim], periods: list[_Period], res: Reservation
@@ -251,7 +285,8 @@ class KeyAdmission:
                 wait,
             )
             return self._refuse(kid, "tpm_limited", err)
-        _, kind, limit, _, word, reset = next(p for p in periods if p[0] == claim.name)
+        _, kind, limit, _, word, ends = next(p for p in periods if p[0] == claim.name)
+        reset = max(0.0, ends - self._clock())
         unit = "tokens" if kind == "tokens" else "of spend"
         need = f"{claim.amount:.0f}" if kind == "tokens" else f"{claim.amount:.6g}"
         err = _error(
@@ -264,12 +299,9 @@ class KeyAdmission:
         )
         return self._refuse(kid, "budget_exceeded", err)
 
-    def _periods(self, limits: KeyLimits, now: float) -> list[_Period]:
-        """(counter, kind, limit, period start, period word, seconds to reset) for each budget of the key."""
-        cal = self._calendar
-        if not cal[0] <= now < cal[1]:  # a new UTC day (months begin on one): once a day, not per request
-            cal = self._calendar = (day_start(now), next_day(now), month_start(now), next_month(now))
-        day, day_end, month, month_end = cal
+    def _periods(self, limits: KeyLimits) -> list[_Period]:
+        """(counter, kind, limit, period start, period word, when it resets) for each budget of the key."""
+        day, day_end, month, month_end = self._calendar
         out: list[_Period] = []
         for limit, kind, start, word, end in (
             (limits.tokens_per_day, "tokens", day, "daily", day_end),
@@ -279,12 +311,10 @@ class KeyAdmission:
         ):
             if limit is not None:
                 name = f"key:{limits.id}:budget:{kind}:{word}:{int(start)}"
-                out.append((name, kind, float(limit), start, word, end - now))  # type: ignore[arg-type]
+                out.append((name, kind, float(limit), start, word, end))  # type: ignore[arg-type]
         return out
 
-    async def _seed(
-        self, state: SharedState, key_id: str, periods: list[tuple[str, Kind, float, float, str, float]]
-    ) -> None:
+    async def _seed(self, state: SharedState, key_id: str, periods: list[_Period]) -> None:
         """Local state: start each budget counter from the store's spend for its period (once per process)."""
         todo = [p for p in periods if p[0] not in self._seeded]
         if not todo:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailgate.config.schema import GatewayKeyConfig
@@ -46,22 +46,24 @@ class KeyLimits:
     source: str = "store"
     """``store`` or ``config``. Either's ``rpm`` is counted by ``gateway.fleet`` (fleet-wide), not here."""
 
-    @property
-    def budgeted(self) -> bool:
-        return any(
+    budgeted: bool = field(init=False, repr=False, compare=False)
+    """Any token or money budget? (Worked out once: admission asks on every request.)"""
+    limited: bool = field(init=False, repr=False, compare=False)
+    """Anything for admission to check (beyond the key ring's own checks)?"""
+
+    def __post_init__(self) -> None:
+        budgeted = any(
             v is not None for v in (self.tokens_per_day, self.tokens_per_month, self.cost_per_day, self.cost_per_month)
         )
-
-    @property
-    def limited(self) -> bool:
-        """Anything for admission to check (beyond the key ring's own checks)?"""
-        return (
+        limited = (
             self.models is not None
             or self.tpm is not None
             or self.max_concurrency is not None
-            or self.budgeted
+            or budgeted
             or self.expires_at is not None
         )
+        object.__setattr__(self, "budgeted", budgeted)
+        object.__setattr__(self, "limited", limited)
 
 
 def limits_from_record(rec: KeyRecord) -> KeyLimits:
