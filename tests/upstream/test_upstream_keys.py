@@ -37,6 +37,7 @@ def test_public_api() -> None:
         "Headers",
         "KeyPool",
         "Sent",
+        "Tap",
         "Timeouts",
         "UpstreamClient",
         "call",

@@ -118,9 +118,8 @@ class Gateway:
             for alias, model in config.models.items()
         }
         self.metrics = GatewayMetrics()
-        self.admission = KeyAdmission(
-            self.key_directory, lambda: fleet_state(self), self.metrics.registry, store=keys_at
-        )
+        # The state is made once, above (``open_state``): no isinstance check per request.
+        self.admission = KeyAdmission(self.key_directory, lambda: self.state, self.metrics.registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         bc = config.routing.breaker
         breaker_config = BreakerConfig(

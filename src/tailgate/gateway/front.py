@@ -363,7 +363,7 @@ class Front(asyncio.Protocol):
     async def _serve(self, message: Message) -> None:
         exchange = self.exchange = FrontExchange(self, message)
         timer = (
-            self._loop.call_later(self._deadline_s, self._deadline, exchange, asyncio.current_task())
+            self._loop.call_later(self._deadline_s, self._deadline, exchange, asyncio.current_task(self._loop))
             if self._deadline_s is not None
             else None
         )
@@ -373,7 +373,7 @@ class Front(asyncio.Protocol):
         except asyncio.CancelledError:
             if not exchange.deadline_hit or self.lost:
                 raise  # the client went away (connection_lost cleaned up), or the server is stopping
-            task = asyncio.current_task()
+            task = asyncio.current_task(self._loop)
             assert task is not None
             task.uncancel()
             out = await self._deadline_answer(exchange)

@@ -137,6 +137,22 @@ class ChunkedStream:
         if front.write_paused:
             await front.drain()
 
+    def push(self, data: bytes) -> bool:
+        """Write now, from the upstream connection's callback (``upstream.Tap``); True when the client is slow
+        and ``drain()`` must be awaited before more is pushed."""
+        if self.done:
+            raise RuntimeError("push() after write_eof()")
+        front = self.exchange.front
+        if front.lost:
+            raise ConnectionResetError("the client closed the connection")
+        front.transport.write(_chunk(data))
+        return front.write_paused
+
+    async def drain(self) -> None:
+        front = self.exchange.front
+        if front.write_paused:
+            await front.drain()
+
     async def write_eof(self, data: bytes = b"") -> None:
         if self.done:
             return

@@ -35,7 +35,7 @@ from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import check_upstream_capacity, upstream_full
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, should_shed
-from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, call
+from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
@@ -401,6 +401,7 @@ class Proxy:
     ) -> tuple[Stream | None, CallResult]:
         held: list[bytes] = []
         resp: Stream | None = None
+        tap: Tap | None = None
         sent = time.perf_counter()
         provider.in_flight += 1
         try:
@@ -420,12 +421,19 @@ class Proxy:
                             if event.last:
                                 await resp.write(b"".join(held))
                                 held.clear()
+                                c.tap = tap
                         elif event.has_token:
                             on_first_token()
                             if ctx.race is not None and not ctx.race.claim():
                                 raise asyncio.CancelledError  # another attempt won the race
                             resp = await self._commit(request, ctx, held, event.raw, sent)
                             held.clear()
+                            # Everything so far is written: the rest of the stream can be pushed to the
+                            # client from the upstream connection's callback (Call._pump), where the front
+                            # door's stream takes it (an aiohttp response cannot: it stays pulled).
+                            tap = resp if isinstance(resp, Tap) else None
+                            if event.last:
+                                c.tap = tap
                         else:
                             held.append(event.raw)
                     elif isinstance(event, Sent):

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 __all__ = [
     "Adjustment",
     "Admission",
@@ -42,8 +44,7 @@ __all__ = [
 Backend = Literal["local", "redis"]
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
+class Admission(msgspec.Struct, frozen=True):
     """The answer of :meth:`SharedState.take` (and :meth:`SharedState.acquire`).
 
     ``ok``: the amount was taken. ``retry_after_s``: when refused, the earliest time a retry of the same
@@ -65,8 +66,7 @@ class Admission:
     """Decided by this replica's fallback (Redis down or slower than ``state.timeout``), not fleet-wide."""
 
 
-@dataclass(frozen=True, slots=True)
-class Adjustment:
+class Adjustment(msgspec.Struct, frozen=True):
     """One correction for :meth:`SharedState.settle`: the arguments of :meth:`SharedState.adjust`."""
 
     name: str
@@ -75,8 +75,7 @@ class Adjustment:
     bucket: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(msgspec.Struct, frozen=True):
     """One part of a :meth:`SharedState.reserve`: the arguments of :meth:`SharedState.take`."""
 
     name: str
@@ -85,8 +84,7 @@ class Claim:
     window_s: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
+class Slot(msgspec.Struct, frozen=True):
     """The concurrency slot of a :meth:`SharedState.reserve`: the arguments of :meth:`SharedState.acquire`."""
 
     name: str
@@ -94,8 +92,7 @@ class Slot:
     ttl_s: float = 600.0
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(msgspec.Struct, frozen=True):
     """The answer of :meth:`SharedState.reserve`: everything was taken (``ok``), or nothing is held.
 
     ``admissions``: each claim's decision, in order, up to and including the one refused (all of them when
@@ -116,8 +113,7 @@ class Reservation:
         return self.lease
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(msgspec.Struct, frozen=True):
     """One held slot of a concurrency gauge (:meth:`SharedState.acquire`); give it back with ``release``."""
 
     ok: bool

@@ -4,7 +4,7 @@ Gateway, bench and monitor all measure through :func:`call`, so a number means t
 everywhere (DESIGN.md, "Metric definitions").
 """
 
-from tailgate.upstream.call import Call, call
+from tailgate.upstream.call import Call, Tap, call
 from tailgate.upstream.client import UpstreamClient
 from tailgate.upstream.endpoint import Endpoint, Timeouts, endpoint_for
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
@@ -22,6 +22,7 @@ __all__ = [
     "Headers",
     "KeyPool",
     "Sent",
+    "Tap",
     "Timeouts",
     "UpstreamClient",
     "call",

@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -32,6 +32,7 @@ from tailgate.upstream._frames import (
     retry_after,
     token_count,
 )
+from tailgate.upstream._request import MAX_RESPONSE_BODY, _Expired, _Failed, _min, _prepare, _status_class
 from tailgate.upstream.client import UpstreamClient
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
 from tailgate.upstream.http import Response, request_head
@@ -39,84 +40,34 @@ from tailgate.wire.errors import MAX_ERROR_BODY, WireError, parse_error_body
 from tailgate.wire.responses import ANSWER_EVENTS, ERROR_EVENTS, FIRST_TOKEN_EVENTS, TERMINAL_EVENTS
 from tailgate.wire.sse import SSEDecoder, SSEProtocolError
 
-__all__ = ["Call", "call"]
+__all__ = ["Call", "Tap", "call"]
 
-_encode = msgspec.json.encode
 USER_AGENT = f"tailgate/{__version__}"
+
+# What a stream frame means for the relay (``Call._frame``); a count n >= 0 is a frame to forward.
+_DROP = -1
+"""The usage chunk asked for on the client's behalf: measured, not forwarded."""
+_END = -2
+"""``[DONE]`` or a terminal Responses API event: the stream is complete."""
+_ERROR = -3
+"""An error event: forwarded, then the call fails as ``stream_error``."""
+_PAUSED = object()
+"""The pump's wake-up when the tap's client is slow."""
+
+
+@runtime_checkable
+class Tap(Protocol):
+    """Where a relaying caller wants the rest of a stream pushed (``Call.tap``), e.g. the gateway's client
+    connection: ``push`` writes at once and says whether the client is slow (then ``drain`` is awaited
+    before more is pushed); a ``ConnectionError`` from it means the client left."""
+
+    def push(self, data: bytes) -> bool: ...
+
+    async def drain(self) -> None: ...
+
+
 _perf = time.perf_counter
 _FAILED_EVENTS = ERROR_EVENTS
-
-
-def _prepare(
-    body: bytes | Mapping[str, Any], stream: bool, wants_usage: bool | None, *, inject: bool = True
-) -> tuple[bytes, bool]:
-    """The body to send, and whether the client itself asked for the usage chunk.
-
-    For streams we ask the upstream for ``stream_options.include_usage`` (the exact token count) when
-    the client did not; the usage-only chunk that then arrives is dropped from what is forwarded.
-    A body the client already asked usage with is sent byte for byte. ``inject=False`` (the Responses
-    API, whose ``response.completed`` always carries usage) sends the body as it is.
-    """
-    if not stream or not inject:
-        return (body if isinstance(body, bytes) else _encode(body)), True
-    obj: Any
-    if isinstance(body, bytes):
-        try:
-            obj = msgspec.json.decode(body)
-        except msgspec.DecodeError:
-            return body, True  # not JSON: the upstream will say so; nothing to inject into
-        if not isinstance(obj, dict):
-            return body, True
-    else:
-        obj = body
-    options = obj.get("stream_options")
-    asked = isinstance(options, dict) and options.get("include_usage") is True
-    if wants_usage is None:
-        wants_usage = asked
-    if asked:
-        return (body if isinstance(body, bytes) else _encode(body)), wants_usage
-    new_options = dict(options) if isinstance(options, dict) else {}
-    new_options["include_usage"] = True
-    # vLLM's continuous_usage_stats only applies with include_usage: a client that did not ask usage
-    # must not start getting it on every chunk because we asked on its behalf.
-    new_options.pop("continuous_usage_stats", None)
-    return _encode({**obj, "stream_options": new_options}), wants_usage
-
-
-MAX_RESPONSE_BODY = 64 * 1024 * 1024
-"""A non-streamed answer larger than this is refused as ``malformed`` (docs/reliability.md)."""
-
-
-def _status_class(status: int, error: WireError | None) -> ErrorClass:
-    if status == 429:
-        if error is not None and "insufficient_quota" in (error.code, error.type):
-            return "insufficient_quota"
-        return "rate_limited"
-    if 400 <= status < 500:
-        return "http_4xx"
-    if 500 <= status < 600:
-        return "http_5xx"
-    return "http_other"
-
-
-def _min(*deadlines: float | None) -> float | None:
-    present = [d for d in deadlines if d is not None]
-    return min(present) if present else None
-
-
-class _Expired(Exception):
-    """A phase deadline passed; carries the error class to report."""
-
-    def __init__(self, error_class: ErrorClass) -> None:
-        super().__init__(error_class)
-        self.error_class = error_class
-
-
-class _Failed(Exception):
-    def __init__(self, error_class: ErrorClass, detail: str) -> None:
-        super().__init__(detail)
-        self.error_class = error_class
-        self.detail = detail
 
 
 class Call:
@@ -141,6 +92,11 @@ class Call:
         self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage, inject=inject)
         self._extra_headers = headers
         self.result: CallResult | None = None
+        self.tap: Tap | None = None
+        """Set by a caller that relays the stream and has written every frame it was given: the rest of the
+        stream is then pushed to it from the connection's callback (``_pump``), with the same measurement."""
+        self._decoder: SSEDecoder  # a stream's, set when it starts
+        self._drop_usage = False
         self._gen: AsyncGenerator[Event, None] | None = None
         # measurement state, filled as the call goes
         self._t0 = 0.0
@@ -277,6 +233,23 @@ class Call:
         self._timer_at = deadline
         self._timer = self._loop.call_at(deadline, self._on_timer)
 
+    def _watch(self, phase: float | None, phase_class: ErrorClass, total: float | None) -> None:
+        """Point the watchdog at the earlier of the phase and total deadlines (``_Expired`` if it has passed)."""
+        if total is not None and (phase is None or total <= phase):
+            deadline: float | None = total
+            self._expiry_class = "timeout_total"
+        else:
+            deadline = phase
+            self._expiry_class = phase_class
+        if deadline is not None:
+            if self._loop.time() >= deadline:
+                raise _Expired(self._expiry_class)
+            if self._timer is None or self._timer_at > deadline:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._arm(deadline)
+        self._deadline = deadline
+
     async def _read(self, resp: Response, phase: float | None, phase_class: ErrorClass, total: float | None) -> bytes:
         """One read of the body, bounded by the phase deadline and the total deadline (loop time).
 
@@ -291,20 +264,7 @@ class Call:
             data = resp.read_nowait()
             if data or resp.is_eof():
                 return data
-            if total is not None and (phase is None or total <= phase):
-                deadline: float | None = total
-                self._expiry_class = "timeout_total"
-            else:
-                deadline = phase
-                self._expiry_class = phase_class
-            if deadline is not None:
-                if self._loop.time() >= deadline:
-                    raise _Expired(self._expiry_class)
-                if self._timer is None or self._timer_at > deadline:
-                    if self._timer is not None:
-                        self._timer.cancel()
-                    self._arm(deadline)
-            self._deadline = deadline
+            self._watch(phase, phase_class, total)
             self._reader = resp
             try:
                 return await resp.readany()
@@ -417,11 +377,16 @@ class Call:
 
             # The stream, inline (one generator level fewer between the socket and the relay).
             splitter = FrameSplitter()
-            decoder = SSEDecoder(strict=True)
+            self._decoder = SSEDecoder(strict=True)
+            self._drop_usage = not self.client_wants_usage
             idle = limits.idle
-            drop_usage = not self.client_wants_usage
             read = self._read
-            while True:
+            end: tuple[float, bytes] | None = None
+            while end is None:
+                if self.tap is not None:  # the caller relays the rest: measured reads go straight to it
+                    end = await self._pump(resp, splitter, idle, total_at)
+                    if end is not None:
+                        break
                 if self._first is None:
                     data = await read(resp, first_at, "timeout_first_token", total_at)
                 else:
@@ -435,84 +400,29 @@ class Call:
                     raise _Failed("malformed", f"bad SSE stream: {exc.problem}") from None
                 final = len(frames) - 1
                 for i, raw in enumerate(frames):
-                    last = i == final  # the relay writes once per upstream read, at its last frame
-                    payload: str | bytes
-                    event_name: str | None = None
-                    if (
-                        raw.startswith(b"data: ")
-                        and raw.endswith(b"\n\n")
-                        and raw.count(b"\n") == 2
-                        and b"\r" not in raw
-                    ):
-                        # The common case, one "data: {...}" line: no need for the full SSE field parser.
-                        payload = raw[6:-2]
-                    else:
-                        try:
-                            sse_events = decoder.feed(raw)
-                        except SSEProtocolError as exc:
-                            raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
-                        if not sse_events:  # a keep-alive comment or stray blank lines
-                            yield Chunk(now, raw, False, 0, last)
-                            continue
-                        payload, event_name = sse_events[0].data, sse_events[0].event
-                    done = payload.startswith(b"[DONE]") if isinstance(payload, bytes) else payload.startswith("[DONE]")
-                    if done:
-                        yield Done(now, raw)
-                        self.result = self._finish(None, end=now)
-                        await self._drain(resp, total_at, loop)
-                        clean = True
-                        yield self.result
-                        return
-                    try:
-                        frame = decode_frame(payload)
-                    except (msgspec.DecodeError, msgspec.ValidationError):
-                        raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-                    kind: str | None = None  # a Responses API event's type; chat chunks have choices
-                    event: EventFrame | None = None
-                    if frame.choices is None:
-                        try:
-                            event = decode_event(payload)
-                        except (msgspec.DecodeError, msgspec.ValidationError):
-                            raise _Failed("malformed", "a stream event is not valid JSON") from None
-                        kind = event.type
-                    if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
+                    code = self._frame(raw, now)
+                    if code >= 0:  # the relay writes once per upstream read, at its last frame
+                        yield Chunk(now, raw, code > 0, code, i == final)
+                    elif code == _END:
+                        end = now, raw
+                        break
+                    elif code == _ERROR:
                         yield Chunk(now, raw, False, 0, True)
                         raise _Failed("stream_error", "the upstream sent an error event mid-stream")
-                    if event is not None and kind in TERMINAL_EVENTS:
-                        # The Responses API ends with response.completed and no [DONE].
-                        if event.response is not None and event.response.usage is not None:
-                            self._take_usage(event.response.usage)
-                        yield Done(now, raw)
-                        self.result = self._finish(None, end=now)
-                        await self._drain(resp, total_at, loop)
-                        clean = True
-                        yield self.result
-                        return
-                    if (usage := frame.usage) is not None:
-                        self._take_usage(usage)
-                        if drop_usage and frame.choices == []:
-                            continue  # the usage chunk we asked for on the client's behalf
-                    n = token_count(frame) if kind is None else int(kind in FIRST_TOKEN_EVENTS)
-                    if n:
-                        self._token_chunks += 1
-                        if self._last_token is None:
-                            self._first = now
-                        else:
-                            self._itl.append((now - self._last_token) * 1000.0)
-                        self._last_token = now
-                        if self._answer is None:
-                            if has_answer(frame) if kind is None else kind in ANSWER_EVENTS:
-                                self._answer = now
-                            else:
-                                self._reasoning_chunks += 1
-                    yield Chunk(now, raw, n > 0, n, last)
+            now, raw = end
+            yield Done(now, raw)
+            self.result = self._finish(None, end=now)
+            await self._drain(resp, total_at, loop)
+            clean = True
+            yield self.result
+            return
         except _Expired as exc:
             self.result = self._finish(exc.error_class, detail=f"{exc.error_class} after {self._ms(_perf()):.0f} ms")
             yield self.result
         except _Failed as exc:
             self.result = self._finish(exc.error_class, detail=exc.detail)
             yield self.result
-        except (asyncio.CancelledError, GeneratorExit):
+        except (asyncio.CancelledError, GeneratorExit, ConnectionError):  # ConnectionError: the tap's client left
             if self.result is None:
                 self.result = self._finish("cancelled", detail="the caller stopped the call")
             raise
@@ -526,6 +436,144 @@ class Call:
                     resp.release()  # read to its end: the connection goes back to the pool
                 else:
                     resp.close()  # mid-body: drop the connection, the upstream sees the client leave
+
+    def _frame(self, raw: bytes, now: float) -> int:
+        """Measure one SSE frame of the stream (tokens, ITL, usage) and say what the relay does with it: a
+        count n >= 0 is a frame to forward that carries n tokens; ``_DROP``, ``_END`` or ``_ERROR`` otherwise.
+        Raises ``_Failed`` for a malformed frame (it is never forwarded)."""
+        payload: str | bytes
+        event_name: str | None = None
+        if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2 and b"\r" not in raw:
+            payload = raw[6:-2]  # the common case, one "data: {...}" line: no need for the full SSE field parser
+        else:
+            try:
+                sse_events = self._decoder.feed(raw)
+            except SSEProtocolError as exc:
+                raise _Failed("malformed", f"bad SSE frame: {exc.problem}") from None
+            if not sse_events:  # a keep-alive comment or stray blank lines
+                return 0
+            payload, event_name = sse_events[0].data, sse_events[0].event
+        if payload.startswith(b"[DONE]") if isinstance(payload, bytes) else payload.startswith("[DONE]"):
+            return _END
+        try:
+            frame = decode_frame(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise _Failed("malformed", "a stream chunk is not valid JSON") from None
+        kind: str | None = None  # a Responses API event's type; chat chunks have choices
+        event: EventFrame | None = None
+        if frame.choices is None:
+            try:
+                event = decode_event(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise _Failed("malformed", "a stream event is not valid JSON") from None
+            kind = event.type
+        if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
+            return _ERROR
+        if event is not None and kind in TERMINAL_EVENTS:  # the Responses API ends so, with no [DONE]
+            if event.response is not None and event.response.usage is not None:
+                self._take_usage(event.response.usage)
+            return _END
+        if (usage := frame.usage) is not None:
+            self._take_usage(usage)
+            if self._drop_usage and frame.choices == []:
+                return _DROP  # the usage chunk we asked for on the client's behalf
+        n = token_count(frame) if kind is None else int(kind in FIRST_TOKEN_EVENTS)
+        if n:
+            self._token_chunks += 1
+            if self._last_token is None:
+                self._first = now
+            else:
+                self._itl.append((now - self._last_token) * 1000.0)
+            self._last_token = now
+            if self._answer is None:
+                if has_answer(frame) if kind is None else kind in ANSWER_EVENTS:
+                    self._answer = now
+                else:
+                    self._reasoning_chunks += 1
+        return n
+
+    async def _pump(
+        self, resp: Response, splitter: FrameSplitter, idle: float | None, total_at: float | None
+    ) -> tuple[float, bytes] | None:
+        """Relay the stream through ``self.tap`` from the connection's own callback: each read is measured
+        (``_frame``, as in the pull loop) and its frames handed on in one ``tap.push``, with no future, task
+        switch or event per read. Returns (time, frame) of the end frame (not pushed: the caller sends it
+        with the end of its body); raises the failure after pushing the frames before it; returns None when
+        the body ended, broke or a deadline passed without an end frame (the pull loop's next read says which).
+        A slow client (``push`` says so) stops the pushing until ``tap.drain()``; the upstream's bytes wait
+        in the response meanwhile (its own read pause applies)."""
+        tap = self.tap
+        assert tap is not None
+        loop = self._loop
+        waiter: asyncio.Future[Any] = loop.create_future()
+
+        def watch() -> None:
+            self._watch(None if idle is None else loop.time() + idle, "timeout_idle", total_at)
+
+        def sink(data: bytes) -> None:
+            now = _perf()
+            forward: list[bytes] = []
+            outcome: Any = None
+            try:
+                for raw in splitter.feed(data):
+                    code = self._frame(raw, now)
+                    if code >= 0:
+                        forward.append(raw)
+                    elif code == _END:
+                        outcome = (now, raw)
+                        break
+                    elif code == _ERROR:
+                        forward.append(raw)
+                        outcome = _Failed("stream_error", "the upstream sent an error event mid-stream")
+                        break
+                watch()
+            except SSEProtocolError as exc:
+                outcome = _Failed("malformed", f"bad SSE stream: {exc.problem}")
+            except Exception as exc:  # _Failed, _Expired, or a bug: raised where the call's generator runs
+                outcome = exc
+            paused = False
+            if forward:
+                try:
+                    paused = tap.push(forward[0] if len(forward) == 1 else b"".join(forward))
+                except Exception as exc:  # the client left (ConnectionError)
+                    outcome = exc
+            if outcome is not None or paused:
+                resp.push_to(None)
+                if not waiter.done():
+                    waiter.set_result(outcome if outcome is not None else _PAUSED)
+
+        def ended() -> None:  # the body ended, broke or a deadline failed it
+            resp.push_to(None)
+            if not waiter.done():
+                waiter.set_result(None)
+
+        self._reader = resp
+        try:
+            while True:
+                watch()
+                try:
+                    data = resp.read_nowait()  # what arrived while we were not pushing
+                except Exception:
+                    return None  # the body failed: the pull loop's read raises it as a read does
+                if data:
+                    sink(data)
+                if not waiter.done():
+                    resp.push_to(sink, ended)
+                    if resp.is_eof():
+                        ended()
+                outcome = await waiter
+                if outcome is _PAUSED:
+                    self._reader = None  # waiting for our client, not for the upstream: no idle expiry
+                    await tap.drain()
+                    self._reader = resp
+                    waiter = loop.create_future()
+                    continue
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome  # type: ignore[no-any-return]
+        finally:
+            resp.push_to(None)
+            self._reader = None
 
     def _take_usage(self, usage: Any) -> None:
         self._prompt_tokens = usage.prompt

@@ -5,7 +5,6 @@ Timestamps ``t`` are ``time.perf_counter()`` seconds (monotonic); only ``started
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
@@ -77,8 +76,7 @@ class Done(msgspec.Struct, frozen=True, gc=False):
     raw: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class CallResult:
+class CallResult(msgspec.Struct, frozen=True):
     """How one call went. Times are in ms from the send; ``started_at`` is wall-clock Unix seconds.
 
     ``output_tokens`` is the upstream's ``usage.completion_tokens``; when the upstream reported none it
@@ -98,7 +96,7 @@ class CallResult:
     retry_after_s: float | None = None
     ttft_ms: float | None = None
     e2e_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
+    itl_ms: list[float] = msgspec.field(default_factory=list)
     prompt_tokens: int | None = None
     output_tokens: int = 0
     tokens_estimated: bool = True

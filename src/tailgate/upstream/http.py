@@ -29,6 +29,7 @@ import socket
 import ssl
 import zlib
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -83,6 +84,8 @@ class Response:
         "_informational",
         "_keep_alive",
         "_raw_headers",
+        "_sink",
+        "_sink_ended",
         "_size",
         "_until_close",
         "_unzip",
@@ -107,6 +110,8 @@ class Response:
         self._eof = False
         self._exc: BaseException | None = None
         self._waiter: asyncio.Future[bytes | None] | None = None  # bytes: data handed over; None: look again
+        self._sink: Callable[[bytes], None] | None = None  # push_to
+        self._sink_ended: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Response {self.status} eof={self._eof} buffered={self._size}>"
@@ -151,6 +156,14 @@ class Response:
                 self._size += len(handed)
         return self.read_nowait()
 
+    def push_to(self, sink: Callable[[bytes], None] | None, ended: Callable[[], None] | None = None) -> None:
+        """Hand each read of the body to ``sink(data)`` from the connection's callback as it arrives, instead
+        of buffering it for a reader (what is already buffered stays for ``read_nowait``: take it first);
+        ``ended()`` when the body ends, breaks or is failed (then read as usual to learn which). ``sink``
+        must not raise. ``push_to(None)`` stops."""
+        self._sink = sink
+        self._sink_ended = ended if sink is not None else None
+
     def _take(self) -> None:
         self._buf = []
         paused, self._size = self._size >= HIGH_WATER, 0
@@ -166,6 +179,8 @@ class Response:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if (ended := self._sink_ended) is not None:
+            ended()
 
     # -- the end ---------------------------------------------------------------------------------
 
@@ -216,6 +231,9 @@ class Response:
                 raise UpstreamDisconnected(f"the upstream's compressed body is corrupt ({exc})") from None
             if not data:
                 return
+        if (sink := self._sink) is not None and not self._buf:
+            sink(data)  # pushed (push_to): no reader, no buffering
+            return
         waiter = self._waiter
         if waiter is not None and not self._buf and not waiter.done():
             waiter.set_result(data)  # a reader is waiting: hand it over, no buffering
