@@ -42,7 +42,7 @@ from multidict import CIMultiDict
 from tailgate._aiohttp import BodyLimits, is_json_type, too_large
 from tailgate.config.schema import ServerConfig
 from tailgate.gateway.exchange import Handle, Reply, Stream, error_reply
-from tailgate.gateway.front_reply import FrontExchange, Message, reply_bytes
+from tailgate.gateway.front_reply import FrontExchange, Message, WriteBatch, reply_bytes
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -89,6 +89,7 @@ class Front(asyncio.Protocol):
         manager: web.Server,
         fallback: Callable[[], asyncio.Protocol],
         loop: asyncio.AbstractEventLoop,
+        batch: WriteBatch,
     ) -> None:
         self._routes = {path.encode(): handle for path, handle in front.routes.items()}
         self._limits = front.limits
@@ -101,6 +102,8 @@ class Front(asyncio.Protocol):
         self._manager = manager
         self._fallback = fallback
         self._loop = loop
+        self.batch = batch
+        """Stream writes pushed during a loop turn, written at its end (front_reply.WriteBatch)."""
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.lost = False

@@ -31,6 +31,7 @@ from tailgate._aiohttp import BodyLimits, HardenedSite, error_response
 from tailgate.config.schema import GatewayConfig, ServerConfig
 from tailgate.gateway.exchange import DEADLINE_HIT, STREAM_RESPONSE
 from tailgate.gateway.front import FRONT_KEY, Front
+from tailgate.gateway.front_reply import WriteBatch
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -73,6 +74,8 @@ def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConf
     app = runner.app if isinstance(runner, web.AppRunner) else None
     routes = app.get(FRONT_KEY) if app is not None else None
 
+    batches: dict[asyncio.AbstractEventLoop, WriteBatch] = {}  # one per loop: the site's connections share it
+
     def front(
         site: HardenedSite,
         manager: web.Server,
@@ -80,7 +83,10 @@ def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConf
         loop: asyncio.AbstractEventLoop,
     ) -> asyncio.Protocol:
         assert routes is not None
-        return Front(routes, site=site, manager=manager, fallback=fallback, loop=loop)
+        batch = batches.get(loop)
+        if batch is None:
+            batch = batches[loop] = WriteBatch(loop)
+        return Front(routes, site=site, manager=manager, fallback=fallback, loop=loop, batch=batch)
 
     return HardenedSite(
         runner, host, port, max_connections=server.max_connections, front=front if routes else None, **kwargs
