@@ -103,7 +103,8 @@ class Front(asyncio.Protocol):
         self._fallback = fallback
         self._loop = loop
         self.batch = batch
-        """Stream writes pushed during a loop turn, written at its end (front_reply.WriteBatch)."""
+        """Writes queued during a loop turn, written at its end (``queue``; front_reply.WriteBatch)."""
+        self._out: list[bytes] = []
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.lost = False
@@ -168,6 +169,36 @@ class Front(asyncio.Protocol):
         if self._task is not None and (self.exchange is None or not self.exchange.replied):
             self._task.cancel()  # like aiohttp's handler_cancellation: the proxy books a 499
         self._queue.clear()
+        self._out.clear()
+
+    # -- writing: queued for the end of the loop turn, or now after what is queued ----------------------
+
+    def queue(self, data: bytes) -> None:
+        """Write ``data`` now if it is the loop turn's first write, else at the end of the turn with the turn's
+        other writes (``WriteBatch``): one client alone is answered at once, fifty share the wake-ups."""
+        if self._out or self.batch.add(self):
+            self._out.append(data)
+        else:
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is queued (the batch calls it; so does every direct write and close, to keep the order)."""
+        if self._out:
+            out, self._out = self._out, []
+            if not self.lost:
+                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def send(self, data: bytes) -> None:
+        """Write ``data`` now, after what is queued (one write)."""
+        if self._out:
+            self._out.append(data)
+            self.flush()
+        else:
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        self.flush()
+        self.transport.close()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -275,7 +306,7 @@ class Front(asyncio.Protocol):
             self._refuse(too_large(limits.max_bytes))
             raise _Stop
         if headers.get("Expect", "").lower() == "100-continue":
-            self.transport.write(_CONTINUE)
+            self.send(_CONTINUE)
         self._message = Message(path.decode("latin-1"), handle, headers, self._parser.should_keep_alive())
         self._body = []
         self._body_size = 0
@@ -358,7 +389,7 @@ class Front(asyncio.Protocol):
         if self._handover is not None:
             self._hand_over()
         elif self.closing:
-            self.transport.close()
+            self._close()
         else:
             self._last = self._loop.time()
             self._arm_keepalive()
@@ -382,7 +413,7 @@ class Front(asyncio.Protocol):
             out = await self._deadline_answer(exchange)
         except ConnectionError:
             self._task = None
-            self.transport.close()
+            self._close()
             return
         except Exception:
             log.exception("unhandled error in POST %s", message.path)
@@ -397,14 +428,14 @@ class Front(asyncio.Protocol):
         keep_alive = message.keep_alive and not self.closing
         if exchange.replied:  # sent by send(), or a stream that ended
             if not keep_alive:
-                self.transport.close()
+                self._close()
                 return
         elif isinstance(out, Reply):
             self.write_reply(out, keep_alive=keep_alive)
             if not keep_alive:
                 return
         else:
-            self.transport.close()  # a stream that did not end cleanly: the client must see the cut
+            self._close()  # a stream that did not end cleanly: the client must see the cut
             return
         self._next()
 
@@ -437,15 +468,16 @@ class Front(asyncio.Protocol):
         except ValueError:
             log.exception("refused to send a response header")
             data = reply_bytes(Reply(500, {}, b""), keep_alive=keep_alive)
-        self.transport.write(data)
         if keep_alive:
+            self.queue(data)  # written with the loop turn's other writes (WriteBatch)
             return
+        self.send(data)
         if linger and self.transport.can_write_eof():
             self._ignore_input = True
             self.transport.write_eof()
             self._linger = self._loop.call_later(_LINGER_S, self.transport.close)
         else:
-            self.transport.close()
+            self._close()
 
     # -- hand-over, keep-alive, stop ----------------------------------------------------------------
 
@@ -465,6 +497,7 @@ class Front(asyncio.Protocol):
         self.lost = True  # this protocol is done with the connection (its counters move to the handler)
         self._site.connections -= 1
         self._manager._connections.pop(self, None)  # type: ignore[call-overload]
+        self.flush()
         handler = self._fallback()
         transport = self.transport
         transport.set_protocol(handler)
@@ -495,7 +528,7 @@ class Front(asyncio.Protocol):
             return  # busy: armed again when the request ends
         due = self._last + self._keepalive_s
         if self._loop.time() >= due:
-            self.transport.close()
+            self._close()
         else:
             self._keepalive = self._loop.call_at(due, self._keepalive_due)
 
@@ -514,7 +547,7 @@ class Front(asyncio.Protocol):
         """aiohttp's ``pre_shutdown``: no new request; close once the one in flight is answered."""
         self.closing = True
         if not self._busy() and not self.lost:
-            self.transport.close()
+            self._close()
 
     def _busy(self) -> bool:
         """A request's body is arriving, or a request is queued or being served (half a head is not a request:
@@ -539,4 +572,4 @@ class Front(asyncio.Protocol):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if not self.lost:
-            self.transport.close()
+            self._close()

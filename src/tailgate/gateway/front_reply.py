@@ -109,7 +109,7 @@ class FrontExchange:
         if front.lost:
             raise ConnectionResetError("the client closed the connection")
         stream = self.stream = ChunkedStream(self)
-        front.transport.write(
+        front.send(
             head(200, {**SSE_HEADERS, **headers}, "Transfer-Encoding: chunked\r\n") + (_chunk(first) if first else b"")
         )
         if front.write_paused:
@@ -118,49 +118,46 @@ class FrontExchange:
 
 
 class WriteBatch:
-    """The stream bytes pushed while the loop handles its reads (``ChunkedStream.push``, from the upstream
-    connections' callbacks), written once it has handled them all: one ``call_soon`` per loop turn. Writing
-    inside each read's callback instead cost ~1.6x the CPU per write (the client, woken by each small write
-    between two reads, paid a full wake-up each time; docs/benchmarks.md); a burst of reads then a burst of
-    writes is what the pulled relay did, and a client with two reads in one turn gets one write."""
+    """The writes of one loop turn after its first (``Front.queue``: answers and pushed stream bytes), written
+    together at the end of the turn (one ``call_soon``). Writing each at once inside the reads' callbacks cost
+    ~1.6x the CPU per write (the client, woken by each small write between two reads, paid a full wake-up each
+    time; docs/benchmarks.md); a burst of reads then a burst of writes is what a pulled relay did, and a
+    connection with two answers or reads in one turn gets one write. The turn's first write goes at once, so a
+    lone client is not made to wait for the rest of the turn's work."""
 
-    __slots__ = ("_loop", "_scheduled", "_streams")
+    __slots__ = ("_fronts", "_loop", "_open")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._streams: list[ChunkedStream] = []
-        self._scheduled = False
+        self._fronts: list[Front] = []
+        self._open = False
 
-    def add(self, stream: ChunkedStream) -> None:
-        self._streams.append(stream)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush)
+    def add(self, front: Front) -> bool:
+        """True: ``front`` is written at the end of the turn. False: this is the turn's first write, make it
+        now (the turn is marked: later writes in it are batched)."""
+        if self._open:
+            self._fronts.append(front)
+            return True
+        self._open = True
+        self._loop.call_soon(self._flush)
+        return False
 
     def _flush(self) -> None:
-        self._scheduled = False
-        streams, self._streams = self._streams, []
-        for stream in streams:
-            stream.flush()
+        self._open = False
+        fronts, self._fronts = self._fronts, []
+        for front in fronts:
+            front.flush()
 
 
 class ChunkedStream:
-    """A chunked ``text/event-stream`` body on a front connection: one write per relayed read (pulled), or per
-    loop turn (pushed: ``push``, written by the front's ``WriteBatch``)."""
+    """A chunked ``text/event-stream`` body on a front connection: one write per relayed read (pulled), or the
+    bytes pushed in a loop turn in one write at its end (``push``, through the front's queue)."""
 
-    __slots__ = ("_out", "done", "exchange")
+    __slots__ = ("done", "exchange")
 
     def __init__(self, exchange: FrontExchange) -> None:
         self.exchange = exchange
         self.done = False
-        self._out: list[bytes] = []  # pushed, not yet written
-
-    def _with_pushed(self, data: bytes) -> bytes:
-        if not self._out:
-            return data
-        out, self._out = self._out, []
-        out.append(data)
-        return b"".join(out)
 
     def push(self, data: bytes) -> bool:
         """Take ``data`` from the upstream connection's callback (``upstream.Tap``); it is written at the end
@@ -170,36 +167,24 @@ class ChunkedStream:
         front = self.exchange.front
         if front.lost:
             raise ConnectionResetError("the client closed the connection")
-        if not self._out:
-            front.batch.add(self)
-        self._out.append(data)
+        front.queue(_chunk(data))
         return front.write_paused
 
-    def flush(self) -> None:
-        """Write what was pushed (the batch calls it)."""
-        if not self._out:
-            return
-        data = self._with_pushed(b"")
-        front = self.exchange.front
-        if not front.lost:
-            front.transport.write(_chunk(data))
-
     async def drain(self) -> None:
-        self.flush()
         front = self.exchange.front
+        front.flush()
         if front.write_paused:
             await front.drain()
 
     async def write(self, data: bytes) -> None:
         if self.done:
             raise RuntimeError("write() after write_eof()")
-        data = self._with_pushed(data)
         if not data:
             return
         front = self.exchange.front
         if front.lost:
             raise ConnectionResetError("the client closed the connection")
-        front.transport.write(_chunk(data))
+        front.send(_chunk(data))
         if front.write_paused:
             await front.drain()
 
@@ -207,11 +192,10 @@ class ChunkedStream:
         if self.done:
             return
         self.done = True
-        data = self._with_pushed(data)
         front = self.exchange.front
         if front.lost:
             raise ConnectionResetError("the client closed the connection")
-        front.transport.write((_chunk(data) if data else b"") + _LAST_CHUNK)
+        front.send((_chunk(data) if data else b"") + _LAST_CHUNK)
         self.exchange.replied = True
         if front.write_paused:
             await front.drain()

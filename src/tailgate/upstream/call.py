@@ -276,9 +276,12 @@ class Call:
     async def _run(self) -> AsyncGenerator[Event, None]:
         client, endpoint = self.client, self.client.endpoint
         limits = endpoint.timeouts
-        loop = self._loop = asyncio.get_running_loop()
-        headers = self._request_headers()
         pool = client.pool
+        loop = pool.loop
+        if loop is None or loop.is_closed():
+            loop = pool.loop = asyncio.get_running_loop()
+        self._loop = loop
+        headers = self._request_headers()
         resp: Response | None = None
         clean = False
         self._wall = time.time()
