@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import GatewayHandle, SimFactory
+from tailgate.gateway.front_reply import WriteBatch
 from tailgate.ledger import read_rows
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -147,6 +148,42 @@ async def test_pipelined_requests_are_answered_in_order(sim: SimFactory, gateway
     assert refused.headers["connection"] == "close"
     assert await _closed(reader)
     writer.close()
+
+
+async def test_a_loop_turns_answers_are_batched_and_each_connection_keeps_its_order(
+    sim: SimFactory, gateway: GwFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty connections, each with two pipelined POSTs and a GET behind them in one write, all at once: the
+    answers a loop turn makes after its first are queued and written together at the end of the turn
+    (front_reply.WriteBatch), while the GET's refusal (400, then the close) is written at once in the same
+    turn as the second answer: every connection gets its two answers, then the refusal, then the close."""
+    flushed: list[int] = []
+    real_flush = WriteBatch._flush
+
+    def spy(self: WriteBatch) -> None:
+        flushed.append(len(self._fronts))
+        real_flush(self)
+
+    monkeypatch.setattr(WriteBatch, "_flush", spy)
+    up = await sim("instant", models=("up",))
+    gw = await gateway(_config(up.url))
+    conns = [await _connect(gw) for _ in range(40)]
+
+    def body(n: int) -> bytes:
+        return json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": n}).encode()
+
+    for _, writer in conns:
+        writer.write(_post(body(1)) + _post(body(2)) + _get(b"/v1/models"))
+
+    async def answers(reader: asyncio.StreamReader) -> list[Any]:
+        got = [await _read_answer(reader) for _ in range(3)]
+        assert await _closed(reader)
+        return [a.status for a in got] + [a.json()["usage"]["completion_tokens"] for a in got[:2]]
+
+    assert await asyncio.gather(*(answers(r) for r, _ in conns)) == [[200, 200, 400, 1, 2]] * 40
+    for _, writer in conns:
+        writer.close()
+    assert sum(flushed) > 0  # some answers did wait for the end of their turn
 
 
 async def test_expect_continue_chunked_bodies_and_their_limit(sim: SimFactory, gateway: GwFactory) -> None:
