@@ -19,6 +19,23 @@ def test_split_lf_across_reads() -> None:
         assert s.pending == b""
 
 
+def test_split_one_frame_per_read_and_its_neighbours() -> None:
+    """A read that is exactly one frame (the usual case, taken without scanning) and the reads that only look
+    like one: a lone byte, a frame with a blank line more, two frames, a CRLF frame, one after a pending part."""
+    s = FrameSplitter()
+    assert s.feed(b'data: {"a":1}\n\n') == [b'data: {"a":1}\n\n']
+    assert s.feed(b"d") == []
+    assert s.pending == b"d"
+    assert s.feed(b"ata: x\n\n") == [b"data: x\n\n"]
+    assert s.feed(b"data: y\n\n\n") == [b"data: y\n\n"]
+    assert s.pending == b"\n"
+    s = FrameSplitter()
+    assert s.feed(b"data: a\n\ndata: b\n\n") == [b"data: a\n\n", b"data: b\n\n"]
+    assert s.feed(b"data: c\r\n\r\n") == [b"data: c\r\n\r\n"]
+    assert s.feed(b"\n\n") == [b"\n\n"]
+    assert s.pending == b""
+
+
 def test_split_crlf_and_cr() -> None:
     """CRLF and lone-CR terminators are frame boundaries; a CR at the end of a read waits."""
     s = FrameSplitter()

@@ -32,6 +32,8 @@ class FrameSplitter:
         return self._buf
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._buf and len(data) > 2 and data.find(b"\n\n") == len(data) - 2 and b"\r" not in data:
+            return [data]  # the usual read of a stream: exactly one whole LF-only frame
         buf = self._buf + data if self._buf else data
         frames: list[bytes] = []
         pos = 0
