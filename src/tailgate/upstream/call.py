@@ -58,8 +58,9 @@ _PAUSED = object()
 @runtime_checkable
 class Tap(Protocol):
     """Where a relaying caller wants the rest of a stream pushed (``Call.tap``), e.g. the gateway's client
-    connection: ``push`` writes at once and says whether the client is slow (then ``drain`` is awaited
-    before more is pushed); a ``ConnectionError`` from it means the client left."""
+    connection: ``push`` takes a read's frames (to write now, or with the loop turn's other writes) and says
+    whether the client is slow (then ``drain`` is awaited before more is pushed); a ``ConnectionError`` from
+    it means the client left."""
 
     def push(self, data: bytes) -> bool: ...
 
