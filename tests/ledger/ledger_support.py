@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from tailgate.ledger import LedgerRow
 from tailgate.ledger.row import COLUMNS
@@ -36,13 +36,13 @@ def make_row(i: int = 0, **changes: Any) -> LedgerRow:
         overhead_ms=0.375,
         cost=0.00123,
     )
-    return replace(row, **changes) if changes else row
+    return msgspec.structs.replace(row, **changes) if changes else row
 
 
 _INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
 
 
 def insert_rows(store: StoreConn, rows: list[LedgerRow]) -> None:
-    params = [tuple(int(v) if isinstance(v, bool) else v for v in dataclasses.astuple(r)) for r in rows]
+    params = [tuple(int(v) if isinstance(v, bool) else v for v in msgspec.structs.astuple(r)) for r in rows]
     with store.transaction():
         store.executemany(_INSERT, params)

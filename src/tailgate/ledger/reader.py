@@ -13,7 +13,7 @@ from tailgate.ledger.schema import open_db
 _STREAM = COLUMNS.index("stream")
 _ESTIMATED = COLUMNS.index("tokens_estimated")
 _SELECT = ", ".join(COLUMNS)
-# The column names come from the LedgerRow dataclass, never from input, so building the SQL is safe.
+# The column names come from LedgerRow's fields, never from input, so building the SQL is safe.
 _ALL = f"SELECT {_SELECT} FROM requests ORDER BY ts, id"  # noqa: S608
 _NEWEST = f"SELECT {_SELECT} FROM (SELECT * FROM requests ORDER BY ts DESC, id DESC LIMIT ?) ORDER BY ts, id"  # noqa: S608
 

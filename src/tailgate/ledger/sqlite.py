@@ -26,7 +26,7 @@ from tailgate.ledger.schema import open_db
 
 log = logging.getLogger("tailgate.ledger")
 
-# The column names come from the LedgerRow dataclass, never from input, so building the SQL is safe.
+# The column names come from LedgerRow's fields, never from input, so building the SQL is safe.
 _INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"  # noqa: S608
 _params = operator.attrgetter(*COLUMNS)
 _ROWS_PER_INSERT = 200
