@@ -5,22 +5,11 @@ The script exits 1 when a counter or a slot is left wrong; the CPU target is the
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_support import run_quick
 
 
 def test_quick_run_admits_and_settles_exactly() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_admission.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "all correctness checks passed" in proc.stdout
-    assert "generic" in proc.stdout
-    assert "local" in proc.stdout
+    stdout = run_quick("bench_admission.py", timeout=120)
+    assert "all correctness checks passed" in stdout
+    assert "generic" in stdout
+    assert "local" in stdout

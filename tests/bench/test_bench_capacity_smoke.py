@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "loadgen_capacity.py"
+from bench_support import run_quick
 
 
 @pytest.mark.bench
@@ -24,15 +20,7 @@ def test_loadgen_capacity_quick_run_is_correct(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install wrk); loadgen_capacity.py compares against it")
     out = tmp_path / "loadgen_capacity.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_quick("loadgen_capacity.py", "--json", str(out), timeout=110)
     result = json.loads(out.read_text())
     assert result["correct"] is True
     assert result["enforced"] is False

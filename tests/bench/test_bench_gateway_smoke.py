@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import run_quick
 
 from tailgate.state.server import find_redis_server
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gateway_overhead.py"
 HOPS = ("direct", "floor", "tailgate")
 
 
@@ -28,15 +25,7 @@ def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install wrk); gateway_overhead.py drives the load with it")
     out = tmp_path / "gateway_overhead.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_quick("gateway_overhead.py", "--json", str(out), *args, timeout=100)
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_support import run_quick
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_sim.py"
@@ -59,15 +59,7 @@ def test_bench_sim_quick_run_is_correct(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install wrk); bench_sim.py drives the load with it")
     out = tmp_path / "bench_sim.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_quick("bench_sim.py", "--json", str(out), timeout=60)
     result = json.loads(out.read_text())
     assert result["correct"] is True
     scenarios = result["scenarios"]

@@ -7,16 +7,13 @@ benchmark's business (1-second windows of 20 streams on a shared machine are too
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_support import run_quick
 
 from tailgate.state.server import find_redis_server
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "stream_relay.py"
 HOPS = ("direct", "floor", "tailgate", "tailgate-w2")
 
 
@@ -27,15 +24,7 @@ def test_stream_relay_quick_run_is_correct(tmp_path: Path) -> None:
     if find_redis_server() is None:
         pytest.skip("redis-server is not installed; the gateways keep their fleet state in it")
     out = tmp_path / "stream_relay.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=80,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_quick("stream_relay.py", "--json", str(out), timeout=80)
     result = json.loads(out.read_text())
     assert result["correct"] is True
     failed = [c for c in result["checks"] if not c["ok"]]

@@ -7,24 +7,15 @@ otherwise); the CPU ratio target is the full benchmark's business.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_support import run_quick
 
 
 def test_quick_run_measures_every_client(tmp_path: Path) -> None:
     out = tmp_path / "upstream_client.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "upstream_client.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "all correctness checks passed" in proc.stdout
+    stdout = run_quick("upstream_client.py", "--json", str(out), timeout=120)
+    assert "all correctness checks passed" in stdout
     results = json.loads(out.read_text())
     assert set(results) == {"nonstream", "stream"}
     for mode in results.values():
