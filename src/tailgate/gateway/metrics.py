@@ -6,9 +6,16 @@ Label values are aliases, provider names, outcomes and directions — never keys
 from __future__ import annotations
 
 import os
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.utils import floatToGoString
 
 # Label children are cached (``.labels()`` validates, locks and hashes on every call: eight look-ups
 # per served request cost more than the increments). Aliases in labels come from clients (an unknown
@@ -20,68 +27,77 @@ _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5,
 _OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
+class Incrementable(Protocol):
+    def inc(self, amount: float = 1.0) -> None: ...
+
+
+class Observable(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class CounterFamily(Protocol):
+    def labels(self, *values: str) -> Incrementable: ...
+
+
+class HistogramFamily(Protocol):
+    def labels(self, *values: str) -> Observable: ...
+
+
 class GatewayMetrics:
-    """The gateway's metrics in their own registry (tests and several apps in one process don't clash)."""
+    """The gateway's metrics in their own registry (tests and several apps in one process don't clash).
+
+    Counters and histograms are :class:`LocalSeries` (no lock, a bisect per observation) in one process, and
+    prometheus_client's own under ``--workers N`` (its multiprocess mode: values in shared files, summed at
+    scrape). Gauges are set at scrape and stay prometheus_client's.
+    """
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
+        self._local: LocalSeries | None = None if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else LocalSeries(r)
+        self.requests = self._counter(
             "tailgate_requests",
             "Client requests by alias, serving provider and outcome.",
-            ["alias", "provider", "outcome"],
-            registry=r,
+            ("alias", "provider", "outcome"),
         )
-        self.attempts = Counter(
+        self.attempts = self._counter(
             "tailgate_upstream_attempts",
             "Upstream attempts by provider and outcome (ok or error class).",
-            ["provider", "outcome"],
-            registry=r,
+            ("provider", "outcome"),
         )
-        self.ttft = Histogram(
+        self.ttft = self._histogram(
             "tailgate_ttft_seconds",
             "Time to first token of served requests, measured by the gateway.",
-            ["alias", "provider"],
-            buckets=_LATENCY,
-            registry=r,
+            ("alias", "provider"),
+            _LATENCY,
         )
-        self.ttft_answer = Histogram(
+        self.ttft_answer = self._histogram(
             "tailgate_ttft_answer_seconds",
             "Time to the first answer token (content or tool call, not reasoning) of served requests.",
-            ["alias", "provider"],
-            buckets=_LATENCY,
-            registry=r,
+            ("alias", "provider"),
+            _LATENCY,
         )
-        self.e2e = Histogram(
-            "tailgate_e2e_seconds",
-            "End-to-end time of served requests.",
-            ["alias", "provider"],
-            buckets=_LATENCY,
-            registry=r,
+        self.e2e = self._histogram(
+            "tailgate_e2e_seconds", "End-to-end time of served requests.", ("alias", "provider"), _LATENCY
         )
-        self.overhead = Histogram(
+        self.overhead = self._histogram(
             "tailgate_overhead_seconds",
             "Time spent in the gateway itself (total minus waiting on providers).",
-            ["alias"],
-            buckets=_OVERHEAD,
-            registry=r,
+            ("alias",),
+            _OVERHEAD,
         )
-        self.tokens = Counter(
+        self.tokens = self._counter(
             "tailgate_tokens",
             "Tokens by provider and direction (input, output; reasoning: the part of output spent thinking).",
-            ["provider", "direction"],
-            registry=r,
+            ("provider", "direction"),
         )
-        self.cost = Counter(
-            "tailgate_cost", "Cost by provider in its price currency.", ["provider", "currency"], registry=r
-        )
+        self.cost = self._counter("tailgate_cost", "Cost by provider in its price currency.", ("provider", "currency"))
         self.in_flight = Gauge(
             "tailgate_in_flight", "Upstream requests in flight by provider.", ["provider"], registry=r
         )
-        self.breaker_transitions = Counter(
+        self.breaker_transitions = self._counter(
             "tailgate_breaker_transitions",
             "Circuit breaker state changes by provider and new state.",
-            ["provider", "state"],
-            registry=r,
+            ("provider", "state"),
         )
         self.provider_state = Gauge(
             "tailgate_provider_active",
@@ -90,11 +106,21 @@ class GatewayMetrics:
             registry=r,
         )
 
-        self._requests: dict[tuple[str, str, str], Counter] = {}
-        self._attempts: dict[tuple[str, str], Counter] = {}
+        self._requests: dict[tuple[str, str, str], Incrementable] = {}
+        self._attempts: dict[tuple[str, str], Incrementable] = {}
         self._served: dict[tuple[str, str, str], Served] = {}
 
-    def request(self, alias: str, provider: str, outcome: str) -> Counter:
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> CounterFamily:
+        if self._local is not None:
+            return self._local.counter(name, doc, labels)
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _histogram(self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> HistogramFamily:
+        if self._local is not None:
+            return self._local.histogram(name, doc, labels, buckets)
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+    def request(self, alias: str, provider: str, outcome: str) -> Incrementable:
         """``requests.labels(alias, provider, outcome)``, cached."""
         key = (alias, provider, outcome)
         child = self._requests.get(key)
@@ -104,7 +130,7 @@ class GatewayMetrics:
                 self._requests[key] = child
         return child
 
-    def attempt(self, provider: str, outcome: str) -> Counter:
+    def attempt(self, provider: str, outcome: str) -> Incrementable:
         """``attempts.labels(provider, outcome)``, cached."""
         key = (provider, outcome)
         child = self._attempts.get(key)
@@ -180,11 +206,128 @@ class Served:
         self.ttft_answer = m.ttft_answer.labels(alias, provider)
         self.reasoning_tokens = m.tokens.labels(provider, "reasoning")
         self._m, self._cost_labels = m, (provider, currency)
-        self._cost: Counter | None = None
+        self._cost: Incrementable | None = None
 
     @property
-    def cost(self) -> Counter:
+    def cost(self) -> Incrementable:
         """Made on first use: a provider without a price shows no cost series at all."""
         if self._cost is None:
             self._cost = self._m.cost.labels(*self._cost_labels)
         return self._cost
+
+
+class LocalSeries:
+    """Counters and histograms of one process, rendered by a collector in ``registry``.
+
+    prometheus_client takes a lock per increment and scans a histogram's buckets one by one: with four
+    histograms and five counters per request that was ~6 µs of a request's ~220 µs at 50 connections. Here
+    a counter is a float and an observation one ``bisect``. No lock: the gateway updates and renders its
+    metrics on its event loop, one thread. The exposition is prometheus_client's, sample for sample.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._families: list[_CounterFamily | _HistogramFamily] = []
+        registry.register(self)
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...]) -> _CounterFamily:
+        f = _CounterFamily(name, doc, labels)
+        self._families.append(f)
+        return f
+
+    def histogram(self, name: str, doc: str, labels: tuple[str, ...], buckets: Sequence[float]) -> _HistogramFamily:
+        f = _HistogramFamily(name, doc, labels, buckets)
+        self._families.append(f)
+        return f
+
+    def collect(self) -> Iterator[Metric]:
+        created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
+        for f in self._families:
+            yield f.collect(created)
+
+
+class _Count:
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self.value += amount
+
+
+class _Hist:
+    __slots__ = ("bounds", "counts", "created", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds  # the last is +Inf
+        self.counts = [0] * len(bounds)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect_left(self.bounds, amount)] += 1  # the first bucket whose bound is >= amount
+        self.sum += amount
+
+
+C = TypeVar("C", _Count, _Hist)
+
+
+class _Family(Generic[C]):
+    """One counter or histogram: its children by label values."""
+
+    def __init__(self, name: str, doc: str, labels: tuple[str, ...], make: Callable[[], C]) -> None:
+        self.name, self.doc, self.labelnames = name, doc, labels
+        self._make: Callable[[], C] = make
+        self.children: dict[tuple[str, ...], C] = {}
+
+    def labels(self, *values: str) -> C:
+        key = tuple(str(v) for v in values)
+        child = self.children.get(key)
+        if child is None:
+            if len(key) != len(self.labelnames):
+                raise ValueError(f"{self.name}: {len(key)} label values for labels {self.labelnames}")
+            child = self.children[key] = self._make()
+        return child
+
+
+class _CounterFamily(_Family[_Count]):
+    def __init__(self, name: str, doc: str, labels: tuple[str, ...]) -> None:
+        super().__init__(name, doc, labels, _Count)
+
+    def collect(self, created: bool) -> Metric:
+        name, m = self.name, Metric(self.name, self.doc, "counter")
+        for key, c in self.children.items():
+            labels = dict(zip(self.labelnames, key, strict=True))
+            m.add_sample(f"{name}_total", labels, c.value)
+            if created:
+                m.add_sample(f"{name}_created", labels, c.created)
+        return m
+
+
+class _HistogramFamily(_Family[_Hist]):
+    def __init__(self, name: str, doc: str, labels: tuple[str, ...], buckets: Sequence[float]) -> None:
+        bounds = (*sorted(float(b) for b in buckets), float("inf"))
+        super().__init__(name, doc, labels, lambda: _Hist(bounds))
+        self._les = [_go_float(b) for b in bounds]
+
+    def collect(self, created: bool) -> Metric:
+        name, m = self.name, Metric(self.name, self.doc, "histogram")
+        for key, h in self.children.items():
+            labels = dict(zip(self.labelnames, key, strict=True))
+            acc = 0
+            for le, n in zip(self._les, h.counts, strict=True):
+                acc += n
+                m.add_sample(f"{name}_bucket", {**labels, "le": le}, float(acc))
+            m.add_sample(f"{name}_count", labels, float(acc))
+            m.add_sample(f"{name}_sum", labels, h.sum)
+            if created:
+                m.add_sample(f"{name}_created", labels, h.created)
+        return m
+
+
+def _go_float(bound: float) -> str:
+    """A bucket bound as prometheus_client writes ``le``."""
+    return str(floatToGoString(bound))  # type: ignore[no-untyped-call]

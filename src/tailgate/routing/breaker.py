@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -282,14 +282,25 @@ class BreakerRegistry:
         self._rng = rng or random.Random()
         self._on_transition = on_transition
         self._by_name: dict[str, CircuitBreaker] = {}
+        self.changes = 0
+        """Transitions of every breaker so far: a policy's cached plan is stale once this moves."""
+
+    def _moved(self, provider: str, transition: Transition) -> None:
+        self.changes += 1
+        if self._on_transition is not None:
+            self._on_transition(provider, transition)
 
     def get(self, provider: str) -> CircuitBreaker:
         b = self._by_name.get(provider)
         if b is None:
             b = self._by_name[provider] = CircuitBreaker(
-                provider, self.config, clock=self._clock, rng=self._rng, on_transition=self._on_transition
+                provider, self.config, clock=self._clock, rng=self._rng, on_transition=self._moved
             )
         return b
+
+    def all_closed(self, providers: Iterable[str]) -> bool:
+        """Every one of these breakers is closed (a closed breaker only leaves that state by a transition)."""
+        return all(self.get(p).state == "closed" for p in providers)
 
     def __iter__(self) -> Iterator[CircuitBreaker]:
         return iter(list(self._by_name.values()))

@@ -59,6 +59,8 @@ FLAP_WINDOW_S = 60.0
 probe evidence it needs next time (3, 12, then ``MAX_READMIT``), like a breaker's cool-down but steeper: a
 provider that flaps every 10 s is then kept out until it has been good for 12 s, not re-admitted each spell."""
 MAX_READMIT = 30
+MAX_PLANS = 1024
+"""Kept ``order`` plans (alias × traffic class × excluded providers); the classes come from clients."""
 MEETS_ERROR_FACTOR = 0.9
 """A route with an error factor below this (over 5 % faults at the defaults) does not meet its SLO."""
 
@@ -130,6 +132,25 @@ class _Judged:
         )
 
 
+@dataclass(slots=True)
+class _Plan:
+    """``order``'s view of an alias's judgements: the same until ``until`` while no breaker moves."""
+
+    routes: Sequence[Route]
+    until: float
+    breaker_changes: int
+    live_pref: list[Route]
+    keys: list[tuple[tuple[str, str], float]]
+    group: tuple[str, str | None]
+    weight: dict[int, float]
+    live_rest: list[Route]
+    dead: list[Route]
+
+    def fresh(self, routes: Sequence[Route], now: float, breakers: BreakerRegistry | None) -> bool:
+        changes = breakers.changes if breakers is not None else 0
+        return self.routes is routes and now < self.until and changes == self.breaker_changes
+
+
 class AdaptivePolicy:
     """See the module docstring. ``health`` feeds the windows; ``breakers`` (optional) gates providers."""
 
@@ -179,6 +200,7 @@ class AdaptivePolicy:
         self._judged: dict[tuple[str, str, str], _Judged] = {}
         self._seen: dict[tuple[str, str, str], Route] = {}
         self._priors: dict[tuple[str, str], tuple[float | None, float | None, int]] = {}
+        self._plans: dict[tuple[int, str | None, frozenset[str] | None], _Plan] = {}
 
     def slo_for(self, alias: str) -> SLO:
         return self.slos.get(alias, self.slo)
@@ -197,6 +219,7 @@ class AdaptivePolicy:
             )
         for st in self._judged.values():
             st.computed_at = -math.inf  # judge again with the priors
+        self._plans.clear()
 
     # -- judging one route -----------------------------------------------------------------------
 
@@ -323,8 +346,32 @@ class AdaptivePolicy:
     ) -> list[Route]:
         """Routes to try, best first: the first by the exact split, the other routes with weight as
         fallbacks (class preference first), then the zero-weight ones (demoted, weight 0)."""
+        now = self._clock()
+        key = (id(routes), traffic_class, frozenset(exclude) if exclude else None)
+        plan = self._plans.get(key)
+        if plan is None or not plan.fresh(routes, now, self.breakers):
+            plan = self._plan(routes, traffic_class, exclude, now)
+            if plan.until > now:
+                if len(self._plans) >= MAX_PLANS:
+                    self._plans.clear()
+                self._plans[key] = plan
+        out: list[Route] = []
+        live_pref = list(plan.live_pref)
+        if live_pref:
+            pick = self._split.pick(plan.group, plan.keys, overflow=(plan.group[0], None))
+            if pick is not None:
+                out.append(live_pref.pop(pick))
+        weight = plan.weight
+        out += weighted_order(live_pref, lambda r: weight[id(r)], self._rng)
+        out += weighted_order(plan.live_rest, lambda r: weight[id(r)], self._rng)
+        return out + plan.dead
+
+    def _plan(self, routes: Sequence[Route], traffic_class: str | None, exclude: Collection[str], now: float) -> _Plan:
+        """What ``order`` needs of the judgements, kept until the first of them is due again (``recompute_s``)
+        while every breaker of the alias stays closed and the split is by configured weights (promises 1–2;
+        promise 4 weighs queue depth, which moves with every request: never kept)."""
         usable = eligible(routes, exclude, self.breakers)
-        eff = self._effective(usable, self._clock())
+        eff = self._effective(usable, now)
         weight = {id(r): e[0] for r, e in zip(usable, eff, strict=True)}
         preferred, rest = split_by_class(usable, traffic_class)
         live_pref = [r for r in preferred if weight[id(r)] > 0]
@@ -332,16 +379,15 @@ class AdaptivePolicy:
         dead = [r for r in preferred if weight[id(r)] <= 0] + [r for r in rest if weight[id(r)] <= 0]
         if not live_pref:
             live_pref, live_rest = live_rest, []
-        out: list[Route] = []
-        if live_pref:
-            group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
-            keys = [((r.provider, r.model), weight[id(r)]) for r in live_pref]
-            pick = self._split.pick(group, keys, overflow=(group[0], None))
-            if pick is not None:
-                out.append(live_pref.pop(pick))
-        out += weighted_order(live_pref, lambda r: weight[id(r)], self._rng)
-        out += weighted_order(live_rest, lambda r: weight[id(r)], self._rng)
-        return out + dead
+        group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
+        keys = [((r.provider, r.model), weight[id(r)]) for r in live_pref]
+        until = -math.inf
+        judged = [st for _, st, promise in eff if st is not None and promise != "even-degradation"]
+        keep = len(judged) == sum(1 for e in eff if e[1] is not None)
+        if keep and judged and (self.breakers is None or self.breakers.all_closed(r.provider for r in routes)):
+            until = min(st.computed_at for st in judged) + self.recompute_s
+        changes = self.breakers.changes if self.breakers is not None else 0
+        return _Plan(routes, until, changes, live_pref, keys, group, weight, live_rest, dead)
 
     def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]:
         """provider → configured and effective weight and share, factor, promise in force, reason, breaker."""
