@@ -34,7 +34,8 @@ def test_the_exact_split_holds_across_kept_plans() -> None:
     for _ in range(10):  # ten plans, ten requests each: the smooth split runs across them
         got += firsts(policy, 10)
         clock.t += policy.recompute_s
-    assert got.count("a") == 80 and got.count("b") == 20
+    assert got.count("a") == 80
+    assert got.count("b") == 20
     assert all(len(policy.order(ROUTES)) == 2 for _ in range(5))  # the other route stays a fallback
 
 

@@ -17,6 +17,7 @@ from tailgate.gateway.admin import add_admin_routes, route_weights
 from tailgate.gateway.admin_keys import add_key_routes
 from tailgate.gateway.admission import KeyAdmission, fleet_state, key_store
 from tailgate.gateway.auth import AccessGuard, KeyRing
+from tailgate.gateway.bookkeeping import Books, books_first
 from tailgate.gateway.exchange import aiohttp_route
 from tailgate.gateway.fleet import Fleet
 from tailgate.gateway.front import FRONT_KEY, FrontRoutes
@@ -118,6 +119,8 @@ class Gateway:
             for alias, model in config.models.items()
         }
         self.metrics = GatewayMetrics()
+        self.books = Books(self)
+        """Ended requests' bookkeeping, a moment after each ends (bookkeeping.py)."""
         # The state is made once, above (``open_state``): no isinstance check per request.
         self.admission = KeyAdmission(self.key_directory, lambda: self.state, self.metrics.registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
@@ -184,6 +187,7 @@ class Gateway:
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
             register_ledger_metrics(self.metrics.registry, self.ledger)
+            self.ledger.before_flush = self.books.settle
         self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
         if self.ledger is not None and (url := config.ledger.url):
             lc = config.ledger
@@ -196,6 +200,7 @@ class Gateway:
         register_upstream_metrics(self, self.metrics.registry)  # each provider's connection pool
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
+        self.traffic.before_flush = self.books.settle
         self.refresh_provider_gauges()
         self.fleet.install()
         self.fleet.register_metrics(self.metrics.registry)
@@ -302,6 +307,7 @@ class Gateway:
         self.prober.start()
 
     async def close(self) -> None:
+        self.books.settle()  # the last requests' rows and settlements, before the stores close
         await self.prober.close()
         for p in self.providers.values():
             await p.client.close()
@@ -319,7 +325,11 @@ class Gateway:
         await self.fleet.close()
 
     def app(self) -> web.Application:
-        middlewares = [openai_shaped_errors, deadline_middleware(self.config.server.request_deadline)]
+        middlewares = [
+            openai_shaped_errors,
+            books_first(self.books),
+            deadline_middleware(self.config.server.request_deadline),
+        ]
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=middlewares)
         app[GATEWAY_KEY] = self
         app[BODY_LIMITS_KEY] = body_limits(self.config)
@@ -390,7 +400,7 @@ class Gateway:
 
     def metrics_app(self) -> web.Application:
         """``/metrics`` alone, for ``metrics.listen`` (its own address and port)."""
-        app = web.Application(middlewares=[openai_shaped_errors])
+        app = web.Application(middlewares=[openai_shaped_errors, books_first(self.books)])
         app.router.add_get("/metrics", self._metrics)
         return app
 

@@ -29,7 +29,6 @@ import aiohttp
 
 from tailgate.gateway import refusals, responses
 from tailgate.gateway.admission import Ticket, admit_request
-from tailgate.gateway.bookkeeping import record
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import check_upstream_capacity, upstream_full
@@ -97,7 +96,7 @@ class _Ctx:
     hedged: bool = False
     """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
     ticket: Ticket | None = None
-    """What the key's limits reserved (admission.py); settled in ``_record``."""
+    """What the key's limits reserved (admission.py); settled by its bookkeeping (bookkeeping.py)."""
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
@@ -113,8 +112,6 @@ class Proxy:
         self._ids = random.Random(os.urandom(32))
         self.in_flight = 0
         """Requests in this process between arrival and their handler's end (load shedding's pressure)."""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        """The loop serving this app (an aiohttp app runs in one); asking each time costs a getpid() call."""
 
     def routes(self) -> dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]]:
         """The ``/v1`` POST endpoints this proxy serves, by path (``/v1/responses`` is routed like chat:
@@ -140,21 +137,14 @@ class Proxy:
                 ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
             else:
                 ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
-            self._record(ctx, time.perf_counter())
+            self.gw.books.add(ctx, time.perf_counter())
             raise
         finally:
             self.in_flight -= 1
-        if not isinstance(response, Reply):
-            self._record(ctx, time.perf_counter())  # a stream: already sent to its end
-        else:
-            # The reply is out already (an answer: Exchange.send) or leaves when the handler returns (an
-            # error, or aiohttp): book it in the next turn of the loop, once the bytes are handed to the
-            # socket, so the bookkeeping is off the client's critical path. The end time is taken now, as
-            # before. The callback runs whatever happens to the connection, and a graceful stop (serve.py)
-            # runs the loop on long after it.
-            if (loop := self._loop) is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._record, ctx, time.perf_counter())
+        # The answer is out already (an answer: Exchange.send; a stream: to its end) or leaves when the
+        # handler returns (an error, or aiohttp). Its end time is taken now; its bookkeeping runs a moment
+        # later (bookkeeping.Books), off the path of this client's next request.
+        self.gw.books.add(ctx, time.perf_counter())
         return response
 
     async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
@@ -512,10 +502,6 @@ class Proxy:
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name
         return error_reply(err, headers)
-
-    def _record(self, ctx: _Ctx, now: float) -> None:
-        """One ledger row and the request metrics, for every request, whatever its outcome (bookkeeping.py)."""
-        record(self.gw, ctx, now)
 
 
 def _drain(queue: deque[Route]) -> Iterator[Route]:

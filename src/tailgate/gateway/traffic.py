@@ -87,6 +87,9 @@ class TrafficAggregator:
         self._store: SampleStore | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self.before_flush: Callable[[], None] | None = None
+        """Called first by :meth:`flush`: the gateway's requests ended but not yet booked are booked now
+        (gateway/bookkeeping.py)."""
 
     @property
     def enabled(self) -> bool:
@@ -145,6 +148,8 @@ class TrafficAggregator:
 
     async def flush(self, *, everything: bool = False) -> None:
         """Write finished minutes (``everything``: the current one too)."""
+        if self.before_flush is not None:
+            self.before_flush()
         store = self._store
         if store is None:
             return
