@@ -15,6 +15,8 @@ import pytest
 from conftest import GatewayHandle, SimFactory, two_provider_config
 from tailgate.gateway import bookkeeping
 from tailgate.ledger import read_rows
+from tailgate.ledger.keys import create_key
+from tailgate.ledger.store import open_store
 
 ONE_TOKEN = {"model": "deepseek-v3.2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
@@ -86,3 +88,40 @@ async def test_metrics_admin_and_stop_see_every_answered_request(
     rows = read_rows(path)
     assert len(rows) == 5
     assert {row.outcome for row in rows} == {"ok"}
+
+
+async def test_the_connection_serves_its_next_request_while_the_answered_one_finishes(
+    monkeypatch: pytest.MonkeyPatch, sim: SimFactory, gateway: Callable[..., Awaitable[GatewayHandle]]
+) -> None:
+    """One keep-alive connection, a key with ``max_concurrency: 1``, answers and streams back to back. Each
+    answered request is still waiting to finish (the delay is far longer than the test) when the next one on
+    the same connection is served, and the key's one slot was free for it; nothing is lost when they finish."""
+    monkeypatch.setattr(bookkeeping, "BOOK_DELAY_S", 3600.0)
+    provider = await sim("instant", models=("up-primary",))
+    config = {
+        "admin_key": "admin-secret-0123456789",
+        "providers": {"p": {"base_url": provider.url, "api_keys": ["sk-up-0123456789"]}},
+        "models": {"deepseek-v3.2": {"routes": [{"provider": "p", "model": "up-primary"}]}},
+    }
+    gw = await gateway(config)
+    assert gw.gateway.ledger is not None
+    with open_store(gw.gateway.ledger.path) as conn:
+        _, secret = create_key(conn, "one-at-a-time", max_concurrency=1)
+    await gw.gateway.key_directory.reload()
+    auth = {"Authorization": f"Bearer {secret}"}
+    connector = aiohttp.TCPConnector(limit=1)  # one connection, kept alive
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for i in range(6):
+            body = {**ONE_TOKEN, "stream": i % 2 == 1}
+            async with session.post(f"{gw.url}/chat/completions", json=body, headers=auth) as r:
+                assert r.status == 200, await r.text()
+                await r.read()
+        assert gw.gateway.books.finishing == 6  # every one answered, none finished yet
+        async with session.get(f"http://127.0.0.1:{gw.port}/metrics") as r:
+            text = await r.text()
+    served = re.findall(r'^tailgate_requests_total\{[^}]*outcome="ok"[^}]*\} (\S+)', text, re.M)
+    assert sum(float(v) for v in served) == 6.0  # /metrics let them finish first
+    assert len(gw.gateway.books) == 0
+    await gw.gateway.ledger.flush()
+    rows = read_rows(gw.gateway.ledger.path)
+    assert [(r.key_id, r.outcome, r.stream) for r in rows] == [("one-at-a-time", "ok", i % 2 == 1) for i in range(6)]

@@ -168,6 +168,22 @@ async def test_a_malformed_frame_is_never_relayed(scripted: Scripted, gateway: G
     assert row.output_tokens == 3
 
 
+async def test_a_failure_later_in_the_first_tokens_read_still_commits_at_that_token(
+    scripted: Scripted, gateway: GwFactory
+) -> None:
+    """The headers and the first token's whole read leave in one write, at the end of that read. A malformed
+    frame later in the same read changes nothing the client sees: the stream was its own from the first token
+    (no fallback), it gets the tokens before the bad frame, then an error event."""
+    scripted.steps = [_token("a") + _token("b") + b"data: {not json\n\n", 0.01, DONE]
+    gw = await _gateway(gateway, scripted.url)
+    body = await _stream(gw)
+    assert _contents(body) == ["a", "b"]
+    assert b"not json" not in body
+    assert b"event: error" in body
+    row = await _row(gw)
+    assert (row.status, row.outcome, row.output_tokens) == (200, "malformed", 2)
+
+
 async def test_an_upstream_error_event_is_relayed_then_ends_the_stream(
     scripted: Scripted, gateway: GwFactory, pumps: list[str]
 ) -> None:

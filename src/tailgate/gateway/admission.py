@@ -349,6 +349,19 @@ class KeyAdmission:
 
     # -- settlement -----------------------------------------------------------------------------------
 
+    def free_slot_now(self, ticket: Ticket | None) -> bool:
+        """The request's answer is out: give its ``max_concurrency`` slot back now, before its books (the key's
+        next request may come on the same connection at once). True when nothing is held any more; False
+        when that needs a round trip to the fleet's state (the slot then goes back with the settlement)."""
+        if ticket is None or ticket.lease is None:
+            return True
+        state = self._state()
+        if not isinstance(state, LocalState):
+            return False
+        state.release_now(*ticket.lease)
+        ticket.lease = None
+        return True
+
     def settle(self, ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None) -> None:
         """Correct the reservation to the ledger's numbers (from the request's bookkeeping; never blocks)."""
         if ticket.settled:

@@ -187,7 +187,7 @@ class Gateway:
                 path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
             )
             register_ledger_metrics(self.metrics.registry, self.ledger)
-            self.ledger.before_flush = self.books.settle
+            self.ledger.before_flush = self.books.drain
         self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
         if self.ledger is not None and (url := config.ledger.url):
             lc = config.ledger
@@ -200,7 +200,7 @@ class Gateway:
         register_upstream_metrics(self, self.metrics.registry)  # each provider's connection pool
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
-        self.traffic.before_flush = self.books.settle
+        self.traffic.before_flush = self.books.drain
         self.refresh_provider_gauges()
         self.fleet.install()
         self.fleet.register_metrics(self.metrics.registry)
@@ -307,7 +307,7 @@ class Gateway:
         self.prober.start()
 
     async def close(self) -> None:
-        self.books.settle()  # the last requests' rows and settlements, before the stores close
+        await self.books.drain()  # the last requests' rows and settlements, before the stores close
         await self.prober.close()
         for p in self.providers.values():
             await p.client.close()

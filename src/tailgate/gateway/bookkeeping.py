@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,44 +25,78 @@ __all__ = ["BOOK_DELAY_S", "Books", "books_first", "record", "settle"]
 log = logging.getLogger("tailgate.gateway")
 
 BOOK_DELAY_S = 0.001
-"""How long an ended request's bookkeeping may wait. Run at once, it sat between a client's answer and that
-client's next request: one client at a time, the next request read waited for it (issue 15's added latency at
-one connection). A millisecond later the next request has reached its provider (its read, routing and
-upstream write take ~0.3 ms on our 2-core benchmark machine) and the books are kept while the gateway waits
-on the provider. Under load the timer takes each millisecond's requests in one batch."""
+"""How long an ended request's bookkeeping may wait, and an answered request's tail (``Books.later``). Run at
+once, both sat between a client's answer and that client's next request: one client at a time, the next
+request waited for them (issue 15's added latency at one connection). A millisecond later the next request
+has reached its provider (its read, routing and upstream write take ~0.3 ms on our 2-core benchmark machine)
+and the books are kept while the gateway waits on the provider. Under load the timer takes each millisecond's
+requests in one batch."""
+
+_DRAIN_S = 2.0
+"""``Books.drain`` waits at most this long for answered requests' tails (each is a few hundred µs of work)."""
 
 
 class Books:
     """Ended requests waiting for :func:`record`: booked ``BOOK_DELAY_S`` after the first of them, or at once by
-    :meth:`settle` — which whatever reads the books calls first (``/metrics``, the admin API, the dashboard:
-    the app's ``books_first`` middleware) and the gateway's stop calls last."""
+    :meth:`settle`. Answered requests whose connection went on (``Exchange.detach``) wait in :meth:`later`
+    for the same timer before they finish. Whatever reads the books calls :meth:`drain` first (``/metrics``,
+    the admin API, the dashboard: the ``books_first`` middleware; the ledger's and traffic's ``flush``), and the
+    gateway's stop calls it last."""
 
-    __slots__ = ("_gw", "_loop", "_pending", "_timer")
+    __slots__ = ("_gw", "_loop", "_pending", "_tails", "_timer", "_waiting")
 
     def __init__(self, gw: Gateway) -> None:
         self._gw = gw
         self._pending: list[tuple[_Ctx, float]] = []
+        self._waiting: list[asyncio.Future[None]] = []
+        self._tails: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
-        return len(self._pending)
+        """Requests not booked yet: ended, or answered and waiting to finish."""
+        return len(self._pending) + len(self._tails)
+
+    @property
+    def finishing(self) -> int:
+        """Answered requests whose connection went on, still to finish (:meth:`later`)."""
+        return len(self._tails)
+
+    def _arm(self) -> asyncio.AbstractEventLoop:
+        if (loop := self._loop) is None:
+            loop = self._loop = asyncio.get_running_loop()
+        if self._timer is None:
+            self._timer = loop.call_later(BOOK_DELAY_S, self.settle)
+        return loop
 
     def add(self, ctx: _Ctx, now: float) -> None:
         """Settle ``ctx``'s key now and book the rest of it, ended at ``now`` (``time.perf_counter()``), within
         ``BOOK_DELAY_S``."""
         settle(self._gw, ctx)
         self._pending.append((ctx, now))
-        if self._timer is None:
-            if (loop := self._loop) is None:
-                loop = self._loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(BOOK_DELAY_S, self.settle)
+        self._arm()
+
+    async def later(self, handler: asyncio.Task[Any]) -> None:
+        """Wait for the next batch (``BOOK_DELAY_S`` at most): an answered request whose connection serves its
+        next request already (``handler``: its task, followed by :meth:`drain`) finishes then, while the
+        gateway waits on that request's provider."""
+        waiter = self._arm().create_future()
+        self._waiting.append(waiter)
+        if handler not in self._tails:
+            self._tails.add(handler)
+            handler.add_done_callback(self._tails.discard)
+        await waiter
 
     def settle(self) -> None:
-        """Book every pending request now. One that fails is logged; the others are booked all the same."""
+        """Book every ended request now and let the waiting tails go on (they are booked with the next batch).
+        One that fails is logged; the others are booked all the same."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
         while self._pending:
             pending, self._pending = self._pending, []
             for ctx, now in pending:
@@ -70,6 +105,14 @@ class Books:
                 except Exception:
                     log.exception("bookkeeping of request %s failed", ctx.request_id)
 
+    async def drain(self) -> None:
+        """Every request answered so far booked: the waiting tails finish first (within ``_DRAIN_S``)."""
+        deadline = time.monotonic() + _DRAIN_S
+        while self._tails and (left := deadline - time.monotonic()) > 0:
+            self.settle()
+            await asyncio.wait(list(self._tails), timeout=left)
+        self.settle()
+
 
 def books_first(books: Books) -> Callable[..., Any]:
     """aiohttp middleware: whatever the gateway's own endpoints show (``/metrics``, ``/admin``, the dashboard)
@@ -77,8 +120,8 @@ def books_first(books: Books) -> Callable[..., Any]:
 
     @web.middleware
     async def settle_first(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if books._pending and not request.path.startswith("/v1/"):
-            books.settle()
+        if len(books) and not request.path.startswith("/v1/"):
+            await books.drain()
         return await handler(request)
 
     return settle_first

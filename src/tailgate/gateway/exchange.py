@@ -8,9 +8,10 @@ to it. Two servers carry exchanges: the gateway's own front door (front.py, the 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -85,6 +86,12 @@ class Exchange(HasHeaders, Protocol):
         proxy's work after it is off the client's path."""
         ...
 
+    def detach(self) -> asyncio.Task[Any] | None:
+        """The answer is out (``send``, or a stream's end): let the connection serve its next request while the
+        handler finishes; returns the handler's task, now on its own. None where the server cannot (then the
+        handler's end comes first, as before)."""
+        ...
+
 
 Handle = Callable[[Exchange], Awaitable[Reply | Stream]]
 
@@ -113,6 +120,10 @@ class _AiohttpExchange:
 
     def send(self, reply: Reply) -> None:
         """aiohttp sends the handler's returned response: nothing to do before."""
+
+    def detach(self) -> asyncio.Task[Any] | None:
+        """aiohttp serves a connection's next request once the handler has returned."""
+        return None
 
     async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
         resp = _SSEResponse(status=200, headers={**SSE_HEADERS, **headers})

@@ -394,6 +394,21 @@ class Front(asyncio.Protocol):
             self._last = self._loop.time()
             self._arm_keepalive()
 
+    @property
+    def handler_task(self) -> asyncio.Task[None] | None:
+        """The task serving the connection's current request."""
+        return self._task
+
+    def release(self, exchange: FrontExchange) -> None:
+        """``exchange`` is answered (``FrontExchange.detach``): serve the connection's next request; its handler
+        finishes detached (``_serve`` then touches the connection no more)."""
+        if self.exchange is not exchange:
+            return
+        exchange.detached = True
+        self._task = None
+        self.exchange = None
+        self._next()
+
     async def _serve(self, message: Message) -> None:
         exchange = self.exchange = FrontExchange(self, message)
         timer = (
@@ -412,6 +427,8 @@ class Front(asyncio.Protocol):
             task.uncancel()
             out = await self._deadline_answer(exchange)
         except ConnectionError:
+            if exchange.detached:
+                return  # the connection serves another request now
             self._task = None
             self._close()
             return
@@ -421,6 +438,8 @@ class Front(asyncio.Protocol):
         finally:
             if timer is not None:
                 timer.cancel()
+        if exchange.detached:
+            return  # the connection went on to its next request when the answer was out
         self._task = None
         self.exchange = None
         if self.lost:

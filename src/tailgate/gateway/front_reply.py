@@ -8,7 +8,7 @@ import email.utils
 import time
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
@@ -83,7 +83,7 @@ def _chunk(data: bytes) -> bytes:
 class FrontExchange:
     """One ``/v1`` request on a front connection (the proxy's view: exchange.py)."""
 
-    __slots__ = ("body", "deadline_hit", "front", "headers", "keep_alive", "replied", "stream")
+    __slots__ = ("body", "deadline_hit", "detached", "front", "headers", "keep_alive", "replied", "stream")
 
     def __init__(self, front: Front, message: Message) -> None:
         self.front = front
@@ -93,6 +93,8 @@ class FrontExchange:
         self.deadline_hit = False
         self.replied = False
         """A whole reply went out (``send``), or a stream ended: losing the client now cancels nothing."""
+        self.detached = False
+        """The connection has gone on to its next request; the handler finishes on its own (``detach``)."""
         self.stream: ChunkedStream | None = None
 
     def send(self, reply: Reply) -> None:
@@ -103,6 +105,17 @@ class FrontExchange:
             return
         self.replied = True
         front.write_reply(reply, keep_alive=self.keep_alive and not front.closing)
+
+    def detach(self) -> asyncio.Task[Any] | None:
+        """After the answer: the connection serves its next request now, not when the handler returns; returns
+        the handler's task. What the handler does next (the call's end, health, the books) is its own; a client
+        that leaves cancels none of it. Not for a connection that closes after this answer."""
+        front = self.front
+        task = front.handler_task
+        if not self.replied or self.detached or front.lost or not self.keep_alive or front.closing or task is None:
+            return None
+        front.release(self)
+        return task if self.detached else None
 
     async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
         front = self.front

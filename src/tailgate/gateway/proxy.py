@@ -249,14 +249,13 @@ class Proxy:
         resp: Reply | Stream | None
         try:
             if ctx.stream:
-                relay = self._attempt_stream(
+                # Awaited in the handler's own task: once its first token is written a stream is pushed from
+                # the upstream connection's callback (Call._pump) and no longer resumes this stack per read; a
+                # task of its own for the relay only cost a task and a loop turn before the upstream request
+                # went out (~85 µs at one connection; docs/benchmarks.md, "Run Q").
+                resp, result = await self._attempt_stream(
                     request, ctx, provider, payload, wants_usage, lambda: health.first_token(handle)
                 )
-                # The relay runs as a task of its own: every upstream read then resumes a short chain (task →
-                # relay → call → read) instead of the whole aiohttp handler stack above this frame, nine frames
-                # more per relayed chunk (issue 15, docs/benchmarks.md); cancelling the handler cancels it. A
-                # hedged attempt already is such a task (hedging.py: the race knows its racers by their task).
-                resp, result = await (relay if ctx.race is not None else asyncio.create_task(relay))
             else:
                 resp, result = await self._attempt_unary(request, ctx, provider, payload)
         except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
@@ -342,6 +341,14 @@ class Proxy:
             raise asyncio.CancelledError
         return None, last
 
+    async def _after_answer(self, request: Exchange, ctx: _Ctx) -> None:
+        """The client has its whole answer. Where the key's concurrency slot can go back at once (no limit, or
+        local state) and the server lets the connection go on (the front door), the connection serves its
+        next request now, and this one finishes — the call's end, health, breaker, metrics, books — with the
+        next batch of books (``Books.later``, ≤ 1 ms), while the gateway waits on that request's provider."""
+        if self.gw.admission.free_slot_now(ctx.ticket) and (handler := request.detach()) is not None:
+            await self.gw.books.later(handler)
+
     # -- attempts ---------------------------------------------------------------------------------
 
     async def _attempt_unary(
@@ -370,6 +377,7 @@ class Proxy:
                         ctx.first_token_at = now
                         reply = Reply(200, self._headers(ctx, now), event.raw)
                         request.send(reply)
+                        await self._after_answer(request, ctx)
         finally:
             provider.in_flight -= 1
             if sent is not None:
@@ -392,6 +400,7 @@ class Proxy:
         held: list[bytes] = []
         resp: Stream | None = None
         tap: Tap | None = None
+        first: float | None = None  # when the first token arrived
         sent = time.perf_counter()
         provider.in_flight += 1
         try:
@@ -405,40 +414,47 @@ class Proxy:
             ) as c:
                 async for event in c:
                     if isinstance(event, Chunk):
+                        # Frames of one upstream read leave in one write (one syscall, not one each).
+                        held.append(event.raw)
                         if resp is not None:
-                            # Frames of one upstream read leave in one write (one syscall, not one each).
-                            held.append(event.raw)
                             if event.last:
                                 await resp.write(b"".join(held))
                                 held.clear()
                                 c.tap = tap
-                        elif event.has_token:
+                            continue
+                        if first is None and event.has_token:
+                            first = time.perf_counter()
                             on_first_token()
                             if ctx.race is not None and not ctx.race.claim():
                                 raise asyncio.CancelledError  # another attempt won the race
-                            resp = await self._commit(request, ctx, held, event.raw, sent)
+                        if first is not None and event.last:
+                            # The headers and every frame so far (the first token's whole read) in one write.
+                            resp = await self._commit(request, ctx, held, first, sent)
                             held.clear()
                             # Everything so far is written: the rest of the stream can be pushed to the
                             # client from the upstream connection's callback (Call._pump), where the front
                             # door's stream takes it (an aiohttp response cannot: it stays pulled).
                             tap = resp if isinstance(resp, Tap) else None
-                            if event.last:
-                                c.tap = tap
-                        else:
-                            held.append(event.raw)
+                            c.tap = tap
                     elif isinstance(event, Sent):
                         sent = event.t
                     elif isinstance(event, Done):
                         if resp is None:
-                            if ctx.race is not None and not ctx.race.claim():
+                            if first is None and ctx.race is not None and not ctx.race.claim():
                                 raise asyncio.CancelledError  # another attempt won the race
-                            resp = await self._commit(request, ctx, held, b"", sent)
+                            resp = await self._commit(request, ctx, held, first or time.perf_counter(), sent)
                             held.clear()
                         held.append(event.raw or DONE_FRAME)
                         # The stream is complete: the last frames and the end of the chunked body
                         # leave in one write.
                         await resp.write_eof(b"".join(held))
                         held.clear()
+                        await self._after_answer(request, ctx)
+                if resp is None and first is not None:
+                    # The call failed later in the read that carried the first token: the stream was the
+                    # client's from that token all the same (what came before the failure, then its error).
+                    resp = await self._commit(request, ctx, held, first, sent)
+                    held.clear()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             raise asyncio.CancelledError from None  # the client went away while we wrote to it
         finally:
@@ -469,13 +485,13 @@ class Proxy:
             await resp.write_eof()
         return resp, result
 
-    async def _commit(self, request: Exchange, ctx: _Ctx, held: list[bytes], first: bytes, sent: float) -> Stream:
-        """Send headers and everything held so far: from here on this route owns the response."""
-        now = time.perf_counter()
-        ctx.upstream_s += now - sent
-        ctx.first_token_at = now
+    async def _commit(self, request: Exchange, ctx: _Ctx, held: list[bytes], at: float, sent: float) -> Stream:
+        """Send headers and everything held so far: from here on this route owns the response. ``at``: when the
+        first token arrived (the end of the upstream read that carried it is when it leaves)."""
+        ctx.upstream_s += at - sent
+        ctx.first_token_at = at
         ctx.status = 200
-        return await request.open_stream(self._headers(ctx, now), b"".join(held) + first)
+        return await request.open_stream(self._headers(ctx, at), b"".join(held))
 
     # -- bookkeeping ------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,7 +87,7 @@ class TrafficAggregator:
         self._store: SampleStore | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.before_flush: Callable[[], None] | None = None
+        self.before_flush: Callable[[], Awaitable[None]] | None = None
         """Called first by :meth:`flush`: the gateway's requests ended but not yet booked are booked now
         (gateway/bookkeeping.py)."""
 
@@ -149,7 +149,7 @@ class TrafficAggregator:
     async def flush(self, *, everything: bool = False) -> None:
         """Write finished minutes (``everything``: the current one too)."""
         if self.before_flush is not None:
-            self.before_flush()
+            await self.before_flush()
         store = self._store
         if store is None:
             return

@@ -16,7 +16,7 @@ import logging
 import operator
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -139,7 +139,7 @@ class SQLiteLedger:
         self._conn: sqlite3.Connection | None = None  # touched only in the executor's thread
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
-        self.before_flush: Callable[[], None] | None = None
+        self.before_flush: Callable[[], Awaitable[None]] | None = None
         """Called first by :meth:`flush`: whoever holds rows not yet recorded records them now (the gateway
         books an ended request a moment later: gateway/bookkeeping.py)."""
         self._close_task: asyncio.Future[None] | None = None
@@ -210,7 +210,7 @@ class SQLiteLedger:
         Waits through write errors; bound it with ``asyncio.timeout`` if needed (cancelling is safe).
         """
         if self.before_flush is not None:
-            self.before_flush()
+            await self.before_flush()
         target = self._accepted
         if self._settled >= target:
             return
