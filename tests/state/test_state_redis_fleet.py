@@ -78,9 +78,13 @@ async def test_redis_killed_then_back_fallback_then_convergence() -> None:
         await eventually(lambda: a.status().fallback_active)  # the next sync fails: Redis is down
         await a.set_flag("drain:p", True)  # while down: applied here, queued for Redis
         assert a.flag("drain:p") is True
+        await a.pause("provider:p", 60.0, "429 seen by a")  # a 429 during the outage: the fleet must learn of it
+        assert a.paused_for("provider:p") > 59.0
         server.start()
         await eventually(lambda: a.status().connected and not a.status().fallback_active, within_s=10.0)
         await eventually(lambda: b.flag("drain:p") is True, within_s=10.0)
+        await eventually(lambda: b.paused_for("provider:p") > 40.0, within_s=10.0)  # what is left of it
+        assert b.pause_reason("provider:p") == "429 seen by a"
         ok = await a.take("k", 1, 10, 60.0)
         assert ok.ok
         assert ok.remaining == 9  # a fresh Redis (no persistence): counting in Redis again

@@ -93,6 +93,10 @@ class RedisState(SharedState):
         self._tokens = 0
         # Views, refreshed by the sync loop; deadlines on *our* monotonic clock.
         self._pending_flags: dict[str, bool | None] = {}
+        self._pending_pauses: dict[str, tuple[float, str]] = {}
+        """Pauses Redis did not take (down, or the call failed): name → (until, monotonic; reason), sent by the
+        next sync that reaches Redis with what is left of them, so a 429 seen during a blip still pauses the
+        fleet."""
         self._pending_bumps: dict[str, int] = {}
         self._link = Link(config.timeout, config.fallback)
         """Each call's budget and Redis's health (``link.py``)."""
@@ -469,8 +473,10 @@ class RedisState(SharedState):
         self.fallback.pause_now(name, seconds, reason)
         if seconds <= 0:
             self._views.pauses.pop(name, None)
-        with contextlib.suppress(Unavailable):
+        try:
             await self._link.call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
+        except Unavailable:
+            self._pending_pauses[name] = (time.monotonic() + seconds, reason)  # sent when Redis answers again
 
     def paused_for(self, name: str) -> float:
         own = self.fallback.paused_for(name)
@@ -548,6 +554,11 @@ class RedisState(SharedState):
             for namespace, n in list(self._pending_bumps.items()):
                 await self._rs.hincrby(p + "gen", namespace, n)
                 self._pending_bumps.pop(namespace, None)
+        for name, (until, reason) in list(self._pending_pauses.items()):
+            left = until - time.monotonic()
+            if left > 0:
+                await self._pause(keys=[p + "pause"], args=[name, left, reason])
+            self._pending_pauses.pop(name, None)
         out = await self._sync(keys=keys, args=[self.replica, max(_HEARTBEAT_TTL_S, 3 * self.config.sync_interval)])
         mono = self._views.apply(out, channels)
         self.last_sync = mono
