@@ -50,7 +50,7 @@ async def test_a_batch_is_booked_once_after_the_delay_and_one_failure_spares_the
     assert len(books) == 0
     assert "bookkeeping of request bad failed" in caplog.text
     books.add(_Ended("r3"), 3.0)  # type: ignore[arg-type]
-    books.settle()  # at once, and the timer it had set is gone
+    books.flush()  # at once, and the timer it had set is gone
     assert booked[-1] == ("r3", 3.0)
     await asyncio.sleep(bookkeeping.BOOK_DELAY_S + 0.05)
     assert len(booked) == 3

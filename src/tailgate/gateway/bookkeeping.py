@@ -38,7 +38,7 @@ _DRAIN_S = 2.0
 
 class Books:
     """Ended requests waiting for :func:`record`: booked ``BOOK_DELAY_S`` after the first of them, or at once by
-    :meth:`settle`. Answered requests whose connection went on (``Exchange.detach``) wait in :meth:`later`
+    :meth:`flush`. Answered requests whose connection went on (``Exchange.detach``) wait in :meth:`later`
     for the same timer before they finish. Whatever reads the books calls :meth:`drain` first (``/metrics``,
     the admin API, the dashboard: the ``books_first`` middleware; the ledger's and traffic's ``flush``), and the
     gateway's stop calls it last."""
@@ -66,7 +66,7 @@ class Books:
         if (loop := self._loop) is None:
             loop = self._loop = asyncio.get_running_loop()
         if self._timer is None:
-            self._timer = loop.call_later(BOOK_DELAY_S, self.settle)
+            self._timer = loop.call_later(BOOK_DELAY_S, self.flush)
         return loop
 
     def add(self, ctx: _Ctx, now: float) -> None:
@@ -87,7 +87,7 @@ class Books:
             handler.add_done_callback(self._tails.discard)
         await waiter
 
-    def settle(self) -> None:
+    def flush(self) -> None:
         """Book every ended request now and let the waiting tails go on (they are booked with the next batch).
         One that fails is logged; the others are booked all the same."""
         if self._timer is not None:
@@ -109,9 +109,9 @@ class Books:
         """Every request answered so far booked: the waiting tails finish first (within ``_DRAIN_S``)."""
         deadline = time.monotonic() + _DRAIN_S
         while self._tails and (left := deadline - time.monotonic()) > 0:
-            self.settle()
+            self.flush()
             await asyncio.wait(list(self._tails), timeout=left)
-        self.settle()
+        self.flush()
 
 
 def books_first(books: Books) -> Callable[..., Any]:

@@ -382,9 +382,9 @@ class AdaptivePolicy:
         group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
         keys = [((r.provider, r.model), weight[id(r)]) for r in live_pref]
         until = -math.inf
-        judged = [st for _, st, promise in eff if st is not None and promise != "even-degradation"]
-        keep = len(judged) == sum(1 for e in eff if e[1] is not None)
-        if keep and judged and (self.breakers is None or self.breakers.all_closed(r.provider for r in routes)):
+        judged = [st for _, st, _ in eff if st is not None]
+        configured = all(promise != "even-degradation" for _, _, promise in eff)
+        if configured and judged and (self.breakers is None or self.breakers.all_closed(r.provider for r in routes)):
             until = min(st.computed_at for st in judged) + self.recompute_s
         changes = self.breakers.changes if self.breakers is not None else 0
         return _Plan(routes, until, changes, live_pref, keys, group, weight, live_rest, dead)
