@@ -85,6 +85,10 @@ async def test_redis_killed_then_back_fallback_then_convergence() -> None:
         await eventually(lambda: b.flag("drain:p") is True, within_s=10.0)
         await eventually(lambda: b.paused_for("provider:p") > 40.0, within_s=10.0)  # what is left of it
         assert b.pause_reason("provider:p") == "429 seen by a"
+        await a.pause("provider:p", 0)  # lifted once Redis answers: nothing queued puts it back
+        await eventually(lambda: b.paused_for("provider:p") == 0.0, within_s=10.0)
+        await asyncio.sleep(0.2)  # a few syncs
+        assert b.paused_for("provider:p") == 0.0
         ok = await a.take("k", 1, 10, 60.0)
         assert ok.ok
         assert ok.remaining == 9  # a fresh Redis (no persistence): counting in Redis again

@@ -477,6 +477,8 @@ class RedisState(SharedState):
             await self._link.call(self._pause(keys=[self._p + "pause"], args=[name, seconds, reason]))
         except Unavailable:
             self._pending_pauses[name] = (time.monotonic() + seconds, reason)  # sent when Redis answers again
+        else:
+            self._pending_pauses.pop(name, None)  # Redis has this one: an older one queued must not follow it
 
     def paused_for(self, name: str) -> float:
         own = self.fallback.paused_for(name)
