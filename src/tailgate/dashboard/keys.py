@@ -45,7 +45,7 @@ def add_keys_page(
     query: Query,
     wrap: Callable[[Callable[[web.Request], Any]], Callable[[web.Request], Any]],
     *,
-    controls_enabled: bool,
+    may_manage: Callable[[web.Request], bool],
 ) -> None:
     async def page(request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC / "keys.html", headers={"Cache-Control": "no-cache"})
@@ -53,7 +53,9 @@ def add_keys_page(
     async def keys(request: web.Request) -> web.Response:
         now = time.time()
         found = await query(lambda c: _keys(c, now))
-        return web.json_response({"now": now, "admin": controls_enabled, "keys": found})
+        # What this caller may do (not what is configured): it read the keys; ``admin``: it holds the admin
+        # key, so the page offers create and revoke.
+        return web.json_response({"now": now, "admin": may_manage(request), "read": True, "keys": found})
 
     async def usage_report(request: web.Request) -> web.Response:
         by = request.query.get("by") or "key"

@@ -383,18 +383,22 @@ class Gateway:
             return {"provider": name, "state": "drained" if drained else "active"}
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
-        controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        guard = self.guard
+        # Every decision below is taken per request from the keys in force then (``self.guard``: a reload
+        # re-configures it, a runtime key moves ``self.keys.open``), never once at start.
+        controls = Controls(
+            lambda request: self.guard.is_admin(request), set_drained, enabled=lambda: self.guard.admin_configured
+        )
 
         def may_read(request: web.Request) -> WireError | None:
-            return guard.check(request, "dashboard")
+            return self.guard.check(request, "dashboard")
 
         mount(  # the fleet's store if PostgreSQL
             app,
             self.config.ledger.url or db_path,
             live=live,
             controls=controls,
-            guard=may_read if guard.required("dashboard") else None,
+            guard=may_read,
+            guard_required=lambda: self.guard.required("dashboard"),
         )
         return app
 
