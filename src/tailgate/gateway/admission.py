@@ -47,7 +47,16 @@ if TYPE_CHECKING:
     from tailgate.gateway.proxy import _Ctx
     from tailgate.routing import Route
 
-__all__ = ["REASONS", "KeyAdmission", "KeyRefused", "Ticket", "admit_request", "fleet_state", "key_store"]
+__all__ = [
+    "REASONS",
+    "KeyAdmission",
+    "KeyRefused",
+    "Ticket",
+    "admit_request",
+    "check_request",
+    "fleet_state",
+    "key_store",
+]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -179,19 +188,7 @@ class KeyAdmission:
         if limits is None or not limits.limited:
             return None
         now = self._clock()
-        if limits.expires_at is not None and now >= limits.expires_at:
-            raise self._refuse(
-                key_id, "key_expired", _error(401, "This API key has expired.", "key_expired", "invalid_request_error")
-            )
-        if limits.models is not None and alias not in limits.models:
-            allowed = ", ".join(sorted(limits.models)) or "none"
-            err = _error(
-                403,
-                f"This key may not use the model '{alias}' (allowed: {allowed}).",
-                "model_not_allowed",
-                "invalid_request_error",
-            )
-            raise self._refuse(key_id, "model_not_allowed", err)
+        self._check(limits, alias, now)
         tokens = prompt_estimate + output_estimate
         cost = (prompt_estimate * price[0] + output_estimate * price[1]) / 1_000_000
         ticket = Ticket(key_id, tokens, cost, prompt_estimate)
@@ -213,6 +210,29 @@ class KeyAdmission:
             await self._undo(state, ticket)
             raise
         return ticket
+
+    def check(self, key_id: str, alias: str) -> None:
+        """The key's standing, before anything is counted: expired (401 ``key_expired``) or not allowed this
+        model (403 ``model_not_allowed``) raises the refusal; neither takes from any counter."""
+        limits = self.directory.limits(key_id)
+        if limits is not None and limits.limited:
+            self._check(limits, alias, self._clock())
+
+    def _check(self, limits: KeyLimits, alias: str, now: float) -> None:
+        key_id = limits.id
+        if limits.expires_at is not None and now >= limits.expires_at:
+            raise self._refuse(
+                key_id, "key_expired", _error(401, "This API key has expired.", "key_expired", "invalid_request_error")
+            )
+        if limits.models is not None and alias not in limits.models:
+            allowed = ", ".join(sorted(limits.models)) or "none"
+            err = _error(
+                403,
+                f"This key may not use the model '{alias}' (allowed: {allowed}).",
+                "model_not_allowed",
+                "invalid_request_error",
+            )
+            raise self._refuse(key_id, "model_not_allowed", err)
 
     def _state(self) -> SharedState:
         return self._fleet() or self._own
@@ -400,10 +420,10 @@ class KeyAdmission:
                 await asyncio.gather(*self._pending, return_exceptions=True)
 
 
-async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
-    """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
-    the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
-    (``gateway.responses.token_estimate``). Also applies the key's default traffic class."""
+def check_request(gw: Gateway, ctx: _Ctx) -> None:
+    """The proxy's first call for a key (before anything is counted): the key's default traffic class, then
+    its standing for ``ctx.alias`` (expired, model not allowed), raising the refusal with the reason as the
+    ledger outcome."""
     if ctx.key_id is None:
         return
     limits = gw.key_directory.limits(ctx.key_id)
@@ -412,6 +432,22 @@ async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: flo
     if ctx.traffic_class is None and limits.traffic_class is not None:
         ctx.traffic_class = limits.traffic_class
     if not limits.limited:
+        return
+    try:
+        gw.admission.check(ctx.key_id, ctx.alias)
+    except KeyRefused as refused:
+        ctx.outcome = refused.reason
+        raise refused.error from None
+
+
+async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
+    """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
+    the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
+    (``gateway.responses.token_estimate``)."""
+    if ctx.key_id is None:
+        return
+    limits = gw.key_directory.limits(ctx.key_id)
+    if limits is None or not limits.limited:
         return
     prices = [gw.providers[r.provider].config.price for r in routes if r.provider in gw.providers]
     price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))

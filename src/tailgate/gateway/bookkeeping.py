@@ -189,7 +189,11 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
 def settle(gw: Gateway, ctx: _Ctx) -> None:
     """The key's reservation → what the request used (the numbers its ledger row will say). At once when the
     request ends, not with the rest of its books: its ``max_concurrency`` slot is free for the key's next
-    request."""
+    request. A request that never went upstream (refused, for whatever reason) keeps nothing: its rpm goes
+    back too (docs/keys.md, "A refusal keeps nothing")."""
+    if ctx.rpm_taken is not None and ctx.attempts == 0 and ctx.key_id is not None:
+        gw.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
+        ctx.rpm_taken = None
     if ctx.ticket is not None:
         gw.admission.settle(ctx.ticket, *_usage(ctx))
 
