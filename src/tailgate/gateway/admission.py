@@ -61,11 +61,18 @@ __all__ = [
 log = logging.getLogger("tailgate.gateway")
 
 Reason = Literal[
-    "model_not_allowed", "key_expired", "rpm_limited", "tpm_limited", "concurrency_limited", "budget_exceeded"
+    "model_not_allowed",
+    "key_expired",
+    "key_revoked",
+    "rpm_limited",
+    "tpm_limited",
+    "concurrency_limited",
+    "budget_exceeded",
 ]
 REASONS: tuple[Reason, ...] = (
     "model_not_allowed",
     "key_expired",
+    "key_revoked",
     "rpm_limited",
     "tpm_limited",
     "concurrency_limited",
@@ -170,7 +177,7 @@ class KeyAdmission:
         self.refusals = Counter(
             "tailgate_key_refusals",
             "Requests refused by a key's own limits, by key id and reason (model_not_allowed, key_expired, "
-            "rpm_limited, tpm_limited, concurrency_limited, budget_exceeded).",
+            "key_revoked, rpm_limited, tpm_limited, concurrency_limited, budget_exceeded).",
             ["key", "reason"],
             registry=registry,
         )

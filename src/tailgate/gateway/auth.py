@@ -30,6 +30,15 @@ def bearer(request: HasHeaders) -> str | None:
     return request.headers.get("api-key")
 
 
+class KnownKeyRefused(WireError):
+    """401 for a key the gateway knows but refuses (revoked): its ledger row carries the key's id and the reason."""
+
+    def __init__(self, key_id: str, reason: str, message: str) -> None:
+        super().__init__(401, message, type="invalid_request_error", code="invalid_api_key")
+        self.key_id = key_id
+        self.reason = reason
+
+
 @dataclass(slots=True)
 class _Key:
     id: str
@@ -93,7 +102,7 @@ class KeyRing:
             if stored is None:
                 raise wire_errors.authentication_error("Incorrect API key provided.")
             if stored.revoked:
-                raise wire_errors.authentication_error("This API key has been revoked.")
+                raise KnownKeyRefused(stored.id, "key_revoked", "This API key has been revoked.")
             return stored.id  # its limits (rpm included) are applied by admission.py
         return found.id
 

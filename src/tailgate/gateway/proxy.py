@@ -29,6 +29,7 @@ import aiohttp
 
 from tailgate.gateway import refusals, responses
 from tailgate.gateway.admission import Ticket, admit_request, check_request
+from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import check_upstream_capacity, upstream_full
@@ -160,7 +161,14 @@ class Proxy:
         # nothing: until an attempt went upstream, its rpm and its reservation are given back when it ends
         # (bookkeeping.settle).
         gw = self.gw
-        ctx.key_id = gw.keys.identify(request)
+        try:
+            ctx.key_id = gw.keys.identify(request)
+        except KnownKeyRefused as refused:  # a revoked key: its row carries its id, the alias and why
+            ctx.key_id = refused.key_id
+            ctx.outcome = gw.admission.refused(refused.key_id, "key_revoked")
+            with contextlib.suppress(WireError):
+                ctx.alias = decode_request(ctx.endpoint, request.body, strict=False).model
+            raise
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         req = decode_request(ctx.endpoint, body, strict=False)
         ctx.alias = req.model
