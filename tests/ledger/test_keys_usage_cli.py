@@ -40,6 +40,7 @@ def test_keys_create_list_update_revoke(tmp_path: Path, store_target: str, store
         "--budget", "5/month", "--models", "chat,code", "--meta", "team=search", "--expires", "30d",
     )  # fmt: skip
     assert code == 0, out
+    assert "created key team-a (models: chat, code; limits: tpm 5000, tok/day 200000, cost/month 5)" in out
     secret = next(line for line in out.splitlines() if line.startswith("sk-"))
     rec = get_key(store, "team-a")
     assert rec is not None

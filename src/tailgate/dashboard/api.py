@@ -347,6 +347,7 @@ def mount(
     clock: Callable[[], float] = time.time,
     guard: ReadGuard | None = None,
     guard_required: Callable[[], bool] | None = None,
+    currency: Callable[[], str | None] | None = None,
 ) -> None:
     """Add ``/dashboard``, ``/dashboard/static/*`` and ``/dashboard/api/*`` to ``app``.
 
@@ -356,7 +357,8 @@ def mount(
     holders. ``clock`` is wall-clock Unix seconds (tests pin it). ``guard``, when given, must pass every
     API request but ``meta`` (the page shell and its static assets hold no data and stay public, so a
     browser can load them and ask for a key); it is asked on every request, so the host decides with the
-    keys in force then. ``guard_required`` tells ``meta`` whether the guard asks for a key now.
+    keys in force then. ``guard_required`` tells ``meta`` whether the guard asks for a key now. ``currency``
+    names the currency of the costs the Keys & spend page shows (the host's providers' price currency).
     """
     target = db_path if is_postgres_url(db_path) else Path(db_path).expanduser()
     dash = _Dashboard(target, live, controls, clock, guard, guard_required)
@@ -384,6 +386,6 @@ def mount(
         ("auth", dash.auth),
     ):
         r.add_get(f"/dashboard/api/{path}", wrap(handler, public=path == "meta"))
-    add_keys_page(app, dash._query, wrap, may_manage=dash.may_manage)
+    add_keys_page(app, dash._query, wrap, may_manage=dash.may_manage, currency=currency)
     r.add_post("/dashboard/api/providers/{name}/drain", wrap(dash.drain))
     r.add_post("/dashboard/api/providers/{name}/enable", wrap(dash.enable))

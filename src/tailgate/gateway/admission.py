@@ -39,7 +39,7 @@ from tailgate.gateway.keys import KeyDirectory, KeyLimits
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend
-from tailgate.state import Adjustment, Claim, Lease, LocalState, Reservation, SharedState, Slot
+from tailgate.state import Adjustment, Admission, Claim, Lease, LocalState, Reservation, SharedState, Slot
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ __all__ = [
     "check_request",
     "fleet_state",
     "key_store",
+    "ratelimit_headers",
 ]
 
 log = logging.getLogger("tailgate.gateway")
@@ -119,6 +120,8 @@ class Ticket:
     takes: list[_Take] = field(default_factory=list)
     lease: tuple[str, str] | None = None
     settled: bool = False
+    tpm: Admission | None = None
+    """The tpm window's answer (for ``x-ratelimit-*-tokens``); None without a tpm."""
 
 
 def fleet_state(gw: object) -> SharedState | None:
@@ -260,6 +263,8 @@ class KeyAdmission:
             _Take(c.name, c.window_s, part[1], c.amount, adm.bucket)
             for c, part, adm in zip(claims, plan.parts, res.admissions, strict=True)
         ]
+        if limits.tpm is not None and res.admissions:
+            ticket.tpm = res.admissions[0]  # the tpm is the plan's first part (``_plan``)
         if res.lease is not None and plan.slot is not None:
             ticket.lease = (plan.slot.name, res.lease.token)
 
@@ -374,6 +379,28 @@ class KeyAdmission:
         ticket.settled = True
         await state.settle(refunds, lease)
 
+    # -- x-ratelimit-* ---------------------------------------------------------------------------------
+
+    def headers(
+        self, key_id: str, rpm: float | None, rpm_adm: Admission | None, ticket: Ticket | None
+    ) -> dict[str, str]:
+        """``x-ratelimit-*`` of an admitted request of ``key_id`` (empty for a key without rpm or tpm)."""
+        limits = self.directory.limits(key_id)
+        tpm = limits.tpm if limits is not None else None
+        return ratelimit_headers(rpm, rpm_adm, tpm, ticket.tpm if ticket is not None else None)
+
+    async def headers_now(self, key_id: str, rpm: float | None) -> dict[str, str]:
+        """``x-ratelimit-*`` of ``key_id`` as its windows stand now (a refused request's answer: asks the
+        windows with an amount of 0, which takes nothing)."""
+        limits = self.directory.limits(key_id)
+        tpm = limits.tpm if limits is not None else None
+        if rpm is None and tpm is None:
+            return {}
+        state = self._state()
+        rpm_adm = await state.take(f"key:{key_id}:rpm", 0.0, rpm, 60.0) if rpm is not None else None
+        tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0) if tpm is not None else None
+        return ratelimit_headers(rpm, rpm_adm, tpm, tpm_adm)
+
     # -- settlement -----------------------------------------------------------------------------------
 
     def free_slot_now(self, ticket: Ticket | None) -> bool:
@@ -445,6 +472,24 @@ def check_request(gw: Gateway, ctx: _Ctx) -> None:
     except KeyRefused as refused:
         ctx.outcome = refused.reason
         raise refused.error from None
+
+
+def ratelimit_headers(
+    rpm: float | None, rpm_adm: Admission | None, tpm: float | None, tpm_adm: Admission | None
+) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` for a key's rpm and tpm windows
+    (docs/keys.md): the limit, what is left in the window after this request, and the seconds until the
+    window's usage has rolled off."""
+    out: dict[str, str] = {}
+    if rpm is not None and rpm_adm is not None:
+        out["x-ratelimit-limit-requests"] = f"{rpm:g}"
+        out["x-ratelimit-remaining-requests"] = str(max(0, math.floor(rpm_adm.remaining)))
+        out["x-ratelimit-reset-requests"] = f"{max(0.0, rpm_adm.reset_s):.3f}s"
+    if tpm is not None and tpm_adm is not None:
+        out["x-ratelimit-limit-tokens"] = f"{tpm:g}"
+        out["x-ratelimit-remaining-tokens"] = str(max(0, math.floor(tpm_adm.remaining)))
+        out["x-ratelimit-reset-tokens"] = f"{max(0.0, tpm_adm.reset_s):.3f}s"
+    return out
 
 
 async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:

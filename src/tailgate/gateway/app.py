@@ -399,8 +399,14 @@ class Gateway:
             controls=controls,
             guard=may_read,
             guard_required=lambda: self.guard.required("dashboard"),
+            currency=self._currency,
         )
         return app
+
+    def _currency(self) -> str | None:
+        """The providers' price currency (``CNY``; several: ``CNY/USD``), for the Keys & spend page."""
+        found = sorted({p.config.price.currency for p in self.providers.values()})
+        return "/".join(found) or None
 
     def metrics_app(self) -> web.Application:
         """``/metrics`` alone, for ``metrics.listen`` (its own address and port)."""
@@ -409,11 +415,20 @@ class Gateway:
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
+        """The aliases the caller's key may use (a key with ``models`` sees those only; docs/keys.md)."""
         try:
-            self.keys.identify(request)
+            key_id = self.keys.identify(request)
         except WireError as err:
             return error_response(err)
-        data = [{"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"} for alias in self.aliases]
+        limits = self.key_directory.limits(key_id) if key_id is not None else None
+        if limits is not None and limits.expires_at is not None and time.time() >= limits.expires_at:
+            return error_response(WireError(401, "This API key has expired.", code="key_expired"))
+        allowed = limits.models if limits is not None else None
+        data = [
+            {"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"}
+            for alias in self.aliases
+            if allowed is None or alias in allowed
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def _healthz(self, request: web.Request) -> web.Response:

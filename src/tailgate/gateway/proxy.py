@@ -101,6 +101,8 @@ class _Ctx:
     """What the key's limits reserved (admission.py); settled by its bookkeeping (bookkeeping.py)."""
     rpm_taken: Admission | None = None
     """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
+    ratelimit: dict[str, str] | None = None
+    """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
     prompt_estimate: float | None = None
     """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
     provider never said (bookkeeping.py)."""
@@ -138,6 +140,8 @@ class Proxy:
             response = await self._serve(request, ctx)
         except WireError as err:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
+            if ctx.key_id is not None and ctx.outcome != "key_revoked":
+                await self._ratelimit_of_refusal(ctx, err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
             if request.deadline_hit:  # server.request_deadline (limits.py, front.py), not the client
@@ -196,6 +200,8 @@ class Proxy:
                 raise
         if ctx.key_id is not None:
             await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
+            if rpm is not None or ctx.ticket is not None:
+                ctx.ratelimit = gw.admission.headers(ctx.key_id, rpm, ctx.rpm_taken, ctx.ticket)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
@@ -526,6 +532,8 @@ class Proxy:
         }
         if ctx.hedged:
             headers["x-tailgate-hedged"] = "1"
+        if ctx.ratelimit:
+            headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
 
     def _observe(self, provider: ProviderState, result: CallResult) -> None:
@@ -534,6 +542,24 @@ class Proxy:
         if result.error_class == "rate_limited":
             limit = self.gw.config.routing.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
+
+    async def _ratelimit_of_refusal(self, ctx: _Ctx, err: WireError) -> None:
+        """A limited key's refusal carries ``x-ratelimit-*`` too: the numbers its admission saw, else its windows
+        as they stand (its own rpm given back first: a request that never went upstream keeps nothing)."""
+        gw = self.gw
+        assert ctx.key_id is not None
+        if ctx.rpm_taken is not None and ctx.attempts == 0:
+            gw.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
+            ctx.rpm_taken = None
+            ctx.ratelimit = None
+        now = ctx.ratelimit
+        if now is None:
+            rpm = gw.keys.rpm(ctx.key_id)
+            limits = gw.key_directory.limits(ctx.key_id)
+            if rpm is None and (limits is None or limits.tpm is None):
+                return
+            now = await gw.admission.headers_now(ctx.key_id, rpm)
+        err.headers = {**now, **(err.headers or {})}  # the refusal's own (a 429's Retry-After, its window) win
 
     def _error(self, err: WireError, ctx: _Ctx) -> Reply:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}

@@ -206,7 +206,9 @@ def _keys(
         if as_json:
             echo(json.dumps({"key": secret, **rec.public(now)}, indent=2))
         else:
-            echo(f"created key {rec.id} ({_describe(rec.public(now))})")
+            public = rec.public(now)
+            models = ", ".join(public["models"]) if public.get("models") is not None else "all"
+            echo(f"created key {rec.id} (models: {models}; limits: {_describe(public)})")
             echo(secret)
             echo("Store this key now: only its hash is kept, it cannot be shown again.")
         return 0
