@@ -127,6 +127,19 @@ async def test_keys_page_with_the_dashboard_key(
             await page.click("#forget-key")
             await page.wait_for_selector("#keys-error:not([hidden])")
             assert await page.evaluate("sessionStorage.getItem('tailgate.dashboard.key')") is None
+
+            # The admin key: the same tables, plus create (the new key and its models shown once) and revoke.
+            await page.fill("#admin-key", ADMIN)
+            await page.click("#admin-form button[type=submit]")
+            await page.wait_for_selector("#admin-status:has-text('admin key: create and revoke unlocked')")
+            await page.wait_for_selector("#create-form:not([hidden])")
+            await page.wait_for_selector("#keys tbody tr button")
+            await page.fill("#new-id", "team-b")
+            await page.fill("#new-models", "chat")
+            await page.click("#create-form button[type=submit]")
+            await page.wait_for_selector("#new-secret:has-text('models: chat')")
+            assert (await page.locator("#new-secret").text_content() or "").startswith("key (shown once): sk-")
+            await page.wait_for_selector("#keys tbody tr:has-text('team-b')")
         finally:
             await browser.close()
     assert problems == []
