@@ -27,7 +27,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -389,14 +389,20 @@ class KeyAdmission:
         tpm = limits.tpm if limits is not None else None
         return ratelimit_headers(rpm, rpm_adm, tpm, ticket.tpm if ticket is not None else None)
 
-    async def headers_now(self, key_id: str, rpm: float | None) -> dict[str, str]:
+    async def headers_now(self, key_id: str, rpm: float | None, known: Mapping[str, str]) -> dict[str, str]:
         """``x-ratelimit-*`` of ``key_id`` as its windows stand now (a refused request's answer: asks the
-        windows with an amount of 0, which takes nothing)."""
+        windows with an amount of 0, which takes nothing), but for what the refusal ``known`` carries already.
+        With a shared state a refusal that carries its window's numbers (the rpm's 429) asks nothing more: a
+        flood over the rpm must not cost a Redis round trip per refusal (``LeasedLimiter`` spares it)."""
         limits = self.directory.limits(key_id)
         tpm = limits.tpm if limits is not None else None
+        state = self._state()
+        if "x-ratelimit-limit-requests" in known:
+            if not isinstance(state, LocalState):
+                return {}
+            rpm = None
         if rpm is None and tpm is None:
             return {}
-        state = self._state()
         rpm_adm = await state.take(f"key:{key_id}:rpm", 0.0, rpm, 60.0) if rpm is not None else None
         tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0) if tpm is not None else None
         return ratelimit_headers(rpm, rpm_adm, tpm, tpm_adm)

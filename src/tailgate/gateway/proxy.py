@@ -558,7 +558,7 @@ class Proxy:
             limits = gw.key_directory.limits(ctx.key_id)
             if rpm is None and (limits is None or limits.tpm is None):
                 return
-            now = await gw.admission.headers_now(ctx.key_id, rpm)
+            now = await gw.admission.headers_now(ctx.key_id, rpm, err.headers or {})
         err.headers = {**now, **(err.headers or {})}  # the refusal's own (a 429's Retry-After, its window) win
 
     def _error(self, err: WireError, ctx: _Ctx) -> Reply:
