@@ -11,6 +11,7 @@ status. The routes come from the application's own router: a route the matrix do
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from conftest import SimFactory, eventually
+from tailgate.cli import main
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import Gateway
 from tailgate.gateway.limits import runner_kwargs, site
@@ -35,7 +38,15 @@ METRICS = "tg-matrix-metrics-0123456789"
 TEAM = "sk-matrix-team-0123456789"
 WRONG = "sk-matrix-wrong-0123456789"
 CALLERS = ("no key", "wrong key", "team key", "dashboard key", "admin key")
-SOURCES = ("none", "YAML", "store at start", "store created at runtime", "revoked", "after reload")
+SOURCES = (
+    "none",
+    "YAML",
+    "store at start",
+    "store created at runtime",
+    "tailgate keys create at runtime",
+    "revoked",
+    "after reload",
+)
 FAMILIES = ("/v1", "/admin", "/metrics", "dashboard data", "dashboard controls", "public")
 
 # The expected answer of every (key source, family) to each caller, in CALLERS' order. docs/reliability.md
@@ -73,6 +84,14 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("store created at runtime", "dashboard data"): _ADMIN_ONLY,
     ("store created at runtime", "dashboard controls"): _ADMIN_ONLY,
     ("store created at runtime", "public"): _ALL_OK,
+    # tailgate keys create at runtime: started open, then the command (in-process, the real CLI) made the team's
+    # key in the store; the gateway's poll of the store picks it up.
+    ("tailgate keys create at runtime", "/v1"): _TEAM_ONLY,
+    ("tailgate keys create at runtime", "/admin"): _ADMIN_ONLY,
+    ("tailgate keys create at runtime", "/metrics"): _ALL_OK,
+    ("tailgate keys create at runtime", "dashboard data"): _ADMIN_ONLY,
+    ("tailgate keys create at runtime", "dashboard controls"): _ADMIN_ONLY,
+    ("tailgate keys create at runtime", "public"): _ALL_OK,
     # revoked: the store's only key (the team's), revoked with the store's revoke (`tailgate keys revoke`).
     ("revoked", "/v1"): ("401",) * 5,
     ("revoked", "/admin"): _ADMIN_ONLY,
@@ -235,6 +254,16 @@ async def _set_up(
             ) as r:
                 assert r.status == 201
                 return s, (await r.json())["key"]
+    if source == "tailgate keys create at runtime":
+        _write(cfg, base)
+        s = await serve(cfg)
+        result = await asyncio.to_thread(
+            CliRunner().invoke, main, ["keys", "create", "--config", str(cfg), "--id", "team"]
+        )
+        assert result.exit_code == 0, result.output
+        secret = next(line for line in result.stdout.splitlines() if line.startswith("sk-"))
+        await eventually(lambda: s.gw.key_directory.limits("team") is not None, 3.0)  # the store's poll
+        return s, secret
     assert source == "after reload"
     _write(cfg, base)
     s = await serve(cfg)
