@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -104,6 +105,39 @@ def test_non_ascii_blocks_follow_the_token_estimate() -> None:
     digests = block_digests("k", text, BLOCK)
     assert len(digests) == 5
     assert block_digests("k", text[: 2 * BLOCK], BLOCK) == digests[:2]
+
+
+def _reference_blocks(text: str, block_tokens: int) -> list[bytes]:
+    """The rule, one character at a time: a block ends where cjk + ceil(other bytes / 4) reaches a multiple."""
+    out: list[bytes] = []
+    start = cjk = other = 0
+    goal = block_tokens
+    for i, ch in enumerate(text):
+        if ord(ch) >= 0x2E80:
+            cjk += 1
+        else:
+            other += len(ch.encode())
+        if cjk + (other + 3) // 4 >= goal:
+            out.append(text[start : i + 1].encode())
+            start, goal = i + 1, goal + block_tokens
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_mixed_text_is_cut_exactly_as_the_per_character_rule(seed: int) -> None:
+    """Chinese, ASCII, accented and emoji runs mixed: the run-by-run cut equals the per-character walk."""
+    from tailgate.sim.prefix_cache import _mixed_blocks
+    from tailgate.sim.text import estimate_tokens
+
+    rng = random.Random(seed)
+    pieces = ["缓存命中", "价格降低，", "the cache ", "x", "café ", "naïve—", "🙂", "ab", "。", " "]
+    text = "".join(rng.choice(pieces) * rng.randint(1, 30) for _ in range(rng.randint(1, 60))) + "中"
+    for block in (1, 3, 16, 64):
+        blocks = _mixed_blocks(text, block)
+        assert blocks == _reference_blocks(text, block)
+        # never more cached than the prompt's tokens (the estimate counts a 4-byte emoji one byte heavier)
+        assert len(blocks) * block <= estimate_tokens(text)
+    assert len(_mixed_blocks(text, 1)) >= estimate_tokens(text) - text.count("🙂")
 
 
 # ---- the store: LRU and TTL on a fake clock ---------------------------------------------------------

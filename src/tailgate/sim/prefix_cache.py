@@ -11,12 +11,13 @@ as a provider's memory is shared) and forgets the least recently used first; a b
 
 Tokens are the simulator's estimate (``sim.text.estimate_tokens``): ~4 ASCII bytes or one CJK character
 per token. For ASCII text a block is exactly ``4 · block_tokens`` characters, so the split costs a slice
-per block; other text is walked once.
+per block; other text is cut run by run (:func:`_mixed_blocks`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -46,20 +47,54 @@ def _blocks(text: str, block_tokens: int) -> list[bytes]:
         step = 4 * block_tokens
         raw = text.encode()
         return [raw[i : i + step] for i in range(0, len(raw) - step + 1, step)]
-    # Walk the text with the estimator's rule: a CJK character is one token, other bytes four to a token.
-    # A block ends at the first character after which the running count reaches the next multiple.
+    return _mixed_blocks(text, block_tokens)
+
+
+_RUNS = re.compile("[\u2e80-\U0010ffff]+|[\x00-\x7f]+|[\x80-\u2e7f]+")
+"""Runs of CJK (one token a character), ASCII (four bytes a token) and other characters."""
+
+
+def _mixed_blocks(text: str, block_tokens: int) -> list[bytes]:
+    """Text that is not all ASCII, cut with the estimator's rule: the running count is ``cjk + ceil(other
+    bytes / 4)``, and a block ends at the first character after which it reaches the next multiple of
+    ``block_tokens``. CJK and ASCII runs are cut by arithmetic (an 8k-token Chinese prompt in ~0.1 ms, where a
+    walk over every character took 2 ms of the simulator's event loop); the rare other runs are walked."""
     out: list[bytes] = []
     start = cjk = other = 0
     goal = block_tokens
-    for i, ch in enumerate(text):
-        if ord(ch) >= 0x2E80:
-            cjk += 1
+    for match in _RUNS.finditer(text):
+        run, pos = match.group(), match.start()
+        n, i = len(run), 0
+        first = ord(run[0])
+        if first >= 0x2E80:  # k more characters: count = cjk + k + ceil(other / 4)
+            while True:
+                k = goal - cjk - (other + 3) // 4
+                if k > n - i:
+                    cjk += n - i
+                    break
+                i += k
+                cjk += k
+                out.append(text[start : pos + i].encode())
+                start = pos + i
+                goal += block_tokens
+        elif first < 0x80:  # k more bytes: count = cjk + ceil((other + k) / 4), which reaches g at 4g - 3
+            while True:
+                k = 4 * (goal - cjk) - 3 - other
+                if k > n - i:
+                    other += n - i
+                    break
+                i += k
+                other += k
+                out.append(text[start : pos + i].encode())
+                start = pos + i
+                goal += block_tokens
         else:
-            other += len(ch.encode())
-        if cjk + (other + 3) // 4 >= goal:
-            out.append(text[start : i + 1].encode())
-            start = i + 1
-            goal += block_tokens
+            for j, ch in enumerate(run):
+                other += len(ch.encode())
+                if cjk + (other + 3) // 4 >= goal:
+                    out.append(text[start : pos + j + 1].encode())
+                    start = pos + j + 1
+                    goal += block_tokens
     return out
 
 
