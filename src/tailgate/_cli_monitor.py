@@ -128,15 +128,38 @@ def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
     "--config",
     "config_path",
     type=click.Path(path_type=Path),
-    help="Gateway config: adds price, max output length and configured pairs without samples.",
+    help="Gateway config: its store (ledger.path / ledger.url, as monitor and serve use it), price, max output "
+    "length and configured pairs without samples.",
 )
+@click.option("--columns", help="Table columns, comma-separated (e.g. provider,model,n,ttft_p99); see --wide.")
+@click.option("--wide", is_flag=True, help="Every column (snapshot, P50s, answer TTFT, price, ...).")
 def leaderboard(
-    window: str, sort: str, model: str | None, as_json: bool, db: Path | None, config_path: Path | None
+    window: str,
+    sort: str,
+    model: str | None,
+    as_json: bool,
+    db: Path | None,
+    config_path: Path | None,
+    columns: str | None,
+    wide: bool,
 ) -> None:
     """Rank providers × models from the monitor's samples and the gateway's traffic."""
-    from tailgate.monitor.board import BoardOptions, leaderboard_main
+    from tailgate.monitor.board import BoardOptions, leaderboard_main, pick_columns
 
+    if wide and columns is not None:
+        _fail("--wide shows every column; --columns picks some: give one of them")
+    try:
+        chosen = pick_columns(columns, wide=wide)
+    except ValueError as exc:
+        _fail(str(exc))
     options = BoardOptions(
-        window_s=_duration("--window", window), sort=sort, model=model, as_json=as_json, db=db, config=config_path
+        window_s=_duration("--window", window),
+        sort=sort,
+        model=model,
+        as_json=as_json,
+        db=db,
+        config=config_path,
+        columns=chosen,
     )
-    sys.exit(leaderboard_main(options, echo=_echo_line, show=_stdout().print))
+    out = _stdout()
+    sys.exit(leaderboard_main(options, echo=_echo_line, show=lambda grid: grid.print_to(out)))

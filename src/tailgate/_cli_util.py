@@ -36,5 +36,7 @@ def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
 
 
 def _stdout() -> Console:
-    """Rich console for tables; when piped, wide enough that rows are not wrapped mid-value."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    """Rich console for tables: the terminal's width; piped, not cut at all unless ``COLUMNS`` asks."""
+    from tailgate.tables import console
+
+    return console()

@@ -109,7 +109,7 @@ def test_leaderboard_table_json_and_errors(threaded_sim: Callable[..., ThreadedS
     for _ in range(2):
         result = CliRunner().invoke(main, ["monitor", "--config", str(config), "--once", "--db", str(db)])
         assert result.exit_code == 0, result.output
-    result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--config", str(config)])
+    result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--config", str(config), "--wide"])
     assert result.exit_code == 0, result.output
     assert "up-fast" in result.output
     assert "131,072" in result.output
