@@ -25,13 +25,14 @@ def _echo_line(line: str) -> None:
 def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
     """``30s`` / ``1m30s`` / ``7d`` → seconds, or exit 2 naming the option."""
     from tailgate.config import parse_duration
+    from tailgate.config.units import DURATION_FORMS
 
     try:
         value = float(parse_duration(text))
-    except ValueError as exc:
-        _fail(f"{option}: {exc}")
+    except ValueError:
+        _fail(f"{option} {text!r}: not a duration; use {DURATION_FORMS}")
     if value <= minimum:
-        _fail(f"{option}: must be more than {minimum:g} s, got {text!r}")
+        _fail(f"{option} {text!r}: must be more than {minimum:g} s ({DURATION_FORMS})")
     return value
 
 

@@ -303,11 +303,21 @@ def _charts(items: Sequence[str]) -> str:
     return '<div class="charts">\n' + "\n".join(items) + "\n</div>"
 
 
+def _when(epoch: Any) -> str:
+    """A readable UTC time (``2026-12-04 21:46:16 UTC``) for the document's Unix ``started_at``."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(float(epoch), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?" if epoch is None else str(epoch)
+
+
 def _header(doc: Doc, runs: Sequence[Doc]) -> str:
     cmd = " ".join(str(c) for c in doc.get("command") or [])
     meta = [
         f"tailgate {escape(str(doc.get('tailgate_version', '?')))}",
-        f"started {escape(str(doc.get('started_at', '?')))}",
+        f"started {escape(_when(doc.get('started_at')))}",
         f"{len(runs)} run(s), {len(_targets(runs))} target(s)",
     ]
     out = ["<h1>tailgate bench report</h1>", f'<p class="meta">{" · ".join(meta)}</p>']
