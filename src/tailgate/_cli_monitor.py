@@ -61,6 +61,7 @@ def monitor(
 
     if once and serve:
         _fail("--serve runs until stopped; it cannot be combined with --once")
+    _refuse_inapplicable(peak, serve)
     keep = None if retention.strip() == "0" else _duration("--retention", retention)
     options = MonitorOptions(
         config=config_path,
@@ -78,6 +79,35 @@ def monitor(
     sys.exit(run(lambda stop: monitor_main(stop, options, echo=_echo_line)))
 
 
+def _explicit(name: str) -> bool:
+    """Whether the user gave this option (not its default)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, click.core.ParameterSource.DEFAULT)
+
+
+def _refuse_inapplicable(peak: dict[str, Any], serve: bool) -> None:
+    """Options of a mode that is off are refused, naming both, instead of doing nothing."""
+    if not peak.get("peak_at"):
+        for name in ("peak_days", "peak_levels", "peak_duration", "peak_find_max"):
+            if _explicit(name) and peak.get(name):
+                flag = "--" + name.replace("_", "-")
+                _fail(f"{flag} applies to the peak-hour test only: add --peak-at HH:MM (e.g. --peak-at 11:00)")
+    if not serve:
+        for name in ("host", "port"):
+            if _explicit(name):
+                _fail(f"--{name} applies to --serve only (the dashboard's address): add --serve or leave it out")
+
+
+def _peak_levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        levels = ()
+    if not levels or min(levels) < 1:
+        _fail(f"--peak-levels {text!r}: not a list of positive integers; use e.g. 1,10,50")
+    return levels
+
+
 def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
     """``--peak-*`` → MonitorOptions fields; the bench profile runner is wired in here (faces stay apart)."""
     if not peak.get("peak_at"):
@@ -88,13 +118,14 @@ def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
 
     try:
         PeakSchedule.parse(peak["peak_at"], peak["peak_days"])
-        levels = tuple(int(x) for x in str(peak["peak_levels"]).split(","))
-        for expr in peak["peak_find_max"]:
+    except ValueError as exc:
+        _fail(str(exc))  # names --peak-at or --peak-days and the accepted forms
+    levels = _peak_levels(str(peak["peak_levels"]))
+    for expr in peak["peak_find_max"]:
+        try:
             parse_threshold(expr)
-    except (ValueError, ThresholdError) as exc:
-        _fail(str(exc) if "--peak" in str(exc) else f"--peak-*: {exc}")
-    if not levels or min(levels) < 1:
-        _fail("--peak-levels: positive integers, e.g. 1,10,50")
+        except ThresholdError as exc:
+            _fail(f"--peak-find-max {expr!r}: {exc}; e.g. 'p90(ttft)<1s'")
     profile = PeakProfile(
         levels=levels,
         duration_s=_duration("--peak-duration", peak["peak_duration"]),

@@ -90,6 +90,16 @@ def test_bad_config_exits_2_naming_file_line_and_path(tmp_path: Path) -> None:
         (["--interval", "0s"], "--interval"),
         (["--retention", "forever"], "--retention"),
         (["--once", "--serve"], "cannot be combined"),
+        (["--once", "--peak-days", "daily", "--peak-levels", "1,4"], "--peak-days applies to the peak-hour test only"),
+        (["--once", "--peak-find-max", "p90(ttft)<1s"], "--peak-find-max applies to the peak-hour test only"),
+        (["--once", "--port", "9999"], "--port applies to --serve only"),
+        (["--peak-at", "11:00", "--peak-levels", "1,x"], "--peak-levels '1,x': not a list of positive integers"),
+        (["--peak-at", "11:00", "--peak-levels", "0,4"], "--peak-levels '0,4'"),
+        (["--peak-at", "25:00"], "--peak-at: '25:00' is not a local time HH:MM"),
+        (["--peak-at", "11:00", "--peak-days", "weekdays"], "--peak-days: cannot read 'weekdays'"),
+        (["--peak-at", "11:00", "--peak-duration", "1week"], "--peak-duration '1week': not a duration"),
+        (["--peak-at", "11:00", "--peak-find-max", "fast"], "--peak-find-max 'fast'"),
+        (["--retention", "1w"], "use a number of seconds, or units ms, s, m, h, d"),
     ],
 )
 def test_bad_flags_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

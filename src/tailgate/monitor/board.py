@@ -20,8 +20,9 @@ from tailgate.ledger.leaderboard import MINIMUMS, SORTS, LeaderRow, ProviderInfo
 from tailgate.ledger.loadtests import LoadTest, latest_load_tests
 from tailgate.ledger.store import db_errors, open_store, redact_url
 from tailgate.monitor.command import store_path
+from tailgate.monitor.peak import peak_cells
 from tailgate.monitor.runner import targets_from_config
-from tailgate.stats.shown import percentile_minimum, wilson
+from tailgate.stats.shown import wilson
 from tailgate.tables import Col, Grid
 
 __all__ = ["COLUMN_KEYS", "BoardOptions", "leaderboard_json", "leaderboard_main", "leaderboard_table", "pick_columns"]
@@ -90,45 +91,6 @@ def window_label(window_s: float) -> str:
 
 
 Peak = dict[tuple[str, str], LoadTest]
-
-
-def _peak_n(test: LoadTest, level: int) -> int:
-    """Successful requests of one level of the test (``-1``: the highest, ``0``: the lowest)."""
-    levels = test.levels()
-    if not levels:
-        return max(0, test.requests - test.errors)
-    lv = levels[level]
-    return max(0, int(lv.get("requests") or 0) - int(lv.get("errors") or 0))
-
-
-def _peak_value(value: float | None, n: int, q: int) -> str:
-    minimum = percentile_minimum(q)
-    if n < minimum:
-        return f"n<{minimum}"
-    return "-" if value is None else _s(value)
-
-
-def peak_cells(test: LoadTest | None) -> dict[str, str]:
-    """The peak-hour load test columns: TTFT P90 / P99 (s) at the highest level with its request count,
-    the decay ratio (withheld unless both levels have P99's minimum), the capacity found."""
-    if test is None:
-        return dict.fromkeys(("peak_n", "peak_p90", "peak_p99", "peak_decay", "peak_capacity"), "-")
-    top, low = _peak_n(test, -1), _peak_n(test, 0)
-    p99_min = MINIMUMS["p99"]
-    if test.decay_p99_e2e is None:
-        decay = "-"
-    elif min(top, low) < p99_min:
-        decay = f"n<{p99_min}"
-    else:
-        decay = f"{test.decay_p99_e2e:.2f}×"
-    cap = "-" if test.capacity is None else f"{test.capacity:g}"
-    return {
-        "peak_n": str(top),
-        "peak_p90": _peak_value(test.ttft_p90_ms, top, 90),
-        "peak_p99": _peak_value(test.ttft_p99_ms, top, 99),
-        "peak_decay": decay,
-        "peak_capacity": cap,
-    }
 
 
 def peak_json(test: LoadTest | None) -> dict[str, Any] | None:

@@ -97,7 +97,7 @@ def round_table(report: RoundReport) -> list[str]:
                 s.workload,
                 result,
                 _fmt_ms(s.ttft_ms),
-                _fmt_ms(s.e2e_ms),
+                _fmt_ms(s.e2e_ms if s.ok else None),  # a failed call has no end-to-end time to compare
                 "-" if s.output_tokens is None else str(s.output_tokens),
                 "-" if s.tok_s is None else f"{s.tok_s:.1f}",
                 right,
