@@ -32,7 +32,7 @@ from tailgate.bench.runner import (
 from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
 from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts, load_trace
 from tailgate.config.units import DURATION_FORMS, parse_duration
-from tailgate.stats.shown import percentile_minimum
+from tailgate.stats.shown import MINIMUMS, percentile_minimum, wilson
 from tailgate.tables import Col, Grid
 from tailgate.tables import console as tables_console
 
@@ -432,6 +432,17 @@ def _q(summary: Mapping[str, Any] | None, q: int, digits: int = 0) -> str:
     return _fmt(summary.get(f"p{q}"), digits)
 
 
+def accuracy_cell(acc: Mapping[str, Any] | None) -> str:
+    """``86% [64–96] n=14``: right / graded, its 95 % Wilson interval and the task count; ``n<5`` below that."""
+    if not acc or not acc.get("total"):
+        return "-"
+    right, total = int(acc["right"]), int(acc["total"])
+    if total < MINIMUMS["rate"]:
+        return f"n<{MINIMUMS['rate']}"
+    lo, hi = wilson(right, total)
+    return f"{100.0 * right / total:.0f}% [{100 * lo:.0f}–{100 * hi:.0f}] n={total}"
+
+
 SUMMARY_COLS = (
     # (column, keep): on a narrow terminal the P50s, answer TTFT and ITL go first; target, load, P99s stay.
     Col("target", "target", 0, left=True),
@@ -482,7 +493,12 @@ def _print_summary(console: Console, doc: dict[str, Any]) -> None:
             )
         )
     caption = "percentiles over the successful requests (n ok; ITL over token gaps); 'n<K': fewer than K, withheld"
-    Grid(SUMMARY_COLS, tuple(rows), title="results (ms)", caption=caption).print_to(console)
+    cols: tuple[Col, ...] = SUMMARY_COLS
+    body: list[tuple[str, ...]] = list(rows)
+    if any(r.get("accuracy") for r in doc["runs"]):
+        cols = (*cols, Col("accuracy", "accuracy\n[95% CI]", 1))
+        body = [(*row, accuracy_cell(r.get("accuracy"))) for row, r in zip(rows, doc["runs"], strict=True)]
+    Grid(cols, tuple(body), title="results (ms)", caption=caption).print_to(console)
     if doc.get("decay"):
         p99 = percentile_minimum(99)
         decay_rows = []
@@ -499,7 +515,7 @@ def _print_summary(console: Console, doc: dict[str, Any]) -> None:
                     _fmt(d["mean_tok_s_ratio"], 2),
                 )
             )
-        cols = (
+        decay_cols = (
             Col("target", "target", 0, left=True),
             Col("concurrency", "concurrency", 0),
             Col("n", "n (fewer of the two)", 2),
@@ -507,7 +523,7 @@ def _print_summary(console: Console, doc: dict[str, Any]) -> None:
             Col("p99_ttft", "P99 TTFT ×", 1),
             Col("tok_s", "mean tok/s ×", 1),
         )
-        Grid(cols, tuple(decay_rows), title="decay vs concurrency 1").print_to(console)
+        Grid(decay_cols, tuple(decay_rows), title="decay vs concurrency 1").print_to(console)
     _print_findings(console, doc)
     for check in doc.get("thresholds") or []:
         mark = "PASS" if check["passed"] else "FAIL"
