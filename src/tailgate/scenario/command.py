@@ -72,7 +72,7 @@ async def run_command(
     replicas: int = 1,
 ) -> int:
     """Run the scenario; print the comparison; write the files asked for. Returns the exit code."""
-    console = console or Console(stderr=True)
+    console = console or tables_console(stderr=True)
     runs = cfg.select(list(policies))
     started = dt.datetime.now(dt.UTC)
     status = LiveStatus()
