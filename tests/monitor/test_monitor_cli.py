@@ -69,6 +69,9 @@ def test_once_with_nothing_reachable_exits_1(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["monitor", "--config", str(config), "--once", "--db", str(db)])
     assert result.exit_code == 1, result.output
     assert "nothing could be probed" in result.output
+    assert "connect from http://127.0.0.1:9/v1" in result.output  # where it failed, not just how
+    failed = next(line for line in result.output.splitlines() if "connect from" in line)
+    assert " 0 " not in failed  # no E2E of 0 ms for a call that never connected
     with closing(open_db(db)) as conn:
         assert {s.error_class for s in read_samples(conn)} == {"connect"}
 
