@@ -73,3 +73,12 @@ def test_a_scaled_run_says_so_and_a_one_phase_run_has_no_all_row() -> None:
     one = {**DOC, "runs": [{**_run("adaptive", 1.0, 1.0, 1.0, 0), "phases": [_phase("steady", 900.0)]}]}
     assert [r[1] for r in comparison_rows(one)] == ["steady"]
     assert [r[1] for r in comparison_rows(DOC)][:4] == ["healthy", "degraded", "recovered", "all"]
+
+
+def test_the_comparison_withholds_a_p99_of_too_few_requests() -> None:
+    """A phase with 12 successful requests shows its P50/P90 but n<20 for P99, like every other table."""
+    few = _phase("short", 900.0, n=12)
+    doc = {**DOC, "runs": [{**_run("adaptive", 1.0, 1.0, 1.0, 0), "phases": [few]}]}
+    [row] = comparison_rows(doc)
+    assert row[3:6] == ["450", "750", "n<20"]
+    assert row[8] == "n<20"

@@ -12,6 +12,7 @@ from typing import Any
 
 from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, line_chart
 from tailgate.scenario.verdicts import time_scale_note, verdicts
+from tailgate.stats.shown import percentile_minimum
 from tailgate.tables import Col, Grid
 
 __all__ = ["class_rows", "comparison_rows", "event_rows", "render_html", "render_markdown", "rich_tables"]
@@ -21,6 +22,14 @@ Doc = Mapping[str, Any]
 
 def _ms(v: Any) -> str:
     return "-" if v is None else f"{float(v):,.0f}"
+
+
+def _pq(summary: Mapping[str, Any], q: int) -> str:
+    """A percentile in ms, withheld (``n<K``) below the minimums every face uses (tailgate.stats.shown)."""
+    n, minimum = int(summary.get("count") or 0), percentile_minimum(q)
+    if 0 < n < minimum:
+        return f"n<{minimum}"
+    return _ms(summary.get(f"p{q}"))
 
 
 def _pct(v: Any) -> str:
@@ -59,12 +68,8 @@ def comparison_rows(doc: Doc) -> list[list[str]]:
                     str(run["name"]),
                     str(ph["name"]),
                     str(ph["requests"]),
-                    _ms(ph["ttft_ms"]["p50"]),
-                    _ms(ph["ttft_ms"]["p90"]),
-                    _ms(ph["ttft_ms"]["p99"]),
-                    _ms(ph["e2e_ms"]["p50"]),
-                    _ms(ph["e2e_ms"]["p90"]),
-                    _ms(ph["e2e_ms"]["p99"]),
+                    *(_pq(ph["ttft_ms"], q) for q in (50, 90, 99)),
+                    *(_pq(ph["e2e_ms"], q) for q in (50, 90, 99)),
                     f"{ph['errors']} ({ph['failed_before_first_token']}/{ph['failed_after_first_token']})",
                     *[_pct(share.get(p)) for p in providers],
                     str(ph["upstream_rate_limited"]),
