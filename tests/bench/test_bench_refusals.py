@@ -29,6 +29,8 @@ URL = ["bench", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--no-pre
             "--duration '1week': not a duration; use a number of seconds, or units ms, s, m, h, d",
         ),
         (["--warmup", "x"], "--warmup 'x': not a duration"),
+        (["--stages", "1week:5"], "--stages: '1week' in '1week:5' is not a duration (a number of seconds, or units"),
+        (["--rate", "5", "--goodput", "ttft:1week"], "--goodput: '1week' in 'ttft:1week' is not a time (a bare"),
     ],
 )
 def test_inapplicable_or_bad_options_exit_2_naming_them(args: list[str], message: str) -> None:
