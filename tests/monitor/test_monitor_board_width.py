@@ -137,8 +137,9 @@ def _shown(text: str) -> list[str]:
 
 def _snapshot(name: str, text: str) -> None:
     path = SNAPSHOTS / name
-    if os.environ.get("TAILGATE_UPDATE_SNAPSHOTS") == "1" or not path.exists():
+    if os.environ.get("TAILGATE_UPDATE_SNAPSHOTS") == "1":
         path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no snapshot {name}: run with TAILGATE_UPDATE_SNAPSHOTS=1 once and read it"
     assert text == path.read_text(encoding="utf-8"), f"{name} changed; TAILGATE_UPDATE_SNAPSHOTS=1 to accept"
 
 
