@@ -294,7 +294,8 @@ async def find_limit(
         entry["summary"] = _summary(str(target), found)
     else:
         last = entry["rates_tried"][-1] if entry["rates_tried"] else None
-        entry["summary"] = f"{target}: no rate limit found below {last} req/s ({note})"
+        below = "?" if last is None else _rate(float(last))
+        entry["summary"] = f"{target}: no rate limit found below {below} req/s ({note})"
     return runs, entry
 
 
@@ -311,7 +312,7 @@ def _summary(target: str, found: Mapping[str, Any]) -> str:
     n = found.get("steady_admitted")
     basis = f"steady state, {n} admitted after the first 429" if n else "average over the refused step"
     parts = [
-        f"{target}: refused from {found['offered_per_s']:g} req/s offered",
+        f"{target}: refused from {_rate(found['offered_per_s'])} req/s offered",
         f"measured ~{_rate(measured)} req/s per key (RPM ~{measured * 60:.0f}; {basis})",
     ]
     stated = found.get("header")
