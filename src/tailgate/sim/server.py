@@ -94,7 +94,11 @@ class SimHandlers:
         if f.active:
             if f.rate_limit_rps is not None or f.rate_limit_rpm is not None:
                 decision = p.limiter.check(key, f.rate_limit_rps, f.rate_limit_rpm)
-                ctx.headers.update(decision.headers)
+                ctx.headers.update(
+                    decision.headers
+                    if f.rate_limit_headers
+                    else {k: v for k, v in decision.headers.items() if not k.startswith("x-ratelimit-")}
+                )
                 if not decision.allowed:
                     ctx.fault = "rate_limit"
                     err = wire_errors.rate_limited(
