@@ -1,0 +1,559 @@
+"""Anthropic Messages ↔ OpenAI chat, for providers that serve only OpenAI chat. Pure: no I/O.
+
+Three pieces, each a function of its input alone:
+
+* :func:`to_chat_request` — a ``/v1/messages`` request as a ``/v1/chat/completions`` request;
+* :func:`to_message` — a chat completion as a ``message``;
+* :class:`StreamTranslator` — chat chunks in, Anthropic's event sequence out, incrementally.
+
+What is chosen where Anthropic and OpenAI differ (docs/architecture.md, "Anthropic's Messages API"):
+
+* ``system`` (a string or text blocks) becomes one leading ``system`` message, blocks joined by a blank line.
+* A user turn's ``tool_result`` blocks become ``tool`` messages placed first (OpenAI wants them right after
+  the assistant's ``tool_calls``), the rest of the turn a ``user`` message after them. A tool result's
+  images cannot ride in a ``tool`` message: they move to that following ``user`` message. ``is_error``
+  prefixes the result's text with ``Error:`` so the model still learns that the call failed.
+* An assistant turn's ``thinking`` goes back as ``reasoning_content`` (DeepSeek and vLLM read it there),
+  never as a content part; ``redacted_thinking`` is opaque to any other model and is dropped.
+  ``cache_control`` is dropped: OpenAI-compatible providers cache prefixes by themselves.
+* ``thinking`` switches the provider's reasoning on or off by the provider's own field
+  (:data:`THINKING_SWITCHES`, ``thinking: {type, budget_tokens}`` by default — DeepSeek, Volcengine, Zhipu).
+* Refused with a 400 naming the field: ``document`` blocks, server tools (a versioned ``type``),
+  ``mcp_servers``, ``container``, ``context_management``, ``output_format`` / ``output_config.format``.
+* Usage: OpenAI's ``prompt_tokens`` include cached ones; Anthropic's ``input_tokens`` do not, so
+  ``input_tokens = prompt_tokens − cached`` and ``cache_read_input_tokens = cached``.
+* A translated thinking block has no signature from the upstream: it starts with ``signature: ""``
+  and closes with a ``signature_delta`` of ``""``, keeping the documented sequence (thinking deltas,
+  then one signature delta, then the stop); a client that sends it back is told nothing false.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from tailgate.wire.anthropic import (
+    ContentBlockDeltaEvent,
+    ContentBlockStartEvent,
+    ContentBlockStopEvent,
+    ImageBlock,
+    InputJsonDelta,
+    Message,
+    MessageDelta,
+    MessageDeltaEvent,
+    MessageDeltaUsage,
+    MessageResponse,
+    MessagesRequest,
+    MessageStartEvent,
+    MessageStopEvent,
+    OutputBlock,
+    PingEvent,
+    SignatureDelta,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    error_event,
+    event_frame,
+)
+from tailgate.wire.errors import WireError, bad_gateway, invalid_request, parse_error_body
+from tailgate.wire.types import ChatCompletionRequest, ChatMessage, FunctionCall, StreamOptions, ToolCall
+
+__all__ = [
+    "THINKING_SWITCHES",
+    "StreamTranslator",
+    "ThinkingSwitch",
+    "stop_reason",
+    "to_chat_request",
+    "to_message",
+    "tool_choice_to_openai",
+    "tools_to_openai",
+]
+
+ThinkingSwitch = Literal["thinking", "enable_thinking", "chat_template_kwargs", "reasoning_effort", "none"]
+THINKING_SWITCHES: tuple[str, ...] = ("thinking", "enable_thinking", "chat_template_kwargs", "reasoning_effort", "none")
+"""How an upstream switches reasoning: ``thinking: {type, budget_tokens}`` (DeepSeek, Volcengine, Zhipu),
+``enable_thinking`` + ``thinking_budget`` (DashScope, SiliconFlow), ``chat_template_kwargs.enable_thinking``
+(vLLM / SGLang serving Qwen3 or DeepSeek), ``reasoning_effort`` (OpenAI's o-series: ``none`` / ``medium``),
+or ``none`` (the model thinks or not by itself; the request's choice is not sent)."""
+
+_REFUSED_FIELDS = ("mcp_servers", "container", "context_management", "output_format")
+
+
+# ---- request -------------------------------------------------------------------------------------
+
+
+def _system_text(system: str | list[TextBlock] | None) -> str | None:
+    if system is None or isinstance(system, str):
+        return system or None
+    return "\n\n".join(block.text for block in system) or None
+
+
+def _image_part(block: ImageBlock, where: str) -> dict[str, Any]:
+    source = block.source
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
+        url = f"data:{source['media_type']};base64,{source['data']}"
+    elif kind == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise invalid_request(
+            f"image source type {kind!r} cannot be translated to OpenAI chat (base64 and url can).",
+            f"{where}.source.type",
+        )
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _tool_result(block: ToolResultBlock, where: str, moved: list[dict[str, Any]]) -> ChatMessage:
+    content = block.content
+    if content is None or isinstance(content, str):
+        text = content or ""
+    else:
+        texts: list[str] = []
+        for j, part in enumerate(content):
+            if isinstance(part, TextBlock):
+                texts.append(part.text)
+            elif isinstance(part, ImageBlock):
+                moved.append(_image_part(part, f"{where}.content.{j}"))
+            else:
+                raise invalid_request(
+                    "document blocks cannot be translated to OpenAI chat.", f"{where}.content.{j}.type"
+                )
+        text = "\n".join(texts)
+    if block.is_error:
+        text = f"Error: {text}" if text else "Error"
+    return ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
+
+
+def _user_turn(msg: Message, where: str) -> list[ChatMessage]:
+    if isinstance(msg.content, str):
+        return [ChatMessage(role="user", content=msg.content)]
+    tools: list[ChatMessage] = []
+    parts: list[dict[str, Any]] = []
+    moved: list[dict[str, Any]] = []
+    for i, block in enumerate(msg.content):
+        at = f"{where}.content.{i}"
+        if isinstance(block, TextBlock):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            parts.append(_image_part(block, at))
+        elif isinstance(block, ToolResultBlock):
+            tools.append(_tool_result(block, at, moved))
+        else:
+            kind = type(block).__struct_config__.tag
+            why = "cannot be translated to OpenAI chat" if kind == "document" else "is not allowed in a user turn"
+            raise invalid_request(f"{kind} blocks {why}.", f"{at}.type")
+    parts.extend(moved)
+    out = list(tools)
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        content: str | list[dict[str, Any]] = "".join(p["text"] for p in parts) if only_text else parts
+        out.append(ChatMessage(role="user", content=content))
+    return out
+
+
+def _assistant_turn(msg: Message, where: str) -> ChatMessage:
+    if isinstance(msg.content, str):
+        return ChatMessage(role="assistant", content=msg.content)
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[ToolCall] = []
+    for i, block in enumerate(msg.content):
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ThinkingBlock):
+            thinking.append(block.thinking)
+        elif isinstance(block, ToolUseBlock):
+            arguments = msgspec.json.encode(block.input).decode()
+            calls.append(
+                ToolCall(id=block.id, type="function", function=FunctionCall(name=block.name, arguments=arguments))
+            )
+        elif type(block).__struct_config__.tag != "redacted_thinking":
+            kind = type(block).__struct_config__.tag
+            raise invalid_request(f"{kind} blocks are not allowed in an assistant turn.", f"{where}.content.{i}.type")
+    return ChatMessage(
+        role="assistant",
+        content="".join(texts) if texts or not calls else None,
+        tool_calls=calls or None,
+        reasoning_content="".join(thinking) if thinking else None,
+    )
+
+
+def tools_to_openai(req: MessagesRequest) -> list[dict[str, Any]] | None:
+    """Client tools as OpenAI ``function`` tools; a server tool (a versioned ``type``) is a 400."""
+    if not req.tools:
+        return None
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(req.tools):
+        if tool.type not in (None, "custom"):
+            raise invalid_request(
+                f"server tool {tool.type!r} cannot be translated to OpenAI chat (only client tools can).",
+                f"tools.{i}.type",
+            )
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        function["parameters"] = tool.input_schema if tool.input_schema is not None else {"type": "object"}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def tool_choice_to_openai(choice: ToolChoice | None) -> tuple[str | dict[str, Any] | None, bool | None]:
+    """``(tool_choice, parallel_tool_calls)``: auto → auto, any → required, tool → the named function,
+    none → none; ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``."""
+    if choice is None:
+        return None, None
+    parallel = False if choice.disable_parallel_tool_use else None
+    if choice.type == "tool":
+        if not choice.name:
+            raise invalid_request("tool_choice of type 'tool' needs a name.", "tool_choice.name")
+        return {"type": "function", "function": {"name": choice.name}}, parallel
+    return {"auto": "auto", "any": "required", "none": "none"}[choice.type], parallel
+
+
+def _thinking_fields(req: MessagesRequest, switch: ThinkingSwitch) -> dict[str, Any]:
+    config = req.thinking
+    if config is None or switch == "none":
+        return {}
+    on = config.type != "disabled"
+    budget = config.budget_tokens if on else None
+    if switch == "thinking":
+        value: dict[str, Any] = {"type": "enabled" if on else "disabled"}
+        if budget is not None:
+            value["budget_tokens"] = budget
+        return {"thinking": value}
+    if switch == "enable_thinking":
+        return {"enable_thinking": on, **({"thinking_budget": budget} if budget is not None else {})}
+    if switch == "chat_template_kwargs":
+        return {"chat_template_kwargs": {"enable_thinking": on}}
+    return {"reasoning_effort": "medium" if on else "none"}
+
+
+def to_chat_request(
+    req: MessagesRequest,
+    *,
+    model: str | None = None,
+    thinking_switch: ThinkingSwitch = "thinking",
+) -> ChatCompletionRequest:
+    """The chat request that asks an OpenAI-compatible provider what ``req`` asks; a 400 ``WireError``
+    naming the field for anything that cannot be said in OpenAI chat. ``model`` replaces the request's
+    (the route's upstream id). A stream asks for ``stream_options.include_usage``: ``message_delta``
+    carries the usage."""
+    for name in _REFUSED_FIELDS:
+        if getattr(req, name) is not None:
+            raise invalid_request(f"{name} cannot be translated to OpenAI chat.", name)
+    if req.output_config is not None and "format" in req.output_config:
+        raise invalid_request("output_config.format cannot be translated to OpenAI chat.", "output_config.format")
+    messages: list[ChatMessage] = []
+    if (system := _system_text(req.system)) is not None:
+        messages.append(ChatMessage(role="system", content=system))
+    for i, msg in enumerate(req.messages):
+        if msg.role == "user":
+            messages.extend(_user_turn(msg, f"messages.{i}"))
+        else:
+            messages.append(_assistant_turn(msg, f"messages.{i}"))
+    if not messages:
+        raise invalid_request("messages: at least one message is required.", "messages")
+    tool_choice, parallel = tool_choice_to_openai(req.tool_choice)
+    fields: dict[str, Any] = _thinking_fields(req, thinking_switch)
+    if req.stream:
+        fields["stream"] = True
+        fields["stream_options"] = StreamOptions(include_usage=True)
+    return ChatCompletionRequest(
+        model=model or req.model,
+        messages=messages,
+        max_tokens=req.max_tokens,
+        stop=list(req.stop_sequences) if req.stop_sequences else None,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        user=req.metadata.user_id if req.metadata is not None else None,
+        tools=tools_to_openai(req),
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        **fields,
+    )
+
+
+# ---- response ------------------------------------------------------------------------------------
+
+_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use"}
+
+
+def stop_reason(
+    finish_reason: str | None, matched: object = None, stop_sequences: list[str] | None = None
+) -> tuple[str, str | None]:
+    """``(stop_reason, stop_sequence)`` for an OpenAI ``finish_reason``: stop → end_turn (stop_sequence
+    when the upstream says which stop string matched — vLLM's and SGLang's ``stop_reason`` — and it is
+    one of the request's), length → max_tokens, tool_calls → tool_use, content_filter → refusal."""
+    if finish_reason == "stop" and isinstance(matched, str) and stop_sequences and matched in stop_sequences:
+        return "stop_sequence", matched
+    if finish_reason == "content_filter":
+        return "refusal", None
+    return _STOP.get(finish_reason or "stop", "end_turn"), None
+
+
+def _usage(raw: object) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    prompt = raw.get("prompt_tokens")
+    output = raw.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(output, int):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(cached, int):
+        cached = raw.get("prompt_cache_hit_tokens")  # DeepSeek's own field
+    cached = cached if isinstance(cached, int) and 0 <= cached <= prompt else 0
+    return Usage(input_tokens=prompt - cached, output_tokens=output, cache_read_input_tokens=cached)
+
+
+def message_id(upstream_id: object) -> str:
+    """``msg_…`` from an upstream's ``chatcmpl-…`` id (clients show it; the gateway logs both)."""
+    text = upstream_id if isinstance(upstream_id, str) and upstream_id else "unknown"
+    return "msg_" + text.removeprefix("chatcmpl-")
+
+
+def _reasoning(obj: dict[str, Any]) -> str | None:
+    """``reasoning_content`` (DeepSeek, DashScope, SGLang) or ``reasoning`` (vLLM ≥ 0.10, OpenRouter)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _tool_input(arguments: object, where: str) -> dict[str, Any]:
+    if arguments in (None, ""):
+        return {}
+    try:
+        value = msgspec.json.decode(arguments if isinstance(arguments, str) else "")
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise bad_gateway(f"The upstream's {where} is not a JSON object, so it cannot be a tool_use input.")
+    return value
+
+
+def to_message(body: dict[str, Any], *, model: str, stop_sequences: list[str] | None = None) -> MessageResponse:
+    """A whole chat completion (parsed JSON) as a ``message``; ``model`` is what the client asked for.
+    A body that is not a chat completion is a 502 (the upstream answered badly)."""
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    message = choice.get("message") if choice is not None else None
+    if choice is None or not isinstance(message, dict):
+        raise bad_gateway("The upstream's answer has no choices[0].message to translate.")
+    content: list[OutputBlock] = []
+    if (thought := _reasoning(message)) is not None:
+        content.append(ThinkingBlock(thinking=thought, signature=""))
+    text = message.get("content")
+    if isinstance(text, str) and text:
+        content.append(TextBlock(text=text))
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad_gateway(f"The upstream's tool_calls.{i} has no function name.")
+        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"toolu_{i}"
+        arguments = _tool_input(function.get("arguments"), f"tool_calls.{i}.function.arguments")
+        content.append(ToolUseBlock(id=call_id, name=function["name"], input=arguments))
+    reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"), stop_sequences)
+    if reason == "end_turn" and any(isinstance(b, ToolUseBlock) for b in content):
+        reason = "tool_use"  # some servers say "stop" after a tool call
+    usage = _usage(body.get("usage")) or Usage(input_tokens=0, output_tokens=0)
+    return MessageResponse(
+        id=message_id(body.get("id")),
+        model=model,
+        content=content,
+        stop_reason=reason,
+        stop_sequence=sequence,
+        usage=usage,
+    )
+
+
+# ---- stream --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Open:
+    """The content block being streamed: its index and kind (thinking, text, or a tool call's index)."""
+
+    index: int
+    kind: str
+    tool: int | None = None
+    deltas: int = 0
+
+
+@dataclass(slots=True)
+class StreamTranslator:
+    """OpenAI chat chunks in, Anthropic stream events (SSE frames) out.
+
+    ``feed(chunk)`` for each parsed ``data:`` object, ``finish()`` at ``[DONE]`` (or the end of the body),
+    ``fail(error)`` for a failure after the stream began. Each returns the frames to write, possibly none.
+    The first ``feed`` opens the message (``message_start``, then a ``ping``); a change of kind (thinking →
+    text → tool call → next tool call) closes the open block and starts the next one, indices counting up
+    from 0; ``finish`` closes the last block and sends ``message_delta`` (stop reason, usage) and
+    ``message_stop``. A chunk carrying ``error`` (vLLM, SGLang mid-stream) ends the stream with an
+    ``error`` event. After ``finish`` or ``fail`` the translator returns nothing more.
+    """
+
+    model: str
+    input_tokens: int = 0
+    """Shown in ``message_start`` before the upstream's usage arrives (an estimate, or 0)."""
+    stop_sequences: list[str] | None = None
+    message_id: str | None = None
+    started: bool = False
+    ended: bool = False
+    tokens: int = 0
+    """Token-carrying chunks seen: the output count when the upstream sends no usage."""
+    _open: _Open | None = None
+    _next: int = 0
+    _finish: str | None = None
+    _matched: object = None
+    _usage: Usage | None = None
+    _closed_tools: set[int] = field(default_factory=set)
+
+    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
+        """Frames for one chat chunk."""
+        if self.ended:
+            return []
+        if "error" in chunk and not chunk.get("choices"):
+            inner = chunk["error"]
+            code = inner.get("code") if isinstance(inner, dict) else None
+            status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+            return self.fail(parse_error_body(status, msgspec.json.encode(chunk)))
+        out: list[bytes] = [] if self.started else self._start(chunk)
+        if (usage := _usage(chunk.get("usage"))) is not None:
+            self._usage = usage
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # n > 1 is not part of the Messages API
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                try:
+                    self._delta(delta, out)
+                except WireError as exc:
+                    out.extend(self.fail(exc))
+                    return out
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+                self._matched = choice.get("stop_reason")
+        return out
+
+    def finish(self) -> list[bytes]:
+        """The closing frames: the open block's stop, ``message_delta``, ``message_stop``."""
+        if self.ended:
+            return []
+        out = [] if self.started else self._start({})
+        self._close(out)
+        self.ended = True
+        reason, sequence = stop_reason(self._finish, self._matched, self.stop_sequences)
+        if reason == "end_turn" and self._closed_tools:
+            reason = "tool_use"
+        if self._usage is not None:
+            u = self._usage
+            usage = MessageDeltaUsage(
+                output_tokens=u.output_tokens,
+                input_tokens=u.input_tokens,
+                cache_read_input_tokens=u.cache_read_input_tokens,
+            )
+        else:
+            usage = MessageDeltaUsage(output_tokens=self.tokens)
+        out.append(
+            event_frame(MessageDeltaEvent(delta=MessageDelta(stop_reason=reason, stop_sequence=sequence), usage=usage))
+        )
+        out.append(event_frame(MessageStopEvent()))
+        return out
+
+    def fail(self, error: WireError) -> list[bytes]:
+        """The ``error`` event that ends a stream failing after it began (after ``message_start`` if
+        nothing was sent yet; a caller that has not written the headers answers an error response
+        instead). Open blocks stay open: the stream failed, as Anthropic's own error events leave it."""
+        if self.ended:
+            return []
+        self.ended = True
+        out = [] if self.started else self._start({})
+        out.append(error_event(error))
+        return out
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _start(self, chunk: dict[str, Any]) -> list[bytes]:
+        self.started = True
+        if self.message_id is None:
+            self.message_id = message_id(chunk.get("id"))
+        message = MessageResponse(
+            id=self.message_id,
+            model=self.model,
+            content=[],
+            usage=Usage(input_tokens=self.input_tokens, output_tokens=0),
+        )
+        return [event_frame(MessageStartEvent(message=message)), event_frame(PingEvent())]
+
+    def _delta(self, delta: dict[str, Any], out: list[bytes]) -> None:
+        if (thought := _reasoning(delta)) is not None:
+            self._block("thinking", None, out, lambda: ThinkingBlock(thinking="", signature=""))
+            self._emit(ThinkingDelta(thinking=thought), out)
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            self._block("text", None, out, lambda: TextBlock(text=""))
+            self._emit(TextDelta(text=text), out)
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                self._tool(call, out)
+
+    def _tool(self, call: dict[str, Any], out: list[bytes]) -> None:
+        raw_index, raw_function = call.get("index"), call.get("function")
+        index = raw_index if isinstance(raw_index, int) else 0
+        function: dict[str, Any] = raw_function if isinstance(raw_function, dict) else {}
+        if index in self._closed_tools:
+            raise bad_gateway(
+                f"The upstream interleaved tool call {index}'s arguments with a later tool call; "
+                "Anthropic's stream cannot reopen a closed block."
+            )
+        if self._open is None or self._open.kind != "tool" or self._open.tool != index:
+            name = function.get("name")
+            if not isinstance(name, str) or not name:
+                raise bad_gateway(f"The upstream's tool call {index} starts without a function name.")
+            call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else None
+            block_id = call_id or f"toolu_{self.message_id}_{index}"
+            self._block("tool", index, out, lambda: ToolUseBlock(id=block_id, name=name, input={}))
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            self._emit(InputJsonDelta(partial_json=arguments), out)
+
+    def _block(self, kind: str, tool: int | None, out: list[bytes], make: Any) -> None:
+        if self._open is not None and self._open.kind == kind and self._open.tool == tool:
+            return
+        self._close(out)
+        self._open = _Open(self._next, kind, tool)
+        self._next += 1
+        out.append(event_frame(ContentBlockStartEvent(index=self._open.index, content_block=make())))
+
+    def _emit(self, delta: TextDelta | ThinkingDelta | InputJsonDelta, out: list[bytes]) -> None:
+        assert self._open is not None
+        self.tokens += 1
+        self._open.deltas += 1
+        out.append(event_frame(ContentBlockDeltaEvent(index=self._open.index, delta=delta)))
+
+    def _close(self, out: list[bytes]) -> None:
+        block = self._open
+        if block is None:
+            return
+        if block.kind == "thinking":
+            # Anthropic's sequence ends a thinking block with one signature_delta; a translated one has
+            # no signature to give (module docstring).
+            out.append(event_frame(ContentBlockDeltaEvent(index=block.index, delta=SignatureDelta(signature=""))))
+        if block.tool is not None:
+            if block.deltas == 0:  # a call without arguments: the API still sends one (empty) delta
+                out.append(
+                    event_frame(ContentBlockDeltaEvent(index=block.index, delta=InputJsonDelta(partial_json="")))
+                )
+            self._closed_tools.add(block.tool)
+        out.append(event_frame(ContentBlockStopEvent(index=block.index)))
+        self._open = None
