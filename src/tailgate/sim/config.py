@@ -71,6 +71,7 @@ class EngineOverrides(BaseModel):
     reasoning_median: float | None = Field(None, ge=1)
     reasoning_sigma: float | None = Field(None, ge=0, le=3)
     tool_call_rate: float | None = Field(None, ge=0, le=1)
+    anthropic: bool | None = None
 
     def apply(self, base: EngineParams) -> EngineParams:
         return base.with_overrides(self.model_dump(exclude_none=True))

@@ -21,6 +21,8 @@ Model of one provider (see :mod:`tailgate.sim.engine`):
 * ``thinking``: thinking mode on by default (a reasoning model); its reasoning length is lognormal
   (``reasoning_median``, ``reasoning_sigma``) unless the request's budget is smaller.
 * ``tool_call_rate``: share of ``tool_choice: auto`` requests (with ``tools``) answered with a tool call.
+* ``anthropic``: also serves Anthropic's Messages API (``POST /v1/messages``), as DeepSeek's and Bailian's
+  Anthropic-compatible endpoints do (:mod:`tailgate.sim.anthropic`); elsewhere that path is a 404.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class EngineParams:
     reasoning_median: float = 400.0
     reasoning_sigma: float = 0.5
     tool_call_rate: float = 1.0
+    anthropic: bool = False
 
     def with_overrides(self, overrides: dict[str, Any]) -> EngineParams:
         """A copy with the given fields replaced (unknown names are a programming error upstream)."""
@@ -80,6 +83,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             accuracy=1.0,
             embed_ms=0.0,
             dialect="openai",
+            anthropic=True,
         ),
         "near-zero latency (0.1 ms steps, no queue): for gateway and load-tester overhead benchmarks",
     ),
@@ -95,6 +99,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             pre_sigma=0.2,
             max_output_tokens=131_072,
             accuracy=0.8333,
+            anthropic=True,
         ),
         "own GPU cluster: P90 TTFT ≈ 1.0 s, ≈ 117 tok/s, steady under load, 128k output",
     ),
@@ -249,6 +254,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             thinking=True,
             reasoning_median=400.0,
             reasoning_sigma=0.5,
+            anthropic=True,
         ),
         "a reasoning model on a MaaS platform (DeepSeek-R1 / Qwen3 thinking): reasoning_content streams "
         "before the answer, thinking on unless the request turns it off",
@@ -277,10 +283,14 @@ def presets_markdown() -> str:
         rows.append(
             f"| `{name}` | {p.slots} | {p.queue_limit} ({p.overflow_status}) | {p.prefill_tps:g} "
             f"| {p.step_ms:g} (+{p.step_per_seq_ms:g}) | {p.pre_median_s:g} ({p.pre_sigma:g}) "
-            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {p.dialect} "
+            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {_dialect(p)} "
             f"| {_thinking(p)} | {description} |"
         )
     return head + "\n".join(rows) + "\n"
+
+
+def _dialect(p: EngineParams) -> str:
+    return f"{p.dialect} + anthropic" if p.anthropic else p.dialect
 
 
 def _thinking(p: EngineParams) -> str:

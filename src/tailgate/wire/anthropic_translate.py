@@ -38,6 +38,7 @@ from tailgate.wire.anthropic import (
     ContentBlockDeltaEvent,
     ContentBlockStartEvent,
     ContentBlockStopEvent,
+    CountTokensRequest,
     ImageBlock,
     InputJsonDelta,
     Message,
@@ -69,6 +70,8 @@ __all__ = [
     "THINKING_SWITCHES",
     "StreamTranslator",
     "ThinkingSwitch",
+    "message_id",
+    "prompt_text",
     "stop_reason",
     "to_chat_request",
     "to_message",
@@ -185,7 +188,32 @@ def _assistant_turn(msg: Message, where: str) -> ChatMessage:
     )
 
 
-def tools_to_openai(req: MessagesRequest) -> list[dict[str, Any]] | None:
+def prompt_text(req: MessagesRequest | CountTokensRequest) -> str:
+    """Every text the model reads, in order (system, text blocks, tool inputs and results, tool
+    definitions): what a token estimate counts."""
+    parts: list[str] = [t] if (t := _system_text(req.system)) else []
+    for msg in req.messages:
+        if isinstance(msg.content, str):
+            parts.append(msg.content)
+            continue
+        for block in msg.content:
+            if isinstance(block, TextBlock):
+                parts.append(block.text)
+            elif isinstance(block, ThinkingBlock):
+                parts.append(block.thinking)
+            elif isinstance(block, ToolUseBlock):
+                parts.append(msgspec.json.encode(block.input).decode())
+            elif isinstance(block, ToolResultBlock):
+                if isinstance(block.content, str):
+                    parts.append(block.content)
+                elif block.content:
+                    parts.extend(part.text for part in block.content if isinstance(part, TextBlock))
+    for tool in req.tools or ():
+        parts.append(tool.name + " " + (tool.description or "") + " " + msgspec.json.encode(tool.input_schema).decode())
+    return "\n".join(parts)
+
+
+def tools_to_openai(req: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | None:
     """Client tools as OpenAI ``function`` tools; a server tool (a versioned ``type``) is a 400."""
     if not req.tools:
         return None
