@@ -365,3 +365,28 @@ def test_interleaved_tool_arguments_end_the_stream_with_an_error() -> None:
     assert events[-1]["type"] == "error"
     assert events[-1]["error"]["type"] == "api_error"
     assert "interleaved" in events[-1]["error"]["message"]
+
+
+def test_prompt_text_reads_everything_the_model_reads() -> None:
+    """prompt_text (token estimates) holds system, text, tool inputs and results and tool definitions."""
+    from tailgate.wire.anthropic_translate import prompt_text
+
+    req = _req(
+        system="SYS",
+        tools=[{"name": "weather", "description": "DESC", "input_schema": {"type": "object"}}],
+        messages=[
+            {"role": "user", "content": "Q1"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t", "name": "weather", "input": {"c": "IN"}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "OUT"}]}],
+            },
+        ],
+    )
+    text = prompt_text(req)
+    for part in ("SYS", "Q1", '{"c":"IN"}', "OUT", "weather DESC"):
+        assert part in text
+    assert text.index("SYS") < text.index("Q1") < text.index("OUT")
