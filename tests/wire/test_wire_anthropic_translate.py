@@ -390,3 +390,9 @@ def test_prompt_text_reads_everything_the_model_reads() -> None:
     for part in ("SYS", "Q1", '{"c":"IN"}', "OUT", "weather DESC"):
         assert part in text
     assert text.index("SYS") < text.index("Q1") < text.index("OUT")
+
+
+def test_several_text_blocks_become_one_string() -> None:
+    """A turn's text blocks (Claude Code sends reminders and the prompt apart) join by a newline into a string."""
+    req = _req(messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
+    assert _chat(req)["messages"] == [{"role": "user", "content": "a\nb"}]

@@ -8,7 +8,9 @@ Three pieces, each a function of its input alone:
 
 What is chosen where Anthropic and OpenAI differ (docs/architecture.md, "Anthropic's Messages API"):
 
-* ``system`` (a string or text blocks) becomes one leading ``system`` message, blocks joined by a blank line.
+* ``system`` (a string or text blocks) becomes one leading ``system`` message, blocks joined by a blank line;
+  a turn's several text blocks become one string joined by a newline (every OpenAI-compatible server takes
+  a string; not all take content parts), unless the turn has images (then content parts).
 * A user turn's ``tool_result`` blocks become ``tool`` messages placed first (OpenAI wants them right after
   the assistant's ``tool_calls``), the rest of the turn a ``user`` message after them. A tool result's
   images cannot ride in a ``tool`` message: they move to that following ``user`` message. ``is_error``
@@ -156,7 +158,7 @@ def _user_turn(msg: Message, where: str) -> list[ChatMessage]:
     out = list(tools)
     if parts:
         only_text = all(p["type"] == "text" for p in parts)
-        content: str | list[dict[str, Any]] = "".join(p["text"] for p in parts) if only_text else parts
+        content: str | list[dict[str, Any]] = "\n".join(p["text"] for p in parts) if only_text else parts
         out.append(ChatMessage(role="user", content=content))
     return out
 
@@ -182,7 +184,7 @@ def _assistant_turn(msg: Message, where: str) -> ChatMessage:
             raise invalid_request(f"{kind} blocks are not allowed in an assistant turn.", f"{where}.content.{i}.type")
     return ChatMessage(
         role="assistant",
-        content="".join(texts) if texts or not calls else None,
+        content="\n".join(texts) if texts or not calls else None,
         tool_calls=calls or None,
         reasoning_content="".join(thinking) if thinking else None,
     )
