@@ -396,3 +396,20 @@ def test_several_text_blocks_become_one_string() -> None:
     """A turn's text blocks (Claude Code sends reminders and the prompt apart) join by a newline into a string."""
     req = _req(messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
     assert _chat(req)["messages"] == [{"role": "user", "content": "a\nb"}]
+
+
+def test_the_hot_path_delta_frames_equal_the_struct_encoding() -> None:
+    """The stream translator's byte-built delta frames are exactly event_frame of the Structs (no drift)."""
+    from tailgate.wire import anthropic_translate as at
+
+    value = 'a "quoted" \\ line\nwith ünïcode'
+    pairs = [
+        (at._TEXT_DELTA, wa.TextDelta(text=value)),
+        (at._THINKING_DELTA, wa.ThinkingDelta(thinking=value)),
+        (at._JSON_DELTA, wa.InputJsonDelta(partial_json=value)),
+    ]
+    for head, delta in pairs:
+        for index in (0, 7, 12):
+            assert at.delta_frame(index, head, value) == wa.event_frame(
+                wa.ContentBlockDeltaEvent(index=index, delta=delta)
+            )

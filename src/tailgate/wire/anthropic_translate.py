@@ -55,9 +55,7 @@ from tailgate.wire.anthropic import (
     PingEvent,
     SignatureDelta,
     TextBlock,
-    TextDelta,
     ThinkingBlock,
-    ThinkingDelta,
     ToolChoice,
     ToolResultBlock,
     ToolUseBlock,
@@ -408,6 +406,20 @@ def to_message(body: dict[str, Any], *, model: str, stop_sequences: list[str] | 
 
 # ---- stream --------------------------------------------------------------------------------------
 
+# The per-token frame, built from bytes: the hot path of a translated stream (about 1 µs less per chunk than
+# building and encoding the Structs). Byte-identical to event_frame(ContentBlockDeltaEvent(...)); a test
+# compares them for each delta type.
+_DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_TEXT_DELTA = b',"delta":{"type":"text_delta","text":'
+_THINKING_DELTA = b',"delta":{"type":"thinking_delta","thinking":'
+_JSON_DELTA = b',"delta":{"type":"input_json_delta","partial_json":'
+_encode_str = msgspec.json.Encoder().encode
+
+
+def delta_frame(index: int, head: bytes, value: str) -> bytes:
+    """One ``content_block_delta`` frame; ``head`` is ``_TEXT_DELTA``, ``_THINKING_DELTA`` or ``_JSON_DELTA``."""
+    return b"".join((_DELTA_HEAD, str(index).encode(), head, _encode_str(value), b"}}\n\n"))
+
 
 @dataclass(slots=True)
 class _Open:
@@ -528,11 +540,11 @@ class StreamTranslator:
     def _delta(self, delta: dict[str, Any], out: list[bytes]) -> None:
         if (thought := _reasoning(delta)) is not None:
             self._block("thinking", None, out, lambda: ThinkingBlock(thinking="", signature=""))
-            self._emit(ThinkingDelta(thinking=thought), out)
+            self._emit(_THINKING_DELTA, thought, out)
         text = delta.get("content")
         if isinstance(text, str) and text:
             self._block("text", None, out, lambda: TextBlock(text=""))
-            self._emit(TextDelta(text=text), out)
+            self._emit(_TEXT_DELTA, text, out)
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
                 self._tool(call, out)
@@ -555,7 +567,7 @@ class StreamTranslator:
             self._block("tool", index, out, lambda: ToolUseBlock(id=block_id, name=name, input={}))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            self._emit(InputJsonDelta(partial_json=arguments), out)
+            self._emit(_JSON_DELTA, arguments, out)
 
     def _block(self, kind: str, tool: int | None, out: list[bytes], make: Any) -> None:
         if self._open is not None and self._open.kind == kind and self._open.tool == tool:
@@ -565,11 +577,12 @@ class StreamTranslator:
         self._next += 1
         out.append(event_frame(ContentBlockStartEvent(index=self._open.index, content_block=make())))
 
-    def _emit(self, delta: TextDelta | ThinkingDelta | InputJsonDelta, out: list[bytes]) -> None:
-        assert self._open is not None
+    def _emit(self, head: bytes, value: str, out: list[bytes]) -> None:
+        block = self._open
+        assert block is not None
         self.tokens += 1
-        self._open.deltas += 1
-        out.append(event_frame(ContentBlockDeltaEvent(index=self._open.index, delta=delta)))
+        block.deltas += 1
+        out.append(delta_frame(block.index, head, value))
 
     def _close(self, out: list[bytes]) -> None:
         block = self._open
