@@ -403,7 +403,7 @@ def test_the_hot_path_delta_frames_equal_the_struct_encoding() -> None:
     from tailgate.wire import anthropic_translate as at
 
     value = 'a "quoted" \\ line\nwith ünïcode'
-    pairs = [
+    pairs: list[tuple[bytes, wa.TextDelta | wa.ThinkingDelta | wa.InputJsonDelta]] = [
         (at._TEXT_DELTA, wa.TextDelta(text=value)),
         (at._THINKING_DELTA, wa.ThinkingDelta(thinking=value)),
         (at._JSON_DELTA, wa.InputJsonDelta(partial_json=value)),
