@@ -65,8 +65,9 @@ class Checked:
     error: dict[str, Any] | None = None
 
 
-def check_stream(body: bytes) -> Checked:
-    """Parse an SSE body and check it against the grammar; raise :class:`GrammarError` at the first break."""
+def check_stream(body: bytes, *, tool_json: bool = True) -> Checked:
+    """Parse an SSE body and check it against the grammar; raise :class:`GrammarError` at the first break.
+    ``tool_json=False`` skips the one rule about content (a tool input's JSON), for generated streams."""
     decoder = SSEDecoder()
     frames = decoder.feed(body)
     decoder.close()
@@ -78,10 +79,10 @@ def check_stream(body: bytes) -> Checked:
         if not isinstance(data, dict) or data.get("type") != frame.event:
             raise GrammarError(f"event {n}: `event: {frame.event}` carries data of type {data.get('type')!r}")
         events.append(data)
-    return check_events(events)
+    return check_events(events, tool_json=tool_json)
 
 
-def check_events(events: list[dict[str, Any]]) -> Checked:
+def check_events(events: list[dict[str, Any]], *, tool_json: bool = True) -> Checked:
     """Check parsed event objects in order (see the module docstring)."""
     if not events:
         raise GrammarError("empty stream: no message_start")
@@ -137,7 +138,7 @@ def check_events(events: list[dict[str, Any]]) -> Checked:
                     raise GrammarError(f"{where}: block {open_block.index} closed without a delta")
                 if open_block.type == "thinking" and open_block.signature is None:
                     raise GrammarError(f"{where}: thinking block {open_block.index} closed without signature_delta")
-                if open_block.type == "tool_use" and open_block.input_json:
+                if tool_json and open_block.type == "tool_use" and open_block.input_json:
                     try:
                         parsed = json.loads(open_block.input_json)
                     except ValueError as exc:

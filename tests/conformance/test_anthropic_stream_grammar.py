@@ -9,15 +9,20 @@ from __future__ import annotations
 import copy
 from typing import Any, cast
 
+import httpx2
 import msgspec
 import pytest
 from anthropic._models import construct_type
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anthropic_grammar import GrammarError, check_events, check_stream
+from conftest import SimFactory
 from tailgate.wire.anthropic_translate import StreamTranslator
 from tailgate.wire.errors import overloaded
+from tailgate.wire.sse import SSEDecoder
 
 
 def _chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -225,3 +230,110 @@ def test_the_checker_wants_named_frames() -> None:
         check_stream(body.replace(b"event: ping\n", b"", 1))
     with pytest.raises(GrammarError, match="carries data of type"):
         check_stream(body.replace(b"event: ping\n", b"event: message_stop\n", 1))
+
+
+# ---- any upstream stream: a property -------------------------------------------------------------
+
+_piece = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=6)
+_part = st.one_of(
+    st.tuples(st.just("reasoning_content"), _piece),
+    st.tuples(st.just("reasoning"), _piece),
+    st.tuples(st.just("content"), _piece),
+    st.tuples(st.just("tool"), st.lists(_piece, max_size=4)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    parts=st.lists(_part, max_size=12),
+    finish=st.sampled_from(["stop", "length", "tool_calls", "content_filter", None]),
+    usage=st.booleans(),
+)
+def test_any_chat_stream_translates_to_a_conforming_sequence(
+    parts: list[tuple[str, Any]], finish: str | None, usage: bool
+) -> None:
+    """Whatever mix of thinking, text and tool calls an upstream streams (vLLM's `reasoning` too), in any order
+    and any fragment sizes, the translation conforms, and each block carries exactly what was streamed into it."""
+    chunks: list[dict[str, Any]] = [_chunk({"role": "assistant", "content": ""})]
+    expected: list[tuple[str, str]] = []  # (block type, content) as the translation should group them
+    tools = 0
+    for kind, value in parts:
+        if kind == "tool":
+            name, args = f"f{tools}", "".join(value)
+            chunks.append(
+                _chunk(
+                    {
+                        "tool_calls": [
+                            {"index": tools, "id": f"call_{tools}", "function": {"name": name, "arguments": ""}}
+                        ]
+                    }
+                )
+            )
+            chunks += [_chunk({"tool_calls": [{"index": tools, "function": {"arguments": v}}]}) for v in value]
+            expected.append(("tool_use", args))
+            tools += 1
+            continue
+        block = "text" if kind == "content" else "thinking"
+        chunks.append(_chunk({kind: value}))
+        if expected and expected[-1][0] == block:
+            expected[-1] = (block, expected[-1][1] + value)
+        else:
+            expected.append((block, value))
+    if finish is not None:
+        chunks.append(_chunk({}, finish=finish))
+    if usage:
+        chunks.append(USAGE)
+    body = _translate(chunks)
+    # Tool arguments here are arbitrary text, not JSON: check the grammar on everything but that rule.
+    checked = check_stream(body, tool_json=False)
+    got = [(b.type, b.input_json if b.type == "tool_use" else b.text) for b in checked.blocks]
+    assert got == expected
+    assert checked.usage["output_tokens"] == (6 if usage else sum(len(v) if k == "tool" else 1 for k, v in parts))
+
+
+# ---- a real upstream: the simulator's OpenAI chat stream --------------------------------------------
+
+
+async def test_the_simulators_chat_streams_translate_to_conforming_sequences(sim: SimFactory) -> None:
+    """Real chat streams (role chunk, reasoning_content, tool-call fragments, finish, usage chunk) from the
+    simulator's OpenAI endpoint, translated chunk by chunk: thinking then tool_use, or thinking then text;
+    usage is the simulator's truth; the SDK's accumulator agrees."""
+    p = await sim(
+        "reasoner", engine={"pre_median_s": 0.0, "step_ms": 1.0, "default_output_tokens": 10, "reasoning_median": 4}
+    )
+    tool = {
+        "type": "function",
+        "function": {"name": "w", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    }
+    cases = [
+        ({"tools": [tool], "tool_choice": "required"}, ["thinking", "tool_use"], "tool_use"),
+        ({}, ["thinking", "text"], "end_turn"),
+    ]
+    async with httpx2.AsyncClient(timeout=10) as http:
+        for extra, blocks, reason in cases:
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                **extra,
+            }
+            resp = await http.post(p.url + "/chat/completions", json=body)
+            decoder = SSEDecoder()
+            t = StreamTranslator(model="claude")
+            out = b""
+            for event in decoder.feed(resp.content):
+                if not event.is_done:
+                    out += b"".join(t.feed(msgspec.json.decode(event.data)))
+            out += b"".join(t.finish())
+            checked = check_stream(out)
+            assert [b.type for b in checked.blocks] == blocks
+            assert checked.stop_reason == reason
+            truth = p.truth.records()[-1]
+            assert checked.usage["output_tokens"] == truth.output_tokens
+            assert checked.usage["input_tokens"] == truth.prompt_tokens
+            message = _sdk_message(out)
+            if reason == "tool_use":
+                assert set(message.content[1].input) == {"city"}
+            else:
+                assert message.content[1].text == checked.blocks[1].text
