@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any, cast
 
+import anthropic
 import httpx2
 import msgspec
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from anthropic_grammar import GrammarError, check_events, check_stream
 from conftest import SimFactory
-from tailgate.wire.anthropic_translate import StreamTranslator
+from tailgate.wire.anthropic_translate import StreamTranslator, to_message
 from tailgate.wire.errors import overloaded
 from tailgate.wire.sse import SSEDecoder
 
@@ -337,3 +338,29 @@ async def test_the_simulators_chat_streams_translate_to_conforming_sequences(sim
                 assert set(message.content[1].input) == {"city"}
             else:
                 assert message.content[1].text == checked.blocks[1].text
+
+
+async def test_the_simulators_chat_answers_translate_to_sdk_messages(sim: SimFactory) -> None:
+    """A real non-streamed chat completion (thinking + tool call) from the simulator becomes a message the
+    official SDK validates, with the simulator's usage."""
+    p = await sim("reasoner", engine={"pre_median_s": 0.0, "step_ms": 1.0, "reasoning_median": 4})
+    tool = {
+        "type": "function",
+        "function": {"name": "w", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+    }
+    async with httpx2.AsyncClient(timeout=10) as http:
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [tool],
+            "tool_choice": "required",
+        }
+        resp = await http.post(p.url + "/chat/completions", json=body)
+    message = to_message(msgspec.json.decode(resp.content), model="claude")
+    parsed = anthropic.types.Message.model_validate(msgspec.json.decode(msgspec.json.encode(message)))
+    assert [b.type for b in parsed.content] == ["thinking", "tool_use"]
+    assert parsed.content[1].type == "tool_use"
+    assert isinstance(parsed.content[1].input.get("n"), int)
+    assert parsed.stop_reason == "tool_use"
+    truth = p.truth.records()[-1]
+    assert (parsed.usage.input_tokens, parsed.usage.output_tokens) == (truth.prompt_tokens, truth.output_tokens)
