@@ -266,3 +266,16 @@ async def test_chat_rows_still_say_openai(sim: SimFactory, oai: Callable[..., An
     p = await sim("instant")
     await oai(p.url).chat.completions.create(model="m", messages=HI, max_tokens=2)
     assert p.truth.records()[-1].api == "openai"
+
+
+async def test_system_turns_among_the_messages(sim: SimFactory, client: Client) -> None:
+    """The SDK's SystemMessageParam (a system turn inside `messages`, as recent Claude Code sends) is accepted."""
+    p = await sim("provider-a", engine=FAST)
+    msg = await client(p).messages.create(
+        model="m",
+        max_tokens=50,
+        system="You are terse.",
+        messages=[*HI, {"role": "system", "content": [{"type": "text", "text": "Answer in one line."}]}],
+    )
+    assert msg.stop_reason == "end_turn"
+    assert p.truth.records()[-1].status == 200

@@ -90,9 +90,9 @@ def test_a_full_request_decodes_every_block_type() -> None:
         ({"model": "m", "messages": []}, "max_tokens", "'max_tokens' is a required property"),
         ({"model": "m", "max_tokens": 0, "messages": []}, "max_tokens", "less than the minimum of 1"),
         (
-            {"model": "m", "max_tokens": 1, "messages": [{"role": "system", "content": "x"}]},
+            {"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": "x"}]},
             "messages.0.role",
-            "'user'",
+            "'user', 'assistant', 'system'",
         ),
         (
             {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "search_result"}]}]},

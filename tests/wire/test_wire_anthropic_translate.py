@@ -413,3 +413,21 @@ def test_the_hot_path_delta_frames_equal_the_struct_encoding() -> None:
             assert at.delta_frame(index, head, value) == wa.event_frame(
                 wa.ContentBlockDeltaEvent(index=index, delta=delta)
             )
+
+
+def test_a_system_turn_in_the_conversation_stays_a_system_message() -> None:
+    """Newer clients (the SDK's SystemMessageParam) put system turns among the messages: kept in place, text only."""
+    req = _req(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "be brief"}, {"type": "text", "text": "now"}]},
+            {"role": "user", "content": "go"},
+        ]
+    )
+    assert _chat(req)["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "be brief\nnow"},
+        {"role": "user", "content": "go"},
+    ]
+    bad = _req(messages=[{"role": "system", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}])
+    assert _refusal(bad).param == "messages.0.content.0.type"

@@ -146,9 +146,10 @@ OutputBlock = TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock
 
 
 class Message(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One turn of ``messages``: a string or a list of content blocks."""
+    """One turn of ``messages``: a string or a list of content blocks. ``system`` turns (text only) are
+    newer: the SDK's ``SystemMessageParam`` (anthropic 2.17), which recent Claude Code versions send."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
 
 
@@ -419,7 +420,7 @@ def error_event(err: WireError) -> bytes:
 
 # ---- decoding ------------------------------------------------------------------------------------
 
-_ENUMS = {"role": ("user", "assistant")}
+_ENUMS = {"role": ("user", "assistant", "system")}
 _MESSAGES: RequestDecoder[MessagesRequest] = RequestDecoder(MessagesRequest, _ENUMS)
 _COUNT: RequestDecoder[CountTokensRequest] = RequestDecoder(CountTokensRequest, _ENUMS)
 _HEAD = msgspec.json.Decoder(MessagesHead)

@@ -9,6 +9,7 @@ Three pieces, each a function of its input alone:
 What is chosen where Anthropic and OpenAI differ (docs/architecture.md, "Anthropic's Messages API"):
 
 * ``system`` (a string or text blocks) becomes one leading ``system`` message, blocks joined by a blank line;
+  a ``system`` turn among the messages (anthropic 2.17's ``SystemMessageParam``) stays a system message there;
   a turn's several text blocks become one string joined by a newline (every OpenAI-compatible server takes
   a string; not all take content parts), unless the turn has images (then content parts).
 * A user turn's ``tool_result`` blocks become ``tool`` messages placed first (OpenAI wants them right after
@@ -213,6 +214,19 @@ def prompt_text(req: MessagesRequest | CountTokensRequest) -> str:
     return "\n".join(parts)
 
 
+def _system_turn(msg: Message, where: str) -> ChatMessage:
+    """A ``system`` turn inside the conversation stays a system message where it is (text only)."""
+    if isinstance(msg.content, str):
+        return ChatMessage(role="system", content=msg.content)
+    texts: list[str] = []
+    for i, block in enumerate(msg.content):
+        if not isinstance(block, TextBlock):
+            kind = type(block).__struct_config__.tag
+            raise invalid_request(f"{kind} blocks are not allowed in a system turn.", f"{where}.content.{i}.type")
+        texts.append(block.text)
+    return ChatMessage(role="system", content="\n".join(texts))
+
+
 def tools_to_openai(req: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | None:
     """Client tools as OpenAI ``function`` tools; a server tool (a versioned ``type``) is a 400."""
     if not req.tools:
@@ -284,8 +298,10 @@ def to_chat_request(
     for i, msg in enumerate(req.messages):
         if msg.role == "user":
             messages.extend(_user_turn(msg, f"messages.{i}"))
-        else:
+        elif msg.role == "assistant":
             messages.append(_assistant_turn(msg, f"messages.{i}"))
+        else:
+            messages.append(_system_turn(msg, f"messages.{i}"))
     if not messages:
         raise invalid_request("messages: at least one message is required.", "messages")
     tool_choice, parallel = tool_choice_to_openai(req.tool_choice)
