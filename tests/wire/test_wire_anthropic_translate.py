@@ -213,6 +213,11 @@ def test_thinking_switches_the_providers_own_field(switch: Any, on: dict[str, An
 
     assert picked(_chat(_req(thinking={"type": "enabled", "budget_tokens": 2048}), thinking_switch=switch)) == on
     assert picked(_chat(_req(thinking={"type": "disabled"}), thinking_switch=switch)) == off
+    on_without_budget = {k: v for k, v in on.items() if k != "thinking_budget"}
+    if "thinking" in on_without_budget:
+        on_without_budget["thinking"] = {"type": "enabled"}
+    for kind in ("adaptive", "between_tools"):
+        assert picked(_chat(_req(thinking={"type": kind}), thinking_switch=switch)) == on_without_budget
     assert picked(_chat(_req(), thinking_switch=switch)) == {}
 
 

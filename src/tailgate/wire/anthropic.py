@@ -173,9 +173,10 @@ class ToolChoice(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class ThinkingConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """``{"type": "enabled", "budget_tokens": N}``, ``{"type": "disabled"}`` or ``{"type": "adaptive"}``."""
+    """``{"type": "enabled", "budget_tokens": N}``, ``{"type": "disabled"}``, ``{"type": "adaptive"}`` or
+    ``{"type": "between_tools"}`` (anthropic 2.17: think between tool calls); all but ``disabled`` turn it on."""
 
-    type: Literal["enabled", "disabled", "adaptive"]
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: Annotated[int, Meta(ge=1)] | None = None
     display: str | None = None
 
