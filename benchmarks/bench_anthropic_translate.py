@@ -28,7 +28,8 @@ from typing import Any
 import msgspec
 
 from tailgate.wire.anthropic import decode_head, decode_messages
-from tailgate.wire.anthropic_translate import StreamTranslator, to_chat_request, to_message
+from tailgate.wire.anthropic_stream import StreamTranslator
+from tailgate.wire.anthropic_translate import to_chat_request, to_message
 from tailgate.wire.types import encode
 
 _enc = msgspec.json.Encoder()

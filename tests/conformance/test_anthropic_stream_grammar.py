@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from anthropic_grammar import GrammarError, check_events, check_stream
 from conftest import SimFactory
-from tailgate.wire.anthropic_translate import StreamTranslator, to_message
+from tailgate.wire.anthropic_stream import StreamTranslator
+from tailgate.wire.anthropic_translate import to_message
 from tailgate.wire.errors import overloaded
 from tailgate.wire.sse import SSEDecoder
 

@@ -235,9 +235,9 @@ def test_a_message_response_is_what_the_sdk_parses() -> None:
 
 
 def test_public_names_exist() -> None:
-    """Every name the two Anthropic modules export exists."""
-    from tailgate.wire import anthropic_translate
+    """Every name the three Anthropic modules export exists."""
+    from tailgate.wire import anthropic_stream, anthropic_translate
 
-    for module in (wa, anthropic_translate):
+    for module in (wa, anthropic_translate, anthropic_stream):
         for name in module.__all__:
             assert hasattr(module, name), name

@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 from tailgate.wire import anthropic as wa
-from tailgate.wire.anthropic_translate import StreamTranslator, stop_reason, to_chat_request, to_message
+from tailgate.wire.anthropic_stream import StreamTranslator
+from tailgate.wire.anthropic_translate import stop_reason, to_chat_request, to_message
 from tailgate.wire.errors import WireError
 from tailgate.wire.types import decode_request, encode
 
@@ -405,7 +406,7 @@ def test_several_text_blocks_become_one_string() -> None:
 
 def test_the_hot_path_delta_frames_equal_the_struct_encoding() -> None:
     """The stream translator's byte-built delta frames are exactly event_frame of the Structs (no drift)."""
-    from tailgate.wire import anthropic_translate as at
+    from tailgate.wire import anthropic_stream as at
 
     value = 'a "quoted" \\ line\nwith ünïcode'
     pairs: list[tuple[bytes, wa.TextDelta | wa.ThinkingDelta | wa.InputJsonDelta]] = [
