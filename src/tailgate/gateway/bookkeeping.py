@@ -151,6 +151,8 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
             m.ttft_answer.observe(answer_ms / 1000.0)
         if result is not None and result.reasoning_tokens:
             m.reasoning_tokens.inc(result.reasoning_tokens)
+        if result is not None and result.cached_tokens:
+            m.cached_tokens.inc(result.cached_tokens)
         m.overhead.observe(overhead_ms / 1000.0)
         m.input_tokens.inc(prompt or 0)
         m.output_tokens.inc(output or 0)
@@ -183,6 +185,7 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
                 cost=cost,
                 ttft_answer_ms=answer_ms if served else None,
                 reasoning_tokens=result.reasoning_tokens if result is not None else None,
+                cached_tokens=result.cached_tokens if result is not None else None,
             )
         )
 
@@ -212,7 +215,10 @@ def _usage(ctx: _Ctx) -> tuple[int | None, int | None, float | None]:
     produced = ctx.first_token_at is not None  # served, or a stream ended early
     if _prompt_estimated(ctx):
         prompt = round(ctx.prompt_estimate or 0.0)
-    return prompt, output, provider.cost(prompt, output) if (produced and provider is not None) else None
+    if not produced or provider is None:
+        return prompt, output, None
+    price = provider.config.price  # cached prompt tokens at ``price.cached_input`` (docs/keys.md)
+    return prompt, output, price.cost(prompt, output, result.cached_tokens) if (price.input or price.output) else None
 
 
 def _prompt_estimated(ctx: _Ctx) -> bool:
