@@ -262,14 +262,16 @@ def usage_main(
     if fmt == "json":
         echo(json.dumps(groups, indent=2, ensure_ascii=False))
         return 0
+    # `refused` and the cache columns come last: they were added after the others, and scripts read the CSV
+    # by position too
     columns = [
         by,
         "requests",
         "errors",
-        "refused",
         "input_tokens",
         "output_tokens",
         "cost",
+        "refused",
         "cached_tokens",
         "reported_prompt_tokens",
         "cache_hit_rate",
