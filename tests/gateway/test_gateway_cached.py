@@ -19,6 +19,7 @@ from tailgate.ledger.keys import create_key
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start
 
+ADMIN = "admin-secret-0123456789"
 PRICE = {"input": 2.0, "output": 3.0, "cached_input": 0.2}
 DOC = "the writing assistant resends the whole document every turn " * 80  # 4,800 chars = 1,200 tokens
 
@@ -40,6 +41,7 @@ async def test_a_repeated_long_prompt_is_booked_and_priced_as_cached(
                 "plain": {"routes": [{"provider": "q", "model": "m"}]},
             },
             "routing": {"probes": {"enabled": False}},
+            "admin_key": ADMIN,
         }
     )
     assert gw.gateway.ledger is not None
@@ -56,6 +58,11 @@ async def test_a_repeated_long_prompt_is_booked_and_priced_as_cached(
                 await r.read()
         async with session.get(f"{gw.root_url}/metrics") as r:
             metrics = await r.text()
+        await gw.gateway.ledger.flush()
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        async with session.get(f"{gw.root_url}/dashboard/api/usage?by=provider&since=1h", headers=admin) as r:
+            assert r.status == 200
+            dashboard = {g["provider"]: g for g in (await r.json())["groups"]}
     truth = p.truth.records()
     assert [t.cached_tokens for t in truth] == [0, 1152, 1152]  # 18 whole 64-token blocks of 1,200
     await gw.stop()
@@ -92,3 +99,7 @@ async def test_a_repeated_long_prompt_is_booked_and_priced_as_cached(
     assert groups["p"]["cached_tokens"] == 2304
     assert groups["p"]["cache_hit_rate"] == round(2304 / 3600, 4)
     assert (groups["q"]["cached_tokens"], groups["q"]["cache_hit_rate"]) == (0, None)
+    # the dashboard's usage API passes the same keys through
+    assert {p: (g["cached_tokens"], g["cache_hit_rate"]) for p, g in dashboard.items()} == {
+        p: (g["cached_tokens"], g["cache_hit_rate"]) for p, g in groups.items()
+    }
