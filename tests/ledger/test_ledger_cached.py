@@ -16,7 +16,7 @@ from ledger_support import BASE_TS, insert_rows, make_row
 
 from tailgate.ledger import LedgerRow, SQLiteLedger
 from tailgate.ledger.commands import usage_main
-from tailgate.ledger.leaderboard import cache_hit_pct, compute
+from tailgate.ledger.leaderboard import ProviderInfo, cache_hit_pct, compute
 from tailgate.ledger.pg import PG_MIGRATIONS
 from tailgate.ledger.schema import MIGRATIONS, SCHEMA_VERSION
 from tailgate.ledger.spool import Shipper
@@ -237,7 +237,9 @@ def test_leaderboard_shows_the_observed_hit_rate_in_the_wide_set(store: StoreCon
                 "tok_s_n) VALUES (?, ?, 'm', 3, 0, 90, 30.0, 3)",
                 (now - 600, p),
             )
-    rows = {r.provider: r for r in compute(store, window_s=3600, now=now)}
+    info = {"p1": ProviderInfo(2.0, 3.0, "CNY", None, 0.2), "p2": ProviderInfo(2.0, 3.0, "CNY")}
+    rows = {r.provider: r for r in compute(store, window_s=3600, now=now, info=info)}
+    assert (rows["p1"].price_cached_input, rows["p2"].price_cached_input) == (0.2, None)
     assert rows["p1"].traffic_cache_hit_pct == 75.0
     assert rows["p2"].traffic_cache_hit_pct is None
     assert rows["p1"].to_dict()["traffic_cache_hit_pct"] == 75.0

@@ -82,6 +82,8 @@ class ProviderInfo:
     price_output: float | None = None
     currency: str | None = None
     max_output_tokens: int | None = None
+    price_cached_input: float | None = None
+    """``price.cached_input``: a cached prompt token's price; None when unset (cached tokens cost ``input``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,7 @@ class LeaderRow:
     price_output: float | None = None
     currency: str | None = None
     max_output_tokens: int | None = None
+    price_cached_input: float | None = None
     traffic_requests: int = 0
     traffic_reliability_pct: float | None = None
     traffic_tok_s_avg: float | None = None
@@ -320,6 +323,7 @@ def build(
                 price_output=meta.price_output,
                 currency=meta.currency,
                 max_output_tokens=meta.max_output_tokens,
+                price_cached_input=meta.price_cached_input,
                 traffic_cache_hit_pct=(cache_hit or {}).get(provider),
                 insufficient=cells.insufficient,
                 **cells.values,

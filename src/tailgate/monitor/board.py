@@ -259,7 +259,7 @@ def leaderboard_json(
 def _config_info(path: Path) -> tuple[GatewayConfig, dict[str, ProviderInfo], list[tuple[str, str]]]:
     config, providers = load_resolved(path)
     info = {
-        name: ProviderInfo(p.price.input, p.price.output, p.price.currency, p.max_output_tokens)
+        name: ProviderInfo(p.price.input, p.price.output, p.price.currency, p.max_output_tokens, p.price.cached_input)
         for name, p in providers.items()
     }
     return config, info, [(t.provider, t.model) for t in targets_from_config(config)]
