@@ -103,20 +103,4 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
 
 def route_weights(policy: Policy, routes: Sequence[Route]) -> dict[str, dict[str, Any]]:
     """provider → explain entry (configured and effective weight, factor, reason) under ``policy``."""
-    explain = getattr(policy, "explain", None)
-    return explain(routes) if explain is not None else _static_weights(routes)
-
-
-def _static_weights(routes: Sequence[Route]) -> dict[str, dict[str, Any]]:
-    """The ``weighted`` policy's view: effective weight = configured weight, always."""
-    return {
-        r.provider: {
-            "alias": r.alias,
-            "model": r.model,
-            "configured_weight": r.weight,
-            "effective_weight": r.weight,
-            "factor": 1.0,
-            "reason": "static weights (policy weighted)",
-        }
-        for r in routes
-    }
+    return policy.explain(routes)
