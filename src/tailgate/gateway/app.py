@@ -27,10 +27,10 @@ from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middlew
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.priors import seed_priors
 from tailgate.gateway.probes import Prober
+from tailgate.gateway.providers import Providers, provider_state
 from tailgate.gateway.proxy import Proxy
-from tailgate.gateway.reload import Providers, Reloader, add_config_routes
+from tailgate.gateway.reload import Reloader, add_config_routes
 from tailgate.gateway.revocation import revoked_counter
-from tailgate.gateway.state import ProviderState, pacer_for
 from tailgate.gateway.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
@@ -57,7 +57,6 @@ from tailgate.routing import (
     WeightedPolicy,
 )
 from tailgate.state import open_state
-from tailgate.upstream import UpstreamClient, endpoint_for
 from tailgate.wire.errors import WireError
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway", object)  # type: ignore[arg-type]
@@ -104,12 +103,7 @@ class Gateway:
         )
         self.providers = Providers(
             {  # a reload swaps it (gateway/reload.py)
-                name: ProviderState(
-                    config=resolved,
-                    client=UpstreamClient(endpoint_for(resolved)),
-                    pacer=pacer_for(resolved, config.routing.pacing),
-                )
-                for name, resolved in providers.items()
+                name: provider_state(resolved, config.routing.pacing) for name, resolved in providers.items()
             }
         )
         self.state = open_state(config.state)

@@ -36,18 +36,16 @@ from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    pass
 
 __all__ = [
     "DEADLINE_HIT",
     "STREAM_RESPONSE",
     "SourceLockout",
     "body_limits",
-    "check_upstream_capacity",
     "deadline_middleware",
     "runner_kwargs",
     "site",
-    "upstream_full",
 ]
 
 
@@ -91,27 +89,6 @@ def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConf
     return HardenedSite(
         runner, host, port, max_connections=server.max_connections, front=front if routes else None, **kwargs
     )
-
-
-def upstream_full(gw: Gateway) -> bool:
-    """Are ``server.max_upstream_in_flight`` attempts already out? (A hedge then does not fire.)"""
-    limit = gw.config.server.max_upstream_in_flight
-    return limit is not None and sum(p.in_flight for p in gw.providers.values()) >= limit
-
-
-def check_upstream_capacity(gw: Gateway) -> None:
-    """Refuse an attempt (503 + Retry-After) when ``max_upstream_in_flight`` attempts are already out."""
-    limit = gw.config.server.max_upstream_in_flight
-    if limit is None:
-        return
-    out = sum(p.in_flight for p in gw.providers.values())
-    if out >= limit:
-        err = wire_errors.overloaded(
-            f"The gateway has {out} upstream attempts in flight (server.max_upstream_in_flight = {limit}). "
-            "Retry shortly."
-        )
-        err.headers = {"Retry-After": "1"}
-        raise err
 
 
 def deadline_middleware(deadline_s: float | None, prefix: str = "/v1/") -> Callable[..., Any]:

@@ -31,7 +31,7 @@ from tailgate.gateway import refusals, responses
 from tailgate.gateway.admission import Ticket, admit_request
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
-from tailgate.gateway.limits import check_upstream_capacity, upstream_full
+from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
@@ -44,7 +44,7 @@ from tailgate.wire.types import decode_request
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
     from tailgate.gateway.hedging import Hedger
-    from tailgate.gateway.state import ProviderState
+    from tailgate.gateway.providers import ProviderState
 
 Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 PATHS: dict[Endpoint, str] = {
@@ -238,7 +238,9 @@ class Proxy:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
         gw = self.gw
-        check_upstream_capacity(gw)  # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
+        check_upstream_capacity(
+            gw.providers, gw.config.server.max_upstream_in_flight
+        )  # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
         provider = gw.providers[route.provider]
         health = gw.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
@@ -306,7 +308,9 @@ class Proxy:
             if not done and race.winner is None:
                 if not hedger.budget.can_hedge():
                     hedger.count("no_budget")
-                elif upstream_full(gw):  # server.max_upstream_in_flight: a hedge is extra load, never a 503
+                elif upstream_full(
+                    gw.providers, gw.config.server.max_upstream_in_flight
+                ):  # server.max_upstream_in_flight: a hedge is extra load, never a 503
                     hedger.count("no_capacity")
                 else:
                     nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)

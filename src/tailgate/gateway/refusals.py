@@ -16,8 +16,8 @@ from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
+    from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.proxy import _Ctx
-    from tailgate.gateway.state import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult
 

@@ -35,12 +35,13 @@ from tailgate._aiohttp import error_response
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
 from tailgate.config.schema import GatewayConfig
+from tailgate.gateway.providers import Providers, pacer_for, provider_state
 
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
-    from tailgate.gateway.state import ProviderState
+    from tailgate.gateway.providers import ProviderState
 
-__all__ = ["Providers", "Reloader", "add_config_routes", "config_version", "publish_version"]
+__all__ = ["Reloader", "add_config_routes", "config_version", "publish_version"]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -134,24 +135,9 @@ class Reloader:
         }
 
 
-class Providers(dict[str, "ProviderState"]):
-    """The gateway's providers by name; a provider removed by a reload is still found by the requests that
-    were already on it (``retired``), while listings, ``.get`` and new requests see only the current ones."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.retired: dict[str, ProviderState] = {}
-
-    def __missing__(self, name: str) -> ProviderState:
-        return self.retired[name]
-
-
 def _replace_providers(
     gw: Gateway, config: GatewayConfig, resolved: dict[str, ResolvedProvider]
 ) -> tuple[list[str], list[str], list[str], list[str], list[ProviderState]]:
-    from tailgate.gateway.state import ProviderState, pacer_for
-    from tailgate.upstream import UpstreamClient, endpoint_for
-
     kept: list[str] = []
     replaced: list[str] = []
     added: list[str] = []
@@ -168,9 +154,7 @@ def _replace_providers(
             new[name] = cur
             kept.append(name)
             continue
-        state = ProviderState(
-            config=rp, client=UpstreamClient(endpoint_for(rp)), pacer=pacer_for(rp, config.routing.pacing)
-        )
+        state = provider_state(rp, config.routing.pacing)
         if cur is not None:
             state.drained = cur.drained
             closing.append(cur)
