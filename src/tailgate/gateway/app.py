@@ -23,7 +23,7 @@ from tailgate.gateway.fleet import Fleet
 from tailgate.gateway.front import FRONT_KEY, FrontRoutes
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.keys import KeyDirectory
-from tailgate.gateway.limits import SourceLockout, body_limits, deadline_middleware
+from tailgate.gateway.lockout import SourceLockout
 from tailgate.gateway.metrics import GatewayMetrics
 from tailgate.gateway.priors import seed_priors
 from tailgate.gateway.probes import Prober
@@ -31,6 +31,7 @@ from tailgate.gateway.providers import Providers, provider_state
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.reload import Reloader, add_config_routes
 from tailgate.gateway.revocation import revoked_counter
+from tailgate.gateway.site import body_limits, deadline_middleware
 from tailgate.gateway.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
