@@ -27,7 +27,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -400,7 +400,7 @@ class KeyAdmission:
                 await asyncio.gather(*self._pending, return_exceptions=True)
 
 
-async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
+async def admit_request(gw: Gateway, ctx: _Ctx, routes: Sequence[Route], prompt: float, output: float) -> None:
     """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
     the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
     (``gateway.responses.token_estimate``). Also applies the key's default traffic class."""

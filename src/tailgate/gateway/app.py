@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -31,6 +32,7 @@ from tailgate.gateway.providers import Providers, provider_state
 from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.reload import Reloader, add_config_routes
 from tailgate.gateway.revocation import revoked_counter
+from tailgate.gateway.routes import RouteTable, build_routes
 from tailgate.gateway.site import body_limits, deadline_middleware
 from tailgate.gateway.store_metrics import (
     register_ledger_metrics,
@@ -45,17 +47,12 @@ from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper
 from tailgate.routing import (
     SLO,
-    AdaptivePolicy,
     BreakerConfig,
     BreakerRegistry,
-    CostPolicy,
     HealthRegistry,
-    LeastLatencyPolicy,
     Policy,
-    Price,
     Route,
     Transition,
-    WeightedPolicy,
 )
 from tailgate.state import open_state
 from tailgate.wire.errors import WireError
@@ -109,10 +106,6 @@ class Gateway:
         )
         self.state = open_state(config.state)
         self.fleet = Fleet(self, self.state)  # docs/fleet.md: what replicas share, through the state layer
-        self.aliases: dict[str, list[Route]] = {
-            alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
-            for alias, model in config.models.items()
-        }
         self.metrics = GatewayMetrics()
         self.books = Books(self)
         """Ended requests' bookkeeping, a moment after each ends (bookkeeping.py)."""
@@ -130,10 +123,6 @@ class Gateway:
             trial_requests=bc.trial_requests,
         )
         self.breakers = BreakerRegistry(breaker_config, clock=time.monotonic, on_transition=self._on_breaker)
-        self.policies: dict[str, Policy] = {
-            alias: self._make_policy(model.policy or config.routing.policy, alias)
-            for alias, model in config.models.items()
-        }
         self.paced_total = Counter(
             "tailgate_paced",
             "Attempts skipped because the provider's pacer (limits.rpm/tpm, or a 429's pause) could not admit them.",
@@ -161,19 +150,18 @@ class Gateway:
         self.keys_revoked = revoked_counter(self.metrics.registry)
         register_runtime_metrics(self.metrics.registry)
         hedges = self.hedge_counter = hedge_counter(self.metrics.registry)
-        self.hedgers: dict[str, Hedger] = {
-            alias: Hedger(alias, hedge, hedges)
-            for alias, model in config.models.items()
-            if (hedge := model.hedge or config.routing.hedge) is not None
-        }
+        self.routes: RouteTable = build_routes(
+            config, self.providers, health=self.health, breakers=self.breakers, hedges=hedges
+        )
+        """The route table a request reads once when it arrives; a reload swaps it whole (routes.py)."""
         self.prober = Prober(
             self.providers,
-            [(r.provider, r.model) for routes in self.aliases.values() for r in routes],
+            self.routes.targets(),
             health=self.health,
             breakers=self.breakers,
             config=config.routing.probes,
             registry=self.metrics.registry,
-            degraded=self._degraded,
+            degraded=lambda provider, model: self.routes.degraded(provider, model),
         )
         self.ledger: SQLiteLedger | None = None
         if config.ledger.enabled:
@@ -205,56 +193,26 @@ class Gateway:
         state = fleet_state(self)
         return state.generation("keys") if state is not None else 0
 
-    def _degraded(self, provider: str, model: str) -> bool:
-        """Does an adaptive alias hold the route ``provider``/``model`` below half its weight (probe it often)?"""
-        for alias, routes in self.aliases.items():
-            policy = self.policies[alias]
-            if isinstance(policy, AdaptivePolicy):
-                for r in routes:
-                    if r.provider == provider and r.model == model and r.weight > 0 and policy.factor(r) < 0.5:
-                        return True
-        return False
+    @property
+    def aliases(self) -> Mapping[str, tuple[Route, ...]]:
+        """The current route table's aliases."""
+        return self.routes.aliases
+
+    @property
+    def policies(self) -> Mapping[str, Policy]:
+        return self.routes.policies
+
+    @property
+    def hedgers(self) -> Mapping[str, Hedger]:
+        return self.routes.hedgers
 
     def policy_for(self, alias: str) -> Policy:
         """The routing policy of an alias (``models.<alias>.policy`` or ``routing.policy``)."""
-        return self.policies[alias]
+        return self.routes.policy_for(alias)
 
     def slo_for(self, alias: str) -> SLO:
         """The alias's SLO: ``models.<alias>.slo`` field by field, else ``routing.slo``, else 1 s / 3 s."""
-        own = self.config.models[alias].slo
-        base, default = self.config.routing.slo, SLO()
-        ttft = (own.ttft_p90 if own is not None else None) or base.ttft_p90 or default.ttft_p90
-        e2e = (own.e2e_p90 if own is not None else None) or base.e2e_p90 or default.e2e_p90
-        return SLO(ttft_p90=ttft, e2e_p90=e2e)
-
-    def _make_policy(self, name: str, alias: str) -> Policy:
-        slo = self.slo_for(alias)
-        if name == "adaptive":
-            ac = self.config.routing.adaptive
-            return AdaptivePolicy(
-                self.health,
-                breakers=self.breakers,
-                slo=slo,
-                exponent=ac.exponent,
-                error_rate_zero=ac.error_rate_zero,
-                min_samples=ac.min_samples,
-                floor=ac.floor,
-                recompute_s=ac.recompute,
-                smoothing_down_tau_s=ac.smoothing_down,
-                far_ratio=ac.far_ratio,
-                fast_window_s=ac.fast_window,
-                fast_min_misses=ac.fast_min_misses,
-                readmit_after=ac.readmit_after,
-                slow_start_s=ac.slow_start,
-                prior_idle_s=self.config.routing.window,
-                clock=time.monotonic,
-            )
-        if name == "least-latency":
-            return LeastLatencyPolicy(self.health, breakers=self.breakers)
-        if name == "cost":
-            prices = {n: Price(p.config.price.input, p.config.price.output) for n, p in self.providers.items()}
-            return CostPolicy(self.health, prices, breakers=self.breakers, slo=slo)
-        return WeightedPolicy()
+        return self.routes.slo_for(alias)
 
     def _on_breaker(self, provider: str, transition: Transition) -> None:
         self.log.warning(

@@ -156,7 +156,7 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
         if cost is not None:
             m.cost.inc(cost)
     gw.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms)  # per-minute aggregates
-    if gw.trace is not None and ctx.alias in gw.aliases:
+    if gw.trace is not None and ctx.alias in ctx.table.aliases:
         gw.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
     if gw.ledger is not None:
         gw.ledger.record(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
     from tailgate.gateway.hedging import Hedger
     from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.routes import RouteTable
 
 Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 PATHS: dict[Endpoint, str] = {
@@ -76,6 +77,8 @@ class _Ctx:
 
     request_id: str
     endpoint: Endpoint
+    table: RouteTable
+    """The route table read when the request arrived: its routing and settings to its end (routes.py)."""
     t0: float = field(default_factory=time.perf_counter)
     wall: float = field(default_factory=time.time)
     key_id: str | None = None
@@ -124,6 +127,7 @@ class Proxy:
         ctx = _Ctx(
             request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
             endpoint=endpoint,
+            table=self.gw.routes,  # read once: a reload swaps the table, never this request's (routes.py)
         )
         ctx.traffic_class = request.headers.get("x-tailgate-class") or None
         self.in_flight += 1
@@ -148,7 +152,7 @@ class Proxy:
         return response
 
     async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
-        gw = self.gw
+        gw, table = self.gw, ctx.table
         ctx.key_id = gw.keys.identify(request)
         if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
             try:
@@ -159,17 +163,15 @@ class Proxy:
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         req = decode_request(ctx.endpoint, body, strict=False)
         ctx.alias = req.model
-        routes = gw.aliases.get(req.model)
+        routes = table.aliases.get(req.model)
         if routes is None:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
         obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
-        prompt, output = responses.token_estimate(
-            obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens
-        )
+        prompt, output = responses.token_estimate(obj, len(body), ctx.endpoint, table.pacing.default_max_tokens)
         if ctx.key_id is not None:
             await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
-        shed = gw.config.routing.shed
+        shed = table.shed
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
             if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
@@ -179,18 +181,18 @@ class Proxy:
         wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
         now = time.monotonic()
         exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
-        order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
+        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
             raise refusals.no_route(gw, routes, now, ctx)
         tokens = prompt + output
-        hedger = gw.hedgers.get(req.model) if gw.hedgers else None
+        hedger = table.hedgers.get(req.model) if table.hedgers else None
         if hedger is not None:
             hedger.budget.record_request()
-        deadline = ctx.t0 + gw.config.retry.deadline
+        deadline = ctx.t0 + table.retry.deadline
         queue = deque(order)
         paced: list[ProviderState] = []
         last: CallResult | None = None
-        while queue and ctx.attempts < gw.config.retry.max_attempts:
+        while queue and ctx.attempts < table.retry.max_attempts:
             if time.perf_counter() >= deadline:
                 break
             route = queue.popleft()
@@ -238,9 +240,8 @@ class Proxy:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
         gw = self.gw
-        check_upstream_capacity(
-            gw.providers, gw.config.server.max_upstream_in_flight
-        )  # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
+        # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
+        check_upstream_capacity(gw.providers, ctx.table.max_upstream_in_flight)
         provider = gw.providers[route.provider]
         health = gw.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
@@ -267,7 +268,7 @@ class Proxy:
             raise
         health.observe(result, handle=handle)
         gw.breakers.get(route.provider).record_result(result)
-        self._observe(provider, result)
+        self._observe(provider, result, ctx.table)
         return resp, result
 
     async def _race(
@@ -308,9 +309,7 @@ class Proxy:
             if not done and race.winner is None:
                 if not hedger.budget.can_hedge():
                     hedger.count("no_budget")
-                elif upstream_full(
-                    gw.providers, gw.config.server.max_upstream_in_flight
-                ):  # server.max_upstream_in_flight: a hedge is extra load, never a 503
+                elif upstream_full(gw.providers, ctx.table.max_upstream_in_flight):  # a hedge: extra load, never a 503
                     hedger.count("no_capacity")
                 else:
                     nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)
@@ -510,11 +509,11 @@ class Proxy:
             headers["x-tailgate-hedged"] = "1"
         return headers
 
-    def _observe(self, provider: ProviderState, result: CallResult) -> None:
+    def _observe(self, provider: ProviderState, result: CallResult, table: RouteTable) -> None:
         provider.observe(result)
         self.gw.metrics.attempt(provider.name, result.error_class or "ok").inc()
         if result.error_class == "rate_limited":
-            limit = self.gw.config.routing.pacing.max_pause
+            limit = table.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
     def _error(self, err: WireError, ctx: _Ctx) -> Reply:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tailgate.wire import errors as wire_errors
@@ -32,7 +33,7 @@ def _retry_after(err: WireError, seconds: float) -> WireError:
     return err
 
 
-def no_route(gw: Gateway, routes: list[Route], now: float, ctx: _Ctx) -> WireError:
+def no_route(gw: Gateway, routes: Sequence[Route], now: float, ctx: _Ctx) -> WireError:
     """The policy left no route: every provider drained, or paused by a 429 (then a 429 with Retry-After)."""
     providers = [gw.providers[r.provider] for r in routes]
     paused = [p for p in providers if p.paused(now) and not p.drained]
@@ -50,7 +51,7 @@ def no_route(gw: Gateway, routes: list[Route], now: float, ctx: _Ctx) -> WireErr
 
 def shed(gw: Gateway, ctx: _Ctx, pressure: float, others_in_flight: int) -> WireError:
     """Load shedding (``routing.shed``): a 429 with Retry-After; batch goes first (docs/routing.md)."""
-    cfg = gw.config.routing.shed
+    cfg = ctx.table.shed
     ctx.outcome = "shed"
     gw.shed_total.labels(ctx.alias, ctx.traffic_class or "").inc()
     who = f"'{ctx.traffic_class}' traffic" if ctx.traffic_class else "traffic"

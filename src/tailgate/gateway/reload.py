@@ -11,7 +11,8 @@ in one step on the event loop, between requests' awaits:
 - keys, aliases, routes, policies (kept for aliases whose settings did not change), hedging and probes
   follow the new file.
 
-In-flight requests finish on the routes and providers they started with. What a reload does not change
+A request in flight keeps the route table it read when it arrived (routes.py: a reload swaps the table
+whole, never a request's), and finishes on the providers it started with. What a reload does not change
 (a restart does): ``listen``, ``state``, ``ledger``, ``max_body_bytes``. docs/fleet.md.
 
 The version is the first 12 hex digits of the file's SHA-256: replicas showing the same version run the
@@ -36,6 +37,7 @@ from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.providers import Providers, pacer_for, provider_state
+from tailgate.gateway.routes import build_routes, unchanged_aliases
 
 if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
@@ -100,7 +102,7 @@ class Reloader:
             config = config.model_copy(update={f: getattr(old, f) for f in restart})
         kept, replaced, added, removed, closing = _replace_providers(gw, config, providers)
         gw.config = config
-        _rebuild(gw, policies_kept=_unchanged_aliases(old, config))
+        _rebuild(gw, policies_kept=unchanged_aliases(old, config))
         for p in closing:
             self._spawn(_close_when_idle(p))
         self._spawn(_restart_prober(gw))
@@ -172,29 +174,19 @@ def _replace_providers(
 
 def _rebuild(gw: Gateway, *, policies_kept: set[str]) -> None:
     from tailgate.gateway.auth import KeyRing
-    from tailgate.gateway.hedging import Hedger
-    from tailgate.routing import Route
 
     config = gw.config
     gw.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
     gw.keys = KeyRing(config.keys, config.admin_key, gw.key_directory)
-    gw.aliases = {
-        alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
-        for alias, model in config.models.items()
-    }
-    gw.policies = {
-        alias: gw.policies[alias]
-        if alias in policies_kept and alias in gw.policies
-        else gw._make_policy(model.policy or config.routing.policy, alias)
-        for alias, model in config.models.items()
-    }
-    gw.hedgers = {
-        alias: gw.hedgers[alias]
-        if alias in policies_kept and alias in gw.hedgers
-        else Hedger(alias, hedge, gw.hedge_counter)
-        for alias, model in config.models.items()
-        if (hedge := model.hedge or config.routing.hedge) is not None
-    }
+    gw.routes = build_routes(  # swapped whole: requests in flight keep the table they read (routes.py)
+        config,
+        gw.providers,
+        health=gw.health,
+        breakers=gw.breakers,
+        hedges=gw.hedge_counter,
+        previous=gw.routes,
+        kept=policies_kept,
+    )
     gw.fleet.install()
     gw.refresh_provider_gauges()
 
@@ -206,7 +198,7 @@ async def _restart_prober(gw: Gateway) -> None:
     await prober.close()
     prober.providers = gw.providers
     prober.config = gw.config.routing.probes
-    prober.targets = list(dict.fromkeys((r.provider, r.model) for routes in gw.aliases.values() for r in routes))
+    prober.targets = gw.routes.targets()
     for t in prober.targets:
         prober.stats.setdefault(t, ProbeStats())
     prober.start()
@@ -233,12 +225,6 @@ def _status(gw: Gateway) -> dict[str, Any]:
 
 def _model_version(config: GatewayConfig) -> str:
     return config_version(config.model_dump_json().encode())
-
-
-def _unchanged_aliases(old: GatewayConfig, new: GatewayConfig) -> set[str]:
-    if old.routing != new.routing:
-        return set()
-    return {a for a, m in new.models.items() if old.models.get(a) == m}
 
 
 def _describe(changed: dict[str, Any]) -> str:
