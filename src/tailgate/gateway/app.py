@@ -105,7 +105,6 @@ class Gateway:
             }
         )
         self.state = open_state(config.state)
-        self.fleet = Fleet(self, self.state)  # docs/fleet.md: what replicas share, through the state layer
         self.metrics = GatewayMetrics()
         self.books = Books(self)
         """Ended requests' bookkeeping, a moment after each ends (bookkeeping.py)."""
@@ -123,6 +122,15 @@ class Gateway:
             trial_requests=bc.trial_requests,
         )
         self.breakers = BreakerRegistry(breaker_config, clock=time.monotonic, on_transition=self._on_breaker)
+        self.fleet = Fleet(  # docs/fleet.md: what replicas share, through the state layer
+            self.state,
+            config.state,
+            providers=lambda: self.providers,
+            health=self.health,
+            breakers=self.breakers,
+            on_drained=self.refresh_provider_gauges,
+            version=lambda: self.reloader.version,
+        )
         self.paced_total = Counter(
             "tailgate_paced",
             "Attempts skipped because the provider's pacer (limits.rpm/tpm, or a 429's pause) could not admit them.",
@@ -185,7 +193,7 @@ class Gateway:
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.traffic.before_flush = self.books.drain
         self.refresh_provider_gauges()
-        self.fleet.install()
+        self.fleet.install(self.routes.targets())
         self.fleet.register_metrics(self.metrics.registry)
         self.reloader = Reloader(self, config_path)  # SIGHUP, POST /admin/reload, GET /admin/config
 

@@ -22,7 +22,6 @@ same file. Each replica publishes its version, so ``/admin/config`` on any repli
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.app import Gateway
     from tailgate.gateway.providers import ProviderState
 
-__all__ = ["Reloader", "add_config_routes", "config_version", "publish_version"]
+__all__ = ["Reloader", "add_config_routes", "config_version"]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -187,7 +186,7 @@ def _rebuild(gw: Gateway, *, policies_kept: set[str]) -> None:
         previous=gw.routes,
         kept=policies_kept,
     )
-    gw.fleet.install()
+    gw.fleet.install(gw.routes.targets())
     gw.refresh_provider_gauges()
 
 
@@ -256,9 +255,3 @@ def add_config_routes(app: web.Application, gw: Gateway) -> None:
 
     app.router.add_get("/admin/config", show)
     app.router.add_post("/admin/reload", reload)
-
-
-async def publish_version(gw: Gateway) -> None:
-    """Tell the fleet which config this replica runs (called from the fleet's publish tick)."""
-    with contextlib.suppress(Exception):
-        await gw.state.publish("config", gw.reloader.version.encode(), ttl_s=5.0)
