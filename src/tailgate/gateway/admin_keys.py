@@ -20,14 +20,14 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.config.units import parse_duration
-from tailgate.gateway.admission import fleet_state
 from tailgate.gateway.auth import unauthorized_admin
 from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.store import StoreConn, StoreError, open_store
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.core import Core
+    from tailgate.state import SharedState
 
 __all__ = ["add_key_routes", "fields_from_json"]
 
@@ -41,13 +41,15 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
-def add_key_routes(app: web.Application, gw: Gateway) -> None:
-    target = gw.key_directory.target
+def add_key_routes(app: web.Application, core: Core, state: SharedState) -> None:
+    """The routes above over the key directory and the keys (``core``) and the fleet's ``state`` (its ``keys``
+    generation tells the other replicas to reload)."""
+    target = core.key_directory.target
 
     def guard(request: web.Request) -> web.Response | None:
-        if gw.keys.is_admin(request):
+        if core.keys.is_admin(request):
             return None
-        if gw.config.admin_key is None:
+        if core.keys.admin_digest is None:  # no admin_key in the config
             return error_response(
                 WireError(403, "Admin endpoints are off: set admin_key in the config.", type="request_forbidden")
             )
@@ -70,10 +72,8 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
             raise WireError(503, str(exc), type="server_error") from None
 
     async def changed() -> None:
-        state = fleet_state(gw)
-        if state is not None:
-            await state.bump("keys")
-        await gw.key_directory.reload()
+        await state.bump("keys")
+        await core.key_directory.reload()
 
     async def body_of(request: web.Request) -> dict[str, Any]:
         try:

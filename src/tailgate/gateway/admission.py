@@ -43,7 +43,7 @@ from tailgate.state import Adjustment, Claim, Lease, LocalState, Reservation, Sh
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.core import Core
     from tailgate.gateway.proxy import _Ctx
     from tailgate.routing import Route
 
@@ -400,7 +400,7 @@ class KeyAdmission:
                 await asyncio.gather(*self._pending, return_exceptions=True)
 
 
-async def admit_request(gw: Gateway, ctx: _Ctx, routes: Sequence[Route], prompt: float, output: float) -> None:
+async def admit_request(gw: Core, ctx: _Ctx, routes: Sequence[Route], prompt: float, output: float) -> None:
     """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
     the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
     (``gateway.responses.token_estimate``). Also applies the key's default traffic class."""

@@ -119,8 +119,9 @@ class Fleet:
         self._pending: set[asyncio.Task[object]] = set()
         self._breaker_gen: dict[str, int] = {}
         self._trial_tokens: dict[str, str] = {}
-        self._wanted: dict[str, int] = dict.fromkeys(providers(), 0)
-        self._demand: dict[str, float] = dict.fromkeys(providers(), 0.0)
+        self._wanted: dict[str, int] = {}
+        self._demand: dict[str, float] = {}
+        """Per provider (every one since ``install``): requests that wanted it this tick, and its demand."""
         self._demand_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
         """Per provider: (tick length s, requests that wanted it) of the last ``_DEMAND_WINDOW_S``."""
         self._published_demand: dict[str, float] = {}
@@ -135,6 +136,9 @@ class Fleet:
     def install(self, targets: Iterable[tuple[str, str]]) -> None:
         """Hook the shared parts in (before serving, and after a reload): fleet windows on the health of every
         (provider, upstream model) in ``targets`` (the route table's), the fleet's pauses on every provider."""
+        for name in self._providers():
+            self._wanted.setdefault(name, 0)
+            self._demand.setdefault(name, 0.0)
         if not self.shared:
             return
         for target in targets:

@@ -129,6 +129,18 @@ class Prober:
         tasks, self._tasks = self._tasks, []
         await asyncio.gather(*(stop_task(task) for task in tasks))
 
+    async def retarget(
+        self, providers: Mapping[str, ProviderState], config: ProbesConfig, targets: Sequence[tuple[str, str]]
+    ) -> None:
+        """After a reload: stop, take the new providers, settings and targets (a target's stats stay), start."""
+        await self.close()
+        self.providers = providers
+        self.config = config
+        self.targets = list(dict.fromkeys(targets))
+        for t in self.targets:
+            self.stats.setdefault(t, ProbeStats())
+        self.start()
+
     def on_transition(self, provider: str, transition: Transition) -> None:
         """A breaker moved: wake the provider's loops so they re-plan (wait out an open, probe a half-open)."""
         for (name, _), event in self._wake.items():

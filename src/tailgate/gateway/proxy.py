@@ -42,7 +42,7 @@ from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
@@ -106,10 +106,10 @@ class _Ctx:
 
 
 class Proxy:
-    """Request handlers bound to one :class:`Gateway`."""
+    """The ``/v1`` request handlers over the gateway's owners (core.py)."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, core: Core) -> None:
+        self.core = core
         # Request ids: 128 random bits as 32 hex digits, like uuid4().hex, without a getrandom() system
         # call and a UUID object per request. Ids need to be unique, not secret; seeded per process.
         self._ids = random.Random(os.urandom(32))
@@ -127,7 +127,7 @@ class Proxy:
         ctx = _Ctx(
             request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
             endpoint=endpoint,
-            table=self.gw.routes,  # read once: a reload swaps the table, never this request's (routes.py)
+            table=self.core.routes,  # read once: a reload swaps the table, never this request's (routes.py)
         )
         ctx.traffic_class = request.headers.get("x-tailgate-class") or None
         self.in_flight += 1
@@ -141,24 +141,24 @@ class Proxy:
                 ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
             else:
                 ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
-            self.gw.books.add(ctx, time.perf_counter())
+            self.core.books.add(ctx, time.perf_counter())
             raise
         finally:
             self.in_flight -= 1
         # The answer is out already (an answer: Exchange.send; a stream: to its end) or leaves when the
         # handler returns (an error, or aiohttp). Its end time is taken now; its bookkeeping runs a moment
         # later (bookkeeping.Books), off the path of this client's next request.
-        self.gw.books.add(ctx, time.perf_counter())
+        self.core.books.add(ctx, time.perf_counter())
         return response
 
     async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
-        gw, table = self.gw, ctx.table
-        ctx.key_id = gw.keys.identify(request)
-        if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
+        core, table = self.core, ctx.table
+        ctx.key_id = core.keys.identify(request)
+        if (rpm := core.keys.rpm(ctx.key_id)) is not None:
             try:
-                await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # a key with rpm has an id
+                await core.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # a key with rpm has an id
             except WireError:
-                ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
+                ctx.outcome = core.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
                 raise
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         req = decode_request(ctx.endpoint, body, strict=False)
@@ -170,20 +170,20 @@ class Proxy:
         obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
         prompt, output = responses.token_estimate(obj, len(body), ctx.endpoint, table.pacing.default_max_tokens)
         if ctx.key_id is not None:
-            await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
+            await admit_request(core, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
         shed = table.shed
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
             if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
-                raise refusals.shed(gw, ctx, pressure, self.in_flight - 1)
+                raise refusals.shed(core, ctx, pressure, self.in_flight - 1)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
         now = time.monotonic()
-        exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
+        exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
         order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
-            raise refusals.no_route(gw, routes, now, ctx)
+            raise refusals.no_route(core, routes, now, ctx)
         tokens = prompt + output
         hedger = table.hedgers.get(req.model) if table.hedgers else None
         if hedger is not None:
@@ -205,7 +205,7 @@ class Proxy:
             last = ctx.result = result
             if resp is not None:
                 return resp
-            if revoke_refused_key(gw.providers[route.provider], result, gw.keys_revoked):
+            if revoke_refused_key(core.providers[route.provider], result, core.keys_revoked):
                 queue.appendleft(route)  # the same route again, with its next key (revocation.py)
                 continue
             if result.error_class not in RETRYABLE:
@@ -217,18 +217,18 @@ class Proxy:
     def _admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
         may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
-        gw = self.gw
-        provider = gw.providers[route.provider]
-        gw.fleet.wanted(route.provider)  # this replica's demand, for its share of a fleet's pacing
+        core = self.core
+        provider = core.providers[route.provider]
+        core.fleet.wanted(route.provider)  # this replica's demand, for its share of a fleet's pacing
         pacer = provider.pacer
         if not pacer.limited:  # no known limits; a 429's pause already kept it out of the order
-            return gw.breakers.get(route.provider).allow()
+            return core.breakers.get(route.provider).allow()
         if pacer.available_in(tokens) > 0:
             provider.paced += 1
             paced.append(provider)
-            gw.paced_total.labels(provider.name).inc()
+            core.paced_total.labels(provider.name).inc()
             return False
-        if not gw.breakers.get(route.provider).allow():
+        if not core.breakers.get(route.provider).allow():
             return False
         pacer.try_acquire(tokens)
         return True
@@ -239,11 +239,11 @@ class Proxy:
         """One attempt at ``route``, with its bookkeeping (health, breaker, metrics) whatever the outcome:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
-        gw = self.gw
+        core = self.core
         # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
-        check_upstream_capacity(gw.providers, ctx.table.max_upstream_in_flight)
-        provider = gw.providers[route.provider]
-        health = gw.health.get(route.provider, route.model)
+        check_upstream_capacity(core.providers, ctx.table.max_upstream_in_flight)
+        provider = core.providers[route.provider]
+        health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
         if ctx.race is None:
@@ -264,10 +264,10 @@ class Proxy:
         except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
-            gw.breakers.get(route.provider).record_result(result)
+            core.breakers.get(route.provider).record_result(result)
             raise
         health.observe(result, handle=handle)
-        gw.breakers.get(route.provider).record_result(result)
+        core.breakers.get(route.provider).record_result(result)
         self._observe(provider, result, ctx.table)
         return resp, result
 
@@ -285,12 +285,12 @@ class Proxy:
     ) -> tuple[Reply | Stream | None, CallResult]:
         """The first attempt of a hedged alias; after the hedge delay without a first token (a complete
         answer), the same request also goes to the next admissible route. First to claim wins (hedging.py)."""
-        gw = self.gw
+        core = self.core
         racers: dict[asyncio.Task[Any], tuple[Route, bool]] = {}
 
         def on_claim(task: asyncio.Task[Any]) -> None:
             won, is_hedge = racers[task]
-            ctx.provider, ctx.route, ctx.hedged = gw.providers[won.provider], won, is_hedge
+            ctx.provider, ctx.route, ctx.hedged = core.providers[won.provider], won, is_hedge
 
         race = ctx.race = Race(on_claim)
 
@@ -299,17 +299,19 @@ class Proxy:
             racers[task] = (r, is_hedge)
             race.tasks.append(task)
 
-        ctx.provider, ctx.route = gw.providers[route.provider], route
+        ctx.provider, ctx.route = core.providers[route.provider], route
         start(route, False)
         fired = False
         last: CallResult | None = None
         try:
-            delay = hedger.delay(gw.health.get(route.provider, route.model), stream=ctx.stream)
+            delay = hedger.delay(core.health.get(route.provider, route.model), stream=ctx.stream)
             done, _ = await asyncio.wait(race.tasks, timeout=delay)
             if not done and race.winner is None:
                 if not hedger.budget.can_hedge():
                     hedger.count("no_budget")
-                elif upstream_full(gw.providers, ctx.table.max_upstream_in_flight):  # a hedge: extra load, never a 503
+                elif upstream_full(
+                    core.providers, ctx.table.max_upstream_in_flight
+                ):  # a hedge: extra load, never a 503
                     hedger.count("no_capacity")
                 else:
                     nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)
@@ -349,8 +351,8 @@ class Proxy:
         local state) and the server lets the connection go on (the front door), the connection serves its
         next request now, and this one finishes — the call's end, health, breaker, metrics, books — with the
         next batch of books (``Books.later``, ≤ 1 ms), while the gateway waits on that request's provider."""
-        if self.gw.admission.free_slot_now(ctx.ticket) and (handler := request.detach()) is not None:
-            await self.gw.books.later(handler)
+        if self.core.admission.free_slot_now(ctx.ticket) and (handler := request.detach()) is not None:
+            await self.core.books.later(handler)
 
     # -- attempts ---------------------------------------------------------------------------------
 
@@ -511,7 +513,7 @@ class Proxy:
 
     def _observe(self, provider: ProviderState, result: CallResult, table: RouteTable) -> None:
         provider.observe(result)
-        self.gw.metrics.attempt(provider.name, result.error_class or "ok").inc()
+        self.core.metrics.attempt(provider.name, result.error_class or "ok").inc()
         if result.error_class == "rate_limited":
             limit = table.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))

@@ -16,7 +16,7 @@ from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.core import Core
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.proxy import _Ctx
     from tailgate.routing import Route
@@ -33,7 +33,7 @@ def _retry_after(err: WireError, seconds: float) -> WireError:
     return err
 
 
-def no_route(gw: Gateway, routes: Sequence[Route], now: float, ctx: _Ctx) -> WireError:
+def no_route(gw: Core, routes: Sequence[Route], now: float, ctx: _Ctx) -> WireError:
     """The policy left no route: every provider drained, or paused by a 429 (then a 429 with Retry-After)."""
     providers = [gw.providers[r.provider] for r in routes]
     paused = [p for p in providers if p.paused(now) and not p.drained]
@@ -49,7 +49,7 @@ def no_route(gw: Gateway, routes: Sequence[Route], now: float, ctx: _Ctx) -> Wir
     return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
 
 
-def shed(gw: Gateway, ctx: _Ctx, pressure: float, others_in_flight: int) -> WireError:
+def shed(gw: Core, ctx: _Ctx, pressure: float, others_in_flight: int) -> WireError:
     """Load shedding (``routing.shed``): a 429 with Retry-After; batch goes first (docs/routing.md)."""
     cfg = ctx.table.shed
     ctx.outcome = "shed"
