@@ -40,6 +40,7 @@ def test_keys_create_list_update_revoke(tmp_path: Path, store_target: str, store
         "--budget", "5/month", "--models", "chat,code", "--meta", "team=search", "--expires", "30d",
     )  # fmt: skip
     assert code == 0, out
+    assert "created key team-a (models: chat, code; limits: tpm 5000, tok/day 200000, cost/month 5)" in out
     secret = next(line for line in out.splitlines() if line.startswith("sk-"))
     rec = get_key(store, "team-a")
     assert rec is not None
@@ -117,3 +118,26 @@ def test_leaderboard_reads_the_configured_store(tmp_path: Path, store_target: st
     (row,) = json.loads(out)["rows"]
     assert (row["provider"], row["model"], row["samples"]) == ("p", "m", 30)
     assert row["ttft_p50_ms"] == 114.0
+
+
+def test_usage_keeps_refusals_apart_from_errors(tmp_path: Path, store_target: str, store: StoreConn) -> None:
+    """``refused`` (never sent upstream: no provider) and ``errors`` (failed after an attempt) are counted apart,
+    the same from raw rows and from the hourly roll-ups."""
+    import time
+
+    from tailgate.ledger.usage import rollup, usage
+
+    now = time.time()
+    kinds = [("ok", "lanyun"), ("http_5xx", "lanyun"), ("budget_exceeded", None), ("rpm_limited", None)]
+    rows = [
+        make_row(i, ts=now - 60 * i, key_id="team-a", outcome=kinds[i % 4][0], provider=kinds[i % 4][1])
+        for i in range(20)
+    ]
+    insert_rows(store, rows)
+    raw = usage(store, since=now - 86400, by="key")
+    assert [(g["key"], g["requests"], g["errors"], g["refused"]) for g in raw] == [("team-a", 20, 5, 10)]
+    rollup(store)
+    assert usage(store, since=now - 86400, by="key") == raw
+    code, out, _ = _run("usage", "--config", str(_config(tmp_path, store_target)), "--csv")
+    (parsed,) = list(csv.DictReader(io.StringIO(out)))
+    assert (parsed["errors"], parsed["refused"]) == ("5", "10")

@@ -20,12 +20,12 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.config.units import parse_duration
-from tailgate.gateway.auth import unauthorized_admin
 from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.store import StoreConn, StoreError, open_store
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
+    from tailgate.gateway.auth import AccessGuard
     from tailgate.gateway.core import Core
     from tailgate.state import SharedState
 
@@ -41,19 +41,14 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
-def add_key_routes(app: web.Application, core: Core, state: SharedState) -> None:
-    """The routes above over the key directory and the keys (``core``) and the fleet's ``state`` (its ``keys``
-    generation tells the other replicas to reload)."""
+def add_key_routes(app: web.Application, core: Core, state: SharedState, *, access: AccessGuard) -> None:
+    """The routes above over the key directory (``core``), the access guard and the fleet's ``state`` (its
+    ``keys`` generation tells the other replicas to reload)."""
     target = core.key_directory.target
 
     def guard(request: web.Request) -> web.Response | None:
-        if core.keys.is_admin(request):
-            return None
-        if core.keys.admin_digest is None:  # no admin_key in the config
-            return error_response(
-                WireError(403, "Admin endpoints are off: set admin_key in the config.", type="request_forbidden")
-            )
-        return error_response(unauthorized_admin())
+        refusal = access.check(request, "admin")  # the one access decision (auth.py)
+        return error_response(refusal) if refusal is not None else None
 
     async def in_store(fn: Callable[[StoreConn], Any]) -> Any:
         if target is None:

@@ -258,6 +258,8 @@ class Gateway:
         self.config = config
         self.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
         core.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
+        # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
+        self.guard.configure(core.keys, dashboard_key=config.dashboard_key, metrics_key=config.metrics.key)
         core.routes = build_routes(
             config,
             providers,
@@ -360,8 +362,8 @@ class Gateway:
             app[FRONT_KEY] = FrontRoutes(hot, app[BODY_LIMITS_KEY], self.config.server)
         self.ops.add_routes(app, metrics=self.config.metrics.listen is None)  # else metrics_app (serve.py)
         add_admin_routes(app, self.core, access=self.guard, prober=self.prober)
-        add_key_routes(app, self.core, self.state)  # /admin/keys (docs/keys.md)
-        add_config_routes(app, self.reloader, self.core)
+        add_key_routes(app, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
+        add_config_routes(app, self.reloader, self.guard)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
         from tailgate.dashboard import Controls, mount
@@ -372,20 +374,30 @@ class Gateway:
             return {"provider": name, "state": "drained" if drained else "active"}
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
-        controls = Controls(self.core.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        guard = self.guard
+        # Every decision below is taken per request from the keys in force then (``self.guard``: a reload
+        # re-configures it, a runtime key moves ``self.keys.open``), never once at start.
+        controls = Controls(
+            lambda request: self.guard.is_admin(request), set_drained, enabled=lambda: self.guard.admin_configured
+        )
 
         def may_read(request: web.Request) -> WireError | None:
-            return guard.check(request, "dashboard")
+            return self.guard.check(request, "dashboard")
 
         mount(  # the fleet's store if PostgreSQL
             app,
             self.config.ledger.url or db_path,
             live=self.ops.live,
             controls=controls,
-            guard=may_read if guard.required("dashboard") else None,
+            guard=may_read,
+            guard_required=lambda: self.guard.required("dashboard"),
+            currency=self._currency,
         )
         return app
+
+    def _currency(self) -> str | None:
+        """The providers' price currency (``CNY``; several: ``CNY/USD``), for the Keys & spend page."""
+        found = sorted({p.config.price.currency for p in self.providers.values()})
+        return "/".join(found) or None
 
     def metrics_app(self) -> web.Application:
         """``/metrics`` alone, for ``metrics.listen`` (its own address and port)."""

@@ -52,12 +52,20 @@ class Ops:
             app.router.add_get("/metrics", self.metrics)
 
     async def models(self, request: web.Request) -> web.Response:
+        """The aliases the caller's key may use (a key with ``models`` sees those only; docs/keys.md)."""
+        core = self.core
         try:
-            self.core.keys.identify(request)
+            key_id = core.keys.identify(request)
         except WireError as err:
             return error_response(err)
+        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        if limits is not None and limits.expires_at is not None and time.time() >= limits.expires_at:
+            return error_response(WireError(401, "This API key has expired.", code="key_expired"))
+        allowed = limits.models if limits is not None else None
         data = [
-            {"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"} for alias in self.core.routes.aliases
+            {"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"}
+            for alias in core.routes.aliases
+            if allowed is None or alias in allowed
         ]
         return web.json_response({"object": "list", "data": data})
 

@@ -38,6 +38,7 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.providers import Providers, pacer_for, provider_state
 
 if TYPE_CHECKING:
+    from tailgate.gateway.auth import AccessGuard
     from tailgate.gateway.core import Core
     from tailgate.gateway.providers import ProviderState
     from tailgate.state import SharedState
@@ -204,14 +205,12 @@ def _describe(changed: dict[str, Any]) -> str:
     return "; ".join(parts) or "no provider changed"
 
 
-def add_config_routes(app: web.Application, reloader: Reloader, core: Core) -> None:
-    """``GET /admin/config`` and ``POST /admin/reload`` (admin key: ``core.keys``)."""
-    from tailgate.gateway.auth import unauthorized_admin
+def add_config_routes(app: web.Application, reloader: Reloader, access: AccessGuard) -> None:
+    """``GET /admin/config`` and ``POST /admin/reload`` (admin key: the access guard)."""
 
     def denied(request: web.Request) -> web.Response | None:
-        if core.keys.is_admin(request):
-            return None
-        return error_response(unauthorized_admin())
+        refusal = access.check(request, "admin")  # the one access decision (auth.py)
+        return error_response(refusal) if refusal is not None else None
 
     async def show(request: web.Request) -> web.Response:
         if (no := denied(request)) is not None:
