@@ -26,7 +26,7 @@ from tailgate.gateway.admin import add_admin_routes
 from tailgate.gateway.admin_keys import add_key_routes
 from tailgate.gateway.admission import KeyAdmission, key_store
 from tailgate.gateway.auth import AccessGuard, KeyRing
-from tailgate.gateway.bookkeeping import Books, books_first
+from tailgate.gateway.bookkeeping import Books, Sinks, books_first
 from tailgate.gateway.core import Core
 from tailgate.gateway.exchange import aiohttp_route
 from tailgate.gateway.fleet import Fleet
@@ -113,8 +113,23 @@ class Gateway:
         )
         self.metrics = metrics = GatewayMetrics()
         registry = metrics.registry
-        self.books = Books(self)
-        """Ended requests' bookkeeping, a moment after each ends (bookkeeping.py)."""
+        self.ledger: SQLiteLedger | None = None
+        if config.ledger.enabled:
+            path = ledger_path or (Path(config.ledger.path) if config.ledger.path else default_db_path())
+            self.ledger = SQLiteLedger(
+                path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
+            )
+            register_ledger_metrics(registry, self.ledger)
+        self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
+        if self.ledger is not None and (url := config.ledger.url):
+            lc = config.ledger
+            self.shipper = Shipper(self.ledger.path, url, interval=lc.ship_interval, batch=lc.ship_batch)
+        self.maintenance: Maintenance | None = None  # roll-ups and retention of the store (docs/ledger.md)
+        if self.ledger is not None and keys_at is not None:
+            lc = config.ledger
+            self.maintenance = Maintenance(keys_at, raw_s=lc.retention, rollup_s=lc.rollup_retention)
+        self.trace = TraceWriter(config.trace.path) if config.trace.path else None
+        self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.admission = KeyAdmission(self.key_directory, lambda: state, registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         bc = config.routing.breaker
@@ -137,6 +152,19 @@ class Gateway:
             on_drained=self.refresh_provider_gauges,
             version=lambda: self.reloader.version,
         )
+        self.books = Books(  # ended requests' bookkeeping, a moment after each ends (bookkeeping.py)
+            Sinks(
+                metrics=metrics,
+                traffic=self.traffic,
+                trace=self.trace,
+                ledger=self.ledger,
+                admission=self.admission,
+                refund_rpm=self.fleet.refund_key,
+            )
+        )
+        if self.ledger is not None:
+            self.ledger.before_flush = self.books.drain  # whatever reads the books drains them first
+        self.traffic.before_flush = self.books.drain
         paced_total = Counter(
             "tailgate_paced",
             "Attempts skipped because the provider's pacer (limits.rpm/tpm, or a 429's pause) could not admit them.",
@@ -181,27 +209,8 @@ class Gateway:
             registry=registry,
             degraded=lambda provider, model: self.core.routes.degraded(provider, model),
         )
-        self.ledger: SQLiteLedger | None = None
-        if config.ledger.enabled:
-            path = ledger_path or (Path(config.ledger.path) if config.ledger.path else default_db_path())
-            self.ledger = SQLiteLedger(
-                path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
-            )
-            register_ledger_metrics(registry, self.ledger)
-            self.ledger.before_flush = self.books.drain
-        self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
-        if self.ledger is not None and (url := config.ledger.url):
-            lc = config.ledger
-            self.shipper = Shipper(self.ledger.path, url, interval=lc.ship_interval, batch=lc.ship_batch)
-        self.maintenance: Maintenance | None = None  # roll-ups and retention of the store (docs/ledger.md)
-        if self.ledger is not None and keys_at is not None:
-            lc = config.ledger
-            self.maintenance = Maintenance(keys_at, raw_s=lc.retention, rollup_s=lc.rollup_retention)
         register_store_metrics(registry, self.shipper, self.maintenance)  # spool backlog, shipped rows, roll-ups
         register_upstream_metrics(registry, lambda: self.core.providers)  # each provider's connection pool
-        self.trace = TraceWriter(config.trace.path) if config.trace.path else None
-        self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
-        self.traffic.before_flush = self.books.drain
         self.refresh_provider_gauges()
         self.fleet.install(routes.targets())
         self.fleet.register_metrics(registry)

@@ -21,21 +21,20 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from tailgate.gateway import refusals, responses
-from tailgate.gateway.admission import Ticket, admit_request, check_request
+from tailgate.gateway.admission import KeyRefused
 from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.providers import check_upstream_capacity, upstream_full
+from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, should_shed
-from tailgate.state import Admission
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -49,13 +48,6 @@ if TYPE_CHECKING:
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
 
-Endpoint = Literal["chat", "completions", "embeddings", "responses"]
-PATHS: dict[Endpoint, str] = {
-    "chat": "/chat/completions",
-    "completions": "/completions",
-    "embeddings": "/embeddings",
-    "responses": responses.PATH,
-}
 RETRYABLE = frozenset(
     {
         "connect",
@@ -71,47 +63,6 @@ RETRYABLE = frozenset(
         "stream_error",
     }
 )
-
-
-@dataclass(slots=True)
-class _Ctx:
-    """One client request as it moves through the gateway."""
-
-    request_id: str
-    endpoint: Endpoint
-    table: RouteTable
-    """The route table read when the request arrived: its routing and settings to its end (routes.py)."""
-    t0: float = field(default_factory=time.perf_counter)
-    wall: float = field(default_factory=time.time)
-    key_id: str | None = None
-    alias: str = "-"
-    stream: bool = False
-    traffic_class: str | None = None
-    attempts: int = 0
-    upstream_s: float = 0.0
-    """Time spent waiting on providers (all attempts), for the overhead figure."""
-    provider: ProviderState | None = None
-    route: Route | None = None
-    result: CallResult | None = None
-    status: int = 0
-    outcome: str = "ok"
-    first_token_at: float | None = None
-    race: Race | None = None
-    """Set while a hedged request's attempts race (hedging.py): the first to claim owns the response."""
-    hedged: bool = False
-    """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
-    ticket: Ticket | None = None
-    """What the key's limits reserved (admission.py); settled by its bookkeeping (bookkeeping.py)."""
-    rpm_taken: Admission | None = None
-    """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
-    ratelimit: dict[str, str] | None = None
-    """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
-    prompt_estimate: float | None = None
-    """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
-    provider never said (bookkeeping.py)."""
-
-    def overhead_ms(self, now: float) -> float:
-        return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
 
 
 class Proxy:
@@ -133,7 +84,7 @@ class Proxy:
     # -- the request ------------------------------------------------------------------------------
 
     async def handle(self, request: Exchange, endpoint: Endpoint) -> Reply | Stream:
-        ctx = _Ctx(
+        ctx = Ctx(
             request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
             endpoint=endpoint,
             table=self.core.routes,  # read once: a reload swaps the table, never this request's (routes.py)
@@ -148,7 +99,7 @@ class Proxy:
                 await self._ratelimit_of_refusal(ctx, err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
-            if request.deadline_hit:  # server.request_deadline (limits.py, front.py), not the client
+            if request.deadline_hit:  # server.request_deadline (site.py, front.py), not the client
                 ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
             else:
                 ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
@@ -162,7 +113,7 @@ class Proxy:
         self.core.books.add(ctx, time.perf_counter())
         return response
 
-    async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
+    async def _serve(self, request: Exchange, ctx: Ctx) -> Reply | Stream:
         # The order of the checks (docs/keys.md, "The order of the checks"): who asks, what is asked, the key's
         # standing, load shedding — none of them counts anything — then the key's rpm, then its tpm, budgets
         # and concurrency (one reservation), then routing and pacing. A request refused at any step keeps
@@ -185,7 +136,7 @@ class Proxy:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
         if ctx.key_id is not None:
-            check_request(core, ctx)  # expired, model not allowed; the key's default class
+            self._check_key(ctx)  # expired, model not allowed; the key's default class
         obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
         prompt, output = responses.token_estimate(obj, len(body), ctx.endpoint, table.pacing.default_max_tokens)
         ctx.prompt_estimate = prompt
@@ -193,7 +144,7 @@ class Proxy:
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
             if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
-                raise refusals.shed(core, ctx, pressure, self.in_flight - 1)
+                raise refusals.shed(core.shed_total, ctx, pressure, self.in_flight - 1)
         if (rpm := core.keys.rpm(ctx.key_id)) is not None:
             try:
                 ctx.rpm_taken = await core.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # has an id
@@ -201,7 +152,7 @@ class Proxy:
                 ctx.outcome = core.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
                 raise
         if ctx.key_id is not None:
-            await admit_request(core, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
+            await self._reserve(ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
             if rpm is not None or ctx.ticket is not None:
                 ctx.ratelimit = core.admission.headers(ctx.key_id, rpm, ctx.rpm_taken, ctx.ticket)
         ctx.stream = bool(getattr(req, "stream", False))
@@ -211,7 +162,7 @@ class Proxy:
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
         order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
-            raise refusals.no_route(core, routes, now, ctx)
+            raise refusals.no_route(core.providers, routes, now, ctx)
         tokens = prompt + output
         hedger = table.hedgers.get(req.model) if table.hedgers else None
         if hedger is not None:
@@ -242,6 +193,39 @@ class Proxy:
             raise refusals.paced_out(paced, tokens, ctx)
         raise refusals.final_error(last, ctx)
 
+    def _check_key(self, ctx: Ctx) -> None:
+        """The key's default traffic class, then its standing for ``ctx.alias`` (expired, model not allowed): the
+        key gate decides (admission.py: nothing counted), the request records it (its outcome on a refusal)."""
+        core, key_id = self.core, ctx.key_id
+        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        if key_id is None or limits is None:
+            return
+        if ctx.traffic_class is None and limits.traffic_class is not None:
+            ctx.traffic_class = limits.traffic_class
+        if not limits.limited:
+            return
+        try:
+            core.admission.check(key_id, ctx.alias)
+        except KeyRefused as refused:
+            ctx.outcome = refused.reason
+            raise refused.error from None
+
+    async def _reserve(self, ctx: Ctx, routes: Sequence[Route], prompt: float, output: float) -> None:
+        """The key's own limits (docs/keys.md): the key gate reserves ``prompt`` + ``output`` tokens and their cost
+        at the dearest route's price and answers a ticket (``ctx.ticket``), or the refusal (its reason is the
+        request's outcome). ``prompt`` and ``output``: the request's estimate (``responses.token_estimate``)."""
+        core, key_id = self.core, ctx.key_id
+        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        if key_id is None or limits is None or not limits.limited:
+            return
+        prices = [core.providers[r.provider].config.price for r in routes if r.provider in core.providers]
+        price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
+        try:
+            ctx.ticket = await core.admission.admit(key_id, ctx.alias, prompt, output, price)
+        except KeyRefused as refused:
+            ctx.outcome = refused.reason
+            raise refused.error from None
+
     def _admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
         may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
@@ -262,7 +246,7 @@ class Proxy:
         return True
 
     async def _attempt(
-        self, request: Exchange, ctx: _Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
+        self, request: Exchange, ctx: Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
     ) -> tuple[Reply | Stream | None, CallResult]:
         """One attempt at ``route``, with its bookkeeping (health, breaker, metrics) whatever the outcome:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
@@ -302,7 +286,7 @@ class Proxy:
     async def _race(
         self,
         request: Exchange,
-        ctx: _Ctx,
+        ctx: Ctx,
         route: Route,
         queue: deque[Route],
         hedger: Hedger,
@@ -374,7 +358,7 @@ class Proxy:
             raise asyncio.CancelledError
         return None, last
 
-    async def _after_answer(self, request: Exchange, ctx: _Ctx) -> None:
+    async def _after_answer(self, request: Exchange, ctx: Ctx) -> None:
         """The client has its whole answer. Where the key's concurrency slot can go back at once (no limit, or
         local state) and the server lets the connection go on (the front door), the connection serves its
         next request now, and this one finishes — the call's end, health, breaker, metrics, books — with the
@@ -385,7 +369,7 @@ class Proxy:
     # -- attempts ---------------------------------------------------------------------------------
 
     async def _attempt_unary(
-        self, request: Exchange, ctx: _Ctx, provider: ProviderState, payload: Mapping[str, Any]
+        self, request: Exchange, ctx: Ctx, provider: ProviderState, payload: Mapping[str, Any]
     ) -> tuple[Reply | None, CallResult]:
         """A non-streamed attempt. The answer leaves as soon as the measurement core has checked it (its
         ``Body`` event: a 200 whose JSON is an OpenAI answer); the call's end, the attempt's health,
@@ -424,7 +408,7 @@ class Proxy:
     async def _attempt_stream(
         self,
         request: Exchange,
-        ctx: _Ctx,
+        ctx: Ctx,
         provider: ProviderState,
         payload: Mapping[str, Any],
         wants_usage: bool,
@@ -518,7 +502,7 @@ class Proxy:
             await resp.write_eof()
         return resp, result
 
-    async def _commit(self, request: Exchange, ctx: _Ctx, held: list[bytes], at: float, sent: float) -> Stream:
+    async def _commit(self, request: Exchange, ctx: Ctx, held: list[bytes], at: float, sent: float) -> Stream:
         """Send headers and everything held so far: from here on this route owns the response. ``at``: when the
         first token arrived (the end of the upstream read that carried it is when it leaves)."""
         ctx.upstream_s += at - sent
@@ -528,7 +512,7 @@ class Proxy:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    def _headers(self, ctx: _Ctx, now: float) -> dict[str, str]:
+    def _headers(self, ctx: Ctx, now: float) -> dict[str, str]:
         headers = {
             "x-request-id": ctx.request_id,
             "x-tailgate-provider": ctx.provider.name if ctx.provider else "",
@@ -548,7 +532,7 @@ class Proxy:
             limit = table.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
-    async def _ratelimit_of_refusal(self, ctx: _Ctx, err: WireError) -> None:
+    async def _ratelimit_of_refusal(self, ctx: Ctx, err: WireError) -> None:
         """A limited key's refusal carries ``x-ratelimit-*`` too: the numbers its admission saw, else its windows
         as they stand (its own rpm given back first: a request that never went upstream keeps nothing)."""
         core = self.core
@@ -566,7 +550,7 @@ class Proxy:
             now = await core.admission.headers_now(ctx.key_id, rpm, err.headers or {})
         err.headers = {**now, **(err.headers or {})}  # the refusal's own (a 429's Retry-After, its window) win
 
-    def _error(self, err: WireError, ctx: _Ctx) -> Reply:
+    def _error(self, err: WireError, ctx: Ctx) -> Reply:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name
