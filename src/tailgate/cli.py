@@ -394,6 +394,10 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 )
 @click.option("--prefix-tokens", type=click.IntRange(1), default=2048, show_default=True, help="shared-prefix.")
 @click.option("--turns", type=click.IntRange(1), default=5, show_default=True, help="multi-turn: turns per chat.")
+@click.option(
+    "--price",
+    help="input=2,cached_input=0.2[,currency=CNY] per 1M tokens: report the input cost per 1k requests.",
+)
 def bench(**kw: Any) -> None:
     """Load-test OpenAI-compatible endpoints: TTFT/ITL/TPOT/E2E percentiles, decay ratio, thresholds."""
     from tailgate.bench.command import BenchOptions, run_bench

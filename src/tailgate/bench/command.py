@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -30,6 +31,7 @@ from tailgate.bench.runner import (
 )
 from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
 from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts, load_trace
+from tailgate.config.schema import PriceConfig
 from tailgate.config.units import parse_duration
 
 EXIT_OK, EXIT_USAGE, EXIT_BREACHED = 0, 2, 99
@@ -85,6 +87,7 @@ class BenchOptions:
     workload: str | None = None
     prefix_tokens: int = 2048
     turns: int = 5
+    price: str | None = None
 
 
 def _key(env: str | None, what: str) -> str | None:
@@ -150,6 +153,30 @@ def _provider_target(o: BenchOptions) -> TargetSpec:
     return TargetSpec(
         p.name, p.base_url, model, p.api_keys[0] if p.api_keys else None, timeouts, tuple(p.headers.items())
     )
+
+
+_PRICE_FIELDS = ("input", "cached_input", "output", "currency")
+
+
+def parse_price(text: str) -> PriceConfig:
+    """``--price input=2,cached_input=0.2[,output=3][,currency=CNY]`` (per million tokens, as in the config)."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in _PRICE_FIELDS:
+            raise UsageError(
+                f"--price: cannot read {part!r}; use input=2,cached_input=0.2 (fields: input, "
+                "cached_input, output, currency)"
+            )
+        fields[key] = value.strip()
+    if "input" not in fields:
+        raise UsageError("--price: give input=… (the price of a million uncached prompt tokens)")
+    try:
+        return PriceConfig.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in first["loc"]) or "price"
+        raise UsageError(f"--price: {where}: {first['msg']}") from None
 
 
 def _plan(o: BenchOptions) -> Plan:
@@ -232,6 +259,7 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
             except GoodputError as exc:
                 raise UsageError(str(exc)) from None
         thresholds = [parse_threshold(t) for t in o.thresholds]
+        price = parse_price(o.price) if o.price is not None else None
     except (UsageError, ThresholdError) as exc:
         console.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
@@ -266,6 +294,9 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
                 return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
 
         runs = run(main)
+    if price is not None:
+        for run_ in runs:
+            run_["input_cost"] = res.input_cost(run_, price)
     checks = evaluate(thresholds, runs) if thresholds else []
     doc = doc_mod.build_document(runs, command=o.command, started_at=started, thresholds=checks)
     describe = getattr(workload, "describe", None)
@@ -474,6 +505,14 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
                 markup=False,
                 highlight=False,
             )
+    for r in doc["runs"]:
+        line = _cache_line(r)
+        if line:
+            console.print(
+                f"prompt cache [{r['target']['name']}, {res.describe_load(r['load'])}]: {line}",
+                markup=False,
+                highlight=False,
+            )
     for lim in doc.get("limits") or []:
         console.print(f"rate limit: {lim['summary']}", markup=False, highlight=False)
     for flag in doc.get("rate_limits") or []:
@@ -484,3 +523,26 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
             markup=False,
             highlight=False,
         )
+
+
+def _cache_line(run_: dict[str, Any]) -> str | None:
+    """One report line: the cache-hit rate from usage and, with --price, the input cost per 1k requests."""
+    cache = run_.get("cache")
+    if not cache or not cache.get("requests"):
+        return None
+    if cache.get("hit_rate") is None:
+        line = (
+            f"hit rate not reported (no usage of {cache['requests']} answers said how many prompt tokens were cached)"
+        )
+    else:
+        line = (
+            f"hit rate {cache['hit_rate']:.1%} ({cache['cached_tokens']:,} of {cache['reported_prompt_tokens']:,} "
+            "prompt tokens cached, from usage)"
+        )
+    cost = run_.get("input_cost")
+    if cost:
+        line += (
+            f"; input {cost['per_1k_requests']:.4g} {cost['currency']} per 1k requests "
+            f"({cost['uncached_per_1k_requests']:.4g} without cache hits)"
+        )
+    return line

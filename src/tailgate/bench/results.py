@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailgate.bench.goodput import SLO
+from tailgate.config.schema import PriceConfig
 from tailgate.stats import LatencyHistogram
 from tailgate.upstream.events import CallResult
 
@@ -41,6 +42,7 @@ __all__ = [
     "RunRecorder",
     "describe_load",
     "error_key",
+    "input_cost",
     "run_label",
     "summarize",
     "target_name",
@@ -174,6 +176,9 @@ class RunRecorder:
         self.remaining_min: dict[str, int] = {}
         self.prompt_counts = [0, 0, 0]
         """Successes with a known intended prompt length and usage: [count, sum intended, sum usage]."""
+        self.cache_counts = [0, 0, 0, 0]
+        """Prompt caching, from usage: [successes with usage.prompt_tokens, those that also reported cached
+        tokens, the prompt tokens of the latter, their cached tokens] (:meth:`cache_summary`)."""
 
     def note_prompt(self, intended: int, result: CallResult) -> None:
         """Compare a request's intended prompt length with the provider's ``usage.prompt_tokens``."""
@@ -263,6 +268,12 @@ class RunRecorder:
             bucket[2] += out
             if result.prompt_tokens is not None:
                 self.input_tokens = (self.input_tokens or 0) + result.prompt_tokens
+                cache = self.cache_counts
+                cache[0] += 1
+                if result.cached_tokens is not None:
+                    cache[1] += 1
+                    cache[2] += result.prompt_tokens
+                    cache[3] += result.cached_tokens
             if result.tokens_estimated and out > 0:
                 self.tokens_estimated = True
             ttft = result.ttft_ms
@@ -374,6 +385,7 @@ class RunRecorder:
             self.slo = other.slo
         self.refused.merge(other.refused)
         self.prompt_counts = [a + b for a, b in zip(self.prompt_counts, other.prompt_counts, strict=True)]
+        self.cache_counts = [a + b for a, b in zip(self.cache_counts, other.cache_counts, strict=True)]
         if other.retry_after_max is not None:
             self.retry_after_max = max(self.retry_after_max or 0.0, other.retry_after_max)
         self.ratelimit_headers.update(other.ratelimit_headers)
@@ -450,6 +462,7 @@ class RunRecorder:
                 "usage_mean": round(usage / n, 3),
                 "usage_minus_intended_mean": round((usage - intended) / n, 3),
             }
+        out["cache"] = self.cache_summary()
         out["rate_limit"] = {
             "refused": self.error_counts.get("rate_limited", 0),
             "refused_ms": summarize(self.refused),
@@ -511,6 +524,14 @@ class RunRecorder:
             if pt:
                 n = int(pt["count"])
                 rec.prompt_counts = [n, round(pt["intended_mean"] * n), round(pt["usage_mean"] * n)]
+            cache = d.get("cache")
+            if cache:  # absent in files written before it existed
+                rec.cache_counts = [
+                    int(cache["requests"]),
+                    int(cache["reported"]),
+                    int(cache["reported_prompt_tokens"]),
+                    int(cache["cached_tokens"]),
+                ]
             rl = d.get("rate_limit")
             if rl:
                 rec.refused = LatencyHistogram.from_dict(rl["histogram"])
@@ -525,11 +546,49 @@ class RunRecorder:
             )
         return rec
 
+    def cache_summary(self) -> dict[str, Any]:
+        """The run object's ``cache``: how much of the prompt the provider served from its prompt cache.
+
+        ``hit_rate`` = cached ÷ prompt tokens over the successes whose usage reported cached tokens (OpenAI's
+        ``prompt_tokens_details.cached_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``); null when none did:
+        a provider that says nothing about caching is "not reported", never a 0 % that would read as misses.
+        """
+        requests, reported, prompt, cached = self.cache_counts
+        return {
+            "requests": requests,
+            "reported": reported,
+            "reported_prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "hit_rate": round(cached / prompt, 6) if prompt else None,
+        }
+
     def __repr__(self) -> str:
         return (
             f"RunRecorder({run_label(self.to_summary())}, requests={self.requests}, "
             f"successes={self.successes}, errors={self.errors})"
         )
+
+
+def input_cost(run: Mapping[str, Any], price: PriceConfig) -> dict[str, Any] | None:
+    """The input cost of a run object per 1,000 requests at ``price`` (``--price``), and without the cache.
+
+    Over the successes whose usage gave ``prompt_tokens``: cached tokens (where reported) at
+    ``price.cached_rate``, every other prompt token at ``price.input`` (a request whose provider did not say
+    pays full input); ``uncached_per_1k_requests`` is the same prompts all at ``input``. None without such
+    successes.
+    """
+    cache = run.get("cache") or {}
+    requests = int(cache.get("requests") or 0)
+    prompt = (run.get("tokens") or {}).get("input")
+    if not requests or prompt is None:
+        return None
+    per_1k = 1000.0 / requests
+    return {
+        "per_1k_requests": round(price.input_cost(int(prompt), int(cache.get("cached_tokens") or 0)) * per_1k, 6),
+        "uncached_per_1k_requests": round(price.input_cost(int(prompt)) * per_1k, 6),
+        "currency": price.currency,
+        "price": {"input": price.input, "cached_input": price.cached_rate},
+    }
 
 
 # -- labels ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from tailgate.sim.engine import Engine, Sequence
     from tailgate.sim.faults import Faults, RateLimiter
+    from tailgate.sim.prefix_cache import PrefixCache
     from tailgate.sim.spec import ProviderSpec
     from tailgate.sim.truth import TruthLog
 
@@ -55,6 +56,7 @@ class Model(Protocol):
     truth: TruthLog
     engine: Engine
     started_at_wall: float
+    prefix_cache: PrefixCache | None
 
     @property
     def url(self) -> str: ...
@@ -81,8 +83,10 @@ class Handlers(Protocol):
 
     def injected_error(self, ctx: Ctx) -> web.Response | None: ...
 
-    def record(self, ctx: Ctx, status: int, stream: bool, **fields: Any) -> None: ...
+    def record(self, ctx: Ctx, status: int, stream: bool, seq: Sequence | None = None, **fields: Any) -> None: ...
 
     def ms(self, ctx: Ctx, t: float) -> float: ...
 
-    async def submit(self, seq: Sequence, ctx: Ctx, stream: bool) -> web.Response | None: ...
+    def prompt_blocks(self, request: web.Request, prompt_text: str) -> list[bytes]: ...
+
+    async def submit(self, seq: Sequence, ctx: Ctx, stream: bool, blocks: list[bytes]) -> web.Response | None: ...

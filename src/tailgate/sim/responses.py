@@ -60,7 +60,7 @@ async def handle(h: Handlers, request: web.Request, ctx: Ctx) -> web.StreamRespo
         h.record(ctx, injected.status, stream)
         return injected
     seq = _sequence(h, ctx.rid, req)
-    if (refused := await h.submit(seq, ctx, stream)) is not None:
+    if (refused := await h.submit(seq, ctx, stream, h.prompt_blocks(request, input_text(req)))) is not None:
         return refused
     try:
         if stream:
@@ -101,6 +101,7 @@ def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, objec
         status="incomplete" if incomplete else "completed",
         text="".join(seq.out),
         input_tokens=seq.prompt_tokens,
+        cached_tokens=seq.cached_tokens,
         output_tokens=len(seq.out),
         incomplete=incomplete,
     )
@@ -120,7 +121,7 @@ async def _unary(h: Handlers, req: ResponseRequest, seq: Sequence, ctx: Ctx) -> 
         e2e_ms=h.ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=0,
-        prompt_tokens=seq.prompt_tokens,
+        seq=seq,
         finish_reason=seq.finish_reason,
     )
     return web.Response(body=body, content_type="application/json", headers=ctx.headers)
@@ -159,9 +160,7 @@ async def _stream(
         if cut is not None and sent >= cut:
             ctx.fault = "disconnect"
             first = h.ms(ctx, first_at) if sent else None
-            h.record(
-                ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, prompt_tokens=seq.prompt_tokens
-            )
+            h.record(ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, seq=seq)
             raise Abort
         if seq.done:
             break
@@ -182,7 +181,7 @@ async def _stream(
         e2e_ms=h.ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=0,
-        prompt_tokens=seq.prompt_tokens,
+        seq=seq,
         finish_reason=seq.finish_reason,
         itl_ms=gaps,
     )
