@@ -421,7 +421,9 @@ def bench(**kw: Any) -> None:
     type=click.FloatRange(0.001, 100),
     default=1.0,
     show_default=True,
-    help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay).",
+    envvar="TAILGATE_TIME_SCALE",
+    show_envvar=True,
+    help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay). Results are recorded at 1.",
 )
 @click.option("--check", is_flag=True, help="Validate FILE and exit.")
 @click.option(

@@ -75,12 +75,14 @@ def test_usage_json_and_csv_match_the_rows(tmp_path: Path, store_target: str, st
         make_row(i, ts=now - 60 * i, key_id=("team-a" if i % 3 else "team-b"), prompt_tokens=10 + i, output_tokens=i)
         for i in range(30)
     ]
+    long_key = "search-team-production-batch-2026"  # longer than the table's first column used to allow
+    rows.append(make_row(30, ts=now - 5, key_id=long_key, prompt_tokens=1, output_tokens=1))
     insert_rows(store, rows)
     cfg = str(_config(tmp_path, store_target))
     code, out, _ = _run("usage", "--config", cfg, "--by", "key", "--since", "7d", "--json")
     assert code == 0
     groups = {g["key"]: g for g in json.loads(out)}
-    for key in ("team-a", "team-b"):
+    for key in ("team-a", "team-b", long_key):
         mine = [r for r in rows if r.key_id == key]
         assert groups[key]["requests"] == len(mine)
         assert groups[key]["input_tokens"] == sum(r.prompt_tokens or 0 for r in mine)
@@ -88,9 +90,11 @@ def test_usage_json_and_csv_match_the_rows(tmp_path: Path, store_target: str, st
         assert groups[key]["cost"] == pytest.approx(sum(r.cost or 0 for r in mine))
     code, out, _ = _run("usage", "--config", cfg, "--by", "alias", "--csv")
     parsed = list(csv.DictReader(io.StringIO(out)))
-    assert [(p["alias"], int(p["requests"])) for p in parsed] == [("deepseek-v3.2", 30)]
+    assert [(p["alias"], int(p["requests"])) for p in parsed] == [("deepseek-v3.2", 31)]
     code, out, _ = _run("usage", "--config", cfg)
     assert "team-a" in out
+    code, out, _ = _run("usage", "--config", cfg, "--by", "key")
+    assert long_key in out  # whole, not cut to the column's old 24 characters
     assert "total" in out
 
 

@@ -174,6 +174,8 @@ class RunRecorder:
         self.ratelimit_headers: dict[str, str] = {}
         """The last ``x-ratelimit-*`` values seen (limit, remaining, reset; requests and tokens)."""
         self.remaining_min: dict[str, int] = {}
+        self.sends: list[tuple[float, bool]] = []
+        """Open loop: (send time, refused with 429) of every counted request, for the limiter's steady state."""
         self.prompt_counts = [0, 0, 0]
         """Successes with a known intended prompt length and usage: [count, sum intended, sum usage]."""
         self.cache_counts = [0, 0, 0, 0]
@@ -221,13 +223,15 @@ class RunRecorder:
         lag_ms: float = 0.0,
         t_done: float | None = None,
         accuracy: bool | None = None,
+        sent_at: float | None = None,
     ) -> None:
         """Fold in one finished call.
 
         ``lag_ms``: open loop, actual − intended send time (>= 0; negative values count as 0);
         added to TTFT and E2E and recorded as ``schedule_lag_ms``. ``t_done``: perf_counter when the
         call finished, for the per-second timeline (now when omitted). ``accuracy``: whether the
-        answer was right, for runs that check answers.
+        answer was right, for runs that check answers. ``sent_at``: open loop, perf_counter when the
+        request went out (kept with whether it was refused: the limiter's steady state, ``steady_rate``).
         """
         ec = result.error_class
         key = None if ec is None else error_key(ec)
@@ -245,6 +249,8 @@ class RunRecorder:
         if bucket is None:
             bucket = self.timeline[second] = [0, 0, 0]
         lag = lag_ms if lag_ms > 0.0 else 0.0
+        if sent_at is not None and self.open_loop:
+            self.sends.append((sent_at, key == "rate_limited"))
         self.requests += 1
         if self.open_loop:
             self.lag.record(lag)
@@ -340,6 +346,7 @@ class RunRecorder:
                 f"cannot merge runs of different targets/loads: {run_label(other.to_summary())} "
                 f"into {run_label(self.to_summary())}"
             )
+        self.sends += other.sends  # perf_counter times: system-wide, so the workers' sends interleave
         self.requests += other.requests
         self.successes += other.successes
         self.errors += other.errors
@@ -464,6 +471,7 @@ class RunRecorder:
             }
         out["cache"] = self.cache_summary()
         out["rate_limit"] = {
+            **self.steady_rate(),
             "refused": self.error_counts.get("rate_limited", 0),
             "refused_ms": summarize(self.refused),
             "retry_after_s_max": self.retry_after_max,
@@ -472,6 +480,26 @@ class RunRecorder:
             "histogram": dict(self.refused.to_dict()),
         }
         return out
+
+    def steady_rate(self) -> dict[str, Any]:
+        """What a limiter admits once its bucket is empty: requests admitted after the first 429 per second.
+
+        A token bucket lets its whole burst through first, so the admitted rate of a run is the limit plus
+        the burst spread over the run (a 10 req/s bucket read as ~11.8 over 3 s). From the first refused
+        send on, the bucket is empty and admits exactly its refill rate: counting admitted sends from
+        there to the last send measures the limit itself, ±1 request over the window. Empty when the run
+        was not open loop or had no 429.
+        """
+        refused = [t for t, r in self.sends if r]
+        if not refused:
+            return {}
+        t0 = min(refused)
+        last = max(t for t, _ in self.sends)
+        admitted = sum(1 for t, r in self.sends if t > t0 and not r)
+        window = last - t0
+        if window <= 0:
+            return {}
+        return {"steady_per_s": round(admitted / window, 3), "steady_admitted": admitted, "steady_s": round(window, 3)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunRecorder:

@@ -274,15 +274,17 @@ def usage_main(
         start = time.strftime("%Y-%m-%d %H:00", time.gmtime(at - since_s))
         echo(f"no requests in the store at {_where(target)} since {start} UTC")
         return 0
-    echo(f"{by:<24} {'requests':>10} {'errors':>8} {'refused':>8} {'input tok':>12} {'output tok':>12} {'cost':>12}")
+    # The first column is as wide as its longest name: a key id or model is never cut short.
+    w = max(24, len(by), *(len(str(g[by])) for g in groups))
+    echo(f"{by:<{w}} {'requests':>10} {'errors':>8} {'refused':>8} {'input tok':>12} {'output tok':>12} {'cost':>12}")
     for g in groups:
         echo(
-            f"{str(g[by])[:24]:<24} {g['requests']:>10} {g['errors']:>8} {g['refused']:>8} {g['input_tokens']:>12} "
+            f"{g[by]!s:<{w}} {g['requests']:>10} {g['errors']:>8} {g['refused']:>8} {g['input_tokens']:>12} "
             f"{g['output_tokens']:>12} {g['cost']:>12.6f}"
         )
     total = {c: sum(g[c] for g in groups) for c in columns[1:]}
     echo(
-        f"{'total':<24} {total['requests']:>10} {total['errors']:>8} {total['refused']:>8} "
+        f"{'total':<{w}} {total['requests']:>10} {total['errors']:>8} {total['refused']:>8} "
         f"{total['input_tokens']:>12} {total['output_tokens']:>12} {total['cost']:>12.6f}"
     )
     return 0

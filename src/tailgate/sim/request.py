@@ -20,8 +20,17 @@ if TYPE_CHECKING:
     from tailgate.sim.prefix_cache import PrefixCache
     from tailgate.sim.spec import ProviderSpec
     from tailgate.sim.truth import TruthLog
+    from tailgate.wire.types import ChatCompletionRequest, CompletionRequest
 
-__all__ = ["Abort", "Ctx", "Handlers", "Model"]
+__all__ = ["Abort", "Ctx", "Handlers", "Model", "api_key"]
+
+
+def api_key(request: web.Request) -> str:
+    """The API key a request carries: ``Authorization: Bearer X``, or Anthropic's ``x-api-key: X``."""
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key", "").strip()  # Anthropic's SDKs send the key here
 
 
 class Abort(Exception):
@@ -31,7 +40,7 @@ class Abort(Exception):
 class Ctx:
     """Per-request bookkeeping shared by every endpoint."""
 
-    __slots__ = ("fault", "headers", "recorded", "rid", "t0", "wall")
+    __slots__ = ("api", "fault", "headers", "recorded", "rid", "t0", "wall")
 
     def __init__(self, request: web.Request, rid: str) -> None:
         self.t0 = time.perf_counter()
@@ -40,6 +49,8 @@ class Ctx:
         """Given at arrival, so every ground-truth row (a 429 too) carries the request's real id."""
         self.fault: str | None = None
         self.recorded = False
+        self.api = "anthropic" if rid.startswith("msg_") else "openai"
+        """The protocol the client spoke: every truth row of the request says it."""
         self.headers: dict[str, str] = {}
         if (client_rid := request.headers.get("x-request-id")) is not None:
             self.headers["x-request-id"] = client_rid[:200]
@@ -86,6 +97,18 @@ class Handlers(Protocol):
     def record(self, ctx: Ctx, status: int, stream: bool, seq: Sequence | None = None, **fields: Any) -> None: ...
 
     def ms(self, ctx: Ctx, t: float) -> float: ...
+
+    def sequence(
+        self,
+        rid: str,
+        prompt_text: str,
+        max_tokens: int | None,
+        seed: int,
+        stop: list[str] | None,
+        req: ChatCompletionRequest | CompletionRequest,
+    ) -> Sequence: ...
+
+    def faulty_token_index(self, seq: Sequence) -> int | None: ...
 
     def prompt_blocks(self, request: web.Request, prompt_text: str) -> list[bytes]: ...
 

@@ -18,10 +18,11 @@ from aiohttp import web
 
 from tailgate._aiohttp import BODY_LIMITS_KEY, BodyLimits, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
 from tailgate.sim.engine import QueueFull, Sequence
-from tailgate.sim.request import Abort, Ctx, Model
+from tailgate.sim.request import Abort, Ctx, Model, api_key
 from tailgate.sim.stream import SSEWriter
 from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
@@ -40,11 +41,6 @@ from tailgate.wire.types import (
 PROVIDER_KEY: web.AppKey[Model] = web.AppKey("provider", Model)
 _json = msgspec.json.Encoder()
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-
-
-def _api_key(request: web.Request) -> str:
-    auth = request.headers.get("Authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
 
 
 class SimHandlers:
@@ -67,13 +63,17 @@ class SimHandlers:
             if f.stall_headers_s:
                 ctx.fault = "stall_headers"
                 await asyncio.sleep(f.stall_headers_s)
-        key = _api_key(request)
+        key = api_key(request)
         if p.spec.api_keys and key not in p.spec.api_keys:
             return error_response(wire_errors.authentication_error())
         if f.active:
             if f.rate_limit_rps is not None or f.rate_limit_rpm is not None:
                 decision = p.limiter.check(key, f.rate_limit_rps, f.rate_limit_rpm)
-                ctx.headers.update(decision.headers)
+                ctx.headers.update(
+                    decision.headers
+                    if f.rate_limit_headers
+                    else {k: v for k, v in decision.headers.items() if not k.startswith("x-ratelimit-")}
+                )
                 if not decision.allowed:
                     ctx.fault = "rate_limit"
                     err = wire_errors.rate_limited(
@@ -117,6 +117,7 @@ class SimHandlers:
                 stream=stream,
                 fault=ctx.fault,
                 client_request_id=ctx.headers.get("x-request-id"),
+                api=ctx.api,
                 **fields,
             )
         )
@@ -134,6 +135,9 @@ class SimHandlers:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "responses")
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "messages")
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         ctx = Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
@@ -153,11 +157,16 @@ class SimHandlers:
 
     async def _generate_inner(self, request: web.Request, kind: str, ctx: Ctx) -> web.StreamResponse:
         p = self.p
+        if kind == "messages" and not p.spec.params.anthropic:
+            self.record(ctx, 404, False)
+            return sim_anthropic.not_served()
         if (early := await self.gate(request, ctx)) is not None:
             self.record(ctx, early.status, False)
-            return early
+            return sim_anthropic.reshape(early) if kind == "messages" else early
         if kind == "responses":
             return await sim_responses.handle(self, request, ctx)
+        if kind == "messages":
+            return await sim_anthropic.handle(self, request, ctx)
         body = await request.read()
         req: ChatCompletionRequest | CompletionRequest
         try:
@@ -199,7 +208,7 @@ class SimHandlers:
 
         seed = p.text_seed(req.seed)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
-        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
+        seq = self.sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
         if (refused := await self.submit(seq, ctx, stream, self.prompt_blocks(request, prompt_text))) is not None:
             return refused
         try:
@@ -212,7 +221,7 @@ class SimHandlers:
     def prompt_blocks(self, request: web.Request, prompt_text: str) -> list[bytes]:
         """The prompt's block digests under the request's API key (none without a prefix cache)."""
         cache = self.p.prefix_cache
-        return cache.digests(_api_key(request), prompt_text) if cache is not None else []
+        return cache.digests(api_key(request), prompt_text) if cache is not None else []
 
     async def submit(self, seq: Sequence, ctx: Ctx, stream: bool, blocks: list[bytes]) -> web.Response | None:
         """Apply the active faults' delays to ``seq`` and hand it to the engine; the refusal (429 or 503)
@@ -254,7 +263,7 @@ class SimHandlers:
             cache.store(blocks)
         return None
 
-    def _sequence(
+    def sequence(
         self,
         rid: str,
         prompt_text: str,
@@ -308,7 +317,7 @@ class SimHandlers:
             tool_call=call,
         )
 
-    def _faulty_token_index(self, seq: Sequence) -> int | None:
+    def faulty_token_index(self, seq: Sequence) -> int | None:
         f = self.p.faults
         if f.active and f.malformed_rate and self.p.rng.random() < f.malformed_rate:
             return max(0, min(seq.target, 8) // 2)
@@ -367,7 +376,7 @@ class SimHandlers:
                 "system_fingerprint": "tailgate-sim",
             }
         )
-        if self._faulty_token_index(seq) is not None:
+        if self.faulty_token_index(seq) is not None:
             ctx.fault = "malformed"
             body = body[: len(body) // 2]
         now = time.perf_counter()
@@ -401,7 +410,7 @@ class SimHandlers:
         # vLLM: usage (running totals) on every chunk when both include_usage and continuous_usage_stats.
         continuous = include_usage and bool(req.stream_options and req.stream_options.continuous_usage_stats)
         cut = f.disconnect_after_tokens if f.active else None
-        bad_at = self._faulty_token_index(seq)
+        bad_at = self.faulty_token_index(seq)
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -506,7 +515,7 @@ class SimHandlers:
 
 DEFAULT_MODEL = "tailgate-sim"
 MAX_BODY_BYTES = 32 * 1024 * 1024
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
 
 
 def _finish_reason(seq: Sequence) -> str | None:
@@ -536,6 +545,8 @@ def build_app(provider: Model) -> web.Application:
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)
     app.router.add_post("/v1/responses", h.responses)
+    app.router.add_post("/v1/messages", h.messages)
+    app.router.add_post("/v1/messages/count_tokens", sim_anthropic.count_tokens_handler(h))
     app.router.add_post("/v1/embeddings", h.embeddings)
     app.router.add_get("/v1/models", h.models)
     app.router.add_get("/health", h.health)
