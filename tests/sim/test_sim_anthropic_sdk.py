@@ -297,3 +297,27 @@ async def test_a_repeated_prompt_reads_the_prefix_cache(sim: SimFactory, client:
     assert cached % 16 == 0  # whole blocks only
     assert second.usage.input_tokens + cached == prompt
     assert p.truth.records()[-1].cached_tokens == cached
+
+
+async def test_the_next_turn_hits_the_tools_system_and_earlier_turns(sim: SimFactory, client: Client) -> None:
+    """A coding agent's second turn resends the tools, the system prompt and the first turn: the provider's
+    cache holds all of it (tools lead the prompt as a template renders them), so only the new tail and the
+    last partial block are prefilled again."""
+    p = await sim("provider-a", models=("m",), engine={**FAST, "cache_block_tokens": 16})
+    c = client(p)
+    tools: list[ToolParam] = [
+        {**WEATHER, "name": f"tool_{i}", "description": "a tool with a long description " * 8} for i in range(6)
+    ]
+    system = "You are a careful coding agent. " * 10
+    turn1: list[MessageParam] = [{"role": "user", "content": "first question about the code base"}]
+    first = await c.messages.create(model="m", max_tokens=4, system=system, tools=tools, messages=turn1)
+    turn2: list[MessageParam] = [
+        *turn1,
+        {"role": "assistant", "content": "an answer"},
+        {"role": "user", "content": "a follow-up"},
+    ]
+    second = await c.messages.create(model="m", max_tokens=4, system=system, tools=tools, messages=turn2)
+    before = first.usage.input_tokens  # turn 1 was a miss: all of it is input
+    cached = second.usage.cache_read_input_tokens
+    assert cached is not None
+    assert before - 16 < cached <= before  # every whole block of turn 1's prompt was a hit

@@ -178,9 +178,16 @@ def _assistant_turn(msg: Message, where: str) -> ChatMessage:
 
 
 def prompt_text(req: MessagesRequest | CountTokensRequest) -> str:
-    """Every text the model reads, in order (system, text blocks, tool inputs and results, tool
-    definitions): what a token estimate counts."""
-    parts: list[str] = [t] if (t := _system_text(req.system)) else []
+    """Every text the model reads, in the order a provider's template renders it (tool definitions,
+    system, then the turns' text blocks, tool inputs and results): what a token estimate counts, and the
+    prefix a provider's cache keys on — a coding agent resends the same tools and system every turn, so
+    they lead and a later turn's prompt extends the earlier one's."""
+    parts: list[str] = [
+        tool.name + " " + (tool.description or "") + " " + msgspec.json.encode(tool.input_schema).decode()
+        for tool in req.tools or ()
+    ]
+    if t := _system_text(req.system):
+        parts.append(t)
     for msg in req.messages:
         if isinstance(msg.content, str):
             parts.append(msg.content)
@@ -197,8 +204,6 @@ def prompt_text(req: MessagesRequest | CountTokensRequest) -> str:
                     parts.append(block.content)
                 elif block.content:
                     parts.extend(part.text for part in block.content if isinstance(part, TextBlock))
-    for tool in req.tools or ():
-        parts.append(tool.name + " " + (tool.description or "") + " " + msgspec.json.encode(tool.input_schema).decode())
     return "\n".join(parts)
 
 
