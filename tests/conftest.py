@@ -213,8 +213,8 @@ async def gateway(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[Gatewa
     from tailgate.config.resolve import resolve_providers
     from tailgate.config.schema import GatewayConfig
     from tailgate.gateway.app import Gateway
-    from tailgate.gateway.limits import runner_kwargs
-    from tailgate.gateway.limits import site as limits_site
+    from tailgate.gateway.site import runner_kwargs
+    from tailgate.gateway.site import site as limits_site
 
     started: list[GatewayHandle] = []
 

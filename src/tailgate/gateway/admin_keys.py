@@ -20,13 +20,14 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.config.units import parse_duration
-from tailgate.gateway.admission import fleet_state
 from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.store import StoreConn, StoreError, open_store
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.core import Core
+    from tailgate.state import SharedState
 
 __all__ = ["add_key_routes", "fields_from_json"]
 
@@ -40,11 +41,13 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
-def add_key_routes(app: web.Application, gw: Gateway) -> None:
-    target = gw.key_directory.target
+def add_key_routes(app: web.Application, core: Core, state: SharedState, *, access: AccessGuard) -> None:
+    """The routes above over the key directory (``core``), the access guard and the fleet's ``state`` (its
+    ``keys`` generation tells the other replicas to reload)."""
+    target = core.key_directory.target
 
     def guard(request: web.Request) -> web.Response | None:
-        refusal = gw.guard.check(request, "admin")  # the one access decision (auth.py)
+        refusal = access.check(request, "admin")  # the one access decision (auth.py)
         return error_response(refusal) if refusal is not None else None
 
     async def in_store(fn: Callable[[StoreConn], Any]) -> Any:
@@ -64,10 +67,8 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
             raise WireError(503, str(exc), type="server_error") from None
 
     async def changed() -> None:
-        state = fleet_state(gw)
-        if state is not None:
-            await state.bump("keys")
-        await gw.key_directory.reload()
+        await state.bump("keys")
+        await core.key_directory.reload()
 
     async def body_of(request: web.Request) -> dict[str, Any]:
         try:

@@ -25,14 +25,13 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tailgate.gateway.reload import publish_version
-from tailgate.routing import ProviderHealth, Transition
+from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
 from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
 from tailgate.stats import SlidingWindow
@@ -40,7 +39,8 @@ from tailgate.stats.window import ROUTING_PRECISION
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.config.schema import StateConfig
+    from tailgate.gateway.providers import ProviderState
 
 __all__ = ["Fleet", "FleetWindow"]
 
@@ -88,21 +88,40 @@ class FleetWindow(SlidingWindow):
 
 
 class Fleet:
-    """Binds one :class:`Gateway` to its :class:`SharedState`; see the module docstring."""
+    """This replica's side of the fleet over its :class:`SharedState`; see the module docstring.
 
-    def __init__(self, gw: Gateway, state: SharedState) -> None:
-        self.gw = gw
+    It is handed what it shares, never the gateway: the providers (a function: a reload swaps them), the health
+    windows and breakers, a callback for a drain flag that changed (the gauges), and the running config's
+    version (published for ``/admin/config``)."""
+
+    def __init__(
+        self,
+        state: SharedState,
+        config: StateConfig,
+        *,
+        providers: Callable[[], Mapping[str, ProviderState]],
+        health: HealthRegistry,
+        breakers: BreakerRegistry,
+        on_drained: Callable[[], None],
+        version: Callable[[], str],
+    ) -> None:
         self.state = state
+        self._providers = providers
+        self.health = health
+        self.breakers = breakers
+        self._on_drained = on_drained
+        self._version = version
         self.shared = state.backend != "local"
         self.limiter = LeasedLimiter(state)
-        self.sync_interval = gw.config.state.sync_interval
-        self.publish_interval = gw.config.state.publish_interval
+        self.sync_interval = config.sync_interval
+        self.publish_interval = config.publish_interval
         self._task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[object]] = set()
         self._breaker_gen: dict[str, int] = {}
         self._trial_tokens: dict[str, str] = {}
-        self._wanted: dict[str, int] = dict.fromkeys(gw.providers, 0)
-        self._demand: dict[str, float] = dict.fromkeys(gw.providers, 0.0)
+        self._wanted: dict[str, int] = {}
+        self._demand: dict[str, float] = {}
+        """Per provider (every one since ``install``): requests that wanted it this tick, and its demand."""
         self._demand_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
         """Per provider: (tick length s, requests that wanted it) of the last ``_DEMAND_WINDOW_S``."""
         self._published_demand: dict[str, float] = {}
@@ -114,19 +133,22 @@ class Fleet:
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
-    def install(self) -> None:
-        """Hook the shared parts in (before serving): fleet windows on every route's health."""
+    def install(self, targets: Iterable[tuple[str, str]]) -> None:
+        """Hook the shared parts in (before serving, and after a reload): fleet windows on the health of every
+        (provider, upstream model) in ``targets`` (the route table's), the fleet's pauses on every provider."""
+        for name in self._providers():
+            self._wanted.setdefault(name, 0)
+            self._demand.setdefault(name, 0.0)
         if not self.shared:
             return
-        for routes in self.gw.aliases.values():
-            for r in routes:
-                h = self.gw.health.get(r.provider, r.model)
-                if (r.provider, r.model) not in self._windows:
-                    clock = self.gw.health.clock
-                    h.ttft = FleetWindow(h.ttft.width_s, h.ttft.buckets, clock)
-                    h.e2e = FleetWindow(h.e2e.width_s, h.e2e.buckets, clock)
-                    self._windows[(r.provider, r.model)] = (h.ttft, h.e2e)
-        for p in self.gw.providers.values():
+        for target in targets:
+            if target not in self._windows:
+                h = self.health.get(*target)
+                clock = self.health.clock
+                h.ttft = FleetWindow(h.ttft.width_s, h.ttft.buckets, clock)
+                h.e2e = FleetWindow(h.e2e.width_s, h.e2e.buckets, clock)
+                self._windows[target] = (h.ttft, h.e2e)
+        for p in self._providers().values():
             p.shared = self.state
             p.on_pause = self._pause_provider
 
@@ -186,10 +208,10 @@ class Fleet:
         self.limiter.start()
         if self.shared:
             n = self.state.replicas()
-            for p in self.gw.providers.values():
+            for p in self._providers().values():
                 if p.pacer.limited and n > 1:
                     p.pacer.set_share(1.0 / n)  # until the demands are known
-            for name in self.gw.providers:
+            for name in self._providers():
                 self._breaker_gen[name] = self.state.generation(f"breaker:{name}")
             self._apply_flags()
             self._task = asyncio.create_task(self._loop(), name="tailgate-fleet")
@@ -273,26 +295,26 @@ class Fleet:
 
     async def set_drained(self, name: str, drained: bool) -> None:
         """Drain or enable ``name`` here now and, through the state, on every replica (persistent)."""
-        self.gw.providers[name].drained = drained  # KeyError: unknown provider
-        self.gw.refresh_provider_gauges()
+        self._providers()[name].drained = drained  # KeyError: unknown provider
+        self._on_drained()
         await self.state.set_flag(f"drain:{name}", drained)
 
     def set_drained_soon(self, name: str, drained: bool) -> None:
         """``set_drained`` from synchronous code (the dashboard's controls): here now, the fleet shortly."""
-        self.gw.providers[name].drained = drained
-        self.gw.refresh_provider_gauges()
+        self._providers()[name].drained = drained
+        self._on_drained()
         self._spawn(self.state.set_flag(f"drain:{name}", drained))
 
     def _apply_flags(self) -> None:
         changed = False
-        for name, p in self.gw.providers.items():
+        for name, p in self._providers().items():
             flag = self.state.flag(f"drain:{name}")
             if flag is not None and flag != p.drained:
                 p.drained = flag
                 changed = True
                 log.info("provider %s %s by the fleet", name, "drained" if flag else "enabled")
         if changed:
-            self.gw.refresh_provider_gauges()
+            self._on_drained()
 
     # -- breakers ---------------------------------------------------------------------------------------
 
@@ -300,7 +322,7 @@ class Fleet:
         """Called for every breaker transition of this replica (``Gateway._on_breaker``)."""
         if not self.shared or tr.reason.startswith(_FLEET):
             return
-        breaker = self.gw.breakers.get(provider)
+        breaker = self.breakers.get(provider)
         key = f"breaker:{provider}"
         if tr.to_state == "open":
             self._spawn(self.state.pause(key, breaker.last_cooldown_s, f"{self.state.replica}: {tr.reason}"))
@@ -311,11 +333,11 @@ class Fleet:
             self._spawn(self._close_fleet(provider))
 
     async def _take_trial(self, provider: str) -> None:
-        lease = await self.state.acquire(f"trial:{provider}", 1, ttl_s=self.gw.breakers.config.trial_timeout_s)
+        lease = await self.state.acquire(f"trial:{provider}", 1, ttl_s=self.breakers.config.trial_timeout_s)
         if lease.ok:
             self._trial_tokens[provider] = lease.token
             return
-        breaker = self.gw.breakers.get(provider)
+        breaker = self.breakers.get(provider)
         if breaker.state == "half_open":
             breaker.force_open(_TRIAL_HOLD_S, _FLEET + "another replica runs the half-open trials")
 
@@ -330,15 +352,15 @@ class Fleet:
         self._breaker_gen[provider] = await self.state.bump(f"breaker:{provider}")
 
     def _apply_breakers(self) -> None:
-        for name in self.gw.providers:
-            breaker = self.gw.breakers.get(name)
+        for name in self._providers():
+            breaker = self.breakers.get(name)
             key = f"breaker:{name}"
             gen = self.state.generation(key)
             if gen != self._breaker_gen.get(name, 0):
                 self._breaker_gen[name] = gen
                 if breaker.state != "closed":
                     breaker.force_close(_FLEET + "another replica's trials passed")
-                    for h in self.gw.health:
+                    for h in self.health:
                         if h.provider == name:
                             h.forget()
                 continue
@@ -364,9 +386,14 @@ class Fleet:
                 if now >= next_publish:
                     next_publish = now + self.publish_interval
                     await self._publish_windows()
-                    await publish_version(self.gw)
+                    await self._publish_version()
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("fleet sync tick failed")
+
+    async def _publish_version(self) -> None:
+        """Tell the fleet which config this replica runs (``/admin/config``'s ``fleet_versions``)."""
+        with contextlib.suppress(Exception):
+            await self.state.publish("config", self._version().encode(), ttl_s=5.0)
 
     async def _share_pacing(self) -> None:
         """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``.
@@ -379,7 +406,7 @@ class Fleet:
         of 0.25 s ticks was noisy enough to over-allocate by ~30 % for a tick: one upstream 429)."""
         now = time.monotonic()
         dt, self._last_tick = max(1e-3, now - self._last_tick), now
-        limited = [n for n, p in self.gw.providers.items() if p.pacer.limited]
+        limited = [n for n, p in self._providers().items() if p.pacer.limited]
         for name in self._wanted:
             ticks = self._demand_ticks.setdefault(name, collections.deque())
             ticks.append((dt, self._wanted[name]))
@@ -405,7 +432,7 @@ class Fleet:
         for name in limited:
             own = min(mine[name], before.get(name, mine[name])) + _DEMAND_FLOOR
             others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
-            self.gw.providers[name].pacer.set_share(own / (own + others))
+            self._providers()[name].pacer.set_share(own / (own + others))
 
     async def _publish_windows(self) -> None:
         blob = msgspec.msgpack.encode(

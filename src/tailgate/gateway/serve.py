@@ -24,9 +24,9 @@ from aiohttp import web
 
 from tailgate._runtime import run, setup_logging
 from tailgate.config.resolve import load_resolved
-from tailgate.gateway import limits
+from tailgate.gateway import site as http_site
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.limits import runner_kwargs
+from tailgate.gateway.site import runner_kwargs
 from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
@@ -64,14 +64,14 @@ async def serve_gateway(
     metrics_runner: web.AppRunner | None = None
     try:
         await runner.setup()
-        site = limits.site(runner, host, port, server, reuse_port=reuse_port or None)
+        site = http_site.site(runner, host, port, server, reuse_port=reuse_port or None)
         await site.start()
         bound = site.port
         if config.metrics.listen is not None:  # /metrics on its own bind (docs/reliability.md)
             metrics_runner = web.AppRunner(gateway.metrics_app(), access_log=None, **runner_kwargs(server))
             await metrics_runner.setup()
             m = config.metrics.listen
-            msite = limits.site(metrics_runner, m.host, m.port, server, reuse_port=reuse_port or None)
+            msite = http_site.site(metrics_runner, m.host, m.port, server, reuse_port=reuse_port or None)
             await msite.start()
             log.info("metrics on http://%s:%d/metrics", m.host, msite.port)
         log.info(

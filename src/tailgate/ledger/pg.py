@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 
+from tailgate.ledger.errors import StoreError, redact_url
 from tailgate.ledger.schema import SCHEMA_VERSION, Migration, SchemaError, newer_schema_message
 
 __all__ = ["PG_MIGRATIONS", "connect", "migrate", "schema_version"]
@@ -257,8 +258,6 @@ def connect(url: str, *, connect_timeout: float = 5.0, migrate_schema: bool = Tr
 
     Raises ``SchemaError`` (newer schema) or ``StoreError`` (unreachable; the password is never shown).
     """
-    from tailgate.ledger.store import StoreError, redact_url
-
     try:
         conn = psycopg.connect(
             url,
