@@ -6,10 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from tailgate.cli import main
-from tailgate.state.server import find_redis_server
 
 
-@pytest.mark.skipif(find_redis_server() is None, reason="redis-server is not installed")
+@pytest.mark.usefixtures("redis_binary")
 def test_demo_starts_a_fleet_and_stops_it() -> None:
     """Two replicas on one port answer the demo's check requests; the demo says it runs a fleet."""
     args = ["demo", "--duration", "0", "--requests", "2", "--time-scale", "0.05", "--replicas", "2"]

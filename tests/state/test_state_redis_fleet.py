@@ -56,6 +56,7 @@ async def test_published_blobs_reach_the_other_replicas_only(replicas: StateFact
     await eventually(lambda: b.peers("health") == {}, within_s=2.0)
 
 
+@pytest.mark.usefixtures("redis_binary")
 async def test_redis_killed_then_back_fallback_then_convergence() -> None:
     """Redis killed: every call still answers, within its budget, from the local fallback at limit ÷ replicas;
     Redis back on its port: the replicas reconnect, re-send what changed meanwhile, and decide in Redis again."""
@@ -134,6 +135,7 @@ async def test_slow_redis_never_holds_a_call_past_its_budget(redis_server: Redis
         await s.close()
 
 
+@pytest.mark.usefixtures("redis_binary")
 @pytest.mark.parametrize("fallback", ["closed"])
 async def test_fail_closed_refuses_limits_while_redis_is_away(fallback: str) -> None:
     """``fallback: closed``: with Redis unreachable, limited calls are refused (Retry-After 1 s)."""
