@@ -47,13 +47,15 @@ async def _find(
     return runs, caps[0]
 
 
-def _skip_if_the_simulator_fell_behind(sim: ThreadedSim, p: EngineParams, scale: float) -> None:
-    """The implied answer assumes the engine keeps its step times; on a saturated machine it cannot (each
-    step of a full batch runs late, T_eng grows), and the comparison would test the machine, not bench."""
+def _step_lateness_ms(sim: ThreadedSim) -> float:
+    """P90 of how late the simulator's decode steps ended over the whole search (0 when it kept time).
+
+    The implied answer assumes the engine keeps its step times; on a saturated machine each step of a full
+    batch can run late and T_eng grows. A step lasts at most its planned length plus its lateness (the engine
+    restarts its schedule from "now" when it falls behind), so this bounds the slowdown the run really had,
+    measured by the simulator itself in the same run."""
     late = sim.call(_lateness(sim))
-    step_ms = (p.step_ms + p.step_per_seq_ms * (p.slots - 1)) * scale
-    if late["p90"] is not None and late["p90"] > 0.25 * step_ms:
-        pytest.skip(f"the simulator ran late (step lateness P90 {late['p90']:.2f} ms of {step_ms:.2f} ms steps)")
+    return float(late["p90"] or 0.0)
 
 
 async def _lateness(sim: ThreadedSim) -> dict[str, Any]:
@@ -126,11 +128,16 @@ async def test_finder_answer_for_provider_a_matches_littles_law(threaded_sim: Ca
     limit_s = 2.2
     spec = FindSpec((parse_threshold(f"avg(e2e)<{limit_s}s"),), "concurrency", start=64, ceiling=1024)
     runs, cap = await _find(sim.url, spec, workload, Bounds(duration=5.0, warmup=3.0))
-    _skip_if_the_simulator_fell_behind(sim, p, scale)
     te = t_eng(p, _prompt_tokens(runs), 256, scale)
     implied = limit_s * p.slots / te
     assert t_pre(p, scale) + te < limit_s  # below saturation the threshold holds: the boundary is the queue
+    # A simulator that ran late (a busy machine) held each slot longer, so fewer users fit: the implied
+    # answer then lies between the planned one and the one for steps as long as planned + their lateness.
+    step_ms = (p.step_ms + p.step_per_seq_ms * (p.slots - 1)) * math.exp(p.jitter**2 / 2) * scale
+    late_ms = _step_lateness_ms(sim)
+    implied_late = limit_s * p.slots / (te * (step_ms + late_ms) / step_ms)
     step = cap["uncertainty"]
     assert step is not None
     assert step <= 0.1 * cap["answer"] + 1
-    assert abs(cap["answer"] - implied) <= step, (cap["summary"], implied)
+    why = (cap["summary"], implied, implied_late, late_ms)
+    assert implied_late - step <= cap["answer"] <= implied + step, why
