@@ -71,7 +71,7 @@ def require_redis_server() -> str:
     from tailgate.state.server import find_redis_server
 
     found = find_redis_server()
-    require(found, "redis-server", "apt-get install redis-server; .ci/run installs it", name="redis-server")
+    require(found, "redis-server", "apt-get install redis-server", name="redis-server")
     assert found is not None
     return found
 
@@ -80,15 +80,15 @@ def require_postgres() -> None:
     """PostgreSQL's initdb/postgres binaries (Debian 'postgresql'; a throw-away cluster per session)."""
     from pg_cluster import postgres_available
 
-    how = "apt-get install postgresql; .ci/run installs it"
+    how = "apt-get install postgresql"
     require(postgres_available(), "PostgreSQL (initdb, pg_ctl)", how, name="postgresql")
 
 
 def require_chromium() -> Path:
     """Debian's /usr/bin/chromium, which playwright drives for the headless render tests."""
-    return require_file(CHROMIUM, "apt-get install chromium; .ci/run installs it")
+    return require_file(CHROMIUM, "apt-get install chromium")
 
 
 def require_wrk(purpose: str) -> str:
     """The wrk load generator, which ``purpose`` (a benchmark script) drives its load with."""
-    return require_program("wrk", f"apt-get install wrk; .ci/run installs it; {purpose}")
+    return require_program("wrk", f"apt-get install wrk; {purpose}")

@@ -32,8 +32,8 @@ ALL_CHECKS |= {"error_429", "error_5xx"}
 @pytest.fixture(scope="module")
 def node_sdk() -> Path:
     """A folder whose node_modules holds the openai SDK (installed on first use)."""
-    require_program("node", "apt-get install nodejs npm; .ci/run installs it")
-    npm = require_program("npm", "apt-get install nodejs npm; .ci/run installs it")
+    require_program("node", "apt-get install nodejs npm")
+    npm = require_program("npm", "apt-get install nodejs npm")
     where = Path(os.environ.get("TAILGATE_NODE_SDK_DIR", Path.home() / ".cache" / "tailgate" / "node-openai"))
     if not (where / "node_modules" / "openai" / "package.json").exists():
         where.mkdir(parents=True, exist_ok=True)

@@ -449,7 +449,7 @@ def test_host_header_and_ports() -> None:
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    openssl = require_program("openssl", "apt-get install openssl; .ci/run installs it")
+    openssl = require_program("openssl", "apt-get install openssl")
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
