@@ -397,11 +397,11 @@ async def test_errors_are_counted_by_class_with_an_example(sim: SimFactory) -> N
 async def test_max_errors_stops_the_level_early(sim: SimFactory) -> None:
     """``--max-errors 5``: the level ends soon after the fifth error instead of running 10 s."""
     p = await sim("instant", faults={"error_rate": 0.5, "error_statuses": [503]})
-    t0 = time.perf_counter()
     (run,) = await run_plan([_spec("sim", p)], _workload(), _closed(2, duration=10.0, max_errors=5), asyncio.Event())
-    assert time.perf_counter() - t0 < 3
     errors = sum(run["errors"].values())
     assert 5 <= errors <= 5 + 2
+    # Ended at the errors, not the 10 s: half of the requests fail, so ~10 were sent; 10 s of an instant
+    # provider would be thousands (a count, so a slow machine cannot break it the way a '< 3 s' could).
     assert run["requests"] < 100
 
 
