@@ -100,12 +100,16 @@ async def test_finder_answer_is_the_slot_count_of_a_small_engine(threaded_sim: C
 async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callable[..., ThreadedSim]) -> None:
     """aggregator: 16 tenant-wide slots. P99 TTFT holds while no request queues (c ≤ 16) and breaks once
     the engine saturates (c_sat ≈ 17): the answer lies in [slots, c_sat] within one search step."""
-    scale = 0.25
+    # At half speed the unqueued P99 TTFT (pre-queue P99 ≈ 310 ms plus a prefill and a step) sits ≈ 150 ms under
+    # the 500 ms threshold, room for a busy machine's client-side lateness; two users past saturation already
+    # wait ≈ 2 · T_eng / slots ≈ 280 ms more, so the upper side of the bracket holds too.
+    scale = 0.5
+    threshold_ms = 500
     p = preset("aggregator")
     sim = threaded_sim("aggregator", time_scale=scale)
     workload = Workload(input_tokens=LengthDist(128), max_tokens=128, stream=True)
-    spec = FindSpec((parse_threshold("p99(ttft)<250ms"),), "concurrency", start=4, ceiling=64)
-    runs, cap = await _find(sim.url, spec, workload, Bounds(duration=4.0, warmup=1.5))
+    spec = FindSpec((parse_threshold(f"p99(ttft)<{threshold_ms}ms"),), "concurrency", start=4, ceiling=64)
+    runs, cap = await _find(sim.url, spec, workload, Bounds(duration=6.0, warmup=2.5))
     # No lateness guard here: the bracket rests on the slot count, which a slow machine does not change.
     te = t_eng(p, _prompt_tokens(runs), 128, scale)
     c_sat = p.slots * (t_pre(p, scale) + te) / te
@@ -113,7 +117,7 @@ async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callab
     assert step == 1
     assert p.slots - step <= cap["answer"] <= c_sat + step, (cap["summary"], c_sat)
     worst = max(pt["ttft_ms_p99"] for pt in cap["curve"])
-    assert worst > 3 * 250  # past the slots it collapses, it does not degrade gently
+    assert worst > 3 * threshold_ms  # past the slots it collapses, it does not degrade gently
 
 
 @pytest.mark.slow
