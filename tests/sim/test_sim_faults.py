@@ -22,7 +22,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from tailgate.sim.faults import Faults, TimelineEntry
+from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.provider import SimProvider
 
 SimFactory = Callable[..., Awaitable[SimProvider]]
@@ -503,21 +503,18 @@ RESET_FORMAT = re.compile(r"^(\d+m\d+s|\d+s|\d+ms)$")
 
 
 async def test_rate_limit_rps_per_key_with_headers_and_refill(sim: SimFactory, session: aiohttp.ClientSession) -> None:
-    """rate_limit_rps=5: a burst of 10 on key A gets 5 OKs then 429s with headers; key B has its own."""
+    """rate_limit_rps=5: a burst of 10 on key A gets 5 OKs then 429s with headers; key B has its own; a second
+    later (on the limiter's clock, a fake one here, so a slow machine's burst earns no refill) A has 5 again."""
     p = await sim(faults={"rate_limit_rps": 5})
+    now = [1000.0]
+    p.limiter = RateLimiter(clock=lambda: now[0])
 
-    async def burst(key: str) -> tuple[list[tuple[int, dict[str, str], bytes]], float]:
-        t0 = time.perf_counter()
-        results = [await post_chat(session, p, chat_body(1), key=key) for _ in range(10)]
-        return results, time.perf_counter() - t0
+    async def burst(key: str) -> list[tuple[int, dict[str, str], bytes]]:
+        return [await post_chat(session, p, chat_body(1), key=key) for _ in range(10)]
 
     for key in ("key-A", "key-B"):
-        results, took = await burst(key)
-        statuses = [status for status, _, _ in results]
-        assert statuses[:5] == [200] * 5, statuses
-        # The bucket refills at 5/s, so a slow burst may earn one more pass per 200 ms it took.
-        assert 5 <= statuses.count(200) <= 5 + int(took * 5), (statuses, took)
-        assert statuses[-1] == 429
+        results = await burst(key)
+        assert [status for status, _, _ in results] == [200] * 5 + [429] * 5
         assert results[0][1]["x-ratelimit-limit-requests"] == "5"
         assert results[0][1]["x-ratelimit-remaining-requests"] == "4"
         for status, headers, raw in results:
@@ -526,8 +523,8 @@ async def test_rate_limit_rps_per_key_with_headers_and_refill(sim: SimFactory, s
                 assert_openai_error(raw, type_="requests", code="rate_limit_exceeded")
                 assert headers["x-ratelimit-limit-requests"] == "5"
                 assert headers["x-ratelimit-remaining-requests"] == "0"
-                assert int(headers["retry-after"]) >= 1
-                assert 0 < int(headers["retry-after-ms"]) <= 200
+                assert headers["retry-after"] == "1"
+                assert headers["retry-after-ms"] == "200"  # one request's worth of a 5/s bucket
 
     async with sdk(p, api_key="key-A") as client:
         with pytest.raises(openai.RateLimitError) as info:
@@ -535,9 +532,10 @@ async def test_rate_limit_rps_per_key_with_headers_and_refill(sim: SimFactory, s
     assert info.value.code == "rate_limit_exceeded"
     assert "retry-after" in info.value.response.headers
 
-    await asyncio.sleep(1.05)  # a full second refills the whole bucket
-    results, _ = await burst("key-A")
-    assert [status for status, _, _ in results][:5] == [200] * 5
+    now[0] += 0.2  # a fifth of a second refills one request
+    assert [status for status, _, _ in await burst("key-A")] == [200] + [429] * 9
+    now[0] += 1.0  # a full second refills the whole bucket, no more
+    assert [status for status, _, _ in await burst("key-A")] == [200] * 5 + [429] * 5
 
 
 async def test_rate_limit_rpm_burst_and_headers(sim: SimFactory, session: aiohttp.ClientSession) -> None:
