@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tailgate._cli_util import _duration, _echo_line, _fail
+from tailgate._cli_util import _announce_store, _duration, _echo_line, _fail
 
 __all__ = ["keys", "usage"]
 
@@ -56,9 +56,11 @@ def _store_target(config_path: Path | None, db: Path | None) -> Any:
     from tailgate.ledger.commands import store_target
 
     try:
-        return store_target(config_path, db)
+        target = store_target(config_path, db)
     except ConfigError as exc:
         _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+    _announce_store(target)
+    return target
 
 
 @click.group()
