@@ -394,8 +394,18 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report.")
 @click.option("--no-preflight", is_flag=True, help="Skip the one-request reachability check per target.")
 # capacity, goodput, rate limits, workloads (docs/bench.md)
-@click.option("--find-max", multiple=True, help="Search the largest load at which this holds, e.g. 'p90(ttft)<1s'.")
-@click.option("--by", type=click.Choice(["concurrency", "rate"]), default="concurrency", show_default=True)
+@click.option(
+    "--find-max",
+    multiple=True,
+    help="Search the largest load at which this holds, e.g. 'p90(ttft)<1s'; repeatable (all must hold).",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["concurrency", "rate"]),
+    default="concurrency",
+    show_default=True,
+    help="What --find-max varies: closed-loop concurrency or open-loop requests per second.",
+)
 @click.option("--find-start", type=float, help="First level of the search (default 1).")
 @click.option("--find-ceiling", type=float, help="Highest level tried (default 1024 concurrent / 1000 req/s).")
 @click.option("--find-precision", type=float, default=0.1, show_default=True, help="Final bracket, relative.")
@@ -405,7 +415,13 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option(
     "--limit-cap", type=click.IntRange(10), default=5000, show_default=True, help="--find-limit: max requests."
 )
-@click.option("--tokenizer", type=click.Choice(["deepseek", "qwen", "none"]), default="none", show_default=True)
+@click.option(
+    "--tokenizer",
+    type=click.Choice(["deepseek", "qwen", "none"]),
+    default="none",
+    show_default=True,
+    help="Make prompts exactly --input-tokens long in this model family (the optional tokenizers extra).",
+)
 @click.option(
     "--workload",
     type=click.Choice(["synthetic", "shared-prefix", "long-context", "multi-turn", "writing"]),

@@ -36,7 +36,9 @@ def parse_duration(value: Any) -> Any:
         total += float(match.group(1)) * _UNIT_S[match.group(2)]
         pos = match.end()
     if pos != len(text) or pos == 0:
-        raise ValueError(f"expected a duration such as '30s', '500ms' or '1m30s', got {value!r}")
+        raise ValueError(
+            f"expected a duration such as '30s', '500ms', '1m30s' or '7d' (units: ms, s, m, h, d), got {value!r}"
+        )
     return total
 
 

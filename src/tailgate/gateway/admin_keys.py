@@ -41,6 +41,18 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
+def _known_models(fields: dict[str, Any], gw: Gateway) -> None:
+    """A key may list only aliases this gateway serves: a typo would make a key that can call nothing."""
+    unknown = [m for m in fields.get("models") or () if m not in gw.aliases]
+    if unknown:
+        known = ", ".join(sorted(gw.aliases))
+        raise WireError(
+            400,
+            f"'models': no alias {', '.join(map(repr, unknown))} in the config (known: {known}).",
+            type="invalid_request_error",
+        )
+
+
 def add_key_routes(app: web.Application, gw: Gateway) -> None:
     target = gw.key_directory.target
 
@@ -109,6 +121,7 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
             raise WireError(400, "'id' (the key's name, e.g. team-a) is required.", type="invalid_request_error")
         now = time.time()
         fields = fields_from_json(body, now)
+        _known_models(fields, gw)
         rec, secret = await in_store(lambda c: create_key(c, key_id, now=now, **fields))
         await changed()
         return web.json_response({"key": secret, **rec.public(now)}, status=201)
@@ -117,6 +130,7 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
         body = await body_of(request)
         now = time.time()
         fields = fields_from_json(body, now)
+        _known_models(fields, gw)
         key_id = request.match_info["id"]
         rec: KeyRecord = await in_store(lambda c: update_key(c, key_id, now=now, **fields))
         await changed()
