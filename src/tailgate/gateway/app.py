@@ -375,6 +375,7 @@ class Gateway:
                 "routing": routing,
                 "providers": providers,
                 "aliases": aliases,
+                "fleet": self.fleet.live_view(),  # every replica, the answering one named; merged windows
             }
 
         def set_drained(name: str, drained: bool) -> dict[str, str]:
