@@ -118,3 +118,15 @@ def test_help_says_what_each_flag_does() -> None:
     assert "answer_p90" in board
     keys = " ".join(CliRunner().invoke(main, ["keys", "update", "--help"], terminal_width=200).stdout.split())
     assert "keeps the key's others" in keys
+
+
+def test_a_config_for_a_newer_tailgate_says_which_version_reads_it(tmp_path: Path) -> None:
+    """A field this version does not know is located like a typo, and the check says which tailgate read it."""
+    from tailgate import __version__
+
+    config = tmp_path / "gateway.yaml"
+    config.write_text(_CONFIG + "routing: {policy: adaptive, future_knob: 3}\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["config", "check", str(config)])
+    assert result.exit_code == 2
+    assert f"{config}:7: routing.future_knob: unknown field" in result.stderr
+    assert f"this is tailgate {__version__}: a field documented for a newer version is unknown here" in result.stderr

@@ -292,7 +292,16 @@ def load_resolved(
     try:
         cfg = validate_data(data, GatewayConfig, source, lines=lines, env=env)
     except ConfigError as exc:
-        raise ConfigError(source, redact(exc.problems, secrets)) from None
+        found = redact(exc.problems, secrets)
+        if any(": unknown field (" in p for p in found):
+            from tailgate import __version__
+
+            # A config written for a newer tailgate fails like a typo: say which version reads it.
+            found.append(
+                f"{source}: this is tailgate {__version__}: a field documented for a newer version is unknown here "
+                "too (upgrade, or remove it)"
+            )
+        raise ConfigError(source, found) from None
     resolved, problems = _resolve(cfg)
     if problems:
         raise ConfigError(source, redact(_located(source, lines, problems), secrets))
