@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -112,6 +113,7 @@ class Replica:
     port: int
     proc: subprocess.Popen[str]
     log: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -137,17 +139,28 @@ def _start_replica(port: int, config: Path, spool_root: Path, env: dict[str, str
     Path(unit_env["TAILGATE_DB"]).parent.mkdir(parents=True, exist_ok=True)  # systemd's StateDirectory=
     proc = subprocess.Popen(argv, env={**env, **unit_env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     replica = Replica(port, proc)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        replica.log.append(line)
-        if "gateway listening on" in line:
-            return replica
-    raise RuntimeError(f"replica on {port} did not start:\n" + "".join(replica.log))
+    listening = threading.Event()
+
+    def drain() -> None:  # read stderr to the end: a full pipe would stall the replica
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            replica.log.append(line)
+            if "gateway listening on" in line:
+                listening.set()
+        listening.set()
+
+    replica.reader = threading.Thread(target=drain, daemon=True)
+    replica.reader.start()
+    listening.wait(120)
+    if not any("gateway listening on" in line for line in replica.log):
+        raise RuntimeError(f"replica on {port} did not start:\n" + "".join(replica.log))
+    return replica
 
 
 def _drain_log(replica: Replica) -> None:
-    if replica.proc.stderr is not None and not replica.proc.stderr.closed:
-        replica.log.extend(replica.proc.stderr.readlines())
+    if replica.reader is not None:
+        replica.reader.join(timeout=10)
+    if replica.proc.stderr is not None:
         replica.proc.stderr.close()
 
 
@@ -365,8 +378,11 @@ def test_the_recipe_runs_process_for_process(tmp_path: Path) -> None:
             if r.proc.poll() is None:
                 r.proc.terminate()
         for r in replicas:
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 r.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait(timeout=10)
             _drain_log(r)
         if sim is not None:
             sim.stop()
