@@ -74,8 +74,8 @@ def test_a_duration_error_lists_the_units_days_included(tmp_path: Path) -> None:
     """`usage --since 1w` says which units exist, days among them."""
     result = CliRunner().invoke(main, ["usage", "--db", str(tmp_path / "x.db"), "--since", "1w"])
     assert result.exit_code == 2
-    assert "units: ms, s, m, h, d" in result.stderr
-    assert "'7d'" in result.stderr
+    assert "units ms, s, m, h, d" in result.stderr
+    assert "7d" in result.stderr
 
 
 def test_an_open_gateway_says_so_at_start(tmp_path: Path) -> None:

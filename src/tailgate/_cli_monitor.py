@@ -62,6 +62,7 @@ def monitor(
 
     if once and serve:
         _fail("--serve runs until stopped; it cannot be combined with --once")
+    _refuse_inapplicable(peak, serve)
     keep = None if retention.strip() == "0" else _duration("--retention", retention)
     options = MonitorOptions(
         config=config_path,
@@ -79,6 +80,35 @@ def monitor(
     sys.exit(run(lambda stop: monitor_main(stop, options, echo=_echo_line)))
 
 
+def _explicit(name: str) -> bool:
+    """Whether the user gave this option (not its default)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, click.core.ParameterSource.DEFAULT)
+
+
+def _refuse_inapplicable(peak: dict[str, Any], serve: bool) -> None:
+    """Options of a mode that is off are refused, naming both, instead of doing nothing."""
+    if not peak.get("peak_at"):
+        for name in ("peak_days", "peak_levels", "peak_duration", "peak_find_max"):
+            if _explicit(name) and peak.get(name):
+                flag = "--" + name.replace("_", "-")
+                _fail(f"{flag} applies to the peak-hour test only: add --peak-at HH:MM (e.g. --peak-at 11:00)")
+    if not serve:
+        for name in ("host", "port"):
+            if _explicit(name):
+                _fail(f"--{name} applies to --serve only (the dashboard's address): add --serve or leave it out")
+
+
+def _peak_levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        levels = ()
+    if not levels or min(levels) < 1:
+        _fail(f"--peak-levels {text!r}: not a list of positive integers; use e.g. 1,10,50")
+    return levels
+
+
 def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
     """``--peak-*`` → MonitorOptions fields; the bench profile runner is wired in here (faces stay apart)."""
     if not peak.get("peak_at"):
@@ -89,13 +119,14 @@ def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
 
     try:
         PeakSchedule.parse(peak["peak_at"], peak["peak_days"])
-        levels = tuple(int(x) for x in str(peak["peak_levels"]).split(","))
-        for expr in peak["peak_find_max"]:
+    except ValueError as exc:
+        _fail(str(exc))  # names --peak-at or --peak-days and the accepted forms
+    levels = _peak_levels(str(peak["peak_levels"]))
+    for expr in peak["peak_find_max"]:
+        try:
             parse_threshold(expr)
-    except (ValueError, ThresholdError) as exc:
-        _fail(str(exc) if "--peak" in str(exc) else f"--peak-*: {exc}")
-    if not levels or min(levels) < 1:
-        _fail("--peak-levels: positive integers, e.g. 1,10,50")
+        except ThresholdError as exc:
+            _fail(f"--peak-find-max {expr!r}: {exc}; e.g. 'p90(ttft)<1s'")
     profile = PeakProfile(
         levels=levels,
         duration_s=_duration("--peak-duration", peak["peak_duration"]),
@@ -128,15 +159,38 @@ def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
     "--config",
     "config_path",
     type=click.Path(path_type=Path),
-    help="Gateway config: adds price, max output length and configured pairs without samples.",
+    help="Gateway config: its store (ledger.path / ledger.url, as monitor and serve use it), price, max output "
+    "length and configured pairs without samples.",
 )
+@click.option("--columns", help="Table columns, comma-separated (e.g. provider,model,n,ttft_p99); see --wide.")
+@click.option("--wide", is_flag=True, help="Every column (snapshot, P50s, answer TTFT, price, ...).")
 def leaderboard(
-    window: str, sort: str, model: str | None, as_json: bool, db: Path | None, config_path: Path | None
+    window: str,
+    sort: str,
+    model: str | None,
+    as_json: bool,
+    db: Path | None,
+    config_path: Path | None,
+    columns: str | None,
+    wide: bool,
 ) -> None:
     """Rank providers × models from the monitor's samples and the gateway's traffic."""
-    from tailgate.monitor.board import BoardOptions, leaderboard_main
+    from tailgate.monitor.board import BoardOptions, leaderboard_main, pick_columns
 
+    if wide and columns is not None:
+        _fail("--wide shows every column; --columns picks some: give one of them")
+    try:
+        chosen = pick_columns(columns, wide=wide)
+    except ValueError as exc:
+        _fail(str(exc))
     options = BoardOptions(
-        window_s=_duration("--window", window), sort=sort, model=model, as_json=as_json, db=db, config=config_path
+        window_s=_duration("--window", window),
+        sort=sort,
+        model=model,
+        as_json=as_json,
+        db=db,
+        config=config_path,
+        columns=chosen,
     )
-    sys.exit(leaderboard_main(options, echo=_echo_line, show=_stdout().print))
+    out = _stdout()
+    sys.exit(leaderboard_main(options, echo=_echo_line, show=lambda grid: grid.print_to(out)))

@@ -37,16 +37,19 @@ def _echo_line(line: str) -> None:
 def _duration(option: str, text: str, *, minimum: float = 0.0) -> float:
     """``30s`` / ``1m30s`` / ``7d`` → seconds, or exit 2 naming the option."""
     from tailgate.config import parse_duration
+    from tailgate.config.units import DURATION_FORMS
 
     try:
         value = float(parse_duration(text))
-    except ValueError as exc:
-        _fail(f"{option}: {exc}")
+    except ValueError:
+        _fail(f"{option} {text!r}: not a duration; use {DURATION_FORMS}")
     if value <= minimum:
-        _fail(f"{option}: must be more than {minimum:g} s, got {text!r}")
+        _fail(f"{option} {text!r}: must be more than {minimum:g} s ({DURATION_FORMS})")
     return value
 
 
 def _stdout() -> Console:
-    """Rich console for tables; when piped, wide enough that rows are not wrapped mid-value."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    """Rich console for tables: the terminal's width; piped, not cut at all unless ``COLUMNS`` asks."""
+    from tailgate.tables import console
+
+    return console()

@@ -429,6 +429,10 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 )
 @click.option("--prefix-tokens", type=click.IntRange(1), default=2048, show_default=True, help="shared-prefix.")
 @click.option("--turns", type=click.IntRange(1), default=5, show_default=True, help="multi-turn: turns per chat.")
+@click.option(
+    "--price",
+    help="input=2,cached_input=0.2[,currency=CNY] per 1M tokens: report the input cost per 1k requests.",
+)
 def bench(**kw: Any) -> None:
     """Load-test OpenAI-compatible endpoints: TTFT/ITL/TPOT/E2E percentiles, decay ratio, thresholds."""
     from tailgate.bench.command import BenchOptions, run_bench
@@ -452,7 +456,9 @@ def bench(**kw: Any) -> None:
     type=click.FloatRange(0.001, 100),
     default=1.0,
     show_default=True,
-    help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay).",
+    envvar="TAILGATE_TIME_SCALE",
+    show_envvar=True,
+    help="Multiply every time of the scenario (0.25 runs it 4× shorter; rates stay). Results are recorded at 1.",
 )
 @click.option("--check", is_flag=True, help="Validate FILE and exit.")
 @click.option(

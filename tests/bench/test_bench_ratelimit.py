@@ -117,3 +117,86 @@ def test_assess_ignores_runs_without_429() -> None:
     [flag] = assess([run, clean])
     assert flag["target"] == "a"
     assert flag["per_s"] == 20.0
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("headers", [True, False], ids=["headers", "no-headers"])
+def test_find_limit_prints_the_stated_limit_beside_the_measured_one(
+    tmp_path: Path, threaded_sim: Callable[..., ThreadedSim], headers: bool
+) -> None:
+    """`tailgate bench --find-limit` on a 10 req/s bucket: one line with the answer, the measured rate (±5 %),
+    the stated limit when the provider sends x-ratelimit-* headers, and which one to trust."""
+    sim = threaded_sim("instant", faults={"rate_limit_rps": 10, "rate_limit_headers": headers})
+    code, doc, text = _bench(
+        tmp_path, sim.url, find_limit=True, find_start=7.0, duration="2s", warmup="0.5s", max_tokens=4, limit_cap=2000
+    )
+    assert code == 0
+    [lim] = doc["limits"]
+    assert lim["found"], lim
+    assert 9.5 <= lim["per_s"] <= 10.5, lim
+    if headers:
+        assert "stated 10/s = 10.0 req/s (x-ratelimit-limit-requests)" in lim["summary"]
+        assert lim["summary"].startswith("limit ~10.0 req/s (header): ")
+        assert "trust the header" in lim["summary"]
+    else:
+        assert "no x-ratelimit-limit-requests header" in lim["summary"]
+        assert lim["summary"].startswith(f"limit ~{lim['per_s']:.1f} req/s (measured): ")
+    assert "rate limit: limit ~" in text
+
+
+@pytest.mark.timeout(90)
+def test_find_limit_answers_within_5_percent_of_every_bucket(threaded_sim: Callable[..., ThreadedSim]) -> None:
+    """--find-limit (short steps) against token buckets of 5, 10, 20 and 50 req/s per key, with and without
+    x-ratelimit-* headers, all at once: the measured rate is within ±5 % of each limit (the steady state
+    after the first 429, not the burst), the stated limit is read exactly, and the right one is trusted."""
+    import asyncio
+
+    from tailgate.bench.runner import TargetSpec
+    from tailgate.bench.searches import run_find_limit
+    from tailgate.bench.workload import LengthDist, Workload
+
+    cases = [(limit, headers) for limit in (5, 10, 20, 50) for headers in (True, False)]
+    sims = [threaded_sim("instant", faults={"rate_limit_rps": lim, "rate_limit_headers": h}) for lim, h in cases]
+
+    async def main() -> list[dict[str, Any]]:
+        stop = asyncio.Event()
+
+        async def one(limit: int, url: str) -> dict[str, Any]:
+            workload = Workload(input_tokens=LengthDist(8), max_tokens=4, stream=True)
+            spec = LimitSpec(start=0.7 * limit, step_s=2.0, warmup_s=0.5, cap=2000)
+            _, [entry] = await run_find_limit([TargetSpec(f"b{limit}", url, "m")], workload, spec, stop)
+            return entry
+
+        return list(await asyncio.gather(*(one(lim, s.url) for (lim, _), s in zip(cases, sims, strict=True))))
+
+    entries = asyncio.run(main())
+    for (limit, headers), lim in zip(cases, entries, strict=True):
+        assert lim["found"], lim
+        assert abs(lim["per_s"] - limit) <= 0.05 * limit, (limit, headers, lim["summary"])
+        assert lim["steady_admitted"] >= 20, lim
+        if headers:
+            assert (lim["header"]["per_s"], lim["header"]["period_s"]) == (limit, 1.0)
+            assert (lim["trust"], lim["answer_per_s"]) == ("header", limit)
+        else:
+            assert lim["header"] is None
+            assert (lim["trust"], lim["answer_per_s"]) == ("measured", lim["per_s"])
+
+
+def test_header_rate_reads_the_period_from_the_reset_header() -> None:
+    """x-ratelimit-limit-requests has no unit: the reset time at remaining 0 tells a second from a minute."""
+    from tailgate.bench.ratelimit import header_rate, verdict
+
+    per_s = header_rate({"limit-requests": "10", "remaining-requests": "0", "reset-requests": "970ms"})
+    assert per_s is not None
+    assert (per_s["period_s"], per_s["per_s"]) == (1.0, 10.0)
+    per_min = header_rate({"limit-requests": "600", "remaining-requests": "0", "reset-requests": "59s"})
+    assert per_min is not None
+    assert (per_min["period_s"], per_min["per_s"]) == (60.0, 10.0)
+    bare = header_rate({"limit-requests": "1200"})
+    assert bare is not None
+    assert bare["per_s"] == 20.0
+    assert "OpenAI's convention" in bare["how"]
+    assert header_rate({}) is None
+    assert verdict(10.2, per_s)[0] == "header"
+    assert verdict(7.0, per_s)[:2] == ("measured", 7.0)
+    assert verdict(7.0, None)[0] == "measured"

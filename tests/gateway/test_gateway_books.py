@@ -25,6 +25,7 @@ class _Ended:
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
         self.ticket = None  # no key limits: nothing to settle
+        self.rpm_taken = None  # no rpm taken: nothing to give back
 
 
 async def test_a_batch_is_booked_once_after_the_delay_and_one_failure_spares_the_others(

@@ -84,7 +84,17 @@ async def test_a_store_key_works_and_a_revoked_one_is_refused_within_a_second(
             await asyncio.sleep(0.02)
         assert status == 401
     await gw.gateway.ledger.flush()
-    assert {r.key_id for r in read_rows(path) if r.status == 200} == {"team-a", "yaml"}
+    rows = read_rows(path)
+    assert {r.key_id for r in rows if r.status == 200} == {"team-a", "yaml"}
+    # The revoked key's requests are on its own rows: its id, its alias, the reason (before it was loaded, the
+    # new key was unknown: those first 401s have no key).
+    assert (rows[-1].key_id, rows[-1].alias, rows[-1].status, rows[-1].outcome) == (
+        "team-a",
+        "chat",
+        401,
+        "key_revoked",
+    )
+    assert {(r.key_id, r.alias) for r in rows if r.outcome == "key_revoked"} == {("team-a", "chat")}
 
 
 async def test_admin_api_creates_lists_updates_and_revokes(sim: SimFactory, gateway: GwFactory) -> None:
@@ -221,8 +231,12 @@ async def test_a_cut_stream_is_charged_for_what_it_produced(sim: SimFactory, gat
     (row,) = [r for r in read_rows(path) if r.key_id == "streamer"]
     assert row.outcome != "ok"
     assert row.output_tokens == 7
+    # The provider never sent usage: the prompt is the gateway's own count (body bytes / 4), flagged estimated.
+    assert row.prompt_tokens is not None
+    assert row.prompt_tokens > 0
+    assert row.tokens_estimated
     charged = await _budget_usage(gw, "streamer")
-    assert charged == (row.prompt_tokens or 0) + 7  # not 0, not the 500-token reservation
+    assert charged == row.prompt_tokens + 7  # the prompt plus what it produced: not 0, not the 500 reserved
     assert row.cost is not None
     assert row.cost > 0
 
@@ -250,7 +264,9 @@ async def test_a_cancelled_stream_is_charged_for_what_it_produced(sim: SimFactor
     assert row.outcome == "client_closed"
     assert row.output_tokens is not None
     assert 0 < row.output_tokens < 400
-    assert await _budget_usage(gw, "leaver") == (row.prompt_tokens or 0) + row.output_tokens
+    assert row.prompt_tokens is not None
+    assert row.prompt_tokens > 0
+    assert await _budget_usage(gw, "leaver") == row.prompt_tokens + row.output_tokens
 
 
 async def test_dashboard_keys_page_and_its_json(sim: SimFactory, gateway: GwFactory) -> None:
@@ -344,3 +360,42 @@ async def test_a_restart_does_not_reset_a_budget(sim: SimFactory, gateway: GwFac
     assert len(served) == 3 + statuses.count(200)
     spent = sum((r.prompt_tokens or 0) + (r.output_tokens or 0) for r in served)
     assert budget - 150 <= spent <= budget  # counted across the restart, not from zero
+
+
+async def test_ratelimit_headers_on_every_answer_and_models_the_key_may_use(
+    sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]
+) -> None:
+    """A key with rpm and tpm: x-ratelimit-{limit,remaining,reset}-{requests,tokens} on a whole answer (read by
+    the openai SDK), on a stream's head and on a refusal (which takes nothing); /v1/models lists what it may use."""
+    _, gw, path = await _start(sim, gateway)
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "limited", rpm=10, tpm=10_000, models=["chat"])
+    await gw.gateway.key_directory.reload()
+    client = oai(gw.url, key=secret)
+    raw = await client.chat.completions.with_raw_response.create(model="chat", messages=MSG, max_tokens=5)
+    h = raw.headers
+    assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("10", "9")
+    assert h["x-ratelimit-limit-tokens"] == "10000"
+    reserved = 10_000 - int(h["x-ratelimit-remaining-tokens"])
+    assert 5 < reserved < 100  # prompt estimate + max_tokens of this request
+    assert h["x-ratelimit-reset-requests"].endswith("s")
+    assert 0 < float(h["x-ratelimit-reset-tokens"].removesuffix("s")) <= 60
+    async with aiohttp.ClientSession() as session:
+        payload = {"model": "chat", "messages": MSG, "max_tokens": 5, "stream": True}
+        async with session.post(
+            f"{gw.url}/chat/completions", json=payload, headers={"Authorization": f"Bearer {secret}"}
+        ) as r:
+            assert r.status == 200
+            assert r.headers["x-ratelimit-remaining-requests"] == "8"
+            assert "x-ratelimit-remaining-tokens" in r.headers
+            await r.read()
+        status, headers, _ = await _chat(session, gw, secret, model="code")
+        assert status == 403
+        assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == ("10", "8")
+        status, headers, _ = await _chat(session, gw, YAML_KEY)  # no limits: no x-ratelimit-*
+        assert status == 200
+        assert not any(k.lower().startswith("x-ratelimit") for k in headers)
+        async with session.get(f"{gw.url}/models", headers={"Authorization": f"Bearer {secret}"}) as r:
+            assert [m["id"] for m in (await r.json())["data"]] == ["chat"]
+        async with session.get(f"{gw.url}/models", headers={"Authorization": f"Bearer {YAML_KEY}"}) as r:
+            assert [m["id"] for m in (await r.json())["data"]] == ["chat", "code"]

@@ -40,6 +40,7 @@ def test_keys_create_list_update_revoke(tmp_path: Path, store_target: str, store
         "--budget", "5/month", "--models", "chat,code", "--meta", "team=search", "--expires", "30d",
     )  # fmt: skip
     assert code == 0, out
+    assert "created key team-a (models: chat, code; limits: tpm 5000, tok/day 200000, cost/month 5)" in out
     secret = next(line for line in out.splitlines() if line.startswith("sk-"))
     rec = get_key(store, "team-a")
     assert rec is not None
@@ -74,12 +75,14 @@ def test_usage_json_and_csv_match_the_rows(tmp_path: Path, store_target: str, st
         make_row(i, ts=now - 60 * i, key_id=("team-a" if i % 3 else "team-b"), prompt_tokens=10 + i, output_tokens=i)
         for i in range(30)
     ]
+    long_key = "search-team-production-batch-2026"  # longer than the table's first column used to allow
+    rows.append(make_row(30, ts=now - 5, key_id=long_key, prompt_tokens=1, output_tokens=1))
     insert_rows(store, rows)
     cfg = str(_config(tmp_path, store_target))
     code, out, _ = _run("usage", "--config", cfg, "--by", "key", "--since", "7d", "--json")
     assert code == 0
     groups = {g["key"]: g for g in json.loads(out)}
-    for key in ("team-a", "team-b"):
+    for key in ("team-a", "team-b", long_key):
         mine = [r for r in rows if r.key_id == key]
         assert groups[key]["requests"] == len(mine)
         assert groups[key]["input_tokens"] == sum(r.prompt_tokens or 0 for r in mine)
@@ -87,9 +90,11 @@ def test_usage_json_and_csv_match_the_rows(tmp_path: Path, store_target: str, st
         assert groups[key]["cost"] == pytest.approx(sum(r.cost or 0 for r in mine))
     code, out, _ = _run("usage", "--config", cfg, "--by", "alias", "--csv")
     parsed = list(csv.DictReader(io.StringIO(out)))
-    assert [(p["alias"], int(p["requests"])) for p in parsed] == [("deepseek-v3.2", 30)]
+    assert [(p["alias"], int(p["requests"])) for p in parsed] == [("deepseek-v3.2", 31)]
     code, out, _ = _run("usage", "--config", cfg)
     assert "team-a" in out
+    code, out, _ = _run("usage", "--config", cfg, "--by", "key")
+    assert long_key in out  # whole, not cut to the column's old 24 characters
     assert "total" in out
 
 
@@ -117,3 +122,26 @@ def test_leaderboard_reads_the_configured_store(tmp_path: Path, store_target: st
     (row,) = json.loads(out)["rows"]
     assert (row["provider"], row["model"], row["samples"]) == ("p", "m", 30)
     assert row["ttft_p50_ms"] == 114.0
+
+
+def test_usage_keeps_refusals_apart_from_errors(tmp_path: Path, store_target: str, store: StoreConn) -> None:
+    """``refused`` (never sent upstream: no provider) and ``errors`` (failed after an attempt) are counted apart,
+    the same from raw rows and from the hourly roll-ups."""
+    import time
+
+    from tailgate.ledger.usage import rollup, usage
+
+    now = time.time()
+    kinds = [("ok", "lanyun"), ("http_5xx", "lanyun"), ("budget_exceeded", None), ("rpm_limited", None)]
+    rows = [
+        make_row(i, ts=now - 60 * i, key_id="team-a", outcome=kinds[i % 4][0], provider=kinds[i % 4][1])
+        for i in range(20)
+    ]
+    insert_rows(store, rows)
+    raw = usage(store, since=now - 86400, by="key")
+    assert [(g["key"], g["requests"], g["errors"], g["refused"]) for g in raw] == [("team-a", 20, 5, 10)]
+    rollup(store)
+    assert usage(store, since=now - 86400, by="key") == raw
+    code, out, _ = _run("usage", "--config", str(_config(tmp_path, store_target)), "--csv")
+    (parsed,) = list(csv.DictReader(io.StringIO(out)))
+    assert (parsed["errors"], parsed["refused"]) == ("5", "10")

@@ -69,6 +69,9 @@ def test_once_with_nothing_reachable_exits_1(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["monitor", "--config", str(config), "--once", "--db", str(db)])
     assert result.exit_code == 1, result.output
     assert "nothing could be probed" in result.output
+    assert "connect from http://127.0.0.1:9/v1" in result.output  # where it failed, not just how
+    failed = next(line for line in result.output.splitlines() if "connect from" in line)
+    assert " 0 " not in failed  # no E2E of 0 ms for a call that never connected
     with closing(open_db(db)) as conn:
         assert {s.error_class for s in read_samples(conn)} == {"connect"}
 
@@ -90,6 +93,16 @@ def test_bad_config_exits_2_naming_file_line_and_path(tmp_path: Path) -> None:
         (["--interval", "0s"], "--interval"),
         (["--retention", "forever"], "--retention"),
         (["--once", "--serve"], "cannot be combined"),
+        (["--once", "--peak-days", "daily", "--peak-levels", "1,4"], "--peak-days applies to the peak-hour test only"),
+        (["--once", "--peak-find-max", "p90(ttft)<1s"], "--peak-find-max applies to the peak-hour test only"),
+        (["--once", "--port", "9999"], "--port applies to --serve only"),
+        (["--peak-at", "11:00", "--peak-levels", "1,x"], "--peak-levels '1,x': not a list of positive integers"),
+        (["--peak-at", "11:00", "--peak-levels", "0,4"], "--peak-levels '0,4'"),
+        (["--peak-at", "25:00"], "--peak-at: '25:00' is not a local time HH:MM"),
+        (["--peak-at", "11:00", "--peak-days", "weekdays"], "--peak-days: cannot read 'weekdays'"),
+        (["--peak-at", "11:00", "--peak-duration", "1week"], "--peak-duration '1week': not a duration"),
+        (["--peak-at", "11:00", "--peak-find-max", "fast"], "--peak-find-max 'fast'"),
+        (["--retention", "1w"], "use a number of seconds, or units ms, s, m, h, d"),
     ],
 )
 def test_bad_flags_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -109,7 +122,7 @@ def test_leaderboard_table_json_and_errors(threaded_sim: Callable[..., ThreadedS
     for _ in range(2):
         result = CliRunner().invoke(main, ["monitor", "--config", str(config), "--once", "--db", str(db)])
         assert result.exit_code == 0, result.output
-    result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--config", str(config)])
+    result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--config", str(config), "--wide"])
     assert result.exit_code == 0, result.output
     assert "up-fast" in result.output
     assert "131,072" in result.output

@@ -91,13 +91,9 @@ async def test_peak_test_stores_levels_decay_and_capacity(sim: SimFactory, tmp_p
     lines: list[str] = []
     tables: list[Any] = []
     assert leaderboard_main(BoardOptions(db=db, now=1500.0, window_s=3600), lines.append, tables.append) == 0
-    from rich.console import Console
-
-    console = Console(record=True, width=300)
-    console.print(tables[0])
-    text = console.export_text()
-    assert "peak capacity" in text
-    assert "peak decay" in text
+    text = tables[0].render(300)
+    assert "capacity" in text
+    assert "decay" in text
     lines.clear()
     assert leaderboard_main(BoardOptions(db=db, now=1500.0, window_s=3600, as_json=True), lines.append, print) == 0
     doc = json.loads(lines[0])
@@ -128,7 +124,7 @@ async def test_peak_loop_waits_for_the_time_then_runs(tmp_path: Path) -> None:
     assert len(ran) == 1
     assert 0.09 <= ran[0] < 1.0
     assert any("peak-hour load test due 2026-12-02T11:00" in e for e in echoed)
-    assert any("capacity 8.0" in e for e in echoed)
+    assert any("capacity 8 concurrency" in e for e in echoed)  # whole numbers, no raw floats
 
 
 def test_load_tests_table_is_a_migration(tmp_path: Path) -> None:
@@ -159,3 +155,19 @@ def test_bad_peak_options_exit_2_naming_the_option(tmp_path: Path, args: list[st
     result = CliRunner().invoke(main, ["monitor", "--config", str(tmp_path / "none.yaml"), *args])
     assert result.exit_code == 2, result.output
     assert needle in result.output
+
+
+def test_the_peak_log_line_has_no_raw_values_and_withholds_small_samples() -> None:
+    """The stored test's log line: seconds to 2 decimals, no 'None', P99 and decay withheld below n=20."""
+    from tailgate.monitor.peak import peak_line
+
+    levels = json.dumps([{"requests": 9, "errors": 0}, {"requests": 9, "errors": 0}])
+    row = LoadTest(1.0, "p", "m", "c=1,4", 18, 0, 1234.5678, 2345.6789, 3.0, 4.0, 1.5, None, None, levels)
+    line = peak_line(row)
+    assert "None" not in line
+    assert "P90 1.23 s" in line
+    assert "P99 n<20 s" not in line
+    assert "P99 n<20" in line
+    assert "(n=9)" in line
+    assert "capacity not searched" in line
+    assert "decay (P99 E2E, highest ÷ lowest level) n<20" in line

@@ -6,10 +6,12 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -30,7 +32,11 @@ from tailgate.bench.runner import (
 )
 from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
 from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts, load_trace
-from tailgate.config.units import parse_duration
+from tailgate.config.schema import PriceConfig
+from tailgate.config.units import DURATION_FORMS, parse_duration
+from tailgate.stats.shown import MINIMUMS, percentile_minimum, wilson
+from tailgate.tables import Col, Grid
+from tailgate.tables import console as tables_console
 
 EXIT_OK, EXIT_USAGE, EXIT_BREACHED = 0, 2, 99
 
@@ -85,6 +91,7 @@ class BenchOptions:
     workload: str | None = None
     prefix_tokens: int = 2048
     turns: int = 5
+    price: str | None = None
 
 
 def _key(env: str | None, what: str) -> str | None:
@@ -152,15 +159,93 @@ def _provider_target(o: BenchOptions) -> TargetSpec:
     )
 
 
+_PRICE_FIELDS = ("input", "cached_input", "output", "currency")
+
+
+def parse_price(text: str) -> PriceConfig:
+    """``--price input=2,cached_input=0.2[,output=3][,currency=CNY]`` (per million tokens, as in the config)."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in _PRICE_FIELDS:
+            raise UsageError(
+                f"--price: cannot read {part!r}; use input=2,cached_input=0.2 (fields: input, "
+                "cached_input, output, currency)"
+            )
+        fields[key] = value.strip()
+    if "input" not in fields:
+        raise UsageError("--price: give input=… (the price of a million uncached prompt tokens)")
+    try:
+        return PriceConfig.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in first["loc"]) or "price"
+        raise UsageError(f"--price: {where}: {first['msg']}") from None
+
+
+def _seconds(flag: str, text: str | None) -> float:
+    try:
+        return float(parse_duration(text))
+    except (ValueError, TypeError):
+        raise UsageError(f"{flag} {text!r}: not a duration; use {DURATION_FORMS}") from None
+
+
+def _refuse_inapplicable(o: BenchOptions) -> None:
+    """Options that do not apply to the chosen mode are refused, naming both (never silently ignored)."""
+    given = {
+        "--concurrency": o.concurrency is not None,
+        "--rate": o.rate is not None,
+        "--stages": o.stages is not None,
+        "--replay": o.replay is not None,
+        "--requests": o.requests is not None,
+        "--max-errors": o.max_errors is not None,
+        "--arrival poisson": o.arrival != "constant",
+        "--workers": o.workers > 1,
+    }
+    if o.find_limit:
+        why = {
+            "--concurrency": "it ramps an open loop by rate; start it with --find-start",
+            "--rate": "it chooses the rates itself; start it with --find-start",
+            "--stages": "it ramps its own open-loop steps",
+            "--replay": "it ramps its own open-loop steps",
+            "--requests": "each step runs --duration; the total is bounded by --limit-cap",
+            "--max-errors": "429s are what it looks for",
+            "--arrival poisson": "a constant schedule is what measures a bucket's refill rate",
+            "--workers": "it runs in one process",
+        }
+        for flag, on in given.items():
+            if on:
+                raise UsageError(f"{flag} does not apply to --find-limit ({why[flag]})")
+    if o.find_max:
+        for flag in ("--stages", "--replay"):
+            if given[flag]:
+                raise UsageError(f"{flag} does not apply to --find-max (it searches concurrency or rate levels)")
+    searching = o.find_limit or bool(o.find_max)
+    for flag, on in (
+        ("--find-start", o.find_start is not None),
+        ("--find-ceiling", o.find_ceiling is not None),
+    ):
+        if on and not searching:
+            raise UsageError(f"{flag} applies to --find-max or --find-limit only; give one of them or leave it out")
+    if not o.find_max:
+        for flag, on in (("--find-precision", o.find_precision != 0.1), ("--find-repeats", o.find_repeats != 3)):
+            if on:
+                raise UsageError(f"{flag} applies to --find-max only")
+    if o.limit_cap != 5000 and not o.find_limit:
+        raise UsageError("--limit-cap applies to --find-limit only")
+    if given["--arrival poisson"] and o.rate is None and not (o.find_max and o.by == "rate"):
+        raise UsageError("--arrival poisson applies to an open loop (--rate) only")
+    if o.time_scale != 1.0 and o.replay is None:
+        raise UsageError("--time-scale applies to --replay only (it scales the trace's time gaps)")
+
+
 def _plan(o: BenchOptions) -> Plan:
     chosen = [x for x in (o.concurrency, o.rate, o.stages, o.replay) if x is not None]
     if len(chosen) > 1:
         raise UsageError("choose one load model: --concurrency, --rate, --stages or --replay")
-    try:
-        duration = float(parse_duration(o.duration)) if o.duration not in (None, "", "0") else None
-        warmup = float(parse_duration(o.warmup))
-    except ValueError as exc:
-        raise UsageError(f"--duration/--warmup: {exc}") from None
+    _refuse_inapplicable(o)
+    duration = _seconds("--duration", o.duration) if o.duration not in (None, "", "0") else None
+    warmup = _seconds("--warmup", o.warmup)
     if o.replay is not None:
         if o.time_scale <= 0:
             raise UsageError(f"--time-scale must be positive, got {o.time_scale:g}")
@@ -219,7 +304,7 @@ def _workload(o: BenchOptions) -> Workload:
 
 def run_bench(o: BenchOptions, console: Console | None = None) -> int:
     """The whole command; returns the exit code."""
-    console = console or Console(stderr=True)
+    console = console or tables_console(stderr=True)
     try:
         specs, plan, workload = _targets(o), _plan(o), _workload(o)
         if o.goodput:
@@ -232,6 +317,7 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
             except GoodputError as exc:
                 raise UsageError(str(exc)) from None
         thresholds = [parse_threshold(t) for t in o.thresholds]
+        price = parse_price(o.price) if o.price is not None else None
     except (UsageError, ThresholdError) as exc:
         console.print(f"error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
@@ -266,6 +352,9 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
                 return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
 
         runs = run(main)
+    if price is not None:
+        for run_ in runs:
+            run_["input_cost"] = res.input_cost(run_, price)
     checks = evaluate(thresholds, runs) if thresholds else []
     doc = doc_mod.build_document(runs, command=o.command, started_at=started, thresholds=checks)
     describe = getattr(workload, "describe", None)
@@ -274,7 +363,7 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
     _add_findings(doc, extra)
     if o.workers == 1 and progress.phase is not None:
         progress.on_phase(progress.phase)  # reports the last phase as done
-    out = Console() if sys.stdout.isatty() else Console(width=200)
+    out = tables_console()
     _print_summary(out, doc)
     if o.out:
         doc_mod.write_json(doc, o.out)
@@ -365,59 +454,107 @@ def _fmt(v: Any, digits: int = 0) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _q(summary: Mapping[str, Any] | None, q: int, digits: int = 0) -> str:
+    """A percentile cell, withheld (``n<K``) below the minimums every face uses (tailgate.stats.shown)."""
+    summary = summary or {}
+    n, minimum = int(summary.get("count") or 0), percentile_minimum(q)
+    if n < minimum:
+        return "-" if n == 0 else f"n<{minimum}"
+    return _fmt(summary.get(f"p{q}"), digits)
+
+
+def accuracy_cell(acc: Mapping[str, Any] | None) -> str:
+    """``86% [64–96] n=14``: right / graded, its 95 % Wilson interval and the task count; ``n<5`` below that."""
+    if not acc or not acc.get("total"):
+        return "-"
+    right, total = int(acc["right"]), int(acc["total"])
+    if total < MINIMUMS["rate"]:
+        return f"n<{MINIMUMS['rate']}"
+    lo, hi = wilson(right, total)
+    return f"{100.0 * right / total:.0f}% [{100 * lo:.0f}–{100 * hi:.0f}] n={total}"
+
+
+SUMMARY_COLS = (
+    # (column, keep): on a narrow terminal the P50s, answer TTFT and ITL go first; target, load, P99s stay.
+    Col("target", "target", 0, left=True),
+    Col("load", "load", 0, left=True),
+    Col("requests", "requests", 1),
+    Col("errors", "errors", 1),
+    Col("ok", "n ok", 2),
+    Col("req/s", "req/s", 2),
+    Col("tok/s", "tok/s", 3),
+    Col("ttft_p50", "TTFT\np50", 5),
+    Col("ttft_p90", "TTFT\np90", 2),
+    Col("ttft_p99", "TTFT\np99", 1),
+    Col("ttft_answer_p90", "TTFT answer\np90", 6),
+    Col("e2e_p50", "E2E\np50", 5),
+    Col("e2e_p90", "E2E\np90", 3),
+    Col("e2e_p99", "E2E\np99", 1),
+    Col("itl_p50", "ITL\np50", 6),
+    Col("itl_p99", "ITL\np99", 4),
+)
+
+
 def _print_summary(console: Console, doc: dict[str, Any]) -> None:
-    table = Table(
-        "target",
-        "load",
-        "requests",
-        "errors",
-        "req/s",
-        "tok/s",
-        "TTFT p50",
-        "TTFT p90",
-        "TTFT p99",
-        "TTFT answer p90",
-        "E2E p50",
-        "E2E p90",
-        "E2E p99",
-        "ITL p50",
-        "ITL p99",
-        title="results (ms)",
-    )
+    rows = []
+    e2e_n: dict[tuple[str, int], int] = {}
     for run_ in doc["runs"]:
         m, load = run_["metrics"], run_["load"]
         label = ", ".join(f"{k}={v}" for k, v in load.items() if k != "mode")
-        table.add_row(
-            run_["target"]["name"],
-            f"{load['mode']} {label}",
-            str(run_["requests"]),
-            f"{run_['requests'] - run_['successes']}",
-            _fmt(run_["throughput"]["req_per_s"], 1),
-            _fmt(run_["throughput"]["output_tokens_per_s"], 0),
-            _fmt(m["ttft_ms"]["p50"]),
-            _fmt(m["ttft_ms"]["p90"]),
-            _fmt(m["ttft_ms"]["p99"]),
-            _fmt((m.get("ttft_answer_ms") or {}).get("p90")),
-            _fmt(m["e2e_ms"]["p50"]),
-            _fmt(m["e2e_ms"]["p90"]),
-            _fmt(m["e2e_ms"]["p99"]),
-            _fmt(m["itl_ms"]["p50"], 1),
-            _fmt(m["itl_ms"]["p99"], 1),
-        )
-    console.print(table)
-    if doc.get("decay"):
-        decay = Table(
-            "target", "concurrency", "P99 E2E ×", "P99 TTFT ×", "mean tok/s ×", title="decay vs concurrency 1"
-        )
-        for d in doc["decay"]:
-            decay.add_row(
-                d["target"],
-                str(d["concurrency"]),
-                _fmt(d["p99_e2e_ratio"], 2),
-                _fmt(d["p99_ttft_ratio"], 2),
-                _fmt(d["mean_tok_s_ratio"], 2),
+        if load.get("mode") == "closed" and load.get("concurrency") is not None:
+            e2e_n[(run_["target"]["name"], int(load["concurrency"]))] = int(m["e2e_ms"].get("count") or 0)
+        rows.append(
+            (
+                run_["target"]["name"],
+                f"{load['mode']} {label}",
+                str(run_["requests"]),
+                f"{run_['requests'] - run_['successes']}",
+                str(run_["successes"]),
+                _fmt(run_["throughput"]["req_per_s"], 1),
+                _fmt(run_["throughput"]["output_tokens_per_s"], 0),
+                _q(m["ttft_ms"], 50),
+                _q(m["ttft_ms"], 90),
+                _q(m["ttft_ms"], 99),
+                _q(m.get("ttft_answer_ms"), 90),
+                _q(m["e2e_ms"], 50),
+                _q(m["e2e_ms"], 90),
+                _q(m["e2e_ms"], 99),
+                _q(m["itl_ms"], 50, 1),
+                _q(m["itl_ms"], 99, 1),
             )
-        console.print(decay)
+        )
+    caption = "percentiles over the successful requests (n ok; ITL over token gaps); 'n<K': fewer than K, withheld"
+    cols: tuple[Col, ...] = SUMMARY_COLS
+    body: list[tuple[str, ...]] = list(rows)
+    if any(r.get("accuracy") for r in doc["runs"]):
+        cols = (*cols, Col("accuracy", "accuracy\n[95% CI]", 1))
+        body = [(*row, accuracy_cell(r.get("accuracy"))) for row, r in zip(rows, doc["runs"], strict=True)]
+    Grid(cols, tuple(body), title="results (ms)", caption=caption).print_to(console)
+    if doc.get("decay"):
+        p99 = percentile_minimum(99)
+        decay_rows = []
+        for d in doc["decay"]:
+            n = min(e2e_n.get((d["target"], int(d["concurrency"])), 0), e2e_n.get((d["target"], 1), 0))
+            few = n < p99
+            decay_rows.append(
+                (
+                    d["target"],
+                    str(d["concurrency"]),
+                    str(n),
+                    f"n<{p99}" if few else _fmt(d["p99_e2e_ratio"], 2),
+                    f"n<{p99}" if few else _fmt(d["p99_ttft_ratio"], 2),
+                    _fmt(d["mean_tok_s_ratio"], 2),
+                )
+            )
+        decay_cols = (
+            Col("target", "target", 0, left=True),
+            Col("concurrency", "concurrency", 0),
+            Col("n", "n (fewer of the two)", 2),
+            Col("p99_e2e", "P99 E2E ×", 1),
+            Col("p99_ttft", "P99 TTFT ×", 1),
+            Col("tok_s", "mean tok/s ×", 1),
+        )
+        Grid(decay_cols, tuple(decay_rows), title="decay vs concurrency 1").print_to(console)
     _print_findings(console, doc)
     for check in doc.get("thresholds") or []:
         mark = "PASS" if check["passed"] else "FAIL"
@@ -474,6 +611,14 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
                 markup=False,
                 highlight=False,
             )
+    for r in doc["runs"]:
+        line = _cache_line(r)
+        if line:
+            console.print(
+                f"prompt cache [{r['target']['name']}, {res.describe_load(r['load'])}]: {line}",
+                markup=False,
+                highlight=False,
+            )
     for lim in doc.get("limits") or []:
         console.print(f"rate limit: {lim['summary']}", markup=False, highlight=False)
     for flag in doc.get("rate_limits") or []:
@@ -484,3 +629,26 @@ def _print_findings(console: Console, doc: dict[str, Any]) -> None:
             markup=False,
             highlight=False,
         )
+
+
+def _cache_line(run_: dict[str, Any]) -> str | None:
+    """One report line: the cache-hit rate from usage and, with --price, the input cost per 1k requests."""
+    cache = run_.get("cache")
+    if not cache or not cache.get("requests"):
+        return None
+    if cache.get("hit_rate") is None:
+        line = (
+            f"hit rate not reported (no usage of {cache['requests']} answers said how many prompt tokens were cached)"
+        )
+    else:
+        line = (
+            f"hit rate {cache['hit_rate']:.1%} ({cache['cached_tokens']:,} of {cache['reported_prompt_tokens']:,} "
+            "prompt tokens cached, from usage)"
+        )
+    cost = run_.get("input_cost")
+    if cost:
+        line += (
+            f"; input {cost['per_1k_requests']:.4g} {cost['currency']} per 1k requests "
+            f"({cost['uncached_per_1k_requests']:.4g} without cache hits)"
+        )
+    return line

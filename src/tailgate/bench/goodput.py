@@ -45,7 +45,10 @@ class SLO:
             try:
                 ms = float(value) if value.replace(".", "", 1).isdigit() else float(parse_duration(value)) * 1000.0
             except ValueError:
-                raise GoodputError(f"--goodput: {value!r} in {part.strip()!r} is not a time (1s, 800ms, 50)") from None
+                raise GoodputError(
+                    f"--goodput: {value!r} in {part.strip()!r} is not a time "
+                    "(a bare number is ms; or units ms, s, m, h, d: 800ms, 1s, 1m)"
+                ) from None
             if ms <= 0:
                 raise GoodputError(f"--goodput: the limit in {part.strip()!r} must be positive")
             limits[metric] = ms

@@ -325,7 +325,9 @@ class LoadGenerator:
             phase.in_flight -= 1
         if counted and result.error_class != "cancelled":
             lag_ms = max(0.0, (sent_at - intended) * 1000.0)
-            phase.recorders[p.idx].add(result, lag_ms=lag_ms, t_done=time.perf_counter(), accuracy=right)
+            phase.recorders[p.idx].add(
+                result, lag_ms=lag_ms, t_done=time.perf_counter(), accuracy=right, sent_at=sent_at
+            )
             if p.intended is not None:
                 phase.recorders[p.idx].note_prompt(p.intended, result)
             if p.ratelimit:

@@ -18,6 +18,8 @@ Our users found a provider that allowed only ~20 requests/s per API key until su
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,17 +28,25 @@ from typing import Any
 FLAG = "rate-limited above ~{n} req/s per key: these numbers measure the limiter, not the service"
 
 
+STEADY_MIN = 5
+"""Admitted requests after the first 429 needed before the steady-state rate replaces the run's average."""
+
+
 def admitted_per_s(run: Mapping[str, Any]) -> float | None:
     """Steady-state admitted (not refused) requests per second of one run.
 
-    Open loop: the offered rate × the admitted fraction (the schedule is exact, so this needs no timing);
-    a warm-up at the same rate has drained the bucket's initial burst. Closed loop: the median of the
-    per-second counts of finished requests, first and last second left out.
+    Open loop: requests admitted after the first 429 per second from then on (the bucket is empty from
+    there, so this is its refill rate: ``RunRecorder.steady_rate``); without enough of them, the
+    offered rate × the admitted fraction. Closed loop: the median of the per-second counts of finished
+    requests, first and last second left out.
     """
     timeline = run.get("timeline") or []
     refused = (run.get("errors") or {}).get("rate_limited", 0)
     load = run.get("load") or {}
     requests = int(run.get("requests") or 0)
+    steady = run.get("rate_limit") or {}
+    if steady.get("steady_per_s") is not None and int(steady.get("steady_admitted") or 0) >= STEADY_MIN:
+        return round(float(steady["steady_per_s"]), 3)
     if load.get("mode") == "open" and load.get("rate") and requests:
         return round(float(load["rate"]) * (requests - int(refused)) / requests, 3)
     interior = timeline[1:-1]
@@ -50,6 +60,78 @@ def admitted_per_s(run: Mapping[str, Any]) -> float | None:
     if not duration:
         return None
     return round((int(run["requests"]) - int(refused)) / float(duration), 3)
+
+
+PERIODS = (1.0, 60.0, 3600.0, 86400.0)
+"""The periods a ``x-ratelimit-limit-requests`` value can count over: second, minute, hour, day."""
+
+
+def _reset_s(text: str | None) -> float | None:
+    """``x-ratelimit-reset-*`` (``1s``, ``250ms``, ``6m0s``, ``1h2m``) → seconds; None if unreadable."""
+    if not text:
+        return None
+    total, found = 0.0, False
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text.strip()):
+        total += float(number) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+        found = True
+    return total if found else None
+
+
+def header_rate(headers: Mapping[str, str], remaining_min: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+    """The limit the provider states in ``x-ratelimit-*-requests``, as requests per second.
+
+    The headers give a count (``limit-requests``) but not its period. A bucket that refills evenly
+    is full again after ``reset = (limit − remaining) × period / limit``, so the period is
+    ``reset × limit / (limit − remaining)``, snapped to a second, minute, hour or day. Without a reset
+    header the period is taken as a minute (OpenAI documents its request limits per minute) and said so.
+    """
+    limit = _num(headers.get("limit-requests"))
+    if limit is None or limit <= 0:
+        return None
+    remaining = _num(headers.get("remaining-requests"))
+    if remaining_min and "remaining-requests" in remaining_min:
+        remaining = float(remaining_min["remaining-requests"])
+    reset = _reset_s(headers.get("reset-requests"))
+    if reset is not None and reset > 0 and remaining is not None and remaining < limit:
+        raw = reset * limit / (limit - remaining)
+        period = min(PERIODS, key=lambda p: abs(math.log(raw / p)))
+        how = f"period from x-ratelimit-reset-requests ({headers.get('reset-requests')})"
+    else:
+        period, how = 60.0, "no usable reset header: read as per minute, OpenAI's convention"
+    return {"limit": limit, "period_s": period, "per_s": round(limit / period, 4), "how": how}
+
+
+AGREE = 0.05
+"""Measured and stated limits within 5 % of each other agree."""
+
+
+def verdict(measured: float | None, stated: Mapping[str, Any] | None) -> tuple[str, float | None, str]:
+    """(which to trust: ``header`` | ``measured`` | ``none``, that rate, one sentence saying why)."""
+    if stated is None:
+        if measured is None:
+            return "none", None, "no limit measured and none stated"
+        return (
+            "measured",
+            measured,
+            "the provider states no limit in x-ratelimit-* headers: the measured rate is the answer",
+        )
+    per_s = float(stated["per_s"])
+    if measured is None:
+        return "header", per_s, "nothing measured: only the provider's stated limit"
+    off = abs(measured - per_s) / per_s
+    if off <= AGREE:
+        return (
+            "header",
+            per_s,
+            f"the measured rate agrees with the stated limit (within {100 * off:.0f} %): trust the header, "
+            "the provider's own exact number",
+        )
+    return (
+        "measured",
+        measured,
+        f"they differ by {100 * off:.0f} %: trust the measured rate, what this key was actually admitted "
+        "(the header may count another scope or period)",
+    )
 
 
 def _num(text: Any) -> float | None:
@@ -74,16 +156,21 @@ def assess(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         worst = max(limited, key=lambda r: r["errors"]["rate_limited"] / max(1, r["requests"]))
         per_s = admitted_per_s(worst)
         headers: dict[str, str] = {}
+        remaining: dict[str, int] = {}
         retry: float | None = None
         for r in target_runs:
             rl = r.get("rate_limit") or {}
             headers.update(rl.get("headers") or {})
+            for k, v in (rl.get("remaining_min") or {}).items():
+                remaining[k] = min(int(v), remaining.get(k, int(v)))
             ra = rl.get("retry_after_s_max")
             if ra is not None:
                 retry = max(retry or 0.0, float(ra))
         refused = sum(r["errors"]["rate_limited"] for r in target_runs)
         requests = sum(r["requests"] for r in target_runs)
         shown = "?" if per_s is None else f"{per_s:.0f}" if per_s >= 10 else f"{per_s:.1f}"
+        stated = header_rate(headers, remaining)
+        trust, answer, why = verdict(per_s, stated)
         out.append(
             {
                 "target": name,
@@ -95,6 +182,11 @@ def assess(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "refused": refused,
                 "requests": requests,
                 "from_run": list(runs).index(worst),
+                "steady_admitted": (worst.get("rate_limit") or {}).get("steady_admitted"),
+                "header": stated,
+                "trust": trust,
+                "answer_per_s": answer,
+                "why": why,
                 "flag": FLAG.format(n=shown),
             }
         )
@@ -113,16 +205,31 @@ class LimitSpec:
     """Never send more requests than this in all (each step's warm-up included)."""
     step_s: float = 5.0
     warmup_s: float = 1.0
+    confirm_admitted: int = 40
+    """Admitted requests the answer should rest on: the steady state counts ±1 request, so 40 is ±2.5 %.
+    When the refused step admitted fewer after its first 429, one more step at ≥ 1.5× the estimate
+    measures long enough for this many."""
 
 
 RunRate = Callable[[float, float], Awaitable[dict[str, Any]]]
 """Runs an open loop at (rate, measured seconds) and returns the run object."""
 
 
+def _sent(rate: float, seconds: float, warmup_s: float) -> int:
+    return int(rate * (seconds + warmup_s)) + 1
+
+
 async def find_limit(
     spec: LimitSpec, run_rate: RunRate, *, stopped: Callable[[], bool] = lambda: False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Ramp until refused; returns (the runs, the ``limit`` entry of the document)."""
+    """Ramp until refused, then measure the limiter's steady state; returns (the runs, the ``limit`` entry).
+
+    Each step is an open loop at a fixed rate. A token bucket admits its whole burst before it refuses,
+    so a step's average admitted rate overstates the limit by burst / step length; the answer is the
+    rate admitted *after the first 429* (the bucket is empty from there: its refill rate). When that
+    rests on fewer than ``confirm_admitted`` requests, one confirming step at 1.5× the estimate (or the
+    refused rate, if higher) runs long enough for them, within the cap.
+    """
     runs: list[dict[str, Any]] = []
     sent = 0
     rate = spec.start
@@ -136,7 +243,7 @@ async def find_limit(
             break
         run = await run_rate(rate, seconds)
         runs.append(run)
-        sent += int(rate * (seconds + spec.warmup_s)) + 1
+        sent += _sent(rate, seconds, spec.warmup_s)
         refused = run["errors"].get("rate_limited", 0)
         if run["requests"] and refused / run["requests"] >= spec.refuse_fraction:
             found = assess([run])[0]
@@ -146,6 +253,23 @@ async def find_limit(
     else:
         if not stopped():
             note = f"no 429 up to the ceiling of {spec.ceiling:g} req/s"
+    if found is not None and found["per_s"] and not stopped():
+        admitted = int(found.get("steady_admitted") or 0)
+        if admitted < spec.confirm_admitted:
+            est = float(found["per_s"])
+            confirm = round(max(found["offered_per_s"], 1.5 * est), 3)
+            # Long enough to empty a bucket of one second's worth at (confirm − est) and then admit the rest.
+            seconds = spec.confirm_admitted / est + est / max(confirm - est, 1e-9)
+            seconds = min(seconds, (spec.cap - sent - 1) / confirm - spec.warmup_s)
+            if seconds >= 1.0:
+                run = await run_rate(confirm, seconds)
+                runs.append(run)
+                sent += _sent(confirm, seconds, spec.warmup_s)
+                if run["errors"].get("rate_limited", 0):
+                    better = assess([run])[0]
+                    if int(better.get("steady_admitted") or 0) > admitted:
+                        better["offered_per_s"] = found["offered_per_s"]
+                        found = better
     target = (runs[0]["target"] if runs else {}).get("name")
     entry: dict[str, Any] = {
         "target": target,
@@ -154,6 +278,11 @@ async def find_limit(
         "rpm": None if found is None else found["rpm"],
         "tpm_header": None if found is None else found["tpm_header"],
         "limit_requests_header": None if found is None else found["limit_requests_header"],
+        "header": None if found is None else found["header"],
+        "trust": None if found is None else found["trust"],
+        "answer_per_s": None if found is None else found["answer_per_s"],
+        "why": None if found is None else found["why"],
+        "steady_admitted": None if found is None else found.get("steady_admitted"),
         "retry_after_s_max": None if found is None else found["retry_after_s_max"],
         "refused_at_offered_per_s": None if found is None else found["offered_per_s"],
         "rates_tried": [r["load"].get("rate") for r in runs],
@@ -162,12 +291,42 @@ async def find_limit(
         "note": note,
     }
     if found is not None:
-        tpm = f", TPM {found['tpm_header']:g} (header)" if found["tpm_header"] else ""
-        entry["summary"] = (
-            f"{target}: refused from {found['offered_per_s']:g} req/s offered; admitted ~{found['per_s']:.1f} req/s "
-            f"per key (RPM ~{found['rpm']:.0f}{tpm})"
-        )
+        entry["summary"] = _summary(str(target), found)
     else:
         last = entry["rates_tried"][-1] if entry["rates_tried"] else None
-        entry["summary"] = f"{target}: no rate limit found below {last} req/s ({note})"
+        below = "?" if last is None else _rate(float(last))
+        entry["summary"] = f"{target}: no rate limit found below {below} req/s ({note})"
     return runs, entry
+
+
+def _rate(x: float) -> str:
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+_PERIOD_NAMES = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}
+
+
+def _summary(target: str, found: Mapping[str, Any]) -> str:
+    """One line: the answer, the measured rate beside the stated one, and which to trust."""
+    measured = found["per_s"]
+    n = found.get("steady_admitted")
+    basis = f"steady state, {n} admitted after the first 429" if n else "average over the refused step"
+    parts = [
+        f"{target}: refused from {_rate(found['offered_per_s'])} req/s offered",
+        f"measured ~{_rate(measured)} req/s per key (RPM ~{measured * 60:.0f}; {basis})",
+    ]
+    stated = found.get("header")
+    if stated:
+        period = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}.get(
+            stated["period_s"], f"{stated['period_s']:g}s"
+        )
+        parts.append(
+            f"stated {stated['limit']:g}/{period} = {_rate(stated['per_s'])} req/s (x-ratelimit-limit-requests)"
+        )
+    else:
+        parts.append("no x-ratelimit-limit-requests header")
+    if found.get("tpm_header"):
+        parts.append(f"TPM {found['tpm_header']:g} (header)")
+    answer = found.get("answer_per_s")
+    head = f"limit ~{_rate(answer)} req/s ({found['trust']}): " if answer is not None else ""
+    return head + "; ".join(parts) + f". {found['why'][0].upper()}{found['why'][1:]}."

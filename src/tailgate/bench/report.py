@@ -18,6 +18,7 @@ from typing import Any
 from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, fmt_num, line_chart
 from tailgate.bench.results import describe_load
 from tailgate.stats import LatencyHistogram
+from tailgate.stats.shown import wilson
 
 __all__ = ["render_html"]
 
@@ -285,11 +286,20 @@ def _accuracy_table(runs: Sequence[Doc]) -> str | None:
             return fmt_num(v)
         return "—" if v is None else str(v) if isinstance(v, str | int) else json.dumps(v, ensure_ascii=False)
 
+    def interval(a: Mapping[str, Any]) -> str:
+        right, total = a.get("right"), a.get("total")
+        if not isinstance(right, int) or not isinstance(total, int) or total <= 0:
+            return "—"
+        lo, hi = wilson(right, total)
+        return f"{100 * lo:.0f}–{100 * hi:.0f} % (n={total})"
+
     rows = [
-        [_cell(_target(r), "l"), _cell(_load_label(r.get("load") or {}), "l")] + [_cell(show(a.get(k))) for k in keys]
+        [_cell(_target(r), "l"), _cell(_load_label(r.get("load") or {}), "l")]
+        + [_cell(show(a.get(k))) for k in keys]
+        + [_cell(interval(a))]
         for r, a in acc
     ]
-    return _table(["target", "load", *keys], rows, left=2)
+    return _table(["target", "load", *keys, "95% interval (Wilson)"], rows, left=2)
 
 
 # -- page ----------------------------------------------------------------------------------------
@@ -303,11 +313,21 @@ def _charts(items: Sequence[str]) -> str:
     return '<div class="charts">\n' + "\n".join(items) + "\n</div>"
 
 
+def _when(epoch: Any) -> str:
+    """A readable UTC time (``2026-12-04 21:46:16 UTC``) for the document's Unix ``started_at``."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(float(epoch), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?" if epoch is None else str(epoch)
+
+
 def _header(doc: Doc, runs: Sequence[Doc]) -> str:
     cmd = " ".join(str(c) for c in doc.get("command") or [])
     meta = [
         f"tailgate {escape(str(doc.get('tailgate_version', '?')))}",
-        f"started {escape(str(doc.get('started_at', '?')))}",
+        f"started {escape(_when(doc.get('started_at')))}",
         f"{len(runs)} run(s), {len(_targets(runs))} target(s)",
     ]
     out = ["<h1>tailgate bench report</h1>", f'<p class="meta">{" · ".join(meta)}</p>']

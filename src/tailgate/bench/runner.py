@@ -19,7 +19,7 @@ from tailgate.bench.goodput import SLO
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import TraceEntry, Workload
-from tailgate.config.units import parse_duration
+from tailgate.config.units import DURATION_FORMS, parse_duration
 from tailgate.upstream import Endpoint, Timeouts, UpstreamClient, call
 
 
@@ -157,7 +157,7 @@ def parse_stages(text: str) -> tuple[tuple[float, int], ...]:
         try:
             seconds = float(parse_duration(match.group(1)))
         except ValueError:
-            raise PlanError(f"--stages: {match.group(1)!r} in {token!r} is not a duration (30s, 1m, 500ms)") from None
+            raise PlanError(f"--stages: {match.group(1)!r} in {token!r} is not a duration ({DURATION_FORMS})") from None
         out.append((seconds, int(match.group(2))))
     return tuple(out)
 

@@ -250,7 +250,12 @@ def to_text(report: CheckReport) -> str:
                 f"idle {_secs(t.idle)}, total {_secs(t.total)}",
             ],
             ["limits", f"rpm {_num(lim.rpm)}, tpm {_num(lim.tpm)}, max_connections {lim.max_connections}"],
-            ["price", f"{_num(p.input)} in / {_num(p.output)} out {p.currency} per 1M tokens"],
+            [
+                "price",
+                f"{_num(p.input)} in"
+                + (f" ({_num(p.cached_input)} cached)" if p.cached_input is not None else "")
+                + f" / {_num(p.output)} out {p.currency} per 1M tokens",
+            ],
             ["max_output", _num(rp.max_output_tokens)],
         ]
         if rp.headers:

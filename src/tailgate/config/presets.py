@@ -35,6 +35,9 @@ class ProviderPreset:
     """``key``: ``rpm``/``tpm`` hold per API key, so N keys give N times the rate; ``account``: keys share it."""
     max_output_tokens: int | None = None
     currency: str = "CNY"
+    cached_input_ratio: float | None = None
+    """What a cache-hit prompt token costs as a share of the input price, where the provider publishes it:
+    ``price.cached_input`` defaults to ``price.input`` × this (the source is in ``sources``)."""
     notes: str = ""
     sources: tuple[str, ...] = ()
 
@@ -66,12 +69,18 @@ PRESETS: dict[str, ProviderPreset] = {
                 "(that v1 is not a model version). deepseek-chat is DeepSeek-V3.2 non-thinking and "
                 "deepseek-reasoner its thinking mode (docs of late 2025); later docs remap both names to a newer "
                 "model and announce their retirement, so pin and re-check the id. A held connection looks like "
-                "a slow first token: set timeouts.first_token to what you will wait."
+                "a slow first token: set timeouts.first_token to what you will wait. Context caching is on for "
+                "every account (64-token units); usage reports prompt_cache_hit_tokens / prompt_cache_miss_tokens. "
+                "Cache-hit input cost 10% of cache-miss input for DeepSeek-V3.2 (0.2 vs 2 CNY per 1M tokens, "
+                "late 2025); the ratio changes with the model, so set price.cached_input from the current page."
             ),
+            cached_input_ratio=0.1,
             sources=(
                 "https://api-docs.deepseek.com/",
                 "https://api-docs.deepseek.com/zh-cn/",
                 "https://api-docs.deepseek.com/quick_start/rate_limit",
+                "https://api-docs.deepseek.com/quick_start/pricing",
+                "https://api-docs.deepseek.com/guides/kv_cache",
             ),
         ),
         ProviderPreset(
@@ -112,10 +121,16 @@ PRESETS: dict[str, ProviderPreset] = {
                 "second (RPM/60, TPM/60) and per Alibaba Cloud account across all keys, per model. 403 when "
                 "the free quota runs out with 'stop when free quota is used up' on: not retryable."
             ),
-            notes="Qwen3 open models are stream-only (unverified). Limits usually recover within a minute.",
+            notes=(
+                "Qwen3 open models are stream-only (unverified). Limits usually recover within a minute. "
+                "Implicit context cache (on by default, prefixes of 256+ tokens): a hit is billed at 20% of the "
+                "input price and reported as usage.prompt_tokens_details.cached_tokens."
+            ),
+            cached_input_ratio=0.2,
             sources=(
                 "https://help.aliyun.com/zh/model-studio/rate-limit",
                 "https://www.alibabacloud.com/help/en/document_detail/2840182.html",
+                "https://help.aliyun.com/zh/model-studio/user-guide/context-cache",
             ),
         ),
         ProviderPreset(
@@ -268,12 +283,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _cached(p: ProviderPreset) -> str:
+    return f"{p.cached_input_ratio:.0%} of input" if p.cached_input_ratio is not None else "–"
+
+
 def presets_markdown() -> str:
     """The preset table of docs/config.md, generated so the page cannot drift from :data:`PRESETS`."""
     rows = [
-        "| preset | base_url | DeepSeek-V3.2 id | rate-limit headers | 429 and friends | default limits | notes "
-        "| sources |",
-        "|---|---|---|---|---|---|---|---|",
+        "| preset | base_url | DeepSeek-V3.2 id | rate-limit headers | 429 and friends | default limits "
+        "| cached input | notes | sources |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in PRESETS.values():
         name = f"`{p.name}`" + "".join(f" (`{a}`)" for a in _aliases_of(p.name))
@@ -286,6 +305,6 @@ def presets_markdown() -> str:
         sources = " ".join(f"[{i}]({u})" for i, u in enumerate(p.sources, 1)) or "–"
         rows.append(
             f"| {name}: {_cell(p.title)} | {url} | {model} | {_cell(p.rate_limit_headers)} | "
-            f"{_cell(p.status_429)} | {limits or '–'} | {_cell(p.notes) or '–'} | {sources} |"
+            f"{_cell(p.status_429)} | {limits or '–'} | {_cached(p)} | {_cell(p.notes) or '–'} | {sources} |"
         )
     return "\n".join(rows) + "\n"

@@ -130,6 +130,10 @@ def _merge_price(preset: ProviderPreset | None, user: PriceConfig | None) -> Pri
     base: dict[str, Any] = {"currency": preset.currency} if preset is not None else {}
     if user is not None:
         base.update(user.model_dump(exclude_unset=True))
+    ratio = preset.cached_input_ratio if preset is not None else None
+    if ratio is not None and base.get("cached_input") is None and base.get("input"):
+        # The provider publishes what a cache hit costs as a share of input (docs/config.md, presets).
+        base["cached_input"] = base["input"] * ratio
     return PriceConfig(**base)
 
 

@@ -45,11 +45,41 @@ class LimitsConfig(_Strict):
 
 
 class PriceConfig(_Strict):
-    """Price per million tokens."""
+    """Price per million tokens. ``cached_input`` is what a prompt token the provider served from its prompt
+    cache costs (DeepSeek's "cache hit" price, Bailian's 20 % of input); unset, such a token costs ``input``."""
 
     input: Annotated[float, Field(ge=0)] = 0.0
     output: Annotated[float, Field(ge=0)] = 0.0
+    cached_input: Annotated[float, Field(ge=0)] | None = None
     currency: str = "CNY"
+
+    @model_validator(mode="after")
+    def _cached_at_most_input(self) -> PriceConfig:
+        if self.cached_input is not None and self.cached_input > self.input:
+            raise ValueError(
+                f"cached_input ({self.cached_input:g}) is above input ({self.input:g}): a cache hit is billed "
+                "at a fraction of the input price; set input too"
+            )
+        return self
+
+    @property
+    def cached_rate(self) -> float:
+        """The price of a million cached prompt tokens: ``cached_input``, else ``input``."""
+        return self.input if self.cached_input is None else self.cached_input
+
+    def input_cost(self, prompt_tokens: int | None, cached_tokens: int | None = None) -> float:
+        """What the prompt costs: its cached tokens at ``cached_rate``, the rest at ``input``.
+
+        ``cached_tokens`` None (the provider did not say) prices every prompt token at ``input``; it is
+        clamped to ``0 … prompt_tokens`` so a provider's odd usage never yields a negative or inflated cost.
+        """
+        prompt = max(0, prompt_tokens or 0)
+        cached = min(prompt, max(0, cached_tokens or 0))
+        return ((prompt - cached) * self.input + cached * self.cached_rate) / 1_000_000
+
+    def cost(self, prompt_tokens: int | None, output_tokens: int | None, cached_tokens: int | None = None) -> float:
+        """What one call costs in ``currency``: :meth:`input_cost` plus the output tokens at ``output``."""
+        return self.input_cost(prompt_tokens, cached_tokens) + max(0, output_tokens or 0) * self.output / 1_000_000
 
 
 class ProviderConfig(_Strict):

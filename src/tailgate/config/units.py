@@ -15,6 +15,10 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|µs|s|m|h|d)")
 _UNIT_S = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+DURATION_FORMS = "a number of seconds, or units ms, s, m, h, d combined: 500ms, 30s, 1m30s, 2h, 7d"
+"""What every duration accepts, for error messages."""
+
+
 def parse_duration(value: Any) -> Any:
     """Turn ``"1m30s"``, ``"250ms"``, ``"2h"`` or a bare number of seconds into float seconds.
 
@@ -24,7 +28,7 @@ def parse_duration(value: Any) -> Any:
         return value
     text = value.strip().replace(" ", "")
     if not text:
-        raise ValueError("expected a duration such as '30s', '500ms' or '1m30s', got an empty string")
+        raise ValueError(f"expected a duration ({DURATION_FORMS}), got an empty string")
     try:
         return float(text)
     except ValueError:
@@ -36,9 +40,7 @@ def parse_duration(value: Any) -> Any:
         total += float(match.group(1)) * _UNIT_S[match.group(2)]
         pos = match.end()
     if pos != len(text) or pos == 0:
-        raise ValueError(
-            f"expected a duration such as '30s', '500ms', '1m30s' or '7d' (units: ms, s, m, h, d), got {value!r}"
-        )
+        raise ValueError(f"expected a duration ({DURATION_FORMS}), got {value!r}")
     return total
 
 

@@ -48,13 +48,18 @@ class Controls:
 
     ``is_admin(request)`` checks the request's ``Authorization: Bearer`` against the admin key;
     ``set_drained(provider, drained)`` applies the change and returns a JSON-able result, raising
-    ``KeyError`` for an unknown provider. ``enabled`` is False when no admin key is configured, so the
-    page can say why its buttons stay off.
+    ``KeyError`` for an unknown provider. ``enabled`` is False (or a callable answering False) when no
+    admin key is configured, so the page can say why its buttons stay off; a callable is asked per request
+    (the gateway's admin key may come with a config reload).
     """
 
     is_admin: Callable[[web.Request], bool]
     set_drained: Callable[[str, bool], Mapping[str, Any]]
-    enabled: bool = True
+    enabled: bool | Callable[[], bool] = True
+
+    def on(self) -> bool:
+        """Are the controls usable now?"""
+        return self.enabled() if callable(self.enabled) else self.enabled
 
 
 class _Dashboard:
@@ -65,8 +70,10 @@ class _Dashboard:
         controls: Controls | None,
         clock: Callable[[], float],
         guard: ReadGuard | None = None,
+        guard_required: Callable[[], bool] | None = None,
     ) -> None:
         self.guard = guard
+        self.guard_required = guard_required
         self.db_path = db_path
         """A SQLite file, or a ``postgresql://`` URL (the fleet's store: docs/ledger.md)."""
         self.live_cb = live
@@ -158,8 +165,8 @@ class _Dashboard:
             {
                 "mode": "gateway" if self.live_cb is not None else "monitor",
                 "live": self.live_cb is not None,
-                "controls": self.controls is not None and self.controls.enabled,
-                "auth_required": self.guard is not None,
+                "controls": self.controls is not None and self.controls.on(),
+                "auth_required": self.auth_required(),
                 "windows": list(WINDOWS),
                 "now": self.clock(),
             }
@@ -242,17 +249,24 @@ class _Dashboard:
             return error_response(wire_errors.not_found("No live state here: the dashboard runs without a gateway."))
         return web.json_response(live_view(self.live_cb()))
 
+    def auth_required(self) -> bool:
+        """Does reading the data need a key now (the host decides per request; without a host's say: a guard)?"""
+        return self.guard_required() if self.guard_required is not None else self.guard is not None
+
+    def may_manage(self, request: web.Request) -> bool:
+        """Does this request carry the key that works the controls (the admin key, with controls on)?"""
+        return self.controls is not None and self.controls.on() and self.controls.is_admin(request)
+
     async def auth(self, request: web.Request) -> web.Response:
-        if (denied := self._guard(request)) is not None:
-            if self.guard is not None and self.guard(request) is None:  # a read-only key: it may read
-                return web.json_response({"admin": False, "read": True})
-            return denied
-        return web.json_response({"admin": True})
+        """What the caller may do: ``read`` the data (else the read guard's 401) and use the ``admin`` controls."""
+        if self.guard is not None and (denied := self.guard(request)) is not None:
+            return error_response(denied)
+        return web.json_response({"admin": self.may_manage(request), "read": True})
 
     def _guard(self, request: web.Request) -> web.Response | None:
         if self.controls is None:
             return error_response(wire_errors.not_found("No controls here: the dashboard runs without a gateway."))
-        if not self.controls.enabled:
+        if not self.controls.on():
             return error_response(
                 WireError(403, "Controls are off: set admin_key in the config.", type="request_forbidden")
             )
@@ -332,6 +346,8 @@ def mount(
     controls: Controls | None = None,
     clock: Callable[[], float] = time.time,
     guard: ReadGuard | None = None,
+    guard_required: Callable[[], bool] | None = None,
+    currency: Callable[[], str | None] | None = None,
 ) -> None:
     """Add ``/dashboard``, ``/dashboard/static/*`` and ``/dashboard/api/*`` to ``app``.
 
@@ -340,10 +356,12 @@ def mount(
     mode); ``controls`` enables ``POST /dashboard/api/providers/{name}/drain|enable`` for admin-key
     holders. ``clock`` is wall-clock Unix seconds (tests pin it). ``guard``, when given, must pass every
     API request but ``meta`` (the page shell and its static assets hold no data and stay public, so a
-    browser can load them and ask for a key).
+    browser can load them and ask for a key); it is asked on every request, so the host decides with the
+    keys in force then. ``guard_required`` tells ``meta`` whether the guard asks for a key now. ``currency``
+    names the currency of the costs the Keys & spend page shows (the host's providers' price currency).
     """
     target = db_path if is_postgres_url(db_path) else Path(db_path).expanduser()
-    dash = _Dashboard(target, live, controls, clock, guard)
+    dash = _Dashboard(target, live, controls, clock, guard, guard_required)
 
     def wrap(handler: Callable[[web.Request], Any], *, public: bool = False) -> Callable[[web.Request], Any]:
         async def run(request: web.Request) -> web.StreamResponse:
@@ -368,6 +386,6 @@ def mount(
         ("auth", dash.auth),
     ):
         r.add_get(f"/dashboard/api/{path}", wrap(handler, public=path == "meta"))
-    add_keys_page(app, dash._query, wrap, controls_enabled=controls is not None and controls.enabled)
+    add_keys_page(app, dash._query, wrap, may_manage=dash.may_manage, currency=currency)
     r.add_post("/dashboard/api/providers/{name}/drain", wrap(dash.drain))
     r.add_post("/dashboard/api/providers/{name}/enable", wrap(dash.enable))

@@ -45,7 +45,8 @@ def add_keys_page(
     query: Query,
     wrap: Callable[[Callable[[web.Request], Any]], Callable[[web.Request], Any]],
     *,
-    controls_enabled: bool,
+    may_manage: Callable[[web.Request], bool],
+    currency: Callable[[], str | None] | None = None,
 ) -> None:
     async def page(request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC / "keys.html", headers={"Cache-Control": "no-cache"})
@@ -53,7 +54,11 @@ def add_keys_page(
     async def keys(request: web.Request) -> web.Response:
         now = time.time()
         found = await query(lambda c: _keys(c, now))
-        return web.json_response({"now": now, "admin": controls_enabled, "keys": found})
+        # What this caller may do (not what is configured): it read the keys; ``admin``: it holds the admin
+        # key, so the page offers create and revoke.
+        body = {"now": now, "admin": may_manage(request), "read": True, "keys": found}
+        body["currency"] = currency() if currency is not None else None  # the providers' price currency
+        return web.json_response(body)
 
     async def usage_report(request: web.Request) -> web.Response:
         by = request.query.get("by") or "key"
@@ -66,7 +71,8 @@ def add_keys_page(
             raise wire_errors.invalid_request(str(exc), param="since") from None
         now = time.time()
         groups = await query(lambda c: _usage(c, now - since_s, by))
-        return web.json_response({"by": by, "since": text, "now": now, "groups": groups})
+        cur = currency() if currency is not None else None
+        return web.json_response({"by": by, "since": text, "now": now, "currency": cur, "groups": groups})
 
     app.router.add_get("/dashboard/keys", page)
     app.router.add_get("/dashboard/api/keys", wrap(keys))

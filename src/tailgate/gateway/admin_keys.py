@@ -21,7 +21,6 @@ from aiohttp import web
 from tailgate._aiohttp import error_response
 from tailgate.config.units import parse_duration
 from tailgate.gateway.admission import fleet_state
-from tailgate.gateway.auth import unauthorized_admin
 from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.store import StoreConn, StoreError, open_store
 from tailgate.wire.errors import WireError
@@ -57,13 +56,8 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
     target = gw.key_directory.target
 
     def guard(request: web.Request) -> web.Response | None:
-        if gw.keys.is_admin(request):
-            return None
-        if gw.config.admin_key is None:
-            return error_response(
-                WireError(403, "Admin endpoints are off: set admin_key in the config.", type="request_forbidden")
-            )
-        return error_response(unauthorized_admin())
+        refusal = gw.guard.check(request, "admin")  # the one access decision (auth.py)
+        return error_response(refusal) if refusal is not None else None
 
     async def in_store(fn: Callable[[StoreConn], Any]) -> Any:
         if target is None:

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -39,7 +39,7 @@ from tailgate.gateway.keys import KeyDirectory, KeyLimits
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend
-from tailgate.state import Adjustment, Claim, Lease, LocalState, Reservation, SharedState, Slot
+from tailgate.state import Adjustment, Admission, Claim, Lease, LocalState, Reservation, SharedState, Slot
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
@@ -47,16 +47,33 @@ if TYPE_CHECKING:
     from tailgate.gateway.proxy import _Ctx
     from tailgate.routing import Route
 
-__all__ = ["REASONS", "KeyAdmission", "KeyRefused", "Ticket", "admit_request", "fleet_state", "key_store"]
+__all__ = [
+    "REASONS",
+    "KeyAdmission",
+    "KeyRefused",
+    "Ticket",
+    "admit_request",
+    "check_request",
+    "fleet_state",
+    "key_store",
+    "ratelimit_headers",
+]
 
 log = logging.getLogger("tailgate.gateway")
 
 Reason = Literal[
-    "model_not_allowed", "key_expired", "rpm_limited", "tpm_limited", "concurrency_limited", "budget_exceeded"
+    "model_not_allowed",
+    "key_expired",
+    "key_revoked",
+    "rpm_limited",
+    "tpm_limited",
+    "concurrency_limited",
+    "budget_exceeded",
 ]
 REASONS: tuple[Reason, ...] = (
     "model_not_allowed",
     "key_expired",
+    "key_revoked",
     "rpm_limited",
     "tpm_limited",
     "concurrency_limited",
@@ -103,6 +120,8 @@ class Ticket:
     takes: list[_Take] = field(default_factory=list)
     lease: tuple[str, str] | None = None
     settled: bool = False
+    tpm: Admission | None = None
+    """The tpm window's answer (for ``x-ratelimit-*-tokens``); None without a tpm."""
 
 
 def fleet_state(gw: object) -> SharedState | None:
@@ -161,7 +180,7 @@ class KeyAdmission:
         self.refusals = Counter(
             "tailgate_key_refusals",
             "Requests refused by a key's own limits, by key id and reason (model_not_allowed, key_expired, "
-            "rpm_limited, tpm_limited, concurrency_limited, budget_exceeded).",
+            "key_revoked, rpm_limited, tpm_limited, concurrency_limited, budget_exceeded).",
             ["key", "reason"],
             registry=registry,
         )
@@ -179,19 +198,7 @@ class KeyAdmission:
         if limits is None or not limits.limited:
             return None
         now = self._clock()
-        if limits.expires_at is not None and now >= limits.expires_at:
-            raise self._refuse(
-                key_id, "key_expired", _error(401, "This API key has expired.", "key_expired", "invalid_request_error")
-            )
-        if limits.models is not None and alias not in limits.models:
-            allowed = ", ".join(sorted(limits.models)) or "none"
-            err = _error(
-                403,
-                f"This key may not use the model '{alias}' (allowed: {allowed}).",
-                "model_not_allowed",
-                "invalid_request_error",
-            )
-            raise self._refuse(key_id, "model_not_allowed", err)
+        self._check(limits, alias, now)
         tokens = prompt_estimate + output_estimate
         cost = (prompt_estimate * price[0] + output_estimate * price[1]) / 1_000_000
         ticket = Ticket(key_id, tokens, cost, prompt_estimate)
@@ -214,6 +221,29 @@ class KeyAdmission:
             raise
         return ticket
 
+    def check(self, key_id: str, alias: str) -> None:
+        """The key's standing, before anything is counted: expired (401 ``key_expired``) or not allowed this
+        model (403 ``model_not_allowed``) raises the refusal; neither takes from any counter."""
+        limits = self.directory.limits(key_id)
+        if limits is not None and limits.limited:
+            self._check(limits, alias, self._clock())
+
+    def _check(self, limits: KeyLimits, alias: str, now: float) -> None:
+        key_id = limits.id
+        if limits.expires_at is not None and now >= limits.expires_at:
+            raise self._refuse(
+                key_id, "key_expired", _error(401, "This API key has expired.", "key_expired", "invalid_request_error")
+            )
+        if limits.models is not None and alias not in limits.models:
+            allowed = ", ".join(sorted(limits.models)) or "none"
+            err = _error(
+                403,
+                f"This key may not use the model '{alias}' (allowed: {allowed}).",
+                "model_not_allowed",
+                "invalid_request_error",
+            )
+            raise self._refuse(key_id, "model_not_allowed", err)
+
     def _state(self) -> SharedState:
         return self._fleet() or self._own
 
@@ -233,6 +263,8 @@ class KeyAdmission:
             _Take(c.name, c.window_s, part[1], c.amount, adm.bucket)
             for c, part, adm in zip(claims, plan.parts, res.admissions, strict=True)
         ]
+        if limits.tpm is not None and res.admissions:
+            ticket.tpm = res.admissions[0]  # the tpm is the plan's first part (``_plan``)
         if res.lease is not None and plan.slot is not None:
             ticket.lease = (plan.slot.name, res.lease.token)
 
@@ -347,6 +379,34 @@ class KeyAdmission:
         ticket.settled = True
         await state.settle(refunds, lease)
 
+    # -- x-ratelimit-* ---------------------------------------------------------------------------------
+
+    def headers(
+        self, key_id: str, rpm: float | None, rpm_adm: Admission | None, ticket: Ticket | None
+    ) -> dict[str, str]:
+        """``x-ratelimit-*`` of an admitted request of ``key_id`` (empty for a key without rpm or tpm)."""
+        limits = self.directory.limits(key_id)
+        tpm = limits.tpm if limits is not None else None
+        return ratelimit_headers(rpm, rpm_adm, tpm, ticket.tpm if ticket is not None else None)
+
+    async def headers_now(self, key_id: str, rpm: float | None, known: Mapping[str, str]) -> dict[str, str]:
+        """``x-ratelimit-*`` of ``key_id`` as its windows stand now (a refused request's answer: asks the
+        windows with an amount of 0, which takes nothing), but for what the refusal ``known`` carries already.
+        With a shared state a refusal that carries its window's numbers (the rpm's 429) asks nothing more: a
+        flood over the rpm must not cost a Redis round trip per refusal (``LeasedLimiter`` spares it)."""
+        limits = self.directory.limits(key_id)
+        tpm = limits.tpm if limits is not None else None
+        state = self._state()
+        if "x-ratelimit-limit-requests" in known:
+            if not isinstance(state, LocalState):
+                return {}
+            rpm = None
+        if rpm is None and tpm is None:
+            return {}
+        rpm_adm = await state.take(f"key:{key_id}:rpm", 0.0, rpm, 60.0) if rpm is not None else None
+        tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0) if tpm is not None else None
+        return ratelimit_headers(rpm, rpm_adm, tpm, tpm_adm)
+
     # -- settlement -----------------------------------------------------------------------------------
 
     def free_slot_now(self, ticket: Ticket | None) -> bool:
@@ -400,10 +460,10 @@ class KeyAdmission:
                 await asyncio.gather(*self._pending, return_exceptions=True)
 
 
-async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
-    """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
-    the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
-    (``gateway.responses.token_estimate``). Also applies the key's default traffic class."""
+def check_request(gw: Gateway, ctx: _Ctx) -> None:
+    """The proxy's first call for a key (before anything is counted): the key's default traffic class, then
+    its standing for ``ctx.alias`` (expired, model not allowed), raising the refusal with the reason as the
+    ledger outcome."""
     if ctx.key_id is None:
         return
     limits = gw.key_directory.limits(ctx.key_id)
@@ -412,6 +472,40 @@ async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: flo
     if ctx.traffic_class is None and limits.traffic_class is not None:
         ctx.traffic_class = limits.traffic_class
     if not limits.limited:
+        return
+    try:
+        gw.admission.check(ctx.key_id, ctx.alias)
+    except KeyRefused as refused:
+        ctx.outcome = refused.reason
+        raise refused.error from None
+
+
+def ratelimit_headers(
+    rpm: float | None, rpm_adm: Admission | None, tpm: float | None, tpm_adm: Admission | None
+) -> dict[str, str]:
+    """OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` for a key's rpm and tpm windows
+    (docs/keys.md): the limit, what is left in the window after this request, and the seconds until the
+    window's usage has rolled off."""
+    out: dict[str, str] = {}
+    if rpm is not None and rpm_adm is not None:
+        out["x-ratelimit-limit-requests"] = f"{rpm:g}"
+        out["x-ratelimit-remaining-requests"] = str(max(0, math.floor(rpm_adm.remaining)))
+        out["x-ratelimit-reset-requests"] = f"{max(0.0, rpm_adm.reset_s):.3f}s"
+    if tpm is not None and tpm_adm is not None:
+        out["x-ratelimit-limit-tokens"] = f"{tpm:g}"
+        out["x-ratelimit-remaining-tokens"] = str(max(0, math.floor(tpm_adm.remaining)))
+        out["x-ratelimit-reset-tokens"] = f"{max(0.0, tpm_adm.reset_s):.3f}s"
+    return out
+
+
+async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
+    """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
+    the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
+    (``gateway.responses.token_estimate``)."""
+    if ctx.key_id is None:
+        return
+    limits = gw.key_directory.limits(ctx.key_id)
+    if limits is None or not limits.limited:
         return
     prices = [gw.providers[r.provider].config.price for r in routes if r.provider in gw.providers]
     price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))

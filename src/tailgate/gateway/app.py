@@ -384,20 +384,30 @@ class Gateway:
             return {"provider": name, "state": "drained" if drained else "active"}
 
         db_path = self.ledger.path if self.ledger is not None else Path(self.config.ledger.path or default_db_path())
-        controls = Controls(self.keys.is_admin, set_drained, enabled=self.config.admin_key is not None)
-        guard = self.guard
+        # Every decision below is taken per request from the keys in force then (``self.guard``: a reload
+        # re-configures it, a runtime key moves ``self.keys.open``), never once at start.
+        controls = Controls(
+            lambda request: self.guard.is_admin(request), set_drained, enabled=lambda: self.guard.admin_configured
+        )
 
         def may_read(request: web.Request) -> WireError | None:
-            return guard.check(request, "dashboard")
+            return self.guard.check(request, "dashboard")
 
         mount(  # the fleet's store if PostgreSQL
             app,
             self.config.ledger.url or db_path,
             live=live,
             controls=controls,
-            guard=may_read if guard.required("dashboard") else None,
+            guard=may_read,
+            guard_required=lambda: self.guard.required("dashboard"),
+            currency=self._currency,
         )
         return app
+
+    def _currency(self) -> str | None:
+        """The providers' price currency (``CNY``; several: ``CNY/USD``), for the Keys & spend page."""
+        found = sorted({p.config.price.currency for p in self.providers.values()})
+        return "/".join(found) or None
 
     def metrics_app(self) -> web.Application:
         """``/metrics`` alone, for ``metrics.listen`` (its own address and port)."""
@@ -406,11 +416,20 @@ class Gateway:
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
+        """The aliases the caller's key may use (a key with ``models`` sees those only; docs/keys.md)."""
         try:
-            self.keys.identify(request)
+            key_id = self.keys.identify(request)
         except WireError as err:
             return error_response(err)
-        data = [{"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"} for alias in self.aliases]
+        limits = self.key_directory.limits(key_id) if key_id is not None else None
+        if limits is not None and limits.expires_at is not None and time.time() >= limits.expires_at:
+            return error_response(WireError(401, "This API key has expired.", code="key_expired"))
+        allowed = limits.models if limits is not None else None
+        data = [
+            {"id": alias, "object": "model", "created": 0, "owned_by": "tailgate"}
+            for alias in self.aliases
+            if allowed is None or alias in allowed
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def _healthz(self, request: web.Request) -> web.Response:

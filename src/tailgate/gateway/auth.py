@@ -30,6 +30,15 @@ def bearer(request: HasHeaders) -> str | None:
     return request.headers.get("api-key")
 
 
+class KnownKeyRefused(WireError):
+    """401 for a key the gateway knows but refuses (revoked): its ledger row carries the key's id and the reason."""
+
+    def __init__(self, key_id: str, reason: str, message: str) -> None:
+        super().__init__(401, message, type="invalid_request_error", code="invalid_api_key")
+        self.key_id = key_id
+        self.reason = reason
+
+
 @dataclass(slots=True)
 class _Key:
     id: str
@@ -93,11 +102,11 @@ class KeyRing:
             if stored is None:
                 raise wire_errors.authentication_error("Incorrect API key provided.")
             if stored.revoked:
-                raise wire_errors.authentication_error("This API key has been revoked.")
+                raise KnownKeyRefused(stored.id, "key_revoked", "This API key has been revoked.")
             return stored.id  # its limits (rpm included) are applied by admission.py
         return found.id
 
-    def is_admin(self, request: web.Request) -> bool:
+    def is_admin(self, request: HasHeaders) -> bool:
         token = bearer(request)
         return self._admin is not None and token is not None and hmac.compare_digest(self._admin, _digest(token))
 
@@ -115,26 +124,49 @@ Area = Literal["admin", "dashboard", "metrics"]
 
 
 class AccessGuard:
-    """Who may use ``/admin`` (the admin key), the dashboard's API (with gateway keys or a
+    """The gateway's one access decision for everything that is not ``/v1`` (docs/reliability.md, "Access"):
+    who may use ``/admin`` (the admin key), the dashboard's API (with gateway keys — YAML or store — or a
     ``dashboard_key`` configured: the admin key or the read-only dashboard key) and ``/metrics`` (with
-    ``metrics.key``: that key or the admin key). Every comparison is constant-time over digests, and a
-    client address with too many wrong keys is locked out for a while (:class:`SourceLockout`)."""
+    ``metrics.key``: that key or the admin key).
+
+    Decided per request from the keys in force *now*: a key created or revoked at runtime (the store's
+    keys, polled by :class:`KeyDirectory`) moves the decision at once, and a config reload hands the new
+    key ring, ``dashboard_key`` and ``metrics.key`` to :meth:`configure`. Every comparison is constant-time
+    over digests, and a client address with too many wrong keys is locked out for a while
+    (:class:`SourceLockout`)."""
 
     def __init__(
         self, keys: KeyRing, *, dashboard_key: SecretStr | None, metrics_key: SecretStr | None, lockout: SourceLockout
     ) -> None:
-        self.keys = keys
         self.lockout = lockout
+        self.keys = keys
+        self._dashboard: bytes | None = None
+        self._metrics: bytes | None = None
+        self.configure(keys, dashboard_key=dashboard_key, metrics_key=metrics_key)
+
+    def configure(self, keys: KeyRing, *, dashboard_key: SecretStr | None, metrics_key: SecretStr | None) -> None:
+        """The keys of a (re)loaded config: from the next request on, every area decides with these."""
+        self.keys = keys
         self._dashboard = _digest(dashboard_key.get_secret_value()) if dashboard_key is not None else None
         self._metrics = _digest(metrics_key.get_secret_value()) if metrics_key is not None else None
 
     def required(self, area: Area) -> bool:
-        """Does ``area`` need a key at all?"""
+        """Does ``area`` need a key at all, now?"""
         if area == "admin":
             return True
         if area == "dashboard":
             return not self.keys.open or self._dashboard is not None
         return self._metrics is not None
+
+    @property
+    def admin_configured(self) -> bool:
+        return self.keys.admin_digest is not None
+
+    def is_admin(self, request: HasHeaders) -> bool:
+        """Is the bearer the admin key (constant-time; no lockout bookkeeping)?"""
+        admin = self.keys.admin_digest
+        token = bearer(request)
+        return admin is not None and token is not None and hmac.compare_digest(admin, _digest(token))
 
     def _accepted(self, area: Area) -> list[bytes]:
         digests = [self.keys.admin_digest] if self.keys.admin_digest is not None else []

@@ -135,6 +135,7 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
     result, provider = ctx.result, ctx.provider
     served = ctx.status == 200 and result is not None
     prompt, output, cost = _usage(ctx)
+    estimated = (result.tokens_estimated if result is not None else False) or _prompt_estimated(ctx)
     ttft_ms = (ctx.first_token_at - ctx.t0) * 1000.0 if ctx.first_token_at is not None else None
     e2e_ms = (now - ctx.t0) * 1000.0
     answer_ms = _answer_ms(ttft_ms, result)
@@ -175,7 +176,7 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
                 attempts=ctx.attempts,
                 prompt_tokens=prompt,
                 output_tokens=output,
-                tokens_estimated=result.tokens_estimated if result is not None else False,
+                tokens_estimated=estimated,
                 ttft_ms=ttft_ms if served else None,
                 e2e_ms=e2e_ms,
                 overhead_ms=overhead_ms if served else None,
@@ -189,19 +190,40 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
 def settle(gw: Gateway, ctx: _Ctx) -> None:
     """The key's reservation → what the request used (the numbers its ledger row will say). At once when the
     request ends, not with the rest of its books: its ``max_concurrency`` slot is free for the key's next
-    request."""
+    request. A request that never went upstream (refused, for whatever reason) keeps nothing: its rpm goes
+    back too (docs/keys.md, "A refusal keeps nothing")."""
+    if ctx.rpm_taken is not None and ctx.attempts == 0 and ctx.key_id is not None:
+        gw.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
+        ctx.rpm_taken = None
     if ctx.ticket is not None:
         gw.admission.settle(ctx.ticket, *_usage(ctx))
 
 
 def _usage(ctx: _Ctx) -> tuple[int | None, int | None, float | None]:
-    """(prompt tokens, output tokens, cost) of an ended request; cost only for output that reached the client."""
+    """(prompt tokens, output tokens, cost) of an ended request; cost only for output that reached the client.
+
+    A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
+    the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
+    count (``ctx.prompt_estimate``: body bytes / 4; the row is flagged ``tokens_estimated``)."""
     result, provider = ctx.result, ctx.provider
     if result is None:
         return None, None, None
     prompt, output = result.prompt_tokens, result.output_tokens
     produced = ctx.first_token_at is not None  # served, or a stream ended early
+    if _prompt_estimated(ctx):
+        prompt = round(ctx.prompt_estimate or 0.0)
     return prompt, output, provider.cost(prompt, output) if (produced and provider is not None) else None
+
+
+def _prompt_estimated(ctx: _Ctx) -> bool:
+    """Is the prompt charged the gateway's count (output reached the client, the provider never said)?"""
+    result = ctx.result
+    return (
+        result is not None
+        and result.prompt_tokens is None
+        and ctx.first_token_at is not None
+        and ctx.prompt_estimate is not None
+    )
 
 
 def _answer_ms(ttft_ms: float | None, result: CallResult | None) -> float | None:

@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tailgate.gateway.reload import publish_version
 from tailgate.routing import ProviderHealth, Transition
-from tailgate.state import SharedState
+from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
 from tailgate.stats import SlidingWindow
 from tailgate.stats.window import ROUTING_PRECISION
@@ -217,12 +217,13 @@ class Fleet:
 
     # -- gateway keys -----------------------------------------------------------------------------------
 
-    async def admit_key(self, key_id: str, rpm: float) -> None:
-        """Count one request against the key's rpm fleet-wide; a 429 with Retry-After and x-ratelimit-*
-        headers when it is spent."""
+    async def admit_key(self, key_id: str, rpm: float) -> Admission:
+        """Count one request against the key's rpm fleet-wide (the answer: what :meth:`refund_key` needs to give
+        it back if the request is refused later); a 429 with Retry-After and x-ratelimit-* headers when it is
+        spent."""
         adm = await self.limiter.take(f"key:{key_id}:rpm", 1.0, rpm, 60.0)
         if adm.ok:
-            return
+            return adm
         wait = adm.retry_after_s if math.isfinite(adm.retry_after_s) else 60.0
         err = wire_errors.rate_limited(f"Rate limit of this gateway key reached. Retry after {wait:.1f}s.")
         err.headers = {
@@ -232,6 +233,17 @@ class Fleet:
             "x-ratelimit-reset-requests": f"{max(wait, adm.reset_s):.3f}s",
         }
         raise err
+
+    def refund_key(self, key_id: str, adm: Admission) -> None:
+        """Give back the request ``admit_key`` counted (answered ``adm``): the request was refused later, and a
+        refusal keeps nothing (docs/keys.md). In-process state: at once; Redis: in the background."""
+        fix = self.limiter.refund_now(f"key:{key_id}:rpm", 1.0, 60.0, adm)
+        if fix is None:
+            return
+        if isinstance(self.state, LocalState):
+            self.state.adjust_now(fix.name, fix.delta, fix.window_s, fix.bucket)
+        else:
+            self._spawn(self.state.adjust(fix.name, fix.delta, fix.window_s, fix.bucket))
 
     # -- views ------------------------------------------------------------------------------------------
 

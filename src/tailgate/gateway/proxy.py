@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import aiohttp
 
 from tailgate.gateway import refusals, responses
-from tailgate.gateway.admission import Ticket, admit_request
+from tailgate.gateway.admission import Ticket, admit_request, check_request
+from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.limits import check_upstream_capacity, upstream_full
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, should_shed
+from tailgate.state import Admission
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -97,6 +99,13 @@ class _Ctx:
     """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
     ticket: Ticket | None = None
     """What the key's limits reserved (admission.py); settled by its bookkeeping (bookkeeping.py)."""
+    rpm_taken: Admission | None = None
+    """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
+    ratelimit: dict[str, str] | None = None
+    """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
+    prompt_estimate: float | None = None
+    """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
+    provider never said (bookkeeping.py)."""
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
@@ -131,6 +140,8 @@ class Proxy:
             response = await self._serve(request, ctx)
         except WireError as err:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
+            if ctx.key_id is not None and ctx.outcome != "key_revoked":
+                await self._ratelimit_of_refusal(ctx, err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
             if request.deadline_hit:  # server.request_deadline (limits.py, front.py), not the client
@@ -148,14 +159,20 @@ class Proxy:
         return response
 
     async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
+        # The order of the checks (docs/keys.md, "The order of the checks"): who asks, what is asked, the key's
+        # standing, load shedding — none of them counts anything — then the key's rpm, then its tpm, budgets
+        # and concurrency (one reservation), then routing and pacing. A request refused at any step keeps
+        # nothing: until an attempt went upstream, its rpm and its reservation are given back when it ends
+        # (bookkeeping.settle).
         gw = self.gw
-        ctx.key_id = gw.keys.identify(request)
-        if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
-            try:
-                await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # a key with rpm has an id
-            except WireError:
-                ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
-                raise
+        try:
+            ctx.key_id = gw.keys.identify(request)
+        except KnownKeyRefused as refused:  # a revoked key: its row carries its id, the alias and why
+            ctx.key_id = refused.key_id
+            ctx.outcome = gw.admission.refused(refused.key_id, "key_revoked")
+            with contextlib.suppress(WireError):
+                ctx.alias = decode_request(ctx.endpoint, request.body, strict=False).model
+            raise
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         req = decode_request(ctx.endpoint, body, strict=False)
         ctx.alias = req.model
@@ -163,17 +180,28 @@ class Proxy:
         if routes is None:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
+        if ctx.key_id is not None:
+            check_request(gw, ctx)  # expired, model not allowed; the key's default class
         obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
         prompt, output = responses.token_estimate(
             obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens
         )
-        if ctx.key_id is not None:
-            await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
+        ctx.prompt_estimate = prompt
         shed = gw.config.routing.shed
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
             if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
                 raise refusals.shed(gw, ctx, pressure, self.in_flight - 1)
+        if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
+            try:
+                ctx.rpm_taken = await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # has an id
+            except WireError:
+                ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
+                raise
+        if ctx.key_id is not None:
+            await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
+            if rpm is not None or ctx.ticket is not None:
+                ctx.ratelimit = gw.admission.headers(ctx.key_id, rpm, ctx.rpm_taken, ctx.ticket)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
@@ -504,6 +532,8 @@ class Proxy:
         }
         if ctx.hedged:
             headers["x-tailgate-hedged"] = "1"
+        if ctx.ratelimit:
+            headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
 
     def _observe(self, provider: ProviderState, result: CallResult) -> None:
@@ -512,6 +542,24 @@ class Proxy:
         if result.error_class == "rate_limited":
             limit = self.gw.config.routing.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
+
+    async def _ratelimit_of_refusal(self, ctx: _Ctx, err: WireError) -> None:
+        """A limited key's refusal carries ``x-ratelimit-*`` too: the numbers its admission saw, else its windows
+        as they stand (its own rpm given back first: a request that never went upstream keeps nothing)."""
+        gw = self.gw
+        assert ctx.key_id is not None
+        if ctx.rpm_taken is not None and ctx.attempts == 0:
+            gw.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
+            ctx.rpm_taken = None
+            ctx.ratelimit = None
+        now = ctx.ratelimit
+        if now is None:
+            rpm = gw.keys.rpm(ctx.key_id)
+            limits = gw.key_directory.limits(ctx.key_id)
+            if rpm is None and (limits is None or limits.tpm is None):
+                return
+            now = await gw.admission.headers_now(ctx.key_id, rpm, err.headers or {})
+        err.headers = {**now, **(err.headers or {})}  # the refusal's own (a 429's Retry-After, its window) win
 
     def _error(self, err: WireError, ctx: _Ctx) -> Reply:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}

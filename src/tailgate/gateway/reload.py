@@ -194,6 +194,8 @@ def _rebuild(gw: Gateway, *, policies_kept: set[str]) -> None:
     config = gw.config
     gw.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
     gw.keys = KeyRing(config.keys, config.admin_key, gw.key_directory)
+    # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
+    gw.guard.configure(gw.keys, dashboard_key=config.dashboard_key, metrics_key=config.metrics.key)
     gw.aliases = {
         alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
         for alias, model in config.models.items()
@@ -266,12 +268,10 @@ def _describe(changed: dict[str, Any]) -> str:
 
 def add_config_routes(app: web.Application, gw: Gateway) -> None:
     """``GET /admin/config`` and ``POST /admin/reload`` (admin key)."""
-    from tailgate.gateway.auth import unauthorized_admin
 
     def denied(request: web.Request) -> web.Response | None:
-        if gw.keys.is_admin(request):
-            return None
-        return error_response(unauthorized_admin())
+        refusal = gw.guard.check(request, "admin")  # the one access decision (auth.py)
+        return error_response(refusal) if refusal is not None else None
 
     async def show(request: web.Request) -> web.Response:
         if (no := denied(request)) is not None:

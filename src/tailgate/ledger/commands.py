@@ -272,7 +272,9 @@ def _keys(
         if as_json:
             echo(json.dumps({"key": secret, **rec.public(now)}, indent=2))
         else:
-            echo(f"created key {rec.id} ({_describe(rec.public(now))})")
+            public = rec.public(now)
+            models = ", ".join(public["models"]) if public.get("models") is not None else "all"
+            echo(f"created key {rec.id} (models: {models}; limits: {_describe(public)})")
             echo(secret)
             echo("Store this key now: only its hash is kept, it cannot be shown again.")
         return 0
@@ -326,7 +328,7 @@ def usage_main(
     if fmt == "json":
         echo(json.dumps(groups, indent=2, ensure_ascii=False))
         return 0
-    columns = [by, "requests", "errors", "input_tokens", "output_tokens", "cost"]
+    columns = [by, "requests", "errors", "refused", "input_tokens", "output_tokens", "cost"]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
@@ -338,15 +340,17 @@ def usage_main(
         start = time.strftime("%Y-%m-%d %H:00", time.gmtime(at - since_s))
         echo(f"no requests in the store at {_where(target)} since {start} UTC")
         return 0
-    echo(f"{by:<24} {'requests':>10} {'errors':>8} {'input tok':>12} {'output tok':>12} {'cost':>12}")
+    # The first column is as wide as its longest name: a key id or model is never cut short.
+    w = max(24, len(by), *(len(str(g[by])) for g in groups))
+    echo(f"{by:<{w}} {'requests':>10} {'errors':>8} {'refused':>8} {'input tok':>12} {'output tok':>12} {'cost':>12}")
     for g in groups:
         echo(
-            f"{str(g[by])[:24]:<24} {g['requests']:>10} {g['errors']:>8} {g['input_tokens']:>12} "
+            f"{g[by]!s:<{w}} {g['requests']:>10} {g['errors']:>8} {g['refused']:>8} {g['input_tokens']:>12} "
             f"{g['output_tokens']:>12} {g['cost']:>12.6f}"
         )
     total = {c: sum(g[c] for g in groups) for c in columns[1:]}
     echo(
-        f"{'total':<24} {total['requests']:>10} {total['errors']:>8} {total['input_tokens']:>12} "
-        f"{total['output_tokens']:>12} {total['cost']:>12.6f}"
+        f"{'total':<{w}} {total['requests']:>10} {total['errors']:>8} {total['refused']:>8} "
+        f"{total['input_tokens']:>12} {total['output_tokens']:>12} {total['cost']:>12.6f}"
     )
     return 0

@@ -238,6 +238,7 @@ def keys_with_spend(conn: StoreConn, now: float) -> list[dict[str, Any]]:
         entry["spend"] = {
             period: {
                 "requests": g.get("requests", 0),
+                "refused": g.get("refused", 0),
                 "tokens": g.get("input_tokens", 0) + g.get("output_tokens", 0),
                 "cost": g.get("cost", 0.0),
             }

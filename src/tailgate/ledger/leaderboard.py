@@ -31,6 +31,7 @@ from tailgate.ledger.samples import Sample, TrafficMinute, read_samples
 from tailgate.ledger.store import Queryable, dialect_of
 from tailgate.ledger.traffic_hours import read_window
 from tailgate.stats import LatencyHistogram
+from tailgate.stats.shown import MINIMUMS as _MINIMUMS
 
 __all__ = [
     "MINIMUMS",
@@ -45,15 +46,9 @@ __all__ = [
     "recent_priors",
 ]
 
-MINIMUMS: dict[str, int] = {
-    "p50": 5,  # P50 and P90 need at least 5 samples
-    "p90": 5,
-    "p99": 20,  # P99 of fewer than 20 samples is just the maximum
-    "rate": 5,  # reliability % and accuracy %: attempts / graded tasks
-    "tok_s": 3,  # the window's average tok/s
-    "buckets": 3,  # min / max / peak-trough: time buckets with a sample
-}
-"""Smallest sample counts for a number to be shown (else None + an ``insufficient`` note ``n<K``)."""
+MINIMUMS = _MINIMUMS
+"""Smallest sample counts for a number to be shown (else None + an ``insufficient`` note ``n<K``);
+the same for every face (``tailgate.stats.shown``)."""
 
 THROUGHPUT_WORKLOAD = "long"
 BUCKETS_PER_WINDOW = 168  # 7 days / 168 = one hour

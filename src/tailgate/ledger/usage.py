@@ -199,8 +199,11 @@ def _raw_group(conn: Queryable, by: Dimension) -> str:
 
 
 def _grouped(conn: StoreConn, *, since: float, by: Dimension, key: str | None) -> list[tuple[Any, ...]]:
-    """(group, requests, errors, input, output, cost) from roll-ups + raw rows above the watermark, summed in
-    the store (a week of roll-ups is ~10^5 rows: they are not read into Python). ``day`` groups by hour."""
+    """(group, requests, errors, refused, input, output, cost) from roll-ups + raw rows above the watermark,
+    summed in the store (a week of roll-ups is ~10^5 rows: they are not read into Python). ``day`` groups by
+    hour. ``refused``: not ``ok`` and never sent to a provider (the gateway said no: key, limits, bad request,
+    shed, pacing, no route); ``errors``: not ``ok`` after an attempt went upstream (roll-ups keep the
+    provider, ``''`` for a request that never had one, so the split needs no new column)."""
     start = hour_start(since)
     key_clause = " AND key_id = ?" if key is not None else ""
     args: tuple[Any, ...] = (start, key) if key is not None else (start,)
@@ -208,12 +211,15 @@ def _grouped(conn: StoreConn, *, since: float, by: Dimension, key: str | None) -
     with _snapshot(conn):
         upto = _watermark(conn)
         rolled = conn.execute(
-            f"SELECT {rolled_group}, SUM(requests), SUM(errors), SUM(input_tokens), SUM(output_tokens), SUM(cost) "  # noqa: S608
+            f"SELECT {rolled_group}, SUM(requests), SUM(CASE WHEN provider <> '' THEN errors ELSE 0 END), "  # noqa: S608
+            "SUM(CASE WHEN provider = '' THEN errors ELSE 0 END), SUM(input_tokens), SUM(output_tokens), SUM(cost) "
             f"FROM usage_hourly WHERE hour >= ?{key_clause} GROUP BY {rolled_group}",
             args,
         ).fetchall()
         raw = conn.execute(
-            f"SELECT {raw_group}, COUNT(*), SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 END), "  # noqa: S608
+            f"SELECT {raw_group}, COUNT(*), "  # noqa: S608
+            "SUM(CASE WHEN outcome <> 'ok' AND provider IS NOT NULL THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN outcome <> 'ok' AND provider IS NULL THEN 1 ELSE 0 END), "
             "SUM(COALESCE(prompt_tokens, 0)), SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)) "
             f"FROM requests WHERE id > ? AND ts >= ?{key_clause} GROUP BY {raw_group}",
             (upto, *args),
@@ -228,26 +234,30 @@ def _name(group: Any, by: Dimension) -> str:
 
 
 def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | None = None) -> list[dict[str, Any]]:
-    """Requests, errors, tokens and cost per ``by`` group since ``hour_start(since)``, one dict per group:
-    ``{"key": "team-a", "requests": …, "errors": …, "input_tokens": …, "output_tokens": …, "cost": …}``."""
+    """Requests, errors, refusals, tokens and cost per ``by`` group since ``hour_start(since)``, one dict per
+    group: ``{"key": "team-a", "requests": …, "errors": …, "refused": …, "input_tokens": …, "output_tokens": …,
+    "cost": …}``. ``errors`` failed after going upstream; ``refused`` were refused by the gateway (never sent);
+    ``requests`` counts both."""
     if by not in DIMENSIONS:
         raise ValueError(f"--by must be one of {', '.join(DIMENSIONS)}, got {by!r}")
-    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0])
-    for group, requests, errors, tokens_in, tokens_out, cost in _grouped(conn, since=since, by=by, key=key):
+    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0.0])
+    for group, requests, errors, refused, tokens_in, tokens_out, cost in _grouped(conn, since=since, by=by, key=key):
         g = groups[_name(group, by)]
         g[0] += int(requests or 0)
         g[1] += int(errors or 0)
-        g[2] += int(tokens_in or 0)
-        g[3] += int(tokens_out or 0)
-        g[4] += float(cost or 0.0)
+        g[2] += int(refused or 0)
+        g[3] += int(tokens_in or 0)
+        g[4] += int(tokens_out or 0)
+        g[5] += float(cost or 0.0)
     return [
         {
             by: name,
             "requests": int(g[0]),
             "errors": int(g[1]),
-            "input_tokens": int(g[2]),
-            "output_tokens": int(g[3]),
-            "cost": round(g[4], 9),
+            "refused": int(g[2]),
+            "input_tokens": int(g[3]),
+            "output_tokens": int(g[4]),
+            "cost": round(g[5], 9),
         }
         for name, g in sorted(groups.items())
     ]
@@ -256,7 +266,7 @@ def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | No
 def spend(conn: StoreConn, key: str, *, since: float) -> tuple[int, float]:
     """Tokens (input + output) and cost of ``key`` since ``since`` (hour-aligned: a day or month start)."""
     tokens, cost = 0, 0.0
-    for _, _, _, tokens_in, tokens_out, spent in _grouped(conn, since=since, by="key", key=key):
+    for _, _, _, _, tokens_in, tokens_out, spent in _grouped(conn, since=since, by="key", key=key):
         tokens += int(tokens_in or 0) + int(tokens_out or 0)
         cost += float(spent or 0.0)
     return tokens, cost

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import load_resolved
 from tailgate.config.schema import GatewayConfig
@@ -24,9 +22,12 @@ from tailgate.ledger.leaderboard import MINIMUMS, SORTS, LeaderRow, ProviderInfo
 from tailgate.ledger.loadtests import LoadTest, latest_load_tests
 from tailgate.ledger.store import db_errors, open_store, redact_url
 from tailgate.monitor.command import store_path
+from tailgate.monitor.peak import peak_cells
 from tailgate.monitor.runner import targets_from_config
+from tailgate.stats.shown import wilson
+from tailgate.tables import Col, Grid
 
-__all__ = ["BoardOptions", "leaderboard_json", "leaderboard_main", "leaderboard_table"]
+__all__ = ["COLUMN_KEYS", "BoardOptions", "leaderboard_json", "leaderboard_main", "leaderboard_table", "pick_columns"]
 
 JSON_SCHEMA = "tailgate.leaderboard/v1"
 
@@ -43,6 +44,8 @@ class BoardOptions:
     config: Path | None = None
     now: float | None = None
     """The end of the window (Unix s); None: now. For tests and for looking back."""
+    columns: tuple[str, ...] | None = None
+    """The table's columns (``--columns`` / ``--wide``); None: the compact default."""
 
 
 def _cell(row: LeaderRow, name: str, fmt: Callable[[Any], str]) -> str:
@@ -69,25 +72,27 @@ def _price(row: LeaderRow) -> str:
     return f"{row.price_input or 0:g} / {row.price_output or 0:g} {row.currency or ''}".rstrip()
 
 
+def _accuracy(row: LeaderRow) -> str:
+    """``86% [64–96] n=14``: the share right, its 95 % Wilson interval and the graded task count."""
+    if row.accuracy_pct is None:
+        return row.insufficient.get("accuracy_pct", "-")
+    right = round(row.accuracy_pct * row.accuracy_n / 100.0)
+    lo, hi = wilson(right, row.accuracy_n)
+    return f"{row.accuracy_pct:.0f}% [{100 * lo:.0f}–{100 * hi:.0f}] n={row.accuracy_n}"
+
+
 def window_label(window_s: float) -> str:
+    """``7d``, ``24h``, ``1h``, ``8.6m``: whole units where they fit, else one decimal (no spurious precision)."""
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
         if window_s >= size and window_s % size == 0:
             return f"{window_s / size:g}{unit}"
-    return f"{window_s:g}s"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if window_s >= size:
+            return f"{window_s / size:.1f}{unit}"
+    return f"{window_s:.0f}s"
 
 
 Peak = dict[tuple[str, str], LoadTest]
-
-
-def _peak_cells(test: LoadTest | None) -> list[str]:
-    """The peak-hour load test columns: P90 / P99 TTFT (s) at the highest level, decay, capacity."""
-    if test is None:
-        return ["-", "-", "-"]
-    p90 = "-" if test.ttft_p90_ms is None else _s(test.ttft_p90_ms)
-    p99 = "-" if test.ttft_p99_ms is None else _s(test.ttft_p99_ms)
-    decay = "-" if test.decay_p99_e2e is None else f"{test.decay_p99_e2e:.2f}×"
-    cap = "-" if test.capacity is None else f"{test.capacity:g}"
-    return [f"{p90} / {p99}", decay, cap]
 
 
 def peak_json(test: LoadTest | None) -> dict[str, Any] | None:
@@ -110,72 +115,125 @@ def peak_json(test: LoadTest | None) -> dict[str, Any] | None:
     }
 
 
-def leaderboard_table(rows: list[LeaderRow], *, window_s: float, sort: str, peak: Peak | None = None) -> Table:
-    """The leaderboard as a rich table: probe columns, then the gateway's traffic columns (if any traffic)."""
-    pct = "{:.1f}%".format
-    rate = "{:.1f}".format
+_PCT = "{:.1f}%".format
+_RATE = "{:.1f}".format
+
+
+def _min_max(row: LeaderRow) -> str:
+    lo, hi = _cell(row, "tok_s_min", _RATE), _cell(row, "tok_s_max", _RATE)
+    return lo if row.tok_s_min is None else f"{lo}–{hi}"
+
+
+COLUMNS: tuple[tuple[Col, Callable[[LeaderRow], str], bool], ...] = (
+    # (column, cell, in the compact default). ``keep``: the lower, the longer it stays on a narrow terminal.
+    (Col("provider", "provider", 0, left=True), lambda r: r.provider, True),
+    (Col("model", "model", 0, left=True), lambda r: r.model, True),
+    (Col("n", "n", 1), lambda r: str(r.samples), True),
+    (Col("ttft_p50", "TTFT\nP50", 7), lambda r: _cell(r, "ttft_p50_ms", _s), False),
+    (Col("ttft_p90", "TTFT\nP90", 1), lambda r: _cell(r, "ttft_p90_ms", _s), True),
+    (Col("ttft_p99", "TTFT\nP99", 1), lambda r: _cell(r, "ttft_p99_ms", _s), True),
+    (Col("ttft_n", "TTFT\nn", 6), lambda r: str(r.ttft_n), True),
+    (Col("ttft_answer", "TTFT answer\nP50/P90/P99", 8), lambda r: _trio(r, "ttft_answer"), False),
+    (Col("e2e_p50", "E2E\nP50", 7), lambda r: _cell(r, "e2e_p50_ms", _s), False),
+    (Col("e2e_p90", "E2E\nP90", 4), lambda r: _cell(r, "e2e_p90_ms", _s), True),
+    (Col("e2e_p99", "E2E\nP99", 2), lambda r: _cell(r, "e2e_p99_ms", _s), True),
+    (Col("e2e_n", "E2E\nn", 6), lambda r: str(r.e2e_n), True),
+    (Col("snapshot", "tok/s\nsnapshot", 8), lambda r: _cell(r, "snapshot_tok_s", _RATE), False),
+    (Col("tok_s_avg", "tok/s\navg", 3), lambda r: _cell(r, "tok_s_avg", _RATE), True),
+    (Col("tok_s_min", "tok/s\nmin", 4), lambda r: _cell(r, "tok_s_min", _RATE), True),
+    (Col("tok_s_range", "tok/s\nmin–max", 8), _min_max, False),
+    (Col("peak_trough", "peak/\ntrough", 8), lambda r: _cell(r, "peak_trough", "{:.1f}×".format), False),
+    (Col("reliability", "reliability", 2), lambda r: _cell(r, "reliability_pct", _PCT), True),
+    (Col("accuracy", "accuracy\n[95% CI]", 3), _accuracy, True),
+    (Col("price", "price in/out\nper M", 8), _price, False),
+    (
+        Col("max_output", "max\noutput", 9),
+        lambda r: "-" if r.max_output_tokens is None else f"{r.max_output_tokens:,}",
+        False,
+    ),
+)
+TRAFFIC: tuple[tuple[Col, Callable[[LeaderRow], str]], ...] = (
+    (Col("traffic_req", "traffic\nreq", 5), lambda r: str(r.traffic_requests)),
+    (Col("traffic_reliability", "traffic\nreliability", 6), lambda r: _cell(r, "traffic_reliability_pct", _PCT)),
+    (Col("traffic_tok_s", "traffic\ntok/s", 7), lambda r: _cell(r, "traffic_tok_s_avg", _RATE)),
+    (Col("traffic_ttft", "traffic TTFT\nP50/P90/P99", 5), lambda r: _trio(r, "traffic_ttft")),
+    (Col("traffic_e2e", "traffic E2E\nP50/P90/P99", 6), lambda r: _trio(r, "traffic_e2e")),
+)
+PEAK: tuple[Col, ...] = (
+    Col("peak_p90", "peak TTFT\nP90", 5),
+    Col("peak_p99", "peak TTFT\nP99", 5),
+    Col("peak_n", "peak\nn", 6),
+    Col("peak_decay", "peak\ndecay", 6),
+    Col("peak_capacity", "peak\ncapacity", 7),
+)
+COLUMN_KEYS: tuple[str, ...] = (
+    *(c.key for c, _, _ in COLUMNS),
+    *(c.key for c, _ in TRAFFIC),
+    *(c.key for c in PEAK),
+)
+"""Every ``--columns`` name, in table order."""
+
+
+def pick_columns(spec: str | None, *, wide: bool) -> tuple[str, ...] | None:
+    """``--columns a,b`` / ``--wide`` → the keys to show (None: the compact default); ValueError names the flag."""
+    if spec is None:
+        return COLUMN_KEYS if wide else None
+    keys = tuple(k.strip() for k in spec.split(",") if k.strip())
+    unknown = [k for k in keys if k not in COLUMN_KEYS]
+    if unknown or not keys:
+        raise ValueError(
+            f"--columns: unknown column {', '.join(map(repr, unknown)) or '(none given)'}; "
+            f"choose from {', '.join(COLUMN_KEYS)}"
+        )
+    return keys
+
+
+def _peak_cell(peak: Peak, key: str) -> Callable[[LeaderRow], str]:
+    def cell(row: LeaderRow) -> str:
+        return peak_cells(peak.get((row.provider, row.model)))[key]
+
+    return cell
+
+
+def leaderboard_table(
+    rows: list[LeaderRow],
+    *,
+    window_s: float,
+    sort: str,
+    peak: Peak | None = None,
+    columns: tuple[str, ...] | None = None,
+) -> Grid:
+    """The leaderboard as a table to fit to the terminal: the compact default, ``columns``, or all.
+
+    Traffic columns appear only when the window has gateway traffic, peak columns only when it has a peak
+    test. Provider and model are always shown.
+    """
     traffic = any(row.traffic_requests for row in rows)
     bucket = window_label(bucket_seconds(window_s))
-    table = Table(
-        title=f"leaderboard, last {window_label(window_s)} (sorted by {sort}; latencies in s: P50 / P90 / P99)",
-        caption=(
-            f"n = probe samples; tok/s from 'long' probes (min–max over {bucket} buckets); E2E of 'long' probes. "
-            "'n<K': fewer than K samples, so no number. "
-            + ("traffic = the gateway's own requests." if traffic else "No gateway traffic in this window.")
-        ),
-    )
-    columns = [
-        "provider",
-        "model",
-        "n",
-        "snapshot tok/s",
-        "avg tok/s",
-        "min–max tok/s",
-        "peak/trough",
-        "TTFT",
-        "TTFT answer",
-        "E2E",
-        "reliability",
-        "accuracy",
-        "price in/out per M",
-        "max output",
-    ]
-    if traffic:
-        columns += ["traffic req", "traffic reliability", "traffic tok/s", "traffic TTFT", "traffic E2E"]
+    chosen: list[tuple[Col, Callable[[LeaderRow], str]]] = []
+    wanted = set(columns) if columns is not None else None
+    for col, cell, default in COLUMNS:
+        if col.keep == 0 or (col.key in wanted if wanted is not None else default):
+            chosen.append((col, cell))
+    if traffic:  # no traffic in the window: no traffic columns, whatever was asked
+        chosen += [(col, cell) for col, cell in TRAFFIC if wanted is None or col.key in wanted]
     if peak:
-        columns += ["peak TTFT P90 / P99", "peak decay", "peak capacity"]
-    for header in columns:
-        table.add_column(header, justify="left" if header in ("provider", "model") else "right", no_wrap=True)
-    for row in rows:
-        lo, hi = _cell(row, "tok_s_min", rate), _cell(row, "tok_s_max", rate)
-        cells = [
-            row.provider,
-            row.model,
-            str(row.samples),
-            _cell(row, "snapshot_tok_s", rate),
-            _cell(row, "tok_s_avg", rate),
-            lo if row.tok_s_min is None else f"{lo}–{hi}",
-            _cell(row, "peak_trough", "{:.1f}×".format),
-            _trio(row, "ttft"),
-            _trio(row, "ttft_answer"),
-            _trio(row, "e2e"),
-            _cell(row, "reliability_pct", pct),
-            _cell(row, "accuracy_pct", pct),
-            _price(row),
-            "-" if row.max_output_tokens is None else f"{row.max_output_tokens:,}",
-        ]
-        if traffic:
-            cells += [
-                str(row.traffic_requests),
-                _cell(row, "traffic_reliability_pct", pct),
-                _cell(row, "traffic_tok_s_avg", rate),
-                _trio(row, "traffic_ttft"),
-                _trio(row, "traffic_e2e"),
-            ]
-        if peak:
-            cells += _peak_cells(peak.get((row.provider, row.model)))
-        table.add_row(*cells)
-    return table
+        chosen += [(col, _peak_cell(peak, col.key)) for col in PEAK if wanted is None or col.key in wanted]
+    title = f"leaderboard, last {window_label(window_s)} (sorted by {sort}; latencies in s)"
+    caption = (
+        f"n = probe samples; TTFT over the successful ones (TTFT n), E2E over successful 'long' probes (E2E n); "
+        f"tok/s from 'long' probes (min = lowest {bucket} bucket mean). 'n<K': fewer than K samples, "
+        "so no number. "
+        + ("traffic = the gateway's own requests. " if traffic else "No gateway traffic in this window. ")
+        + ("peak = the newest peak-hour load test, at its highest level (peak n requests). " if peak else "")
+        + "--wide shows every column; --columns picks them."
+    )
+    return Grid(
+        cols=tuple(c for c, _ in chosen),
+        rows=tuple(tuple(cell(row) for _, cell in chosen) for row in rows),
+        title=title,
+        caption=caption,
+    )
 
 
 def leaderboard_json(
@@ -203,7 +261,7 @@ def _config_info(path: Path) -> tuple[GatewayConfig, dict[str, ProviderInfo], li
     return config, info, [(t.provider, t.model) for t in targets_from_config(config)]
 
 
-def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: Callable[[Table], None]) -> int:
+def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: Callable[[Grid], None]) -> int:
     """Run ``tailgate leaderboard``; return the exit code (2: bad flag, config or store)."""
     import json
 
@@ -223,7 +281,13 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
     if options.db is None and config is not None and config.ledger.url:
         path = config.ledger.url  # the fleet's PostgreSQL store (docs/ledger.md)
     elif isinstance(path, Path) and not path.exists():
-        echo(f"error: no tailgate database at {path} (run `tailgate monitor` first, or give --db / TAILGATE_DB)")
+        hint = (
+            "the config's store does not exist yet: run `tailgate monitor --config` with it first"
+            if options.config is not None
+            else "run `tailgate monitor --config FILE` first; monitor writes to the config's ledger.path, "
+            "so read it back with the same `--config FILE` (or give --db / TAILGATE_DB)"
+        )
+        echo(f"error: no tailgate database at {path} ({hint})")
         return 2
     where = redact_url(path) if isinstance(path, str) else os.path.abspath(path)
     print(f"store: {where}", file=sys.stderr)  # which store, whatever the working directory (docs/config.md)
@@ -249,5 +313,5 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
             + (f" for model {options.model}" if options.model else "")
         )
         return 0
-    show(leaderboard_table(rows, window_s=options.window_s, sort=options.sort, peak=peak))
+    show(leaderboard_table(rows, window_s=options.window_s, sort=options.sort, peak=peak, columns=options.columns))
     return 0

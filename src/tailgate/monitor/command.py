@@ -12,7 +12,7 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,14 @@ def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def round_table(report: RoundReport) -> list[str]:
-    """The samples of one round as aligned text lines (for ``--once``)."""
+def round_table(report: RoundReport, urls: Mapping[str, str] | None = None) -> list[str]:
+    """The samples of one round as aligned text lines (for ``--once``); a failure names the URL it went to."""
     header = ("provider", "model", "workload", "result", "TTFT ms", "E2E ms", "tokens", "tok/s", "right")
     rows = [header]
     for s in sorted(report.samples, key=lambda s: (s.provider, s.model, s.workload)):
         result = "ok" if s.ok else f"{s.error_class}" + (f" ({s.status})" if s.status else "")
+        if not s.ok and urls and s.provider in urls:
+            result += f" from {urls[s.provider]}"
         right = "-" if s.accuracy_ok is None else ("yes" if s.accuracy_ok else "no")
         rows.append(
             (
@@ -100,7 +102,7 @@ def round_table(report: RoundReport) -> list[str]:
                 s.workload,
                 result,
                 _fmt_ms(s.ttft_ms),
-                _fmt_ms(s.e2e_ms),
+                _fmt_ms(s.e2e_ms if s.ok else None),  # a failed call has no end-to-end time to compare
                 "-" if s.output_tokens is None else str(s.output_tokens),
                 "-" if s.tok_s is None else f"{s.tok_s:.1f}",
                 right,
@@ -234,7 +236,7 @@ async def _loop(stop: asyncio.Event, options: MonitorOptions, monitor: Monitor, 
         report = round_task.result()
         echo(report.summary())
         if options.once:
-            for line in round_table(report):
+            for line in round_table(report, monitor.urls):
                 echo(line)
             if report.ok == 0:
                 echo("error: nothing could be probed: no probe got a successful answer (see the table above)")

@@ -31,9 +31,19 @@ from tailgate.config.resolve import ResolvedProvider
 from tailgate.ledger.loadtests import LoadTest, insert_load_test
 from tailgate.ledger.schema import open_db
 from tailgate.monitor.runner import Target
+from tailgate.stats.shown import MINIMUMS, percentile_minimum
 from tailgate.upstream import Endpoint, endpoint_for
 
-__all__ = ["PeakProfile", "PeakSchedule", "ProfileRunner", "peak_loop", "requests_cap", "run_peak"]
+__all__ = [
+    "PeakProfile",
+    "PeakSchedule",
+    "ProfileRunner",
+    "peak_cells",
+    "peak_line",
+    "peak_loop",
+    "requests_cap",
+    "run_peak",
+]
 
 log = logging.getLogger("tailgate.monitor")
 
@@ -172,6 +182,60 @@ def _store(db_path: str | Path, rows: list[LoadTest]) -> None:
         conn.close()
 
 
+def _peak_n(test: LoadTest, level: int) -> int:
+    """Successful requests of one level of the test (``-1``: the highest, ``0``: the lowest)."""
+    levels = test.levels()
+    if not levels:
+        return max(0, test.requests - test.errors)
+    lv = levels[level]
+    return max(0, int(lv.get("requests") or 0) - int(lv.get("errors") or 0))
+
+
+def _peak_value(value: float | None, n: int, q: int) -> str:
+    minimum = percentile_minimum(q)
+    if n < minimum:
+        return f"n<{minimum}"
+    return "-" if value is None else f"{value / 1000.0:.2f}"
+
+
+def peak_cells(test: LoadTest | None) -> dict[str, str]:
+    """The peak-hour load test columns: TTFT P90 / P99 (s) at the highest level with its request count,
+    the decay ratio (withheld unless both levels have P99's minimum), the capacity found."""
+    if test is None:
+        return dict.fromkeys(("peak_n", "peak_p90", "peak_p99", "peak_decay", "peak_capacity"), "-")
+    top, low = _peak_n(test, -1), _peak_n(test, 0)
+    p99_min = MINIMUMS["p99"]
+    if test.decay_p99_e2e is None:
+        decay = "-"
+    elif min(top, low) < p99_min:
+        decay = f"n<{p99_min}"
+    else:
+        decay = f"{test.decay_p99_e2e:.2f}×"
+    cap = "-" if test.capacity is None else f"{test.capacity:g}"
+    return {
+        "peak_n": str(top),
+        "peak_p90": _peak_value(test.ttft_p90_ms, top, 90),
+        "peak_p99": _peak_value(test.ttft_p99_ms, top, 99),
+        "peak_decay": decay,
+        "peak_capacity": cap,
+    }
+
+
+def peak_line(row: LoadTest) -> str:
+    """The log line of one stored test: whole numbers, seconds to 2 decimals, withheld below the minimums."""
+    cells = peak_cells(row)
+    capacity = "not searched" if row.capacity is None else f"{row.capacity:g} {row.capacity_by or ''}".rstrip()
+
+    def secs(cell: str) -> str:
+        return cell if cell.startswith("n<") or cell == "-" else f"{cell} s"
+
+    return (
+        f"peak test {row.provider} / {row.model}: {row.requests} requests, {row.errors} errors; "
+        f"highest level TTFT P90 {secs(cells['peak_p90'])}, P99 {secs(cells['peak_p99'])} (n={cells['peak_n']}); "
+        f"decay (P99 E2E, highest ÷ lowest level) {cells['peak_decay']}; capacity {capacity}"
+    )
+
+
 async def peak_loop(
     stop: asyncio.Event,
     schedule: PeakSchedule,
@@ -194,7 +258,4 @@ async def peak_loop(
             echo(f"error: peak-hour load test not stored: {exc}")
             continue
         for r in rows:
-            echo(
-                f"peak test {r.provider} / {r.model}: {r.requests} requests, {r.errors} errors, "
-                f"P90/P99 TTFT {r.ttft_p90_ms} / {r.ttft_p99_ms} ms, decay ×{r.decay_p99_e2e}, capacity {r.capacity}"
-            )
+            echo(peak_line(r))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tailgate.accuracy import grade
-from tailgate.config.resolve import ResolvedProvider
+from tailgate.config.resolve import ResolvedProvider, display_url
 from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.samples import Sample, SampleStore, tok_s
 from tailgate.monitor.workloads import WORKLOADS, build_probe, content_text
@@ -134,6 +134,8 @@ class Monitor:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.targets = list(targets)
+        self.urls = {name: display_url(p.base_url) for name, p in providers.items()}
+        """Provider → its base URL as safe to print (a failed probe's line says where it went)."""
         self.workloads = tuple(workloads)
         self.store = store
         self.max_pacing_wait_s = max_pacing_wait_s

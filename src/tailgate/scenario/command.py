@@ -18,6 +18,8 @@ from tailgate.scenario.config import ScenarioConfig, load_scenario
 from tailgate.scenario.document import build_document, write_json
 from tailgate.scenario.report import render_html, render_markdown, rich_tables
 from tailgate.scenario.runner import LiveStatus, PolicyRecord, run_scenario
+from tailgate.scenario.verdicts import time_scale_note, verdicts
+from tailgate.tables import console as tables_console
 
 __all__ = ["prepare", "run_command"]
 
@@ -70,7 +72,7 @@ async def run_command(
     replicas: int = 1,
 ) -> int:
     """Run the scenario; print the comparison; write the files asked for. Returns the exit code."""
-    console = console or Console(stderr=True)
+    console = console or tables_console(stderr=True)
     runs = cfg.select(list(policies))
     started = dt.datetime.now(dt.UTC)
     status = LiveStatus()
@@ -95,9 +97,13 @@ async def run_command(
         started_at=started,
         planned=len(runs),
     )
-    stdout = Console() if sys.stdout.isatty() else Console(width=240)
-    for table in rich_tables(doc):
-        stdout.print(table)
+    stdout = tables_console()
+    for grid in rich_tables(doc):
+        grid.print_to(stdout)
+    for line in verdicts(doc):
+        stdout.print(f"verdict: {line}", markup=False, highlight=False)
+    if note := time_scale_note(doc):
+        console.print(f"note: {note}", markup=False, highlight=False)
     if doc["partial"]:
         console.print("[yellow]stopped early: the results are partial[/]")
     for written in await asyncio.to_thread(_write, doc, out, html, markdown):

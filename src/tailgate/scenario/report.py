@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from rich.table import Table
-
 from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, line_chart
+from tailgate.scenario.verdicts import time_scale_note, verdicts
+from tailgate.stats.shown import percentile_minimum
+from tailgate.tables import Col, Grid
 
 __all__ = ["class_rows", "comparison_rows", "event_rows", "render_html", "render_markdown", "rich_tables"]
 
@@ -21,6 +22,14 @@ Doc = Mapping[str, Any]
 
 def _ms(v: Any) -> str:
     return "-" if v is None else f"{float(v):,.0f}"
+
+
+def _pq(summary: Mapping[str, Any], q: int) -> str:
+    """A percentile in ms, withheld (``n<K``) below the minimums every face uses (tailgate.stats.shown)."""
+    n, minimum = int(summary.get("count") or 0), percentile_minimum(q)
+    if 0 < n < minimum:
+        return f"n<{minimum}"
+    return _ms(summary.get(f"p{q}"))
 
 
 def _pct(v: Any) -> str:
@@ -41,24 +50,26 @@ def comparison_head(doc: Doc) -> list[str]:
     return [*head, "upstream 429", "extra upstream"]
 
 
+def _sections(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A run's phases and, when there is more than one, the whole run (``all``): one phase is the whole run."""
+    phases = list(run["phases"])
+    return phases if len(phases) == 1 else [*phases, {"name": "all", **run["overall"]}]
+
+
 def comparison_rows(doc: Doc) -> list[list[str]]:
     """One row per policy × phase (and the whole run), latency in ms."""
     rows = []
     providers = _providers(doc)
     for run in doc.get("runs") or []:
-        for ph in [*run["phases"], {"name": "all", **run["overall"]}]:
+        for ph in _sections(run):
             share = ph.get("share") or {}
             rows.append(
                 [
                     str(run["name"]),
                     str(ph["name"]),
                     str(ph["requests"]),
-                    _ms(ph["ttft_ms"]["p50"]),
-                    _ms(ph["ttft_ms"]["p90"]),
-                    _ms(ph["ttft_ms"]["p99"]),
-                    _ms(ph["e2e_ms"]["p50"]),
-                    _ms(ph["e2e_ms"]["p90"]),
-                    _ms(ph["e2e_ms"]["p99"]),
+                    *(_pq(ph["ttft_ms"], q) for q in (50, 90, 99)),
+                    *(_pq(ph["e2e_ms"], q) for q in (50, 90, 99)),
                     f"{ph['errors']} ({ph['failed_before_first_token']}/{ph['failed_after_first_token']})",
                     *[_pct(share.get(p)) for p in providers],
                     str(ph["upstream_rate_limited"]),
@@ -94,7 +105,7 @@ def class_rows(doc: Doc) -> list[list[str]]:
     rows = []
     for run in doc.get("runs") or []:
         configured = run.get("configured_by_class") or {}
-        for ph in [*run["phases"], {"name": "all", **run["overall"]}]:
+        for ph in _sections(run):
             for cls, served in (ph.get("share_by_class") or {}).items():
                 want = configured.get(cls) or {}
                 providers = [p for p in served if p != "requests"]
@@ -116,31 +127,32 @@ def class_rows(doc: Doc) -> list[list[str]]:
 EVENT_HEAD = ["policy", "at", "provider", "event", "time"]
 
 
-def rich_tables(doc: Doc) -> list[Table]:
+def _cols(head: Sequence[str], left: int, keep: Sequence[int] | None = None) -> tuple[Col, ...]:
+    return tuple(
+        Col(h, h, 0 if i < left else (keep[i] if keep is not None else 1), left=i < left) for i, h in enumerate(head)
+    )
+
+
+def rich_tables(doc: Doc) -> list[Grid]:
+    """The comparison, events and class tables, to fit to the terminal (``tailgate.tables``)."""
     scenario = doc.get("scenario") or {}
     title = f"scenario {scenario.get('name', '?')}: client latency (ms) per phase, share served per provider"
-    table = Table(*comparison_head(doc), title=title)
-    last = None
-    for row in comparison_rows(doc):
-        if last is not None and row[0] != last:
-            table.add_section()
-        last = row[0]
-        table.add_row(*row)
-    out = [table]
+    head = comparison_head(doc)
+    # Narrow terminals lose the P50s and the upstream extras first; policy, phase, P99s and shares stay.
+    keep = [0, 0, 1, 3, 2, 1, 3, 2, 1, 2, *([1] * len(_providers(doc))), 4, 4]
+    out = [Grid(_cols(head, 2, keep), tuple(tuple(r) for r in comparison_rows(doc)), title=title)]
     events = event_rows(doc)
     if events:
-        ev = Table(*EVENT_HEAD, title="timeline events")
-        for row in events:
-            ev.add_row(*row)
-        out.append(ev)
+        out.append(Grid(_cols(EVENT_HEAD, 4), tuple(tuple(r) for r in events), title="timeline events"))
     classes = class_rows(doc)
     if classes:
-        ct = Table(
-            *CLASS_HEAD, title="split per traffic class (configured: the weights while every route meets its SLO)"
+        out.append(
+            Grid(
+                _cols(CLASS_HEAD, 3),
+                tuple(tuple(r) for r in classes),
+                title="split per traffic class (configured: the weights while every route meets its SLO)",
+            )
         )
-        for row in classes:
-            ct.add_row(*row)
-        out.append(ct)
     return out
 
 
@@ -151,7 +163,7 @@ def _md(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def render_markdown(doc: Doc) -> str:
-    """The comparison (and events) as Markdown tables, for docs."""
+    """The comparison (and events) as Markdown tables, then the verdicts, for docs."""
     parts = [_md(comparison_head(doc), comparison_rows(doc))]
     events = event_rows(doc)
     if events:
@@ -159,6 +171,10 @@ def render_markdown(doc: Doc) -> str:
     classes = class_rows(doc)
     if classes:
         parts.append(_md(CLASS_HEAD, classes))
+    if said := verdicts(doc):
+        parts.append("\n".join(f"- {line}" for line in said))
+    if note := time_scale_note(doc):
+        parts.append(f"Note: {note}.")
     return "\n\n".join(parts) + "\n"
 
 
@@ -235,6 +251,8 @@ def render_html(doc: Doc) -> str:
         parts.append(f"<p>{escape(str(scenario['description']))}</p>")
     if doc.get("partial"):
         parts.append('<div class="notes">Stopped early: partial results.</div>')
+    if note := time_scale_note(doc):
+        parts.append(f'<div class="notes">{escape(note[0].upper() + note[1:])}.</div>')
     timeline = [
         [f"{s.get('at', 0):g} s", str(s.get("phase", "")), str(s.get("provider", "")), _step_text(s)]
         for s in scenario.get("timeline") or []
@@ -246,6 +264,8 @@ def render_html(doc: Doc) -> str:
         parts.append("<h2>Cut-over and re-admission</h2>" + _html_table(EVENT_HEAD, events, left=4))
     if classes := class_rows(doc):
         parts.append("<h2>Split per traffic class</h2>" + _html_table(CLASS_HEAD, classes, left=3))
+    if said := verdicts(doc):
+        parts.append("<h2>Verdicts</h2><ul>" + "".join(f"<li>{escape(v)}</li>" for v in said) + "</ul>")
     parts.append('<h2>Charts</h2><div class="charts">' + "\n".join(_charts(doc)) + "</div>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'

@@ -137,6 +137,7 @@ class _Capture(RunRecorder):
         lag_ms: float = 0.0,
         t_done: float | None = None,
         accuracy: bool | None = None,
+        sent_at: float | None = None,
     ) -> None:
         super().add(result, lag_ms=lag_ms, t_done=t_done, accuracy=accuracy)
         if result.error_class != "cancelled":

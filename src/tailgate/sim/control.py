@@ -5,6 +5,7 @@
 clears every fault. ``GET /sim/truth[?limit=N]`` returns recent requests as the simulator timed them;
 ``DELETE /sim/truth`` forgets them. ``GET /sim/state`` shows slots, queue, steps and step lateness;
 ``DELETE /sim/state`` resets the lateness histogram and the step/token counters (discard a warm-up).
+``DELETE /sim/cache`` empties the provider's prefix cache (a cold start without a restart).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def add_control_routes(app: web.Application, provider: SimProvider, *, prefix: s
                 "url": provider.url,
                 "time_scale": provider.spec.time_scale,
                 "engine": provider.engine.snapshot(),
+                "prefix_cache": cache.snapshot() if (cache := provider.prefix_cache) is not None else None,
                 "faults": provider.faults.model_dump(exclude_defaults=True),
                 "requests": provider.truth.total,
             }
@@ -89,6 +91,12 @@ def add_control_routes(app: web.Application, provider: SimProvider, *, prefix: s
         provider.engine.reset_stats()
         return web.json_response({"reset": True, "engine": provider.engine.snapshot()})
 
+    async def delete_cache(_request: web.Request) -> web.Response:
+        cache = provider.prefix_cache
+        if cache is not None:
+            cache.clear()
+        return web.json_response({"cleared": cache is not None})
+
     app.router.add_get(f"{prefix}/faults", get_faults)
     app.router.add_post(f"{prefix}/faults", post_faults)
     app.router.add_delete(f"{prefix}/faults", delete_faults)
@@ -96,3 +104,4 @@ def add_control_routes(app: web.Application, provider: SimProvider, *, prefix: s
     app.router.add_delete(f"{prefix}/truth", delete_truth)
     app.router.add_get(f"{prefix}/state", get_state)
     app.router.add_delete(f"{prefix}/state", delete_state)
+    app.router.add_delete(f"{prefix}/cache", delete_cache)

@@ -5,7 +5,8 @@ lasts ``step_ms + step_per_seq_ms · (n − 1)`` (× jitter × the provider's cu
 ``n`` sequences decoding in it, and at the end of the step every one of them receives one token. So
 10,000 concurrent streams cost one timer per step, not one sleep per token, and queueing appears the
 way it does on a real server: once the slots are full, a request waits in the queue and its time to
-first token grows with the queue (TTFT = queue wait + prefill + first step).
+first token grows with the queue (TTFT = queue wait + prefill + first step). Prompt tokens the provider's
+prefix cache held (``Sequence.cached_tokens``) are not prefilled again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Sequence:
         "_waiter",
         "admitted_at",
         "answer_at",
+        "cached_tokens",
         "cancelled",
         "drip_s",
         "enqueued_at",
@@ -83,6 +85,8 @@ class Sequence:
     ) -> None:
         self.id = seq_id
         self.prompt_tokens = prompt_tokens
+        self.cached_tokens = 0
+        """Of ``prompt_tokens``, how many the provider's prefix cache held: their prefill is skipped."""
         self.target = target
         self.seed = seed
         self.script = script
@@ -254,10 +258,14 @@ class Engine:
 
     # -- internals ---------------------------------------------------------------------------------
 
+    def prefill_seconds(self, seq: Sequence, now: float) -> float:
+        """The model's prefill of ``seq``: its uncached prompt tokens at ``prefill_tps`` (× scale, multiplier)."""
+        uncached = seq.prompt_tokens - seq.cached_tokens
+        return uncached / self.params.prefill_tps * self.time_scale * self._multiplier(now)
+
     def _admit(self, seq: Sequence, now: float) -> None:
         seq.admitted_at = now
-        prefill_s = seq.prompt_tokens / self.params.prefill_tps * self.time_scale * self._multiplier(now)
-        seq.ready_at = now + prefill_s + seq.extra_delay_s
+        seq.ready_at = now + self.prefill_seconds(seq, now) + seq.extra_delay_s
         self._prefilling[seq.id] = seq
 
     def _fill_slots(self, now: float) -> None:

@@ -51,6 +51,9 @@ class Faults(BaseModel):
     """Per-API-key request limit per second; excess gets 429 with Retry-After and x-ratelimit-* headers."""
     rate_limit_rpm: float | None = Field(None, gt=0)
     """Per-API-key request limit per minute."""
+    rate_limit_headers: bool = True
+    """Send ``x-ratelimit-*`` headers with the limits above (false: only ``Retry-After`` on a 429, like
+    providers that do not state their limits)."""
     quota_exhausted: bool = False
     """Every request gets 429 ``insufficient_quota`` (not retryable)."""
     slow_drip_s: Seconds = 0.0

@@ -21,6 +21,10 @@ Model of one provider (see :mod:`tailgate.sim.engine`):
 * ``thinking``: thinking mode on by default (a reasoning model); its reasoning length is lognormal
   (``reasoning_median``, ``reasoning_sigma``) unless the request's budget is smaller.
 * ``tool_call_rate``: share of ``tool_choice: auto`` requests (with ``tools``) answered with a tool call.
+* ``prefix_cache``: the provider caches prompt prefixes (:mod:`tailgate.sim.prefix_cache`) per API key in
+  blocks of ``cache_block_tokens`` tokens (DeepSeek stores 64-token units), at most ``cache_blocks`` blocks,
+  each forgotten ``cache_ttl_s`` after its last use; a cached prefix skips its prefill and is reported in
+  ``usage``. Defaults per preset follow the provider each imitates (docs/simulator.md, "Prefix cache").
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class EngineParams:
     reasoning_median: float = 400.0
     reasoning_sigma: float = 0.5
     tool_call_rate: float = 1.0
+    prefix_cache: bool = True
+    cache_block_tokens: int = 64
+    cache_blocks: int = 100_000
+    cache_ttl_s: float = 3600.0
 
     def with_overrides(self, overrides: dict[str, Any]) -> EngineParams:
         """A copy with the given fields replaced (unknown names are a programming error upstream)."""
@@ -80,6 +88,8 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             accuracy=1.0,
             embed_ms=0.0,
             dialect="openai",
+            cache_block_tokens=128,
+            cache_ttl_s=600.0,
         ),
         "near-zero latency (0.1 ms steps, no queue): for gateway and load-tester overhead benchmarks",
     ),
@@ -188,6 +198,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             jitter=0.05,
             accuracy=0.8,
             dialect="vllm",
+            prefix_cache=False,
         ),
         "one sequence at a time (plain per-request generate, no batching): P99 explodes with concurrency",
     ),
@@ -205,6 +216,8 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             max_output_tokens=16_384,
             accuracy=0.9,
             dialect="openai",
+            cache_block_tokens=128,
+            cache_ttl_s=600.0,
         ),
         "api.openai.com-shaped: strict request validation (vendor fields are a 400), 429 on overflow",
     ),
@@ -218,6 +231,9 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             jitter=0.03,
             accuracy=0.85,
             dialect="vllm",
+            cache_block_tokens=16,
+            cache_blocks=32_768,
+            cache_ttl_s=86_400.0,
         ),
         "a self-hosted vLLM server (no network hop): accepts ignore_eos, min_tokens, continuous_usage_stats …",
     ),
@@ -231,6 +247,9 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             jitter=0.03,
             accuracy=0.85,
             dialect="sglang",
+            cache_block_tokens=16,
+            cache_blocks=32_768,
+            cache_ttl_s=86_400.0,
         ),
         "a self-hosted SGLang server: vLLM's vendor fields plus chat_template_kwargs thinking switches",
     ),
@@ -269,8 +288,8 @@ def presets_markdown() -> str:
     """The preset table of docs/simulator.md (a test checks the doc holds exactly this)."""
     head = (
         "| preset | slots | queue (overflow) | prefill tok/s | step ms (+ per extra seq) | pre-queue median s (σ) "
-        "| swing | max output | accuracy | dialect | thinking | shape |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| swing | max output | accuracy | dialect | thinking | prefix cache (block × blocks, TTL) | shape |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for name, (p, description) in PRESETS.items():
@@ -278,9 +297,24 @@ def presets_markdown() -> str:
             f"| `{name}` | {p.slots} | {p.queue_limit} ({p.overflow_status}) | {p.prefill_tps:g} "
             f"| {p.step_ms:g} (+{p.step_per_seq_ms:g}) | {p.pre_median_s:g} ({p.pre_sigma:g}) "
             f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {p.dialect} "
-            f"| {_thinking(p)} | {description} |"
+            f"| {_thinking(p)} | {_cache(p)} | {description} |"
         )
     return head + "\n".join(rows) + "\n"
+
+
+def _cache(p: EngineParams) -> str:
+    if not p.prefix_cache:
+        return "off"
+    return f"{p.cache_block_tokens} tok × {p.cache_blocks}, {p.cache_ttl_s:g} s"
+
+
+def deepseek_usage(p: EngineParams) -> bool:
+    """Does this provider also report DeepSeek's ``prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens``?
+
+    The ``maas`` dialect imitates the platforms serving DeepSeek (DeepSeek's own API reports both beside
+    ``prompt_tokens_details.cached_tokens``); the others report OpenAI's field only.
+    """
+    return p.prefix_cache and p.dialect == "maas"
 
 
 def _thinking(p: EngineParams) -> str:

@@ -15,6 +15,7 @@ from aiohttp import web
 from tailgate._aiohttp import HardenedSite
 from tailgate.sim.engine import Engine
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
+from tailgate.sim.prefix_cache import PrefixCache
 from tailgate.sim.presets import EngineParams
 from tailgate.sim.text import text_seed, token_at
 from tailgate.sim.truth import TruthLog
@@ -65,6 +66,18 @@ class SimProvider:
             rng=random.Random(spec.seed + 1),
             multiplier=self.multiplier,
         )
+        params = spec.params
+        self.prefix_cache: PrefixCache | None = (
+            PrefixCache(
+                block_tokens=params.cache_block_tokens,
+                capacity=params.cache_blocks,
+                ttl_s=params.cache_ttl_s * spec.time_scale,
+            )
+            if params.prefix_cache
+            else None
+        )
+        """The provider's prompt-prefix cache (``engine: {prefix_cache: false}``: None). Its TTL is a preset
+        time, so ``time_scale`` scales it as it scales every other."""
         self.started_at = 0.0
         self.started_at_wall = 0.0
         self.counter = 0

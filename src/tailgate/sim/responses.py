@@ -63,7 +63,7 @@ async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamR
         h._truth(ctx, injected.status, stream)
         return injected
     seq = _sequence(h, ctx.rid, req)
-    if (refused := await h._submit(seq, ctx, stream)) is not None:
+    if (refused := await h._submit(seq, ctx, stream, h.prompt_blocks(request, input_text(req)))) is not None:
         return refused
     try:
         if stream:
@@ -104,6 +104,7 @@ def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, objec
         status="incomplete" if incomplete else "completed",
         text="".join(seq.out),
         input_tokens=seq.prompt_tokens,
+        cached_tokens=seq.cached_tokens,
         output_tokens=len(seq.out),
         incomplete=incomplete,
     )
@@ -123,7 +124,7 @@ async def _unary(h: SimHandlers, req: ResponseRequest, seq: Sequence, ctx: _Ctx)
         e2e_ms=h._ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=0,
-        prompt_tokens=seq.prompt_tokens,
+        seq=seq,
         finish_reason=seq.finish_reason,
     )
     return web.Response(body=body, content_type="application/json", headers=ctx.headers)
@@ -164,9 +165,7 @@ async def _stream(
 
             ctx.fault = "disconnect"
             first = h._ms(ctx, first_at) if sent else None
-            h._truth(
-                ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, prompt_tokens=seq.prompt_tokens
-            )
+            h._truth(ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, seq=seq)
             raise _Abort
         if seq.done:
             break
@@ -187,7 +186,7 @@ async def _stream(
         e2e_ms=h._ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=0,
-        prompt_tokens=seq.prompt_tokens,
+        seq=seq,
         finish_reason=seq.finish_reason,
         itl_ms=gaps,
     )

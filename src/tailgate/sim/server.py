@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from msgspec import UNSET
 
 from tailgate._aiohttp import BODY_LIMITS_KEY, BodyLimits, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
@@ -26,14 +25,13 @@ from tailgate.sim.provider import SimProvider
 from tailgate.sim.stream import SSEWriter
 from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
+from tailgate.sim.usage import usage as sim_usage
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import (
     ChatCompletionRequest,
     CompletionRequest,
-    CompletionTokensDetails,
-    Usage,
     chat_chunk_bytes,
     completion_chunk_bytes,
     decode_request,
@@ -96,7 +94,11 @@ class SimHandlers:
         if f.active:
             if f.rate_limit_rps is not None or f.rate_limit_rpm is not None:
                 decision = p.limiter.check(key, f.rate_limit_rps, f.rate_limit_rpm)
-                ctx.headers.update(decision.headers)
+                ctx.headers.update(
+                    decision.headers
+                    if f.rate_limit_headers
+                    else {k: v for k, v in decision.headers.items() if not k.startswith("x-ratelimit-")}
+                )
                 if not decision.allowed:
                     ctx.fault = "rate_limit"
                     err = wire_errors.rate_limited(
@@ -121,7 +123,16 @@ class SimHandlers:
             return error_response(err, ctx.headers)
         return None
 
-    def _truth(self, ctx: _Ctx, status: int, stream: bool, **fields: Any) -> None:
+    def _truth(self, ctx: _Ctx, status: int, stream: bool, seq: Sequence | None = None, **fields: Any) -> None:
+        """Record the request's ground truth; with ``seq`` (it reached the engine) also its prompt tokens,
+        how many of them were cached and the prefill the engine model gave it."""
+        if seq is not None:
+            fields["prompt_tokens"] = seq.prompt_tokens
+            if self.p.prefix_cache is not None:
+                fields["cached_tokens"] = seq.cached_tokens
+            if seq.admitted_at:
+                prefill = seq.ready_at - seq.admitted_at - seq.extra_delay_s
+                fields["prefill_ms"] = round(prefill * 1000.0, 3)
         ctx.recorded = True
         self.p.truth.add(
             TruthRecord(
@@ -214,7 +225,7 @@ class SimHandlers:
         seed = p.text_seed(req.seed)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
         seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
-        if (refused := await self._submit(seq, ctx, stream)) is not None:
+        if (refused := await self._submit(seq, ctx, stream, self.prompt_blocks(request, prompt_text))) is not None:
             return refused
         try:
             if stream:
@@ -223,9 +234,17 @@ class SimHandlers:
         finally:
             p.engine.cancel(seq)  # no-op when finished; frees the slot when the client left early
 
-    async def _submit(self, seq: Sequence, ctx: _Ctx, stream: bool) -> web.Response | None:
+    def prompt_blocks(self, request: web.Request, prompt_text: str) -> list[bytes]:
+        """The prompt's block digests under the request's API key (none without a prefix cache)."""
+        cache = self.p.prefix_cache
+        return cache.digests(_api_key(request), prompt_text) if cache is not None else []
+
+    async def _submit(self, seq: Sequence, ctx: _Ctx, stream: bool, blocks: list[bytes]) -> web.Response | None:
         """Apply the active faults' delays to ``seq`` and hand it to the engine; the refusal (429 or 503)
-        when the engine's queue is full, else None. Shared by chat, completions and responses."""
+        when the engine's queue is full, else None. Shared by chat, completions and responses.
+
+        The prefix cache is asked as the request reaches the engine (after the pre-queue time, as a
+        provider's serving engine would), and the prompt's blocks are kept once the engine has taken it."""
         p = self.p
         delay = p.pre_queue_delay(time.perf_counter())
         f = p.faults
@@ -241,6 +260,9 @@ class SimHandlers:
         if delay > 0:
             await asyncio.sleep(delay)
         seq.notify_each = stream
+        cache = p.prefix_cache
+        if cache is not None:
+            seq.cached_tokens = cache.lookup(blocks)
         try:
             p.engine.submit(seq)
         except QueueFull as exc:
@@ -253,6 +275,8 @@ class SimHandlers:
                 else wire_errors.overloaded(f"The engine is overloaded: {exc}.")
             )
             return error_response(err, ctx.headers)
+        if cache is not None:
+            cache.store(blocks)
         return None
 
     def _sequence(
@@ -328,20 +352,14 @@ class SimHandlers:
         while not seq.done:
             if cut is not None and len(seq.out) >= cut:
                 ctx.fault = "disconnect"
-                self._truth(ctx, 0, False, output_tokens=len(seq.out), prompt_tokens=seq.prompt_tokens)
+                self._truth(ctx, 0, False, output_tokens=len(seq.out), seq=seq)
                 raise _Abort
             if cut is not None:
                 seq.notify_each = True
             await seq.wait()
         thought = min(seq.reasoning, len(seq.out))
         text = "".join(seq.out[thought:])
-        usage: dict[str, Any] = {
-            "prompt_tokens": seq.prompt_tokens,
-            "completion_tokens": len(seq.out),
-            "total_tokens": seq.prompt_tokens + len(seq.out),
-        }
-        if seq.reasoning:
-            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
+        usage = sim_usage(self.p.spec.params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
         created = int(ctx.wall)
         if kind == "chat":
             message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
@@ -388,7 +406,7 @@ class SimHandlers:
             e2e_ms=self._ms(ctx, now),
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
-            prompt_tokens=seq.prompt_tokens,
+            seq=seq,
             finish_reason=_finish_reason(seq) if kind == "chat" else seq.finish_reason,
         )
         return web.Response(body=body, content_type="application/json", headers=ctx.headers)
@@ -414,7 +432,7 @@ class SimHandlers:
         await resp.prepare(request)
         # OpenAI opens with a role-only chunk; by DESIGN.md it does not count as the first token.
         # Either way this write puts the headers on the wire, after which frames go straight out.
-        zero = Usage(prompt_tokens=seq.prompt_tokens, completion_tokens=0, total_tokens=seq.prompt_tokens)
+        zero = sim_usage(self.p.spec.params, seq, 0)
         opening = (
             chat_chunk_bytes(seq.id, created, model, "", role="assistant", usage=zero if continuous else None)
             if chat
@@ -429,6 +447,7 @@ class SimHandlers:
             cut=cut,
             bad_at=bad_at,
             continuous_usage=continuous,
+            params=self.p.spec.params,
         )
         writer.flush(seq)
         seq.sink = writer.on_token
@@ -450,17 +469,12 @@ class SimHandlers:
                 ttft_answer_ms=answer_ms,
                 output_tokens=writer.sent,
                 reasoning_tokens=min(writer.sent, seq.reasoning),
-                prompt_tokens=seq.prompt_tokens,
+                seq=seq,
                 itl_ms=writer.gaps,
             )
             raise _Abort
         thought = min(seq.reasoning, len(seq.out))
-        usage = Usage(
-            prompt_tokens=seq.prompt_tokens,
-            completion_tokens=len(seq.out),
-            total_tokens=seq.prompt_tokens + len(seq.out),
-            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=thought) if seq.reasoning else UNSET,
-        )
+        usage = sim_usage(self.p.spec.params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
         every = usage if continuous else None
         tail = []
         if chat:
@@ -489,7 +503,7 @@ class SimHandlers:
             e2e_ms=self._ms(ctx, now),
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
-            prompt_tokens=seq.prompt_tokens,
+            seq=seq,
             finish_reason=_finish_reason(seq) if chat else seq.finish_reason,
             itl_ms=writer.gaps,
         )

@@ -12,7 +12,11 @@ import asyncio
 import time
 
 from tailgate.sim.engine import Sequence
-from tailgate.wire.types import FunctionCall, ToolCall, Usage, chat_chunk_bytes, completion_chunk_bytes
+from tailgate.sim.presets import EngineParams
+from tailgate.sim.usage import usage as sim_usage
+from tailgate.wire.types import FunctionCall, ToolCall, chat_chunk_bytes, completion_chunk_bytes
+
+_NO_CACHE = EngineParams(prefix_cache=False)
 
 
 class SSEWriter:
@@ -30,6 +34,7 @@ class SSEWriter:
         "gaps",
         "last_at",
         "model",
+        "params",
         "sent",
         "transport",
     )
@@ -44,6 +49,7 @@ class SSEWriter:
         cut: int | None,
         bad_at: int | None,
         continuous_usage: bool = False,
+        params: EngineParams | None = None,
     ) -> None:
         self.transport = transport
         self.chat = chat
@@ -55,6 +61,8 @@ class SSEWriter:
         self.sent = 0
         self.continuous_usage = continuous_usage
         """vLLM's ``continuous_usage_stats``: every chunk carries the running usage."""
+        self.params = params or _NO_CACHE
+        """The provider's shape: which usage fields a chunk's running usage carries."""
         self.first_at = 0.0
         self.answer_at = 0.0
         """When the first answer (non-reasoning) token was written; 0.0 while none was."""
@@ -66,9 +74,7 @@ class SSEWriter:
         token = seq.out[i]
         usage = None
         if self.continuous_usage:
-            usage = Usage(
-                prompt_tokens=seq.prompt_tokens, completion_tokens=i + 1, total_tokens=seq.prompt_tokens + i + 1
-            )
+            usage = sim_usage(self.params, seq, i + 1)
         if self.chat and i >= seq.reasoning and seq.tool_call is None:  # the common case first: content
             chunk = chat_chunk_bytes(seq.id, self.created, self.model, token, usage=usage)
         elif not self.chat:

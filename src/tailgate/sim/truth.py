@@ -37,6 +37,11 @@ class TruthRecord(msgspec.Struct):
     reasoning_tokens: int | None = None
     """Of ``output_tokens``, how many were thinking (``usage.completion_tokens_details.reasoning_tokens``)."""
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Of ``prompt_tokens``, how many the provider's prefix cache held (``null`` with ``prefix_cache: false``
+    or when the request never reached the engine)."""
+    prefill_ms: float | None = None
+    """The engine model's prefill of this request: its uncached prompt tokens at ``prefill_tps`` (scaled)."""
     finish_reason: str | None = None
     itl_ms: list[float] | None = None
     fault: str | None = None

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from tailgate._runtime import stop_task
-from tailgate.state.protocol import Admission, SharedState
+from tailgate.state.protocol import Adjustment, Admission, SharedState
 
 __all__ = ["LeasedLimiter"]
 
@@ -132,6 +132,19 @@ class LeasedLimiter:
                 self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
                 return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket, adm.local)
             return await self._direct(name, amount, limit, window_s)  # no room for a slice: the last units
+
+    def refund_now(self, name: str, amount: float, window_s: float | None, adm: Admission) -> Adjustment | None:
+        """Give back ``amount`` that the take answered by ``adm`` counted (a request refused after it: it keeps
+        nothing). Taken from a slice that is still held (same bucket): it goes back into the slice, no round
+        trip. Else the :class:`Adjustment` that refunds it where it was counted (``adm.bucket``), for the caller
+        to apply (``SharedState.adjust``; ``LocalState.adjust_now`` at once). A remembered refusal of the name is
+        forgotten: the refund may have made room."""
+        self._refused_until.pop(name, None)
+        s = self._slices.get(name)
+        if s is not None and adm.bucket is not None and s.bucket == adm.bucket and s.window_s == window_s:
+            s.balance += amount
+            return None
+        return Adjustment(name, -amount, window_s, adm.bucket)
 
     def _spend(self, name: str, amount: float, limit: float, window_s: float) -> Admission | None:
         s = self._slices.get(name)

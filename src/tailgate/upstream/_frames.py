@@ -72,14 +72,22 @@ class _Details(msgspec.Struct):
     reasoning_tokens: int | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     completion_tokens_details: _Details | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    prompt_cache_hit_tokens: int | None = None
+    """DeepSeek's name for the cached part of ``prompt_tokens`` (its context cache)."""
     # the Responses API names them differently
     input_tokens: int | None = None
     output_tokens: int | None = None
     output_tokens_details: _Details | None = None
+    input_tokens_details: _PromptDetails | None = None
 
     @property
     def prompt(self) -> int | None:
@@ -93,6 +101,19 @@ class _Usage(msgspec.Struct):
     def reasoning(self) -> int | None:
         details = self.completion_tokens_details or self.output_tokens_details
         return details.reasoning_tokens if details is not None else None
+
+    @property
+    def cached(self) -> int | None:
+        """Cached prompt tokens in either shape: OpenAI's ``prompt_tokens_details.cached_tokens`` (Responses:
+        ``input_tokens_details``) or DeepSeek's ``prompt_cache_hit_tokens``; None when the upstream said
+        neither. Where both are present the larger wins: a placeholder 0 beside the other name does not hide
+        a real hit (both name the same tokens, so they agree whenever both are real)."""
+        details = self.prompt_tokens_details or self.input_tokens_details
+        openai = details.cached_tokens if details is not None else None
+        deepseek = self.prompt_cache_hit_tokens
+        if openai is None:
+            return deepseek
+        return openai if deepseek is None else max(openai, deepseek)
 
 
 class _ResponseObject(msgspec.Struct):

@@ -72,6 +72,7 @@ class StreamRelay:
     _prompt_tokens: int | None
     _completion_tokens: int | None
     _reasoning_tokens: int | None
+    _cached_tokens: int | None
 
     def _watch(self, phase: float | None, phase_class: ErrorClass, total: float | None) -> None:
         raise NotImplementedError  # Call's
@@ -218,3 +219,4 @@ class StreamRelay:
         self._prompt_tokens = usage.prompt
         self._completion_tokens = usage.completion
         self._reasoning_tokens = usage.reasoning
+        self._cached_tokens = usage.cached

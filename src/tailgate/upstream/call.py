@@ -84,6 +84,7 @@ class Call(StreamRelay):
         self._answer: float | None = None
         self._reasoning_chunks = 0
         self._reasoning_tokens: int | None = None
+        self._cached_tokens: int | None = None
         # the read watchdog (see _read)
         self._loop: asyncio.AbstractEventLoop  # set when the call starts
         self._timer: asyncio.TimerHandle | None = None
@@ -164,6 +165,7 @@ class Call(StreamRelay):
             reasoning_tokens=self._reasoning_tokens
             if self._reasoning_tokens is not None
             else (self._reasoning_chunks or None),
+            cached_tokens=self._cached_tokens,
         )
 
     # -- the call --------------------------------------------------------------------------------
@@ -344,6 +346,7 @@ class Call(StreamRelay):
                     self._prompt_tokens = parsed.usage.prompt
                     self._completion_tokens = parsed.usage.completion
                     self._reasoning_tokens = parsed.usage.reasoning
+                    self._cached_tokens = parsed.usage.cached
                 yield Body(t_end, raw)
                 yield Done(t_end)
                 self.result = self._finish(None, end=t_end)

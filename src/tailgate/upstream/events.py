@@ -107,6 +107,10 @@ class CallResult(msgspec.Struct, frozen=True):
     reasoning_tokens: int | None = None
     """Of ``output_tokens``, those spent thinking: the upstream's ``completion_tokens_details.reasoning_tokens``,
     else the reasoning-only chunks counted before the answer (None when neither is known / none came)."""
+    cached_tokens: int | None = None
+    """Of ``prompt_tokens``, those the provider served from its prompt cache: ``usage.prompt_tokens_details.
+    cached_tokens`` (OpenAI, Bailian, vLLM; ``input_tokens_details`` on the Responses API) or DeepSeek's
+    ``usage.prompt_cache_hit_tokens``. None when the provider did not say (no usage, or no cache fields)."""
 
     @property
     def ok(self) -> bool:

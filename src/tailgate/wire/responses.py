@@ -104,6 +104,7 @@ def response_object(
     status: str,
     text: str | None = None,
     input_tokens: int = 0,
+    cached_tokens: int = 0,
     output_tokens: int = 0,
     reasoning_tokens: int = 0,
     incomplete: bool = False,
@@ -142,7 +143,7 @@ def response_object(
     if done:  # an in-progress response has no usage yet (the key is left out: the schema has no null)
         out["usage"] = {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": input_tokens + output_tokens,

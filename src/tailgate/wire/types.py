@@ -216,6 +216,9 @@ class Usage(msgspec.Struct, kw_only=True):
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | UnsetType | None = UNSET
     completion_tokens_details: CompletionTokensDetails | UnsetType | None = UNSET
+    # DeepSeek's own names for the cached and uncached parts of prompt_tokens (its context cache).
+    prompt_cache_hit_tokens: int | UnsetType = UNSET
+    prompt_cache_miss_tokens: int | UnsetType = UNSET
 
 
 class Choice(msgspec.Struct, kw_only=True):

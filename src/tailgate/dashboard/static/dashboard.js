@@ -590,7 +590,8 @@
       return;
     }
     try {
-      await api("auth", { headers: { Authorization: "Bearer " + key } });
+      const who = await api("auth", { headers: { Authorization: "Bearer " + key } });
+      if (!who.admin) throw new Error("that is not the admin key: controls stay off");
       state.adminKey = key; // kept in this page's memory only, never stored
       status.textContent = "controls unlocked";
     } catch (err) {

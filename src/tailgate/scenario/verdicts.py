@@ -1,0 +1,162 @@
+"""The answers a scenario's report ends with: one sentence per question the scenario asks, from its numbers.
+
+A scenario asks, for each step of its timeline: how much worse did the client's tail get while a provider
+was faulted (P99 TTFT against the first, healthy phase), how fast did new traffic leave the faulted
+provider, and how fast did a recovered one get its share back; and, for the whole run, how many requests
+failed; a scenario without faults asks whether the configured split held. Each sentence names every policy,
+best first, and withholds a P99 of fewer than 20 requests (``tailgate.stats.shown``) rather than guessing.
+Reads the results document only (``tailgate.scenario/v1``), so a saved run gives the same verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tailgate.stats.shown import MINIMUMS
+
+__all__ = ["time_scale_note", "verdicts"]
+
+Doc = Mapping[str, Any]
+
+
+def _times(x: float) -> str:
+    """``1.0×``, ``4.5×``, ``21×``: two significant figures at most."""
+    return f"{x:.1f}×" if x < 10 else f"{x:.0f}×"
+
+
+def _p99(phase: Mapping[str, Any]) -> float | None:
+    ttft = phase.get("ttft_ms") or {}
+    if int(ttft.get("count") or 0) < MINIMUMS["p99"] or ttft.get("p99") is None:
+        return None
+    return float(ttft["p99"])
+
+
+def _listing(items: Sequence[tuple[str, str]]) -> str:
+    """``adaptive 1.0×; least-latency 1.3×; weighted 21×``."""
+    return "; ".join(f"{name} {what}" for name, what in items)
+
+
+def _tail(runs: Sequence[Doc], index: int, baseline_name: str) -> str | None:
+    """Phase ``index``: each policy's P99 TTFT as a multiple of its own first (healthy) phase's."""
+    ranked: list[tuple[float, str, str]] = []
+    name = None
+    for run in runs:
+        phases = run.get("phases") or []
+        if index >= len(phases):
+            continue
+        name = phases[index]["name"]
+        now, base = _p99(phases[index]), _p99(phases[0])
+        if now is None or base is None or base <= 0:
+            ranked.append((float("inf"), run["name"], f"n<{MINIMUMS['p99']}"))
+        else:
+            ratio = now / base
+            ranked.append((ratio, run["name"], _times(ratio)))
+    if name is None or not ranked:
+        return None
+    ranked.sort()
+    first, rest = ranked[0], ranked[1:]
+    if first[0] == float("inf"):
+        return f"{name}: too few requests for a P99 TTFT with any policy (n<{MINIMUMS['p99']} per phase)."
+    head = f"{name}: {first[1]} kept P99 TTFT at {first[2]} the {baseline_name} phase's"
+    return head + (f"; {_listing([(n, w) for _, n, w in rest])}." if rest else ".")
+
+
+def _event_times(runs: Sequence[Doc], k: int, key: str) -> list[tuple[float, str, str]]:
+    out = []
+    for run in runs:
+        events = run.get("events") or []
+        if k >= len(events):
+            continue
+        value = events[k].get(key)
+        out.append((float("inf") if value is None else float(value), run["name"], _secs(value)))
+    return sorted(out)
+
+
+def _secs(value: Any) -> str:
+    return "never" if value is None else f"{float(value):.1f} s"
+
+
+def _events(runs: Sequence[Doc]) -> list[str]:
+    if not runs:
+        return []
+    out = []
+    for k, ev in enumerate(runs[0].get("events") or []):
+        where = f"{ev['provider']} at {ev['at_s']:g} s"
+        if ev["kind"] == "fault":
+            ranked = _event_times(runs, k, "cutover_s")
+            out.append(
+                f"fault on {where}: new traffic left it (<1 %) after {_listing([(n, w) for _, n, w in ranked])}."
+            )
+        else:
+            ranked = _event_times(runs, k, "readmit_s")
+            out.append(
+                f"recovery of {where}: it got half its first-phase share back after "
+                f"{_listing([(n, w) for _, n, w in ranked])}."
+            )
+    return out
+
+
+def _errors(runs: Sequence[Doc]) -> str | None:
+    ranked = []
+    for run in runs:
+        overall = run.get("overall") or {}
+        n, errors = int(overall.get("requests") or 0), int(overall.get("errors") or 0)
+        if n:
+            ranked.append((errors / n, run["name"], f"{errors:,} of {n:,} ({100.0 * errors / n:.1f} %)"))
+    if not ranked:
+        return None
+    ranked.sort()
+    return f"requests that failed for the client: {_listing([(n, w) for _, n, w in ranked])}."
+
+
+def _split(runs: Sequence[Doc]) -> str | None:
+    """Without faults: how far the served split strayed from the configured one (worst class, points)."""
+    ranked = []
+    for run in runs:
+        configured = run.get("configured_by_class") or {}
+        worst = None
+        for cls, served in ((run.get("overall") or {}).get("share_by_class") or {}).items():
+            want = configured.get(cls) or {}
+            for p, v in served.items():
+                if p != "requests" and v is not None:
+                    dev = abs(float(v) - float(want.get(p, 0.0)))
+                    worst = dev if worst is None else max(worst, dev)
+        if worst is not None:
+            ranked.append((worst, run["name"], f"{100.0 * worst:.1f} points"))
+    if not ranked:
+        return None
+    ranked.sort()
+    return f"served split against the configured one (worst class): {_listing([(n, w) for _, n, w in ranked])}."
+
+
+def verdicts(doc: Doc) -> list[str]:
+    """One sentence per question the scenario asks, computed from the document's numbers."""
+    runs = [r for r in doc.get("runs") or [] if r.get("phases")]
+    if not runs:
+        return []
+    first = runs[0]["phases"][0]["name"]
+    out: list[str] = []
+    has_faults = any(ev["kind"] == "fault" for r in runs for ev in r.get("events") or [])
+    for i in range(1, max(len(r["phases"]) for r in runs)):
+        sentence = _tail(runs, i, first)
+        if sentence:
+            out.append(sentence)
+    out += _events(runs)
+    if not has_faults and (split := _split(runs)):
+        out.append(split)
+    if (errors := _errors(runs)) is not None:
+        out.append(errors)
+    return out
+
+
+def time_scale_note(doc: Doc) -> str | None:
+    """A caveat when the run was not at time scale 1 (the recorded results are)."""
+    scale = float((doc.get("scenario") or {}).get("time_scale") or 1.0)
+    if scale == 1.0:
+        return None
+    return (
+        f"run at --time-scale {scale:g}: every time of the scenario was scaled (phases, faults, the run's length), "
+        "so reaction times and per-phase samples differ from a run at 1; the results docs/routing.md records "
+        "are at --time-scale 1"
+    )
