@@ -436,6 +436,20 @@ def _exercise(
         f"127.0.0.1:{r.port}" for r in replicas
     )
 
+    # 3b. The dashboard through the load balancer: each refresh may reach another replica; every answer names
+    # the replica that gave it and lists all three.
+    answered = set()
+    for _ in range(6):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{lb_port}/dashboard/api/live", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the same
+            fleet = json.loads(response.read())["fleet"]
+        assert fleet["windows_scope"] == "fleet"
+        assert len(fleet["replicas"]) == 3
+        answered.add(fleet["replica"])
+    assert len(answered) >= 2  # nginx spread the refreshes; each named its own replica
+
     # 4. One replica stopped (SIGTERM: systemctl stop, an upgrade) under streamed and plain traffic, then
     # another killed (SIGKILL: a crash) under plain traffic: nginx passes every request on, none fails.
     def stop_first() -> None:
