@@ -318,3 +318,40 @@ def test_docs_preset_table_matches_the_code() -> None:
 
     doc = (Path(__file__).parents[2] / "docs" / "config.md").read_text(encoding="utf-8")
     assert presets_markdown() in doc, "regenerate the table in docs/config.md from presets_markdown()"
+
+
+def test_anthropic_endpoint_from_preset_user_override_and_checks(tmp_path: Path) -> None:
+    """DeepSeek's and Bailian's presets fill anthropic_base_url; the user's wins; others have none; an
+    endpoint URL (…/v1/messages) or a non-http value is refused at its path."""
+    path = _write(
+        tmp_path,
+        """\
+providers:
+  deepseek: {preset: deepseek, api_keys: ["k1"]}
+  bailian:  {preset: bailian,  api_keys: ["k2"], anthropic_base_url: "https://dashscope-intl.aliyuncs.com/apps/anthropic/"}
+  lanyun:   {preset: lanyun,   api_keys: ["k3"]}
+"""
+        + MINIMAL_MODELS.replace("provider: p", "provider: deepseek"),
+    )
+    _, providers = load_resolved(path, env={})
+    assert providers["deepseek"].anthropic_base_url == "https://api.deepseek.com/anthropic"
+    assert providers["bailian"].anthropic_base_url == "https://dashscope-intl.aliyuncs.com/apps/anthropic"
+    assert providers["lanyun"].anthropic_base_url is None
+    assert "anthropic_base_url='https://api.deepseek.com/anthropic'" in repr(providers["deepseek"])
+    bad = _write(
+        tmp_path,
+        """\
+providers:
+  p: {base_url: "http://127.0.0.1:8000/v1", anthropic_base_url: "https://api.deepseek.com/anthropic/v1/messages"}
+  q: {base_url: "http://127.0.0.1:8000/v1", anthropic_base_url: "ftp://x"}
+"""
+        + MINIMAL_MODELS,
+        name="bad.yaml",
+    )
+    problems = _problems(bad, env={})
+    assert any("providers.p.anthropic_base_url" in p and "not an endpoint URL" in p for p in problems), problems
+    assert any("providers.q.anthropic_base_url" in p and "http:// or https://" in p for p in problems), problems
+    for preset in ("deepseek", "bailian"):
+        url = PRESETS[preset].anthropic_base_url
+        assert url is not None
+        assert any("anthropic" in source for source in PRESETS[preset].sources)

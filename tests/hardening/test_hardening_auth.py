@@ -125,6 +125,24 @@ def test_dashboard_open_without_gateway_keys(tmp_path: Path) -> None:
         s.close()
 
 
+def test_closed_dashboard_without_a_reading_key_says_which_to_set(tmp_path: Path) -> None:
+    """Client keys but neither admin_key nor dashboard_key: the dashboard's data is closed to everyone, and
+    the 403 names the settings that open it (not "admin endpoints are off")."""
+    s = Stack(tmp_path, keys=[{"id": "app", "key": CLIENT}])
+    try:
+        status, _, raw = request(s.port, "GET", "/dashboard/api/live", headers=_bearer(CLIENT))
+        assert status == 403
+        message = json.loads(raw)["error"]["message"]
+        assert "dashboard_key" in message
+        assert "admin_key" in message
+        assert "Admin endpoints are off" not in message
+        status, _, raw = request(s.port, "GET", "/admin/providers", headers=_bearer(CLIENT))
+        assert status == 403
+        assert json.loads(raw)["error"]["message"] == "Admin endpoints are off: set admin_key in the config."
+    finally:
+        s.close()
+
+
 def test_wrong_keys_lock_the_address_out(tmp_path: Path) -> None:
     """server.admin_max_failures 3: after three wrong admin keys the address gets a 429 with Retry-After —
     even with the right key — on /admin, the dashboard API and /metrics alike."""

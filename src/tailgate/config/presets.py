@@ -34,6 +34,9 @@ class ProviderPreset:
     limits_scope: Literal["key", "account"] = "account"
     """``key``: ``rpm``/``tpm`` hold per API key, so N keys give N times the rate; ``account``: keys share it."""
     max_output_tokens: int | None = None
+    anthropic_base_url: str | None = None
+    """The provider's own Anthropic Messages API root (what the Anthropic SDK takes as ``base_url``; requests
+    go to ``{it}/v1/messages``), where it serves one; None: OpenAI chat only."""
     currency: str = "CNY"
     cached_input_ratio: float | None = None
     """What a cache-hit prompt token costs as a share of the input price, where the provider publishes it:
@@ -57,6 +60,7 @@ PRESETS: dict[str, ProviderPreset] = {
             title="DeepSeek",
             base_url="https://api.deepseek.com",
             example_model="deepseek-chat",
+            anthropic_base_url="https://api.deepseek.com/anthropic",
             rate_limit_headers="none documented",
             status_429=(
                 "DeepSeek says it does not cap users' rate; under load it holds the connection open instead, "
@@ -81,6 +85,7 @@ PRESETS: dict[str, ProviderPreset] = {
                 "https://api-docs.deepseek.com/quick_start/rate_limit",
                 "https://api-docs.deepseek.com/quick_start/pricing",
                 "https://api-docs.deepseek.com/guides/kv_cache",
+                "https://api-docs.deepseek.com/guides/anthropic_api",
             ),
         ),
         ProviderPreset(
@@ -113,6 +118,7 @@ PRESETS: dict[str, ProviderPreset] = {
             title="Alibaba Cloud Bailian (DashScope compatible mode)",
             base_url="https://dashscope.aliyuncs.com/compatible-mode/v1",
             example_model="deepseek-v3.2",
+            anthropic_base_url="https://dashscope.aliyuncs.com/apps/anthropic",
             rate_limit_headers="none documented",
             status_429=(
                 "Three 429s told apart by message: 'Requests rate limit exceeded' / 'You exceeded your current "
@@ -124,13 +130,16 @@ PRESETS: dict[str, ProviderPreset] = {
             notes=(
                 "Qwen3 open models are stream-only (unverified). Limits usually recover within a minute. "
                 "Implicit context cache (on by default, prefixes of 256+ tokens): a hit is billed at 20% of the "
-                "input price and reported as usage.prompt_tokens_details.cached_tokens."
+                "input price and reported as usage.prompt_tokens_details.cached_tokens. The Anthropic endpoint "
+                "serves Qwen models (its page lists qwen-plus, qwen3-coder-plus ...); outside mainland China it is "
+                "https://dashscope-intl.aliyuncs.com/apps/anthropic."
             ),
             cached_input_ratio=0.2,
             sources=(
                 "https://help.aliyun.com/zh/model-studio/rate-limit",
                 "https://www.alibabacloud.com/help/en/document_detail/2840182.html",
                 "https://help.aliyun.com/zh/model-studio/user-guide/context-cache",
+                "https://help.aliyun.com/zh/model-studio/anthropic-api-messages",
             ),
         ),
         ProviderPreset(
@@ -290,9 +299,9 @@ def _cached(p: ProviderPreset) -> str:
 def presets_markdown() -> str:
     """The preset table of docs/config.md, generated so the page cannot drift from :data:`PRESETS`."""
     rows = [
-        "| preset | base_url | DeepSeek-V3.2 id | rate-limit headers | 429 and friends | default limits "
-        "| cached input | notes | sources |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| preset | base_url | Anthropic endpoint | DeepSeek-V3.2 id | rate-limit headers | 429 and friends "
+        "| default limits | cached input | notes | sources |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in PRESETS.values():
         name = f"`{p.name}`" + "".join(f" (`{a}`)" for a in _aliases_of(p.name))
@@ -303,8 +312,9 @@ def presets_markdown() -> str:
         if not p.requires_key:
             limits = f"{limits}; no key needed" if limits else "no key needed"
         sources = " ".join(f"[{i}]({u})" for i, u in enumerate(p.sources, 1)) or "–"
+        native = f"`{p.anthropic_base_url}`" if p.anthropic_base_url else "–"
         rows.append(
-            f"| {name}: {_cell(p.title)} | {url} | {model} | {_cell(p.rate_limit_headers)} | "
+            f"| {name}: {_cell(p.title)} | {url} | {native} | {model} | {_cell(p.rate_limit_headers)} | "
             f"{_cell(p.status_429)} | {limits or '–'} | {_cached(p)} | {_cell(p.notes) or '–'} | {sources} |"
         )
     return "\n".join(rows) + "\n"

@@ -49,13 +49,16 @@ class ResolvedProvider:
     max_output_tokens: int | None
     headers: Mapping[str, str]
     """Extra request headers (a private copy; treat as read-only). Values may be secrets."""
+    anthropic_base_url: str | None = None
+    """The provider's Anthropic Messages API root (user's, else the preset's); None: OpenAI chat only."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
         return (
             f"ResolvedProvider(name={self.name!r}, preset={self.preset!r}, base_url={display_url(self.base_url)!r}, "
             f"api_keys=[{keys}], timeouts={self.timeouts!r}, limits={self.limits!r}, price={self.price!r}, "
-            f"max_output_tokens={self.max_output_tokens!r}, headers={sorted(self.headers)!r})"
+            f"max_output_tokens={self.max_output_tokens!r}, headers={sorted(self.headers)!r}, "
+            f"anthropic_base_url={display_url(self.anthropic_base_url) if self.anthropic_base_url else None!r})"
         )
 
 
@@ -116,6 +119,13 @@ def _check_base_url(url: str) -> str | None:
     return None
 
 
+def _check_anthropic_url(url: str) -> str | None:
+    """Why ``url`` cannot be an Anthropic API root, or None if it can."""
+    if url.endswith(("/v1/messages", "/messages")):
+        return "is the API root the Anthropic SDK takes (e.g. https://api.deepseek.com/anthropic), not an endpoint URL"
+    return _check_base_url(url)
+
+
 def _merge_limits(preset: ProviderPreset | None, user: LimitsConfig | None, n_keys: int) -> LimitsConfig:
     base: dict[str, Any] = {}
     if preset is not None:
@@ -159,6 +169,15 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
         bad = _check_base_url(base_url)
         if bad is not None:
             problems.append(((*loc, "base_url"), f"base_url {bad}"))
+    anthropic_url = (
+        pc.anthropic_base_url
+        if pc.anthropic_base_url is not None
+        else (preset.anthropic_base_url if preset is not None else None)
+    )
+    if anthropic_url is not None:
+        anthropic_url = anthropic_url.strip().rstrip("/")
+        if (bad := _check_anthropic_url(anthropic_url)) is not None:
+            problems.append(((*loc, "anthropic_base_url"), f"anthropic_base_url {bad}"))
     keys = tuple(k.get_secret_value() for k in pc.api_keys)
     for i, key in enumerate(keys):
         if not key.strip():
@@ -187,6 +206,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
                 else (preset.max_output_tokens if preset is not None else None)
             ),
             headers=dict(pc.headers),
+            anthropic_base_url=anthropic_url,
         ),
         [],
     )

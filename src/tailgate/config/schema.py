@@ -94,6 +94,9 @@ class ProviderConfig(_Strict):
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     """Extra request headers sent to this provider (never logged)."""
+    anthropic_base_url: str | None = None
+    """The provider's own Anthropic Messages API root (the Anthropic SDK's ``base_url``); the preset's for
+    DeepSeek and Bailian. For the Anthropic passthrough mode (issue 32; the gateway route comes next)."""
 
 
 class RouteConfig(_Strict):

@@ -178,8 +178,14 @@ class AccessGuard:
         if not self.required(area):
             return None
         accepted = self._accepted(area)
-        if not accepted:  # only /admin without an admin_key
-            return WireError(403, "Admin endpoints are off: set admin_key in the config.", type="request_forbidden")
+        if not accepted:  # /admin without an admin_key, or a closed gateway's dashboard with neither key
+            what = (
+                "Admin endpoints are off: set admin_key in the config."
+                if area == "admin"
+                else "The dashboard's data is closed on a gateway with client keys and no key to read it with: "
+                "set dashboard_key (read-only) or admin_key in the config."
+            )
+            return WireError(403, what, type="request_forbidden")
         if (locked := self.lockout.refusal(request.remote)) is not None:
             return locked
         token = bearer(request)

@@ -328,7 +328,8 @@ def usage_main(
     if fmt == "json":
         echo(json.dumps(groups, indent=2, ensure_ascii=False))
         return 0
-    columns = [by, "requests", "errors", "refused", "input_tokens", "output_tokens", "cost"]
+    # `refused` is last: it was added after the others, and scripts read the CSV by position too
+    columns = [by, "requests", "errors", "input_tokens", "output_tokens", "cost", "refused"]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")

@@ -75,6 +75,7 @@ class EngineOverrides(BaseModel):
     cache_block_tokens: int | None = Field(None, ge=1, le=1_000_000)
     cache_blocks: int | None = Field(None, ge=1, le=100_000_000)
     cache_ttl_s: float | None = Field(None, gt=0)
+    anthropic: bool | None = None
 
     def apply(self, base: EngineParams) -> EngineParams:
         return base.with_overrides(self.model_dump(exclude_none=True))

@@ -25,6 +25,8 @@ Model of one provider (see :mod:`tailgate.sim.engine`):
   blocks of ``cache_block_tokens`` tokens (DeepSeek stores 64-token units), at most ``cache_blocks`` blocks,
   each forgotten ``cache_ttl_s`` after its last use; a cached prefix skips its prefill and is reported in
   ``usage``. Defaults per preset follow the provider each imitates (docs/simulator.md, "Prefix cache").
+* ``anthropic``: also serves Anthropic's Messages API (``POST /v1/messages``), as DeepSeek's and Bailian's
+  Anthropic-compatible endpoints do (:mod:`tailgate.sim.anthropic`); elsewhere that path is a 404.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class EngineParams:
     cache_block_tokens: int = 64
     cache_blocks: int = 100_000
     cache_ttl_s: float = 3600.0
+    anthropic: bool = False
 
     def with_overrides(self, overrides: dict[str, Any]) -> EngineParams:
         """A copy with the given fields replaced (unknown names are a programming error upstream)."""
@@ -90,6 +93,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             dialect="openai",
             cache_block_tokens=128,
             cache_ttl_s=600.0,
+            anthropic=True,
         ),
         "near-zero latency (0.1 ms steps, no queue): for gateway and load-tester overhead benchmarks",
     ),
@@ -105,6 +109,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             pre_sigma=0.2,
             max_output_tokens=131_072,
             accuracy=0.8333,
+            anthropic=True,
         ),
         "own GPU cluster: P90 TTFT ≈ 1.0 s, ≈ 117 tok/s, steady under load, 128k output",
     ),
@@ -268,6 +273,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             thinking=True,
             reasoning_median=400.0,
             reasoning_sigma=0.5,
+            anthropic=True,
         ),
         "a reasoning model on a MaaS platform (DeepSeek-R1 / Qwen3 thinking): reasoning_content streams "
         "before the answer, thinking on unless the request turns it off",
@@ -296,7 +302,7 @@ def presets_markdown() -> str:
         rows.append(
             f"| `{name}` | {p.slots} | {p.queue_limit} ({p.overflow_status}) | {p.prefill_tps:g} "
             f"| {p.step_ms:g} (+{p.step_per_seq_ms:g}) | {p.pre_median_s:g} ({p.pre_sigma:g}) "
-            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {p.dialect} "
+            f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {_dialect(p)} "
             f"| {_thinking(p)} | {_cache(p)} | {description} |"
         )
     return head + "\n".join(rows) + "\n"
@@ -315,6 +321,10 @@ def deepseek_usage(p: EngineParams) -> bool:
     ``prompt_tokens_details.cached_tokens``); the others report OpenAI's field only.
     """
     return p.prefix_cache and p.dialect == "maas"
+
+
+def _dialect(p: EngineParams) -> str:
+    return f"{p.dialect} + anthropic" if p.anthropic else p.dialect
 
 
 def _thinking(p: EngineParams) -> str:

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tailgate._aiohttp import BODY_LIMITS_KEY, BodyLimits, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
 from tailgate.sim.engine import QueueFull, Sequence
@@ -48,13 +49,15 @@ class _Abort(Exception):
 
 def _api_key(request: web.Request) -> str:
     auth = request.headers.get("Authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key", "").strip()  # Anthropic's SDKs send the key here
 
 
 class _Ctx:
     """Per-request bookkeeping shared by the chat and completions paths."""
 
-    __slots__ = ("fault", "headers", "recorded", "rid", "t0", "wall")
+    __slots__ = ("api", "fault", "headers", "recorded", "rid", "t0", "wall")
 
     def __init__(self, request: web.Request, rid: str) -> None:
         self.t0 = time.perf_counter()
@@ -63,6 +66,8 @@ class _Ctx:
         """Given at arrival, so every ground-truth row (a 429 too) carries the request's real id."""
         self.fault: str | None = None
         self.recorded = False
+        self.api = "anthropic" if rid.startswith("msg_") else "openai"
+        """The protocol the client spoke: every truth row of the request says it."""
         self.headers: dict[str, str] = {}
         if (client_rid := request.headers.get("x-request-id")) is not None:
             self.headers["x-request-id"] = client_rid[:200]
@@ -142,6 +147,7 @@ class SimHandlers:
                 stream=stream,
                 fault=ctx.fault,
                 client_request_id=ctx.headers.get("x-request-id"),
+                api=ctx.api,
                 **fields,
             )
         )
@@ -159,6 +165,9 @@ class SimHandlers:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "responses")
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "messages")
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         ctx = _Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
@@ -178,11 +187,16 @@ class SimHandlers:
 
     async def _generate_inner(self, request: web.Request, kind: str, ctx: _Ctx) -> web.StreamResponse:
         p = self.p
+        if kind == "messages" and not p.spec.params.anthropic:
+            self._truth(ctx, 404, False)
+            return sim_anthropic.not_served()
         if (early := await self._gate(request, ctx)) is not None:
             self._truth(ctx, early.status, False)
-            return early
+            return sim_anthropic.reshape(early) if kind == "messages" else early
         if kind == "responses":
             return await sim_responses.handle(self, request, ctx)
+        if kind == "messages":
+            return await sim_anthropic.handle(self, request, ctx)
         body = await request.read()
         req: ChatCompletionRequest | CompletionRequest
         try:
@@ -531,7 +545,7 @@ class SimHandlers:
 
 DEFAULT_MODEL = "tailgate-sim"
 MAX_BODY_BYTES = 32 * 1024 * 1024
-_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
+_ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
 
 
 def _finish_reason(seq: Sequence) -> str | None:
@@ -561,6 +575,8 @@ def build_app(provider: SimProvider) -> web.Application:
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)
     app.router.add_post("/v1/responses", h.responses)
+    app.router.add_post("/v1/messages", h.messages)
+    app.router.add_post("/v1/messages/count_tokens", sim_anthropic.count_tokens_handler(h))
     app.router.add_post("/v1/embeddings", h.embeddings)
     app.router.add_get("/v1/models", h.models)
     app.router.add_get("/health", h.health)

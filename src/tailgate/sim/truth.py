@@ -49,6 +49,9 @@ class TruthRecord(msgspec.Struct):
     api_key_tail: str | None = None
     client_request_id: str | None = None
     """The request's ``x-request-id`` header (a gateway sends its own; its active probes ``probe-…``)."""
+    api: str = "openai"
+    """The protocol the request spoke: ``openai`` (chat, completions, responses, embeddings) or
+    ``anthropic`` (``/v1/messages``)."""
 
 
 _encoder = msgspec.json.Encoder()
