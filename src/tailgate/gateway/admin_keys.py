@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -39,6 +39,18 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
         value = body["expires"]
         out["expires_at"] = None if value is None else now + float(parse_duration(value))
     return out
+
+
+def _known_models(fields: dict[str, Any], aliases: Collection[str]) -> None:
+    """A key may list only aliases this gateway serves: a typo would make a key that can call nothing."""
+    unknown = [m for m in fields.get("models") or () if m not in aliases]
+    if unknown:
+        known = ", ".join(sorted(aliases))
+        raise WireError(
+            400,
+            f"'models': no alias {', '.join(map(repr, unknown))} in the config (known: {known}).",
+            type="invalid_request_error",
+        )
 
 
 def add_key_routes(app: web.Application, core: Core, state: SharedState, *, access: AccessGuard) -> None:
@@ -104,6 +116,7 @@ def add_key_routes(app: web.Application, core: Core, state: SharedState, *, acce
             raise WireError(400, "'id' (the key's name, e.g. team-a) is required.", type="invalid_request_error")
         now = time.time()
         fields = fields_from_json(body, now)
+        _known_models(fields, core.routes.aliases)  # the table in force now
         rec, secret = await in_store(lambda c: create_key(c, key_id, now=now, **fields))
         await changed()
         return web.json_response({"key": secret, **rec.public(now)}, status=201)
@@ -112,6 +125,7 @@ def add_key_routes(app: web.Application, core: Core, state: SharedState, *, acce
         body = await body_of(request)
         now = time.time()
         fields = fields_from_json(body, now)
+        _known_models(fields, core.routes.aliases)  # the table in force now
         key_id = request.match_info["id"]
         rec: KeyRecord = await in_store(lambda c: update_key(c, key_id, now=now, **fields))
         await changed()

@@ -151,6 +151,7 @@ class Gateway:
             breakers=self.breakers,
             on_drained=self.refresh_provider_gauges,
             version=lambda: self.reloader.version,
+            routes=lambda: self.core.routes,
         )
         self.books = Books(  # ended requests' bookkeeping, a moment after each ends (bookkeeping.py)
             Sinks(

@@ -14,6 +14,9 @@
 - **Drain / enable**: persistent flags ``drain:NAME``; applied by every replica at its next sync.
 - **Health windows**: each replica publishes its own TTFT and E2E windows every ``publish_interval``;
   every replica routes on its own plus the others' (:class:`FleetWindow`), so adaptive weights agree.
+- **Live view**: each replica publishes a small summary of its live state (in flight, provider states,
+  breakers, effective weights, config version) with its windows, so the dashboard of any replica behind a
+  load balancer shows every replica, names the one that answered, and reads the fleet-merged windows.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from tailgate.wire import errors as wire_errors
 if TYPE_CHECKING:
     from tailgate.config.schema import StateConfig
     from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.routes import RouteTable
 
 __all__ = ["Fleet", "FleetWindow"]
 
@@ -90,9 +94,9 @@ class FleetWindow(SlidingWindow):
 class Fleet:
     """This replica's side of the fleet over its :class:`SharedState`; see the module docstring.
 
-    It is handed what it shares, never the gateway: the providers (a function: a reload swaps them), the health
-    windows and breakers, a callback for a drain flag that changed (the gauges), and the running config's
-    version (published for ``/admin/config``)."""
+    It is handed what it shares, never the gateway: the providers and the route table (functions: a reload swaps
+    them), the health windows and breakers, a callback for a drain flag that changed (the gauges), and the
+    running config's version (published for ``/admin/config`` and in the dashboard's fleet view)."""
 
     def __init__(
         self,
@@ -104,9 +108,11 @@ class Fleet:
         breakers: BreakerRegistry,
         on_drained: Callable[[], None],
         version: Callable[[], str],
+        routes: Callable[[], RouteTable],
     ) -> None:
         self.state = state
         self._providers = providers
+        self._routes = routes
         self.health = health
         self.breakers = breakers
         self._on_drained = on_drained
@@ -434,11 +440,64 @@ class Fleet:
             others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
             self._providers()[name].pacer.set_share(own / (own + others))
 
+    # -- the dashboard's fleet view ----------------------------------------------------------------------
+
+    def _live_summary(self) -> dict[str, Any]:
+        """This replica's live state in brief, as published on ``live`` for the others' dashboards."""
+        table = self._routes()
+        weights = {
+            alias: {p: e["effective_weight"] for p, e in table.policy_for(alias).explain(routes).items()}
+            for alias, routes in table.aliases.items()
+        }
+        providers = self._providers()
+        now = time.monotonic()
+        return {
+            "replica": self.state.replica,
+            "at": time.time(),
+            "in_flight": {name: p.in_flight for name, p in providers.items()},
+            "providers": {name: p.snapshot(now)["state"] for name, p in providers.items()},
+            "breakers": {name: self.breakers.get(name).state for name in providers},
+            "weights": weights,
+            "config": self._version(),
+        }
+
+    def live_view(self) -> dict[str, Any]:
+        """Every replica's live state (ours now, the others' as last published) and the routes' windows:
+        fleet-merged when the state is shared, this process's own otherwise."""
+        ours = self._live_summary() | {"answering": True}
+        peers = []
+        for replica, blob in sorted(self.state.peers("live").items()):
+            with contextlib.suppress(ValueError, TypeError):
+                data = msgspec.json.decode(blob, type=dict[str, Any])
+                peers.append(data | {"replica": replica, "answering": False})
+        windows = []
+        for routes in self._routes().aliases.values():
+            for r in routes:
+                h = self.health.get(r.provider, r.model)
+                ttft, e2e = h.ttft.histogram(), h.e2e.histogram()
+                windows.append(
+                    {
+                        "provider": r.provider,
+                        "model": r.model,
+                        "ttft_ms": _summary(ttft),
+                        "e2e_ms": _summary(e2e),
+                    }
+                )
+        return {
+            "shared": self.shared,
+            "replica": self.state.replica,
+            "replicas": [ours, *peers],
+            "windows_scope": "fleet" if self.shared else "process",
+            "windows": windows,
+        }
+
     async def _publish_windows(self) -> None:
         blob = msgspec.msgpack.encode(
             {f"{p}\x1f{m}": (t.own.to_bytes(), e.own.to_bytes()) for (p, m), (t, e) in self._windows.items()}
         )
         await self.state.publish("health", blob, ttl_s=max(3.0, 3 * self.publish_interval))
+        live = msgspec.json.encode(self._live_summary())
+        await self.state.publish("live", live, ttl_s=max(3.0, 3 * self.publish_interval))
         self.published += 1
         peers = [
             msgspec.msgpack.decode(b, type=dict[str, tuple[bytes, bytes]]) for b in self.state.peers("health").values()
@@ -447,3 +506,10 @@ class Fleet:
             k = f"{p}\x1f{m}"
             ttft.rebuild([peer[k][0] for peer in peers if k in peer])
             e2e.rebuild([peer[k][1] for peer in peers if k in peer])
+
+
+def _summary(hist: Any) -> dict[str, float] | None:
+    """P50/P90/P99 and count of a window's histogram in ms, or None while it is empty."""
+    if not hist.count:
+        return None
+    return {k: round(float(v), 3) for k, v in hist.summary().items() if k in ("p50", "p90", "p99", "count")}

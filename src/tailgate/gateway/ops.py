@@ -112,4 +112,11 @@ class Ops:
             alias: [{"provider": r.provider, "model": r.model, "weight": r.weight} for r in routes]
             for alias, routes in table.aliases.items()
         }
-        return {"policy": table.policy, "clock": now, "routing": routing, "providers": providers, "aliases": aliases}
+        return {
+            "policy": table.policy,
+            "clock": now,
+            "routing": routing,
+            "providers": providers,
+            "aliases": aliases,
+            "fleet": core.fleet.live_view(),  # every replica, the answering one named; merged windows
+        }

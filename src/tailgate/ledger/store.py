@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from tailgate.ledger.errors import StoreError, redact_url
+from tailgate.ledger.errors import StoreError, StoreSetUpError, redact_url
 from tailgate.ledger.schema import open_db
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ __all__ = [
     "Queryable",
     "StoreConn",
     "StoreError",
+    "StoreSetUpError",
     "db_errors",
     "dialect_of",
     "has_table",
