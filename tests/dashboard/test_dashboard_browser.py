@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -67,6 +68,9 @@ async def test_dashboard_renders_in_headless_chromium(
 
             assert await page.locator("#mode").text_content() == "gateway"
             assert await page.locator("#leaderboard tbody tr").count() == 2
+            cells = await page.locator("#leaderboard tbody tr").first.locator("td").all_text_contents()
+            # the accuracy with its 95 % Wilson interval and task count, as the CLI shows it
+            assert any(re.fullmatch(r"\d+% \[\d+–\d+\] n=\d+", c) for c in cells), cells
             assert await page.locator("#compare tbody tr").count() == 2
             assert await page.locator("#heatmap td.cell").count() >= 24
             assert await page.locator("#live tbody tr").count() == 2

@@ -103,7 +103,7 @@
     { key: "e2e_p90_ms", label: "E2E P90", fmt: fmtMs, group: "probe" },
     { key: "e2e_p99_ms", label: "E2E P99", fmt: fmtMs, group: "probe" },
     { key: "reliability_pct", label: "reliability", fmt: fmtPct, group: "probe" },
-    { key: "accuracy_pct", label: "accuracy", fmt: fmtPct, group: "probe" },
+    { key: "accuracy_pct", label: "accuracy", fmt: fmtPct, group: "probe", render: accuracyCell },
     { key: "price_output", label: "price in/out", group: "probe", render: priceCell },
     { key: "max_output_tokens", label: "max output", fmt: fmtInt, group: "probe" },
     { key: "traffic_requests", label: "requests", fmt: fmtInt, group: "traffic" },
@@ -116,6 +116,18 @@
     { key: "traffic_e2e_p99_ms", label: "E2E P99", fmt: fmtMs, group: "traffic" },
     { key: "traffic_reliability_pct", label: "reliability", fmt: fmtPct, group: "traffic" },
   ];
+
+  // The accuracy with its 95 % Wilson interval and task count, as the CLI's leaderboard shows it
+  // ("88% [72–95] n=32"); withheld (the "n<K" note) below the same minimum.
+  function accuracyCell(row) {
+    const why = row.insufficient && row.insufficient.accuracy_pct;
+    if (why) return why;
+    if (!isNum(row.accuracy_pct)) return "—";
+    const pct = (v) => Math.round(v);
+    const interval = isNum(row.accuracy_low_pct) && isNum(row.accuracy_high_pct)
+      ? ` [${pct(row.accuracy_low_pct)}–${pct(row.accuracy_high_pct)}]` : "";
+    return `${pct(row.accuracy_pct)}%${interval} n=${row.accuracy_n}`;
+  }
 
   function priceCell(row) {
     if (!isNum(row.price_input) && !isNum(row.price_output)) return "—";
