@@ -5,6 +5,8 @@
 - ``redis``: the same config with ``state: {backend: redis}`` on a throw-away redis-server (docs/fleet.md);
 - ``aiohttp-front``: the same config with ``server: {http_front: aiohttp}``: the /v1 POSTs through aiohttp's
   server instead of the gateway's own front door (gateway/front.py), for the A/B of that choice;
+- ``baseline``: the same config served by another tailgate tree (``--baseline SRC``: its ``src`` directory on
+  ``PYTHONPATH``, e.g. a checkout of an older commit), for a before / after in one run;
 - ``litellm``: LiteLLM's proxy (a pinned ``litellm[proxy]`` in ``benchmarks/.venv-litellm``, created here
   on request), one uvicorn worker, the same simulator as an ``openai/`` model, no database, nothing fetched.
 
@@ -265,12 +267,16 @@ def gateway_hop(
     workers: int = 1,
     redis_url: str | None = None,
     extra_yaml: str = "",
+    pythonpath: Path | None = None,
 ) -> Iterator[Hop]:
-    """A tailgate hop: its config, ledger and store key, then ``tailgate serve`` (``--workers N``: a fixed port)."""
+    """A tailgate hop: its config, ledger and store key, then ``tailgate serve`` (``--workers N``: a fixed port);
+    with ``pythonpath`` the tailgate package is imported from there (``env`` execs the interpreter: same pid)."""
     cfg, ledger = gateway_yaml(workdir, name, upstream, redis_url=redis_url, extra_yaml=extra_yaml)
     bearer = store_key(cfg)
     log = workdir / ("gateway.log" if name == "tailgate" else f"{name}.log")
     argv = gateway_argv(cfg, workers=workers, port=free_port() if workers > 1 else 0)
+    if pythonpath is not None:
+        argv = ["env", f"PYTHONPATH={pythonpath}", *argv]
     with gateway_server(name, argv, log, workers=workers) as srv:
         yield Hop(name, srv, bearer=bearer, gateway=True, ledger=ledger, log=log)
 

@@ -17,7 +17,7 @@ TARGET_ADDED_P99_MS = 2.0
 TARGET_RSS_GROWTH = 0.05
 HOPS = ("direct", "floor", "tailgate")
 """The hops every run has: the claims compare tailgate with the floor and both with direct."""
-EXTRA_HOPS = ("litellm", "workers2", "redis", "aiohttp-front")
+EXTRA_HOPS = ("litellm", "workers2", "redis", "aiohttp-front", "baseline")
 MODES: dict[str, tuple[bool, int]] = {
     "nonstream-c1": (False, 1),
     "nonstream-c50": (False, 50),

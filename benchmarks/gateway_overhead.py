@@ -16,7 +16,10 @@ and, besides (``--hops``; issue 15):
 - ``workers2``: the tailgate config under ``tailgate serve --workers 2`` (c=50 only; CPU of both workers);
 - ``redis``: the tailgate config with ``state: {backend: redis}`` on a throw-away redis-server;
 - ``aiohttp-front``: the tailgate config with ``server: {http_front: aiohttp}`` (the /v1 POSTs through
-  aiohttp's server, not the gateway's front door): the A/B of gateway/front.py.
+  aiohttp's server, not the gateway's front door): the A/B of gateway/front.py;
+- ``baseline`` (``--baseline SRC``): the tailgate config served by another tailgate tree (``SRC``, its ``src``
+  directory, on ``PYTHONPATH``: e.g. a worktree of an older commit), interleaved like the others: a before /
+  after of a change in one run (issue 27).
 
 Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
 
@@ -27,7 +30,8 @@ Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 conne
    after a warm-up;
 5. with the LiteLLM hop: tailgate req/s >= 45 x LiteLLM's, non-stream at c=50.
 
-The workers2, redis and aiohttp-front hops are reported (req/s and CPU per request against tailgate's), not judged.
+The workers2, redis, aiohttp-front and baseline hops are reported (req/s and CPU per request against
+tailgate's), not judged.
 
 Correctness: every wrk run (warm-ups included) has zero non-2xx and zero socket errors; one request
 through each hop is well-formed; each gateway's ledger holds a row for every request it answered.
@@ -35,7 +39,7 @@ Exit status: 0 when all checks pass and every target is met; 1 otherwise (``--qu
 not enforced); 2 when wrk is missing.
 
 Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]
-[--hops litellm,workers2,redis|none] [--litellm]``.
+[--hops litellm,workers2,redis|none] [--litellm] [--baseline SRC]``.
 """
 
 from __future__ import annotations
@@ -575,6 +579,7 @@ def pick_hops(hops: str | None, *, litellm: bool, quick: bool) -> list[str]:
         names = {"workers2", "redis"} | ({"litellm"} if litellm_ready() and not quick else set())
     if litellm:
         names.add("litellm")
+    names.discard("baseline")  # only with --baseline (it needs a tree)
     return [h for h in EXTRA_HOPS if h in names]
 
 
@@ -606,10 +611,22 @@ def main(argv: list[str] | None = None) -> int:
         help=f"add LiteLLM's proxy as a hop; installs litellm[proxy]=={LITELLM_VERSION} into "
         "benchmarks/.venv-litellm first if needed (about a minute, from the package index)",
     )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="SRC",
+        help="add a 'baseline' hop: the tailgate config served by the tailgate package in SRC (a src directory, "
+        "e.g. of a worktree at an older commit), interleaved with the others (before / after in one run)",
+    )
     args = ap.parse_args(argv)
     only = args.only or list(ONLY)
     modes = [m for m in MODES if m in only]
     extras = pick_hops(args.hops, litellm=args.litellm, quick=args.quick) if modes else []
+    if modes and args.baseline is not None:
+        if not (args.baseline / "tailgate" / "__init__.py").is_file():
+            raise SystemExit(f"--baseline {args.baseline}: no tailgate package there (give a src directory)")
+        extras.append("baseline")
 
     wrk_binary = shutil.which("wrk")
     if wrk_binary is None:
@@ -684,6 +701,10 @@ def main(argv: list[str] | None = None) -> int:
             if "aiohttp-front" in extras:
                 hops["aiohttp-front"] = stack.enter_context(
                     gateway_hop(workdir, "aiohttp-front", sim.url, extra_yaml="server: {http_front: aiohttp}\n")
+                )
+            if "baseline" in extras:
+                hops["baseline"] = stack.enter_context(
+                    gateway_hop(workdir, "baseline", sim.url, pythonpath=args.baseline.resolve())
                 )
             if "redis" in extras:
                 redis = stack.enter_context(RedisServer())  # stops after the gateway that uses it

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pg_cluster import PostgresCluster, postgres_available
+from _require import require_postgres, require_redis_server
+from pg_cluster import PostgresCluster
 from tailgate.config.schema import StateConfig
 from tailgate.ledger.store import StoreConn, open_store
 from tailgate.sim.faults import Faults
@@ -21,7 +22,7 @@ from tailgate.sim.presets import preset
 from tailgate.sim.provider import ProviderSpec, SimProvider
 from tailgate.state import LocalState, SharedState
 from tailgate.state.redis import RedisState
-from tailgate.state.server import RedisServer, find_redis_server
+from tailgate.state.server import RedisServer
 
 T = TypeVar("T")
 SimFactory = Callable[..., Awaitable[SimProvider]]
@@ -213,8 +214,8 @@ async def gateway(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[Gatewa
     from tailgate.config.resolve import resolve_providers
     from tailgate.config.schema import GatewayConfig
     from tailgate.gateway.app import Gateway
-    from tailgate.gateway.limits import runner_kwargs
-    from tailgate.gateway.limits import site as limits_site
+    from tailgate.gateway.site import runner_kwargs
+    from tailgate.gateway.site import site as limits_site
 
     started: list[GatewayHandle] = []
 
@@ -265,8 +266,7 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PostgresCluster]:
-    if not postgres_available():
-        pytest.skip("PostgreSQL binaries not installed (Debian package 'postgresql'; .ci/run installs it)")
+    require_postgres()
     cluster = PostgresCluster()
     try:
         cluster.start()
@@ -319,8 +319,7 @@ async def eventually(check: Callable[[], bool], within_s: float = 1.0) -> float:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real redis-server for the session (tests isolate themselves by namespace)."""
-    if find_redis_server() is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
+    require_redis_server()
     with RedisServer() as server:
         yield server
 
@@ -361,3 +360,9 @@ async def state(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
         await s.start()
     yield s
     await s.close()
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> str:
+    """The redis-server binary, for tests that start their own (a skip, or a failure under CI=true, without it)."""
+    return require_redis_server()

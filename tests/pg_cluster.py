@@ -44,7 +44,9 @@ def _free_port() -> int:
 class PostgresCluster:
     """One throw-away cluster. ``start()``, ``url``, ``stop()`` / ``restart()`` (outage drills), ``remove()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, superuser: str = "tailgate") -> None:
+        self.superuser = superuser
+        """The cluster's superuser (``initdb -U``); ``postgres`` where a test creates the role ``tailgate``."""
         self.root = Path(tempfile.mkdtemp(prefix="tailgate-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -60,12 +62,12 @@ class PostgresCluster:
         if initdb is None:
             raise RuntimeError("initdb not found (install Debian's postgresql package)")
         subprocess.run(
-            [*self._as_user, initdb, "-D", str(self.data), "-U", "tailgate", "--auth=trust", "-E", "UTF8", "--no-sync"],
+            [*self._as_user, initdb, "-D", str(self.data), "-U", superuser, "--auth=trust", "-E", "UTF8", "--no-sync"],
             check=True,
             capture_output=True,
             timeout=120,
         )
-        self.url = f"postgresql://tailgate@127.0.0.1:{self.port}/postgres"
+        self.url = f"postgresql://{superuser}@127.0.0.1:{self.port}/postgres"
 
     def _pg_ctl(self, *args: str, timeout: float = 60) -> None:
         pg_ctl = find_bin("pg_ctl")

@@ -73,10 +73,10 @@ def test_prometheus_scrapes_every_gateway_replica_of_the_compose_file() -> None:
     assert compose["services"]["gateway"]["expose"] == ["8080"]
     assert compose["services"]["gateway"]["deploy"]["replicas"] >= 2
     assert "8080:8080" in compose["services"]["lb"]["ports"]
-    assert "server gateway:8080" in (DEPLOY / "nginx.conf").read_text(encoding="utf-8")
-    assert set(compose["services"]) >= {"gateway", "lb", "redis", "prometheus"}
+    assert "server gateway:8080 resolve" in (DEPLOY / "nginx" / "tailgate-compose.conf").read_text(encoding="utf-8")
+    assert set(compose["services"]) >= {"gateway", "lb", "redis", "postgres", "prometheus"}
     env = {"TG_CLIENT_KEY": "tg-client-key-0123", "TG_ADMIN_KEY": "admin-key-0123456789", "LANYUN_KEY": "sk-l"}
-    env["BAILIAN_KEY"] = "sk-b"
+    env |= {"BAILIAN_KEY": "sk-b", "PGPASSWORD": "pw"}
     from tailgate.config.loader import interpolate
 
     data = interpolate(yaml.safe_load((DEPLOY / "gateway.yaml").read_text(encoding="utf-8")), env)
@@ -84,3 +84,56 @@ def test_prometheus_scrapes_every_gateway_replica_of_the_compose_file() -> None:
     assert config.state.backend == "redis"
     assert config.state.url is not None
     assert config.state.url.get_secret_value() == "redis://redis:6379/0"
+    assert config.ledger.url == "postgresql://tailgate:pw@postgres:5432/tailgate"
+
+
+def _env_refs(text: str) -> set[str]:
+    """Variables a file references without a default (``${VAR}``, not ``${VAR:-x}``)."""
+    return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text))
+
+
+def test_env_example_names_every_variable_the_gateway_config_needs() -> None:
+    """deploy/.env.example sets every ${VAR} of deploy/gateway.yaml that has no default, and the compose
+    file's own ${PGPASSWORD}: a copied .env is complete but for the secrets' values."""
+    example = (DEPLOY / ".env.example").read_text(encoding="utf-8")
+    defined = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", example, flags=re.MULTILINE))
+    needed = _env_refs((DEPLOY / "gateway.yaml").read_text(encoding="utf-8"))
+    needed |= {"PGPASSWORD"}
+    assert needed <= defined, f"missing from .env.example: {sorted(needed - defined)}"
+
+
+def test_both_load_balancers_proxy_alike() -> None:
+    """The Compose and VM nginx files each define the upstream ``tailgate`` and include the one proxy file
+    (retries included), and the systemd unit's replicas are the VM upstream's servers and Prometheus's targets."""
+    proxy = (DEPLOY / "nginx" / "tailgate-proxy.inc").read_text(encoding="utf-8")
+    assert "proxy_pass http://tailgate;" in proxy
+    assert re.search(r"^\s*proxy_next_upstream error timeout non_idempotent;", proxy, flags=re.MULTILINE)
+    for name in ("tailgate-compose.conf", "tailgate-vm.conf"):
+        text = (DEPLOY / "nginx" / name).read_text(encoding="utf-8")
+        assert "upstream tailgate {" in text
+        assert "include /etc/nginx/tailgate-proxy.inc;" in text
+        assert "$http_x_request_id" in text
+    vm = (DEPLOY / "nginx" / "tailgate-vm.conf").read_text(encoding="utf-8")
+    servers = re.findall(r"^\s*server (127\.0\.0\.1:\d+) ", vm, flags=re.MULTILINE)
+    prom = yaml.safe_load((DEPLOY / "systemd" / "prometheus.yml").read_text(encoding="utf-8"))
+    assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == servers
+    unit = (DEPLOY / "systemd" / "tailgate@.service").read_text(encoding="utf-8")
+    assert "--port %i" in unit
+    assert "TAILGATE_DB=/var/lib/tailgate/%i/" in unit  # one spool per replica, never shared
+    compose = (DEPLOY / "compose.yaml").read_text(encoding="utf-8")
+    for mounted in ("./nginx/tailgate-compose.conf:", "./nginx/tailgate-proxy.inc:/etc/nginx/tailgate-proxy.inc"):
+        assert mounted in compose
+
+
+def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
+    """The provisioned data source is the uid the dashboard's panels use, and the dashboards folder is where
+    the compose file mounts the JSON."""
+    source = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text())
+    folder = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "tailgate.yaml").read_text())
+    dashboard = (DEPLOY / "grafana" / "tailgate-dashboard.json").read_text(encoding="utf-8")
+    assert source["datasources"][0]["url"] == "http://prometheus:9090"
+    assert source["datasources"][0]["type"] == "prometheus"
+    assert '"type": "prometheus"' in dashboard
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    mounts = compose["services"]["grafana"]["volumes"]
+    assert any(m.endswith(folder["providers"][0]["options"]["path"] + "/tailgate-dashboard.json:ro") for m in mounts)

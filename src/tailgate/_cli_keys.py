@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tailgate._cli_util import _duration, _echo_line, _fail
+from tailgate._cli_util import _announce_store, _duration, _echo_line, _fail
 
 __all__ = ["keys", "usage"]
 
@@ -37,10 +37,14 @@ def _key_options(fn: Any) -> Any:
                 "--budget",
                 "budgets",
                 multiple=True,
-                help="'200k tokens/day', '5M tokens/month', '10/day' or '100/month' (money); repeatable.",
+                help="'200k tokens/day', '5M tokens/month', '10/day' or '100/month' (money); repeatable. On update"
+                " it sets that budget and keeps the key's others (--no-budget --budget … replaces them all).",
             ),
             click.option("--no-budget", is_flag=True, help="Remove every budget."),
-            click.option("--models", help="Comma-separated aliases this key may use ('all': any)."),
+            click.option(
+                "--models",
+                help="Comma-separated aliases this key may use ('all': any); with --config each must be one of its.",
+            ),
             click.option("--class", "traffic_class", help="Default traffic class of this key's requests."),
             click.option("--expires", help="30d (from now), 2027-01-31 (UTC) or 'never'."),
             click.option("--meta", multiple=True, help="NAME=VALUE metadata (team=search, owner=ana); repeatable."),
@@ -56,9 +60,23 @@ def _store_target(config_path: Path | None, db: Path | None) -> Any:
     from tailgate.ledger.commands import store_target
 
     try:
-        return store_target(config_path, db)
+        target = store_target(config_path, db)
     except ConfigError as exc:
         _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+    _announce_store(target)
+    return target
+
+
+def _known_models(config_path: Path | None, models: str | None) -> None:
+    """With a config, ``--models`` may name only its aliases (a typo would make a key that can call nothing)."""
+    if config_path is None or models is None or models.strip().lower() in ("", "all", "none"):
+        return
+    from tailgate.config.resolve import load_resolved
+
+    aliases = load_resolved(config_path)[0].models  # loaded once already by _store_target: it is valid
+    unknown = [m.strip() for m in models.split(",") if m.strip() not in aliases]
+    if unknown:
+        _fail(f"--models: no alias {', '.join(map(repr, unknown))} in {config_path} (known: {', '.join(aliases)})")
 
 
 @click.group()
@@ -75,6 +93,7 @@ def keys_create(config_path: Path | None, db: Path | None, key_id: str, as_json:
     from tailgate.ledger.commands import KeyOptions, keys_main
 
     target = _store_target(config_path, db)
+    _known_models(config_path, flags.get("models"))
     sys.exit(keys_main("create", target, _echo_line, key_id=key_id, options=KeyOptions(**flags), as_json=as_json))
 
 
@@ -97,6 +116,7 @@ def keys_update(config_path: Path | None, db: Path | None, key_id: str, as_json:
     from tailgate.ledger.commands import KeyOptions, keys_main
 
     target = _store_target(config_path, db)
+    _known_models(config_path, flags.get("models"))
     sys.exit(keys_main("update", target, _echo_line, key_id=key_id, options=KeyOptions(**flags), as_json=as_json))
 
 

@@ -13,6 +13,7 @@ import click
 
 from tailgate._cli_util import _duration, _echo_line, _fail, _stdout
 from tailgate._runtime import run
+from tailgate.ledger.leaderboard import SORTS
 
 __all__ = ["leaderboard", "monitor"]
 
@@ -145,8 +146,7 @@ def _peak_options(peak: dict[str, Any]) -> dict[str, Any]:
     "--sort",
     default="p90",
     show_default=True,
-    help="p90 | p50 | p99 | e2e_p90 | e2e_p99 | tok_s | min_tok_s | snapshot | reliability | accuracy | price | "
-    "samples | traffic_p90.",
+    help="The column to rank by (docs/monitor.md): " + " | ".join(SORTS) + ".",
 )
 @click.option("--model", default=None, help="Only this upstream model id.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema tailgate.leaderboard/v1).")

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import click
 from rich.console import Console
 
-__all__ = ["_duration", "_echo_line", "_fail", "_stdout"]
+__all__ = ["_announce_store", "_duration", "_echo_line", "_fail", "_stdout"]
 
 
 def _fail(message: str) -> NoReturn:
-    """Print a usage/config error (plain text: paths must not be wrapped) and exit 2."""
-    click.echo(f"error: {message}", err=True)
+    """Print a usage/config error (plain text: paths must not be wrapped; URL passwords hidden) and exit 2."""
+    from tailgate.config.resolve import scrub_urls
+
+    click.echo(f"error: {scrub_urls(message)}", err=True)
     sys.exit(2)
+
+
+def _announce_store(target: str | Path) -> None:
+    """Say on stderr which store a command opens: its absolute path, or its URL without the password."""
+    from tailgate.config.resolve import scrub_urls
+
+    where = scrub_urls(target) if isinstance(target, str) else os.path.abspath(Path(target).expanduser())
+    click.echo(f"store: {where}", err=True)
 
 
 def _echo_line(line: str) -> None:

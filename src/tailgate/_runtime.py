@@ -15,12 +15,21 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+class _ScrubbingFormatter(logging.Formatter):
+    """Every log line leaves with the password of any URL in it replaced by ``***`` (a Redis or PostgreSQL
+    URL quoted by a library's exception, say): no secret reaches a log by way of an address."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from tailgate.config.resolve import scrub_urls
+
+        return scrub_urls(super().format(record))
+
+
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    """Log lines to stderr (as ``logging.basicConfig``: nothing changes when the root logger has handlers)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
 
 
 def tune_gc() -> None:

@@ -14,7 +14,7 @@ from rich.table import Table
 from tailgate import __version__
 from tailgate._cli_keys import keys, usage
 from tailgate._cli_monitor import leaderboard, monitor
-from tailgate._cli_util import _fail, _stdout
+from tailgate._cli_util import _announce_store, _fail, _stdout
 from tailgate._runtime import run, setup_logging, wait_for_stop
 from tailgate.config.loader import ConfigError
 
@@ -263,12 +263,21 @@ def serve(config_path: Path, host: str | None, port: int | None, workers: int, d
         _fail(str(exc))
     if workers > 1 and (port if port is not None else config.listen.port) == 0:
         _fail("--workers > 1 needs a fixed port (the workers share it)")
-    if config.ledger.url:  # the fleet's PostgreSQL: refuse a newer schema before any worker starts
-        from tailgate.ledger.commands import check_store
+    from tailgate.gateway.admission import key_store
+    from tailgate.gateway.serve import ListenError
+    from tailgate.ledger.commands import check_store
+    from tailgate.ledger.schema import SchemaError
+    from tailgate.ledger.store import StoreError
 
-        if (problem := check_store(config.ledger.url)) is not None:
+    store = key_store(config, None)
+    if store is not None:  # refuse a newer schema or a missing role/database before any worker starts
+        _announce_store(store)
+        if (problem := check_store(store)) is not None:
             _fail(problem)
-    serve_forever(config_path, host=host, port=port, workers=workers, drain_timeout=drain_timeout)
+    try:
+        serve_forever(config_path, host=host, port=port, workers=workers, drain_timeout=drain_timeout)
+    except (ListenError, SchemaError, StoreError) as exc:
+        _fail(str(exc))
 
 
 @main.group()
@@ -286,10 +295,20 @@ def config_check(file: Path, as_json: bool) -> None:
     """
     import json
 
-    from tailgate.config.check import check_file, to_json, to_text
+    from tailgate.config.check import StoreInfo, check_file, to_json, to_text
+    from tailgate.config.schema import GatewayConfig
+    from tailgate.gateway.admission import key_store
+    from tailgate.ledger.commands import store_summary
+
+    def look(cfg: GatewayConfig) -> StoreInfo:
+        target = key_store(cfg, None)
+        if target is None:
+            return StoreInfo("", None, "ledger.enabled: false")
+        found = store_summary(target)
+        return StoreInfo(found.where, found.keys, found.note)
 
     try:
-        report = check_file(file)
+        report = check_file(file, store=look)
     except ConfigError as exc:
         if as_json:
             click.echo(json.dumps({"ok": False, "source": str(file), "problems": exc.problems}, ensure_ascii=False))
@@ -375,8 +394,18 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report.")
 @click.option("--no-preflight", is_flag=True, help="Skip the one-request reachability check per target.")
 # capacity, goodput, rate limits, workloads (docs/bench.md)
-@click.option("--find-max", multiple=True, help="Search the largest load at which this holds, e.g. 'p90(ttft)<1s'.")
-@click.option("--by", type=click.Choice(["concurrency", "rate"]), default="concurrency", show_default=True)
+@click.option(
+    "--find-max",
+    multiple=True,
+    help="Search the largest load at which this holds, e.g. 'p90(ttft)<1s'; repeatable (all must hold).",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["concurrency", "rate"]),
+    default="concurrency",
+    show_default=True,
+    help="What --find-max varies: closed-loop concurrency or open-loop requests per second.",
+)
 @click.option("--find-start", type=float, help="First level of the search (default 1).")
 @click.option("--find-ceiling", type=float, help="Highest level tried (default 1024 concurrent / 1000 req/s).")
 @click.option("--find-precision", type=float, default=0.1, show_default=True, help="Final bracket, relative.")
@@ -386,7 +415,13 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option(
     "--limit-cap", type=click.IntRange(10), default=5000, show_default=True, help="--find-limit: max requests."
 )
-@click.option("--tokenizer", type=click.Choice(["deepseek", "qwen", "none"]), default="none", show_default=True)
+@click.option(
+    "--tokenizer",
+    type=click.Choice(["deepseek", "qwen", "none"]),
+    default="none",
+    show_default=True,
+    help="Make prompts exactly --input-tokens long in this model family (the optional tokenizers extra).",
+)
 @click.option(
     "--workload",
     type=click.Choice(["synthetic", "shared-prefix", "long-context", "multi-turn", "writing"]),

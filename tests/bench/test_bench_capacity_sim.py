@@ -47,13 +47,15 @@ async def _find(
     return runs, caps[0]
 
 
-def _skip_if_the_simulator_fell_behind(sim: ThreadedSim, p: EngineParams, scale: float) -> None:
-    """The implied answer assumes the engine keeps its step times; on a saturated machine it cannot (each
-    step of a full batch runs late, T_eng grows), and the comparison would test the machine, not bench."""
+def _step_lateness_ms(sim: ThreadedSim) -> float:
+    """P90 of how late the simulator's decode steps ended over the whole search (0 when it kept time).
+
+    The implied answer assumes the engine keeps its step times; on a saturated machine each step of a full
+    batch can run late and T_eng grows. A step lasts at most its planned length plus its lateness (the engine
+    restarts its schedule from "now" when it falls behind), so this bounds the slowdown the run really had,
+    measured by the simulator itself in the same run."""
     late = sim.call(_lateness(sim))
-    step_ms = (p.step_ms + p.step_per_seq_ms * (p.slots - 1)) * scale
-    if late["p90"] is not None and late["p90"] > 0.25 * step_ms:
-        pytest.skip(f"the simulator ran late (step lateness P90 {late['p90']:.2f} ms of {step_ms:.2f} ms steps)")
+    return float(late["p90"] or 0.0)
 
 
 async def _lateness(sim: ThreadedSim) -> dict[str, Any]:
@@ -67,21 +69,27 @@ def _prompt_tokens(runs: list[dict[str, Any]]) -> float:
 
 @pytest.mark.timeout(90)
 async def test_finder_answer_is_the_slot_count_of_a_small_engine(threaded_sim: Callable[..., ThreadedSim]) -> None:
-    """A 4-slot engine without pre-queue delay: up to 4 users never queue, a 5th always waits ≈ T_eng/4."""
+    """A 4-slot engine without pre-queue delay: up to 4 users never queue, a 5th always waits ≈ T_eng/4.
+
+    The margins are wide on both sides, so a busy machine cannot flip the answer: unqueued, a request's TTFT
+    is a prefill and at most one 12.5 ms step (≈ 20 ms), 80 ms under the threshold; queued, it waits T_eng/4
+    (≈ 150 ms), and a slow machine only makes that wait longer (every step sleeps at least its length)."""
     scale = 0.5
+    threshold_ms = 100.0
+    max_tokens = 48
     sim = threaded_sim("naive", engine={"slots": 4, "jitter": 0.0}, time_scale=scale)
     p = replace(preset("naive"), slots=4, jitter=0.0)
-    workload = Workload(input_tokens=LengthDist(24), max_tokens=16, stream=True)
-    spec = FindSpec((parse_threshold("p90(ttft)<50ms"),), "concurrency", start=1, ceiling=16, repeats=3)
+    workload = Workload(input_tokens=LengthDist(24), max_tokens=max_tokens, stream=True)
+    spec = FindSpec((parse_threshold(f"p90(ttft)<{threshold_ms:g}ms"),), "concurrency", start=1, ceiling=16, repeats=3)
     runs, cap = await _find(sim.url, spec, workload, Bounds(duration=1.5, warmup=0.6))
-    wait_ms = 1000 * t_eng(p, _prompt_tokens(runs), 16, scale) / 4
-    assert wait_ms > 40  # the model: a queued request waits well past the threshold's margin
+    wait_ms = 1000 * t_eng(p, _prompt_tokens(runs), max_tokens, scale) / 4
+    assert wait_ms > 1.5 * threshold_ms  # the model: a queued request waits far past the threshold
     assert cap["answer"] == p.slots, cap["summary"]
     assert cap["failed_at"] == p.slots + 1
     assert cap["uncertainty"] == 1
     assert [pt["level"] for pt in cap["curve"]][:3] == [1, 2, 4]
     over = next(pt for pt in cap["curve"] if pt["level"] == p.slots + 1)
-    assert over["ttft_ms_p90"] > 50
+    assert over["ttft_ms_p90"] > threshold_ms
     assert not over["passed"]
     assert cap["decay_at_answer"]["base_level"] == 1
     assert len(runs) == len(cap["runs"]) >= 5
@@ -92,12 +100,16 @@ async def test_finder_answer_is_the_slot_count_of_a_small_engine(threaded_sim: C
 async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callable[..., ThreadedSim]) -> None:
     """aggregator: 16 tenant-wide slots. P99 TTFT holds while no request queues (c ≤ 16) and breaks once
     the engine saturates (c_sat ≈ 17): the answer lies in [slots, c_sat] within one search step."""
-    scale = 0.25
+    # At half speed the unqueued P99 TTFT (pre-queue P99 ≈ 310 ms plus a prefill and a step) sits ≈ 150 ms under
+    # the 500 ms threshold, room for a busy machine's client-side lateness; two users past saturation already
+    # wait ≈ 2 · T_eng / slots ≈ 280 ms more, so the upper side of the bracket holds too.
+    scale = 0.5
+    threshold_ms = 500
     p = preset("aggregator")
     sim = threaded_sim("aggregator", time_scale=scale)
     workload = Workload(input_tokens=LengthDist(128), max_tokens=128, stream=True)
-    spec = FindSpec((parse_threshold("p99(ttft)<250ms"),), "concurrency", start=4, ceiling=64)
-    runs, cap = await _find(sim.url, spec, workload, Bounds(duration=4.0, warmup=1.5))
+    spec = FindSpec((parse_threshold(f"p99(ttft)<{threshold_ms}ms"),), "concurrency", start=4, ceiling=64)
+    runs, cap = await _find(sim.url, spec, workload, Bounds(duration=6.0, warmup=2.5))
     # No lateness guard here: the bracket rests on the slot count, which a slow machine does not change.
     te = t_eng(p, _prompt_tokens(runs), 128, scale)
     c_sat = p.slots * (t_pre(p, scale) + te) / te
@@ -105,7 +117,7 @@ async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callab
     assert step == 1
     assert p.slots - step <= cap["answer"] <= c_sat + step, (cap["summary"], c_sat)
     worst = max(pt["ttft_ms_p99"] for pt in cap["curve"])
-    assert worst > 3 * 250  # past the slots it collapses, it does not degrade gently
+    assert worst > 3 * threshold_ms  # past the slots it collapses, it does not degrade gently
 
 
 @pytest.mark.slow
@@ -120,11 +132,16 @@ async def test_finder_answer_for_provider_a_matches_littles_law(threaded_sim: Ca
     limit_s = 2.2
     spec = FindSpec((parse_threshold(f"avg(e2e)<{limit_s}s"),), "concurrency", start=64, ceiling=1024)
     runs, cap = await _find(sim.url, spec, workload, Bounds(duration=5.0, warmup=3.0))
-    _skip_if_the_simulator_fell_behind(sim, p, scale)
     te = t_eng(p, _prompt_tokens(runs), 256, scale)
     implied = limit_s * p.slots / te
     assert t_pre(p, scale) + te < limit_s  # below saturation the threshold holds: the boundary is the queue
+    # A simulator that ran late (a busy machine) held each slot longer, so fewer users fit: the implied
+    # answer then lies between the planned one and the one for steps as long as planned + their lateness.
+    step_ms = (p.step_ms + p.step_per_seq_ms * (p.slots - 1)) * math.exp(p.jitter**2 / 2) * scale
+    late_ms = _step_lateness_ms(sim)
+    implied_late = limit_s * p.slots / (te * (step_ms + late_ms) / step_ms)
     step = cap["uncertainty"]
     assert step is not None
     assert step <= 0.1 * cap["answer"] + 1
-    assert abs(cap["answer"] - implied) <= step, (cap["summary"], implied)
+    why = (cap["summary"], implied, implied_late, late_ms)
+    assert implied_late - step <= cap["answer"] <= implied + step, why

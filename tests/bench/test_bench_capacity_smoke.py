@@ -7,18 +7,18 @@ process, schedule lag P99 <= 1 ms at 1,000 req/s) are the full benchmark's busin
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from bench_support import run_quick
 
+from _require import require_wrk
+
 
 @pytest.mark.bench
 @pytest.mark.timeout(120)
 def test_loadgen_capacity_quick_run_is_correct(tmp_path: Path) -> None:
-    if shutil.which("wrk") is None:
-        pytest.skip("wrk is not installed (apt-get install wrk); loadgen_capacity.py compares against it")
+    require_wrk("loadgen_capacity.py compares against it")
     out = tmp_path / "loadgen_capacity.json"
     run_quick("loadgen_capacity.py", "--json", str(out), timeout=110)
     result = json.loads(out.read_text())

@@ -68,13 +68,16 @@ async def test_ab_targets_each_get_the_level_and_their_own_run(sim: SimFactory) 
 @pytest.mark.timeout(30)
 async def test_slow_target_does_not_hold_back_the_fast_one(sim: SimFactory) -> None:
     """A slow target beside an instant one: sends interleave, and each target keeps its own level."""
-    slow = await sim("provider-a", time_scale=0.03)
+    # The slow one waits ≈ 72 ms (pre-queue median) before its engine: a floor no machine can lower, so the
+    # instant one stays several times faster even when this process is slowed down (busy machine, coverage);
+    # held back by the slow one, both would send the same number.
+    slow = await sim("provider-a", time_scale=0.1)
     fast = await sim("instant")
     specs = [_spec("slow", slow), _spec("fast", fast)]
     s, f = await run_plan(specs, _workload(), _closed(4, duration=1.0), asyncio.Event())
     assert s["successes"] > 10
-    assert f["successes"] > 5 * s["successes"]
-    assert s["metrics"]["e2e_ms"]["p50"] > 5 * f["metrics"]["e2e_ms"]["p50"]
+    assert f["successes"] > 2 * s["successes"]
+    assert s["metrics"]["e2e_ms"]["p50"] > 2 * f["metrics"]["e2e_ms"]["p50"]
     # Interleaved in time: both simulators were busy over the same span, not one after the other.
     s_times = [r.received_at for r in slow.truth.records()]
     f_times = [r.received_at for r in fast.truth.records()]
@@ -99,7 +102,9 @@ async def test_requests_bound_is_per_target_even_when_speeds_differ(sim: SimFact
 @pytest.mark.timeout(30)
 async def test_stages_ramp_concurrency(sim: SimFactory) -> None:
     """``1s:4,1s:8,1s:0``: three stage runs; the 4→8 stage sends more req/s than the 0→4 one."""
-    p = await sim("provider-a", time_scale=0.03)
+    # ≈ 75 ms per request, so throughput follows the number of users, not this process's CPU (which a busy
+    # machine or coverage would make the limit at a few ms per request).
+    p = await sim("provider-a", time_scale=0.1)
     plan = Plan("stages", Bounds(duration=None, warmup=0.0), stages=parse_stages("1s:4,1s:8,1s:0"))
     runs = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
     assert [r["load"]["mode"] for r in runs] == ["stage"] * 3
@@ -397,11 +402,11 @@ async def test_errors_are_counted_by_class_with_an_example(sim: SimFactory) -> N
 async def test_max_errors_stops_the_level_early(sim: SimFactory) -> None:
     """``--max-errors 5``: the level ends soon after the fifth error instead of running 10 s."""
     p = await sim("instant", faults={"error_rate": 0.5, "error_statuses": [503]})
-    t0 = time.perf_counter()
     (run,) = await run_plan([_spec("sim", p)], _workload(), _closed(2, duration=10.0, max_errors=5), asyncio.Event())
-    assert time.perf_counter() - t0 < 3
     errors = sum(run["errors"].values())
     assert 5 <= errors <= 5 + 2
+    # Ended at the errors, not the 10 s: half of the requests fail, so ~10 were sent; 10 s of an instant
+    # provider would be thousands (a count, so a slow machine cannot break it the way a '< 3 s' could).
     assert run["requests"] < 100
 
 

@@ -26,6 +26,10 @@ def _bench(*args: str) -> tuple[int, str]:
         (["--find-max", "p90(ttft)<1s", "--find-start", "8", "--find-ceiling", "4"], "--find-start"),
         (["--find-max", "p90(ttft)<1s", "--workers", "2"], "--workers"),
         (["--goodput", "speed:1s"], "--goodput"),
+        (["--find-max", "p90(ttft)<1s", "--rate", "5"], "--rate does not apply to --find-max --by concurrency"),
+        (["--find-max", "p90(ttft)<1s", "--concurrency", "8"], "--concurrency does not apply to --find-max"),
+        (["--find-max", "p90(e2e)<1s", "--by", "rate", "--concurrency", "8"], "--find-max --by rate"),
+        (["--by", "rate", "--rate", "5"], "--by applies to --find-max only"),
     ],
 )
 def test_bad_search_options_are_usage_errors(args: list[str], needle: str) -> None:

@@ -9,21 +9,19 @@ needs its own venv (a minute of pip) and is left to the full benchmark.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bench_support import run_quick
 
-from tailgate.state.server import find_redis_server
+from _require import require_redis_server, require_wrk
 
 HOPS = ("direct", "floor", "tailgate")
 
 
 def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
-    if shutil.which("wrk") is None:
-        pytest.skip("wrk is not installed (apt-get install wrk); gateway_overhead.py drives the load with it")
+    require_wrk("gateway_overhead.py drives the load with it")
     out = tmp_path / "gateway_overhead.json"
     run_quick("gateway_overhead.py", "--json", str(out), *args, timeout=100)
     result: dict[str, Any] = json.loads(out.read_text())
@@ -69,8 +67,7 @@ def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_gateway_overhead_workers_and_redis_hops(tmp_path: Path) -> None:
     """``--workers 2`` (both workers serving, CPU summed over both) and Redis state run as hops of the same run."""
-    if find_redis_server() is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    require_redis_server()
     result = _run(tmp_path, "--hops", "workers2,redis", "--only", "nonstream-c50")
     assert result["correct"] is True
     assert result["hops"] == [*HOPS, "workers2", "redis"]

@@ -6,15 +6,13 @@ target is the full run's business.
 
 from __future__ import annotations
 
-import pytest
 from bench_support import run_quick
 
-from tailgate.state.server import find_redis_server
+from _require import require_redis_server
 
 
 def test_quick_run_admits_and_settles_through_redis() -> None:
-    if find_redis_server() is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
+    require_redis_server()
     stdout = run_quick("bench_redis_framing.py", timeout=120)
     assert "all correctness checks passed" in stdout
     assert "hiredis" in stdout

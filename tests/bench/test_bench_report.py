@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from _require import CHROMIUM, require_chromium
 from tailgate.bench.report import render_html
 from tailgate.cli import main
 from tailgate.stats import LatencyHistogram
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 KINDS = {"latency-vs-load", "cdf", "timeline", "targets"}
 
 
@@ -231,8 +231,7 @@ def test_cli_report_writes_html(tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     """Real Chromium draws every chart with a size and its data paths, without console errors; screenshot saved."""
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is not installed (Debian package 'chromium')")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     out = tmp_path / "report.html"

@@ -5,15 +5,13 @@ The trace is a diagnostic (reported, not judged); the RSS target is gateway_over
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
 from bench_support import run_quick
+
+from _require import require_wrk
 
 
 def test_quick_trace_prints_every_column() -> None:
-    if shutil.which("wrk") is None:
-        pytest.skip("wrk is not installed (apt-get install wrk); rss_trace.py drives the load with it")
+    require_wrk("rss_trace.py drives the load with it")
     stdout = run_quick("rss_trace.py", timeout=120)
     assert "all correctness checks passed" in stdout
     rows = [line.split() for line in stdout.splitlines() if line[:4].strip().isdigit()]

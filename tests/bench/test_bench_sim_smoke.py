@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from bench_support import run_quick
+
+from _require import require_wrk
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_sim.py"
@@ -56,8 +57,7 @@ def test_parse_wrk_counts_every_error() -> None:
 @pytest.mark.bench
 @pytest.mark.timeout(90)
 def test_bench_sim_quick_run_is_correct(tmp_path: Path) -> None:
-    if shutil.which("wrk") is None:
-        pytest.skip("wrk is not installed (apt-get install wrk); bench_sim.py drives the load with it")
+    require_wrk("bench_sim.py drives the load with it")
     out = tmp_path / "bench_sim.json"
     run_quick("bench_sim.py", "--json", str(out), timeout=60)
     result = json.loads(out.read_text())

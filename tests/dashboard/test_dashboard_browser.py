@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -11,10 +12,10 @@ import aiohttp
 import pytest
 from dashboard_support import fill_store
 
+from _require import CHROMIUM, require_chromium
 from conftest import GatewayHandle, SimFactory, two_provider_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 ADMIN = "tg-admin-key-0123456789"
 ARGS = [
     "--headless",
@@ -27,7 +28,11 @@ ARGS = [
     "--disable-sync",
 ]
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (Debian 'chromium')")
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    """Every test here drives Debian's chromium (tests/_require.py: a skip, or a failure under CI=true)."""
+    require_chromium()
 
 
 async def test_dashboard_renders_in_headless_chromium(
@@ -63,6 +68,9 @@ async def test_dashboard_renders_in_headless_chromium(
 
             assert await page.locator("#mode").text_content() == "gateway"
             assert await page.locator("#leaderboard tbody tr").count() == 2
+            cells = await page.locator("#leaderboard tbody tr").first.locator("td").all_text_contents()
+            # the accuracy with its 95 % Wilson interval and task count, as the CLI shows it
+            assert any(re.fullmatch(r"\d+% \[\d+–\d+\] n=\d+", c) for c in cells), cells
             assert await page.locator("#compare tbody tr").count() == 2
             assert await page.locator("#heatmap td.cell").count() >= 24
             assert await page.locator("#live tbody tr").count() == 2

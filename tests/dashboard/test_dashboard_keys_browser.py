@@ -5,21 +5,24 @@ shows every key's spend and budgets and the usage report with refusals apart fro
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import aiohttp
 import pytest
 
+from _require import CHROMIUM, require_chromium
 from conftest import GatewayHandle, SimFactory
 from tailgate.ledger.keys import create_key
 from tailgate.ledger.store import open_store
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 ADMIN = "tg-admin-key-0123456789"
 DASH = "tg-dashboard-key-0123456789"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (Debian 'chromium')")
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    """Every test here drives Debian's chromium (tests/_require.py: a skip, or a failure under CI=true)."""
+    require_chromium()
 
 
 @pytest.mark.timeout(60)  # a browser start and a few page loads on a busy 2-core machine

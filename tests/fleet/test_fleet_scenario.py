@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from tailgate.scenario import build_document, check_document, load_scenario, run_scenario
-from tailgate.state.server import find_redis_server
 
 # tests/scenario/test_scenario_smoke.py's run, adaptive only, on three replicas.
 SHORT = """
@@ -34,7 +33,7 @@ policies: [adaptive]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(find_redis_server() is None, reason="redis-server is not installed")
+@pytest.mark.usefixtures("redis_binary")
 async def test_a_scenario_runs_on_three_replicas(tmp_path: Path) -> None:
     """Every request is answered and the fleet moves traffic off the slow primary; the counters add up."""
     path = tmp_path / "short.yaml"

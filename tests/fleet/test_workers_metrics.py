@@ -56,29 +56,29 @@ async def test_every_scrape_counts_every_workers_requests(sim: SimFactory, tmp_p
             for _ in range(40):
                 async with session.post(f"{url}/v1/chat/completions", json=body, headers=close) as r:
                     assert r.status == 200
-
-            async def scrape() -> tuple[float, set[str]]:
+            totals: list[float] = []
+            early: list[float] = []
+            pids: set[str] = set()
+            # An answered request is booked with its worker's next batch (Books.later), a moment after the
+            # client has its answer: scrapes may count fewer until both workers' books are in, never more.
+            # From the first scrape that counts all 40, every scrape must, whichever worker answers it, until
+            # both workers have answered one (each is a coin flip). Bounded: 200 scrapes.
+            for _ in range(200):
                 async with session.get(f"{url}/metrics", headers=close) as r:
                     text = await r.text()
-                ok = re.findall(r'^tailgate_requests_total\{[^}]*outcome="ok"[^}]*\} (\S+)', text, re.M)
-                return sum(float(m) for m in ok), set(re.findall(r'tailgate_in_flight\{pid="(\d+)"', text))
-
-            # A worker keeps an answered request's books a moment after the answer (bookkeeping.Books), and
-            # a scrape drains only its own worker's: on a busy machine the other worker's last books may
-            # still be on their timer. Wait (bounded) for the first scrape that counts all 40; from then on
-            # every scrape, whichever worker answers it, must count all 40.
-            for _ in range(100):
-                total, pids = await scrape()
-                if total == 40.0:
-                    break
-                await asyncio.sleep(0.05)
-            totals = [total]
-            for _ in range(40):  # until both workers have answered a scrape (each is a coin flip)
-                total, seen = await scrape()
+                total = sum(
+                    float(m)
+                    for m in re.findall(r'^tailgate_requests_total\{[^}]*outcome="ok"[^}]*\} (\S+)', text, re.M)
+                )
+                if not totals and total < 40.0:
+                    early.append(total)
+                    await asyncio.sleep(0.02)
+                    continue
                 totals.append(total)
-                pids |= seen
+                pids |= set(re.findall(r'tailgate_in_flight\{pid="(\d+)"', text))
                 if len(pids) == 2 and len(totals) >= 6:
                     break
+        assert all(t <= 40.0 for t in early), early
         assert set(totals) == {40.0}
         assert len(pids) == 2  # gauges stay per worker
         proc.send_signal(signal.SIGTERM)

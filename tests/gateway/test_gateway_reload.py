@@ -160,3 +160,41 @@ async def test_sighup_reloads_a_serving_process(sim: SimFactory, tmp_path: Path)
         proc.wait(timeout=15)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+async def test_a_reload_never_changes_a_request_already_admitted(sim: SimFactory, tmp_path: Path) -> None:
+    """A request reads the route table once: a reload to ``retry.max_attempts: 1`` while its first attempt is out
+    leaves it its two attempts (it falls back to b and is served), while the next request gets the new table."""
+    from tailgate.sim.faults import Faults
+
+    a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
+    a.set_faults(Faults(stall_headers_s=2.0, error_rate=1.0, error_statuses=[500]))  # slow to fail, always
+    path = tmp_path / "gw.yaml"
+    routing = {"policy": "weighted", "probes": {"enabled": False}}
+    models = {
+        "m": {"routes": [{"provider": "a", "model": "up", "weight": 1}, {"provider": "b", "model": "up", "weight": 0}]}
+    }
+    _write(path, a.url, b.url, routing=routing, models=models, retry={"max_attempts": 2})
+    gw, runner, url = await _start(path)
+    try:
+        async with aiohttp.ClientSession() as s:
+            admitted = asyncio.create_task(s.post(f"{url}/v1/chat/completions", json=BODY))
+            for _ in range(400):  # until its first attempt is out at a (bounded: 20 s)
+                if gw.providers["a"].in_flight:
+                    break
+                await asyncio.sleep(0.05)
+            assert gw.providers["a"].in_flight == 1
+            _write(path, a.url, b.url, routing=routing, models=models, retry={"max_attempts": 1})
+            out = await gw.reloader.reload()
+            assert out["ok"]
+            assert gw.routes.retry.max_attempts == 1
+            resp = await admitted
+            assert resp.status == 200
+            assert resp.headers["x-tailgate-provider"] == "b"
+            assert resp.headers["x-tailgate-attempts"] == "2"
+            async with s.post(f"{url}/v1/chat/completions", json=BODY) as r:  # arrives after: the new table
+                assert r.status == 500
+                assert r.headers["x-tailgate-attempts"] == "1"
+    finally:
+        await runner.cleanup()
+        await gw.close()

@@ -89,22 +89,31 @@ def _config(tmp_path: Path, upstream: str, db: Path, **extra: Any) -> Path:
     return path
 
 
-async def _load(url: str, answered: dict[str, float], stop: asyncio.Event, concurrency: int = 16) -> None:
-    """Closed-loop load; ``answered[request_id]`` = wall time the client had the whole 200 answer."""
+async def _load(
+    url: str, answered: dict[str, float], failed: list[tuple[float, str]], stop: asyncio.Event, concurrency: int = 16
+) -> None:
+    """Closed-loop load; ``answered[request_id]`` = wall time the client had the whole 200 answer (a stream:
+    through ``data: [DONE]``); every other outcome goes to ``failed`` as (wall time, what), so errors before
+    the kill are seen, not skipped. A worker stops at its first failure (after the kill: the gateway died)."""
     counter = iter(range(10**9))  # shared by the workers: one id per request
 
     async def worker(session: aiohttp.ClientSession) -> None:
         while not stop.is_set():
             i = next(counter)
             rid = f"r{i}"
-            body = {"model": ALIAS, "messages": MSG, "max_tokens": 2, "stream": i % 2 == 0}
+            stream = i % 2 == 0
+            body = {"model": ALIAS, "messages": MSG, "max_tokens": 2, "stream": stream}
             try:
                 async with session.post(f"{url}/chat/completions", json=body, headers={"x-request-id": rid}) as r:
-                    await r.read()
-                    if r.status == 200:
-                        answered[rid] = time.time()
-            except (aiohttp.ClientError, OSError):
-                return  # the gateway died under us
+                    raw = await r.read()
+                    whole = r.status == 200 and (not stream or raw.rstrip().endswith(b"data: [DONE]"))
+            except (aiohttp.ClientError, OSError) as exc:
+                failed.append((time.time(), f"{rid}: {type(exc).__name__}: {exc}"))
+                return
+            if not whole:
+                failed.append((time.time(), f"{rid}: status {r.status}: {raw[-300:]!r}"))
+                return
+            answered[rid] = time.time()
 
     async with aiohttp.ClientSession() as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
@@ -126,14 +135,17 @@ async def test_sigkill_under_load_loses_at_most_the_last_second(
     config = _config(tmp_path, upstream.url, db)
     gw = serve(config)
     answered: dict[str, float] = {}
+    failed: list[tuple[float, str]] = []
     stop = asyncio.Event()
-    load = asyncio.create_task(_load(gw.url, answered, stop))
+    load = asyncio.create_task(_load(gw.url, answered, failed, stop))
     await asyncio.sleep(3.0)
     assert len(answered) > 50
+    assert failed == []  # every request before the kill was answered in full
     t_kill = time.time()
     assert gw.stop(signal.SIGKILL) == -signal.SIGKILL
     stop.set()
     await asyncio.wait_for(load, 10)
+    assert [f for f in failed if f[0] < t_kill] == []
     present = {r.request_id for r in read_rows(db)}
     lost = {rid: t for rid, t in answered.items() if rid not in present}
     window = t_kill - min(lost.values()) if lost else 0.0

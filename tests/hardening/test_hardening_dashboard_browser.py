@@ -4,17 +4,20 @@ but cannot drain."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import pytest
 
+from _require import CHROMIUM, require_chromium
 from conftest import GatewayHandle, SimFactory, two_provider_config
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 DASH, ADMIN = "tg-dashboard-key-0123456789", "tg-admin-key-0123456789"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (Debian 'chromium')")
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    """Every test here drives Debian's chromium (tests/_require.py: a skip, or a failure under CI=true)."""
+    require_chromium()
 
 
 @pytest.mark.timeout(60)

@@ -98,9 +98,12 @@ def test_idle_keepalive_connection_is_closed(make_stack: StackFactory) -> None:
     assert first.startswith(b"HTTP/1.1 200")
     t0 = time.monotonic()
     rest = _wait_closed(sock, within=10)
+    took = time.monotonic() - t0
     sock.close()
     assert rest == b""
-    assert time.monotonic() - t0 < 10
+    # Both sides: not before keepalive_timeout (0.1 s for the gap between the server's last write and t0),
+    # and closed by the server, not by the 10 s the socket waits at most (a bound far past any slow machine).
+    assert 0.9 <= took < 10
 
 
 def test_connections_over_the_cap_get_503_and_the_gateway_recovers(make_stack: StackFactory) -> None:
@@ -165,9 +168,11 @@ def test_upstream_attempts_over_the_cap_get_503_with_retry_after(make_stack: Sta
         deadline = time.monotonic() + 5
         while sum(p.in_flight for p in stack.gateway.providers.values()) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        t0 = time.monotonic()
         status, headers, raw = post_json(stack.port, "/v1/chat/completions", _body())
-        assert time.monotonic() - t0 < 1.0  # refused, not queued behind the stall
+        # Refused, not queued behind the stall: answered while both stalled requests are still in flight
+        # (event order; a queued request could only be answered after one of them finished).
+        assert not any(f.done() for f in slow)
+        assert sum(p.in_flight for p in stack.gateway.providers.values()) == 2
         assert status == 503
         assert headers["retry-after"] == "1"
         assert "max_upstream_in_flight" in assert_openai_error(status, raw)["message"]

@@ -22,7 +22,7 @@ def _config(tmp_path: Path, store_target: str) -> Path:
     path = tmp_path / "gw.yaml"
     path.write_text(
         "providers:\n  p:\n    base_url: http://127.0.0.1:9/v1\n"
-        "models:\n  chat:\n    routes: [{provider: p, model: m}]\n"
+        "models:\n  chat:\n    routes: [{provider: p, model: m}]\n  code:\n    routes: [{provider: p, model: m}]\n"
         f"ledger:\n  {ledger}\n"
     )
     return path

@@ -258,3 +258,22 @@ def test_recent_priors_for_the_router(tmp_path: Path) -> None:
     assert p["error_rate"] == pytest.approx(2 / 12)
     assert p["n"] == 12
     assert priors[("q", "m")] == {"ttft_p90_ms": None, "e2e_p90_ms": None, "error_rate": None, "n": 2}
+
+
+def test_accuracy_carries_its_wilson_interval_and_task_count(tmp_path: Path) -> None:
+    """18 of 20 graded tasks right: 90 % with its 95 % Wilson interval [69.9, 97.2] (the textbook values for
+    p = 0.9, n = 20) and n = 20; with 9 of 10 the interval widens to [59.6, 98.2]."""
+    samples = [
+        Sample(NOW - i, p, "m", "accuracy", 200, None, 100.0, 200.0, 20, 190.0, i >= (2 if p == "a" else 1))
+        for p, n in (("a", 20), ("b", 10))
+        for i in range(n)
+    ]
+    with closing(open_db(_store(tmp_path, samples))) as conn:
+        rows = {r.provider: r for r in compute(conn, window_s=WEEK, now=NOW)}
+    a, b = rows["a"], rows["b"]
+    assert (a.accuracy_pct, a.accuracy_n) == (90.0, 20)
+    assert a.accuracy_low_pct == pytest.approx(69.90, abs=0.01)
+    assert a.accuracy_high_pct == pytest.approx(97.21, abs=0.01)
+    assert (b.accuracy_pct, b.accuracy_n) == (90.0, 10)
+    assert b.accuracy_low_pct == pytest.approx(59.58, abs=0.01)
+    assert b.accuracy_high_pct == pytest.approx(98.21, abs=0.01)

@@ -58,7 +58,7 @@ def test_tailgate_db_env_is_the_default_store(
     assert db.exists()
     result = CliRunner().invoke(main, ["leaderboard", "--json"])
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert [(r["provider"], r["model"], r["samples"]) for r in doc["rows"]] == [("fast", "up-fast", 1)]
 
 
@@ -129,7 +129,7 @@ def test_leaderboard_table_json_and_errors(threaded_sim: Callable[..., ThreadedS
     assert "n<5" in result.output  # 6 samples: reliability shows, percentiles of 2-4 samples do not
     result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--json", "--window", "1h", "--sort", "tok_s"])
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert doc["schema"] == "tailgate.leaderboard/v1"
     assert (doc["window_s"], doc["sort"], doc["minimums"]["p99"]) == (3600.0, "tok_s", 20)
     (row,) = doc["rows"]
@@ -139,7 +139,7 @@ def test_leaderboard_table_json_and_errors(threaded_sim: Callable[..., ThreadedS
     assert row["insufficient"]["ttft_p99_ms"] == "n<20"
     assert row["price_output"] is None  # no --config: no price
     result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--model", "other", "--json"])
-    assert json.loads(result.output)["rows"] == []
+    assert json.loads(result.stdout)["rows"] == []
     result = CliRunner().invoke(main, ["leaderboard", "--db", str(db), "--sort", "fastest"])
     assert result.exit_code == 2
     assert "choose from" in result.output
@@ -161,7 +161,7 @@ def test_the_config_ledger_path_is_the_store_without_db(
     assert shared.exists()
     assert not (tmp_path / "elsewhere.db").exists()
     result = CliRunner().invoke(main, ["leaderboard", "--config", str(config), "--json"])
-    assert json.loads(result.output)["rows"][0]["samples"] == 1
+    assert json.loads(result.stdout)["rows"][0]["samples"] == 1
 
 
 def test_public_api() -> None:

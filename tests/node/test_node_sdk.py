@@ -3,7 +3,8 @@ chat stream and not, thinking on and off, tool calls, the Responses API, errors 
 
 The SDK is installed once into a cache folder (``$TAILGATE_NODE_SDK_DIR``, default
 ``~/.cache/tailgate/node-openai``) with npm; without node/npm, or when the registry cannot be reached,
-the tests skip with the reason.
+the tests skip with the reason, and fail under ``CI=true`` (tests/_require.py: .ci/run installs node and npm,
+so a failed install is a broken CI run, not a skip).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from _require import require, require_program
 from conftest import GatewayHandle, SimFactory
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -30,9 +32,8 @@ ALL_CHECKS |= {"error_429", "error_5xx"}
 @pytest.fixture(scope="module")
 def node_sdk() -> Path:
     """A folder whose node_modules holds the openai SDK (installed on first use)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are not installed (apt-get install nodejs npm)")
+    require_program("node", "apt-get install nodejs npm")
+    npm = require_program("npm", "apt-get install nodejs npm")
     where = Path(os.environ.get("TAILGATE_NODE_SDK_DIR", Path.home() / ".cache" / "tailgate" / "node-openai"))
     if not (where / "node_modules" / "openai" / "package.json").exists():
         where.mkdir(parents=True, exist_ok=True)
@@ -44,7 +45,9 @@ def node_sdk() -> Path:
                 timeout=240,
             )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-            pytest.skip(f"npm could not install {SDK_SPEC} (registry unreachable?): {exc}")
+            stderr = getattr(exc, "stderr", b"") or b""
+            detail = f"{exc}: {stderr.decode(errors='replace')[-1500:]}"
+            require(False, f"the npm package {SDK_SPEC} (npm install failed: {detail})", "a reachable npm registry")
     shutil.copy(SCRIPT, where / SCRIPT.name)  # node resolves `openai` from the script's own folder
     return where
 

@@ -76,16 +76,30 @@ def test_within_slo_every_class_mix_gets_exactly_the_configured_split() -> None:
     policy, load = setup([A, B, C])
     load.ttft = {"a": 0.6, "b": 0.2, "c": 0.1}  # a is the slowest, still within the 1 s SLO
     sent = load.run(120, 25, [None, "interactive", "batch", "interactive", None])
-    for cls, counts in by_class(sent).items():
-        expected = configured_split([A, B, C], cls)
+    # The numbers of the configuration itself, written out (not computed by routing/promises.py): weights
+    # 60/30/10 for every class no route reserves; batch listed by b (30) and c (10) only, so 75/25 and a none.
+    expected = {None: (0.60, 0.30, 0.10), "interactive": (0.60, 0.30, 0.10), "batch": (0.0, 0.75, 0.25)}
+    counts_by_class = by_class(sent)
+    assert set(counts_by_class) == set(expected)
+    for cls, counts in counts_by_class.items():
         n = sum(counts.values())
         assert n >= 600
-        for r in (A, B, C):
-            assert abs(counts[r.provider] / n - expected[r]) <= 0.005, (cls, counts)  # within one request
+        for r, want in zip((A, B, C), expected[cls], strict=True):
+            assert abs(counts[r.provider] / n - want) <= 0.005, (cls, counts)  # within one request of the split
     exp = policy.explain([A, B, C])
     assert {e["promise"] for e in exp.values()} == {"configured-split"}
     assert exp["a"]["reason"] == "within slo: configured 60%"
     assert exp["b"]["effective_weight"] == 30
+
+
+def test_configured_split_is_the_configured_weights_as_literal_shares() -> None:
+    """configured_split gives 60/30/10 for untagged and interactive traffic, 75/25 for batch (listed by b and c),
+    0 for a weight-0 fallback route and for a route that does not list a reserved class."""
+    assert configured_split([A, B, C], None) == {A: 0.6, B: 0.3, C: 0.1}
+    assert configured_split([A, B, C], "interactive") == {A: 0.6, B: 0.3, C: 0.1}
+    assert configured_split([A, B, C], "batch") == {A: 0.0, B: 0.75, C: 0.25}
+    fallback = Route("m", "d", "md", 0)
+    assert configured_split([A, fallback], None) == {A: 1.0, fallback: 0.0}
 
 
 def test_weight_moves_only_off_the_route_that_misses_its_slo() -> None:

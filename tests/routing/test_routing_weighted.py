@@ -58,3 +58,26 @@ def test_token_bucket_refills_on_the_clock() -> None:
     assert not bucket.try_take()
     with pytest.raises(ValueError, match="positive"):
         TokenBucket(0)
+
+
+def test_weighted_policy_draws_with_the_shared_weighted_order() -> None:
+    """The weighted policy's order is ``weighted_order`` by configured weight: one draw for every policy."""
+    from tailgate.routing.policies import weighted_order
+
+    for seed in range(50):
+        ours = WeightedPolicy(random.Random(seed)).order([C, A, B])
+        shared = weighted_order([C, A, B], lambda r: r.weight, random.Random(seed))
+        assert ours == shared
+
+
+def test_every_policy_explains_itself_through_the_protocol() -> None:
+    """``explain`` is part of ``Policy``: the weighted policy says static weights, factor 1, for each route."""
+    from tailgate.routing import Policy
+
+    policy: Policy = WeightedPolicy(random.Random(3))
+    explained = policy.explain([A, B])
+    assert explained["a"]["effective_weight"] == 80
+    assert explained["b"]["configured_weight"] == 20
+    assert {e["factor"] for e in explained.values()} == {1.0}
+    assert explained["a"]["reason"] == "static weights (policy weighted)"
+    assert policy.explain() == {}

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from conftest import MockProcess, SimFactory
+from loop_lateness import LoopLateness, sim_step_lateness_p99
 from tailgate.sim.truth import as_dicts
 from tailgate.wire.sse import SSEDecoder
 
@@ -58,7 +59,7 @@ async def test_stream_truth_matches_client_timing(mock_process: Callable[..., Mo
     """
     url = mock_process("--preset", "provider-a", "--port", "0", "--time-scale", "0.3").url
     root = url.removesuffix("/v1")
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession() as session, LoopLateness() as loop_late:
         # Warm-up round (excluded): opens the connections, as any load tester's warm-up does.
         await asyncio.gather(*(_timed_stream(session, url, 2) for _ in range(concurrency)))
         results: list[dict[str, Any]] = []
@@ -66,6 +67,10 @@ async def test_stream_truth_matches_client_timing(mock_process: Callable[..., Mo
             results += await asyncio.gather(*(_timed_stream(session, url, 12) for _ in range(concurrency)))
         async with session.get(f"{root}/sim/truth") as resp:
             truth = {r["id"]: r for r in as_dicts(await resp.read())}
+    # A loaded machine delays what each side sees by how late its loop ran, measured in this run: this
+    # process's (the client reads late) and the simulator's own step lateness (a request waits unseen in
+    # its socket). Both only make the client's number larger; on an idle machine both are ≈ 0.
+    slack = loop_late.p99 + await sim_step_lateness_p99(url)
     assert len(results) == 12
     diffs_ttft = [r["ttft_ms"] - truth[r["id"]]["ttft_ms"] for r in results]
     diffs_e2e = [r["e2e_ms"] - truth[r["id"]]["e2e_ms"] for r in results]
@@ -73,8 +78,10 @@ async def test_stream_truth_matches_client_timing(mock_process: Callable[..., Mo
     # the difference is loopback transfer plus parsing, and must stay within max(1 ms, 2%).
     for diffs, key in ((diffs_ttft, "ttft_ms"), (diffs_e2e, "e2e_ms")):
         typical = _median([truth[r["id"]][key] for r in results])
-        assert _median([abs(d) for d in diffs]) <= max(1.0, 0.02 * typical), (key, diffs)
-        assert sorted(abs(d) for d in diffs)[int(0.9 * len(diffs)) - 1] <= max(1.0, 0.02 * typical), (key, diffs)
+        assert min(diffs) >= -max(1.0, 0.02 * typical), (key, diffs)  # the client never sees it early
+        assert _median([abs(d) for d in diffs]) <= max(1.0, 0.02 * typical) + slack, (key, diffs, slack)
+        p90 = sorted(abs(d) for d in diffs)[int(0.9 * len(diffs)) - 1]
+        assert p90 <= max(1.0, 0.02 * typical) + slack, (key, diffs, slack)
     assert all(len(truth[r["id"]]["itl_ms"]) == 11 for r in results)  # one gap per pair of tokens
 
 

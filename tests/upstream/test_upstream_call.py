@@ -24,7 +24,7 @@ async def test_stream_matches_truth(sim: SimFactory, clients: Clients) -> None:
     """A streamed call's status, usage, TTFT, E2E and ITL agree with the simulator's truth.
 
     The truth starts when the simulator's handler starts, ours when the request is handed to the
-    pool; the request's transit (``received_at - started_at``, small on a warm connection) is taken
+    pool; the request's transit (``received_at - started_at``, however long it was) is taken
     off ours before comparing, so the test holds on a loaded machine too.
     """
     p = await sim("provider-a", time_scale=0.2)
@@ -38,7 +38,8 @@ async def test_stream_matches_truth(sim: SimFactory, clients: Clients) -> None:
     assert events[-2].raw == b"data: [DONE]\n\n"
     truth = p.truth.records()[-1]
     transit_ms = (truth.received_at - result.started_at) * 1000.0
-    assert -1.0 <= transit_ms < 50.0
+    assert transit_ms >= -1.0  # it cannot arrive before it was sent (1 ms: two clocks read apart); no upper
+    # bound: however long a busy machine takes to deliver it, the transit is taken off before comparing
     assert result.ok
     assert result.status == 200 == truth.status
     assert result.output_tokens == 12 == truth.output_tokens
@@ -132,7 +133,7 @@ async def test_role_chunk_is_not_the_first_token(sim: SimFactory, clients: Clien
     assert result.ttft_ms == pytest.approx((first.t - sent.t) * 1000.0)
     assert result.ttft_ms is not None
     assert result.ttft_ms >= 190
-    assert chunks[0].t - sent.t < 0.15
+    assert result.ttft_ms > (chunks[0].t - sent.t) * 1000.0  # measured to the first token, after the role chunk
 
 
 async def test_frames_are_whole_sse_events(sim: SimFactory, clients: Clients) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import shutil
 import socket
 import ssl
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from _require import require_program
 from tailgate.upstream.http import HIGH_WATER, Pool, Response, UpstreamDisconnected, request_head
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -449,11 +449,9 @@ def test_host_header_and_ports() -> None:
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+    openssl = require_program("openssl", "apt-get install openssl")
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
-    openssl = shutil.which("openssl") or "openssl"
     subprocess.run(
         [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],

@@ -220,6 +220,20 @@ def _refuse_inapplicable(o: BenchOptions) -> None:
         for flag in ("--stages", "--replay"):
             if given[flag]:
                 raise UsageError(f"{flag} does not apply to --find-max (it searches concurrency or rate levels)")
+        if o.by == "rate" and given["--concurrency"]:
+            raise UsageError("--concurrency does not apply to --find-max --by rate (it searches arrival rates)")
+        if o.by != "rate" and given["--concurrency"]:
+            raise UsageError(
+                "--concurrency does not apply to --find-max (it chooses the concurrency levels; start it with "
+                "--find-start)"
+            )
+        if o.by != "rate" and given["--rate"]:
+            raise UsageError(
+                "--rate does not apply to --find-max --by concurrency (search rates with --by rate; --rate then "
+                "sets the first level)"
+            )
+    elif o.by != "concurrency":
+        raise UsageError("--by applies to --find-max only (the dimension the capacity search grows)")
     searching = o.find_limit or bool(o.find_max)
     for flag, on in (
         ("--find-start", o.find_start is not None),

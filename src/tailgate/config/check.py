@@ -9,7 +9,7 @@ printed in full; the text and ``--json`` forms are built from masked values only
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,17 @@ from tailgate.config.schema import GatewayConfig
 
 
 @dataclass(frozen=True)
+class StoreInfo:
+    """The config's store as the command line found it (``tailgate.ledger`` reads it; this layer only prints)."""
+
+    where: str
+    """Absolute path, or URL without its password; "" with the ledger off."""
+    keys: int | None
+    """Runtime keys in it (revoked ones included); None: could not be read."""
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class CheckReport:
     """A loaded config, its resolved providers and what deserves a warning."""
 
@@ -27,6 +38,7 @@ class CheckReport:
     config: GatewayConfig
     providers: dict[str, ResolvedProvider]
     warnings: tuple[str, ...]
+    store: StoreInfo | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -68,10 +80,44 @@ def find_warnings(cfg: GatewayConfig, providers: Mapping[str, ResolvedProvider])
     return out
 
 
-def check_file(path: str | Path, *, env: Mapping[str, str] | None = None) -> CheckReport:
-    """Load and resolve ``path`` (raises :class:`ConfigError` with located problems) and collect warnings."""
+def check_file(
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    store: Callable[[GatewayConfig], StoreInfo | None] | None = None,
+) -> CheckReport:
+    """Load and resolve ``path`` (raises :class:`ConfigError` with located problems) and collect warnings;
+    ``store`` looks at the config's store (the command line passes the ledger's reader)."""
     cfg, providers = load_resolved(path, env=env)
-    return CheckReport(str(path), cfg, providers, tuple(find_warnings(cfg, providers)))
+    info = store(cfg) if store is not None else None
+    warnings = find_warnings(cfg, providers)
+    return CheckReport(str(path), cfg, providers, tuple(warnings), info)
+
+
+def state_text(cfg: GatewayConfig) -> str:
+    """``local (this process)`` or ``redis at redis://:***@host:6379/0`` (never the password)."""
+    if cfg.state.backend == "redis" and cfg.state.url is not None:
+        return f"redis at {display_url(cfg.state.url.get_secret_value())}"
+    return "local (this process only)"
+
+
+def _keys_text(cfg: GatewayConfig, info: StoreInfo | None) -> str:
+    in_config = ", ".join(k.id for k in cfg.keys)
+    stored = info.keys if info is not None else None
+    if stored:
+        return f"{in_config} + {stored} in the store" if in_config else f"{stored} in the store (the gateway is closed)"
+    if in_config:
+        return in_config
+    if info is not None and stored is None:
+        return "none in the config; the store's could not be read"
+    return "none (open: any bearer is accepted, loopback only)"
+
+
+def _store_text(info: StoreInfo | None) -> str:
+    if info is None or not info.where:
+        return "off (ledger.enabled: false)" if info is not None else "-"
+    count = f"{info.keys} key{'' if info.keys == 1 else 's'}" if info.keys is not None else "keys unknown"
+    return f"{info.where} ({count}{'; ' + info.note if info.note else ''})"
 
 
 def _num(x: float | None) -> str:
@@ -126,11 +172,19 @@ def to_json(report: CheckReport) -> dict[str, Any]:
             "status_429": preset.status_429 if preset else None,
             "notes": preset.notes if preset else None,
         }
+    info = report.store
     return {
         "ok": True,
         "source": report.source,
         "listen": {"host": cfg.listen.host, "port": cfg.listen.port},
         "gateway_keys": [k.id for k in cfg.keys],
+        "state": {
+            "backend": cfg.state.backend,
+            "url": display_url(cfg.state.url.get_secret_value()) if cfg.state.url is not None else None,
+        },
+        "store": (
+            {"where": info.where or None, "keys": info.keys, "note": info.note or None} if info is not None else None
+        ),
         "allow_open": cfg.allow_open,
         "routing": {
             "policy": cfg.routing.policy,
@@ -151,11 +205,13 @@ def _table(rows: list[list[str]], indent: str) -> list[str]:
 def to_text(report: CheckReport) -> str:
     """A plain-text report (no wrapping, so paths and URLs stay whole when piped)."""
     cfg = report.config
-    keys = ", ".join(k.id for k in cfg.keys) or "none"
     allow_open = "true" if cfg.allow_open else "false"
     lines = [
         f"{report.source}: ok",
-        f"listen {cfg.listen.host}:{cfg.listen.port}   gateway keys: {keys}   allow_open: {allow_open}",
+        f"listen {cfg.listen.host}:{cfg.listen.port}   gateway keys: {_keys_text(cfg, report.store)}   "
+        f"allow_open: {allow_open}",
+        f"state: {state_text(cfg)}",
+        f"store: {_store_text(report.store)}",
         f"routing.policy: {cfg.routing.policy}   retry: {cfg.retry.max_attempts} attempts "
         f"within {_secs(cfg.retry.deadline)}",
         "",

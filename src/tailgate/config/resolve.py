@@ -28,7 +28,11 @@ Lines = dict[Loc, int]
 # RFC 9110 §5.6.2: a field name is a token.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 # Field names whose values are secrets wherever they appear in a gateway config (used to scrub errors).
-_SECRET_FIELDS = frozenset({"api_keys", "key", "key_sha256", "admin_key", "headers"})
+# ``url`` is ledger.url and state.url: one may be a password without the URL around it (a pasted DSN).
+_SECRET_FIELDS = frozenset({"api_keys", "key", "key_sha256", "admin_key", "dashboard_key", "headers", "url"})
+# The userinfo of a URL with a password (``scheme://user:password@``), wherever it appears in a message: the
+# password runs to the last ``@`` before a space or quote, so a password holding ``@`` is hidden whole.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)[^\s'\"]*@")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,23 @@ def mask_key(key: str) -> str:
 def hash_key(key: str) -> str:
     """The sha256 hex digest of a gateway key, as stored in ``keys[].key_sha256``."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def scrub_urls(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***`` (messages, logs, errors)."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+def url_password(url: str) -> str | None:
+    """The password of a ``scheme://user:password@host`` URL, or None."""
+    try:
+        parts = urlsplit(url) if "://" in url else None
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        return None
+    if parts is None or "@" not in parts.netloc:
+        return None
+    userinfo = parts.netloc.rsplit("@", 1)[0]
+    return userinfo.split(":", 1)[1] if ":" in userinfo else None
 
 
 def display_url(url: str) -> str:
@@ -231,18 +252,24 @@ def _secrets(value: Any, env: Mapping[str, str], inside: bool = False) -> set[st
     elif isinstance(value, list):
         for v in value:
             found |= _secrets(v, env, inside)
-    elif inside and isinstance(value, str | int | float) and not isinstance(value, bool):
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
         text = str(value)
-        found.add(text)
+        values = {text}
         with contextlib.suppress(ConfigError):  # a missing variable is reported on its own
-            found.add(str(interpolate(text, env)))
+            values.add(str(interpolate(text, env)))
+        if inside:
+            found |= values
+        # A password inside any URL (ledger.url, state.url, a base_url): hidden wherever else it shows up.
+        found |= {pw for v in values if (pw := url_password(v))}
     return found
 
 
 def redact(problems: list[str], secrets: set[str]) -> list[str]:
-    """Replace every secret (quoted as pydantic quotes it, or bare if long enough) with its mask."""
+    """Replace every URL's password with ``***`` and every secret (quoted as pydantic quotes it, or bare if
+    long enough) with its mask."""
     out = []
     for line in problems:
+        line = scrub_urls(line)
         for secret in sorted(secrets, key=len, reverse=True):
             if not secret:
                 continue
@@ -289,8 +316,37 @@ def load_resolved(
     try:
         cfg = validate_data(data, GatewayConfig, source, lines=lines, env=env)
     except ConfigError as exc:
-        raise ConfigError(source, redact(exc.problems, secrets)) from None
+        found = redact(exc.problems, secrets)
+        if any(": unknown field (" in p for p in found):
+            from tailgate import __version__
+
+            # A config written for a newer tailgate fails like a typo: say which version reads it.
+            found.append(
+                f"{source}: this is tailgate {__version__}: a field documented for a newer version is unknown here "
+                "too (upgrade, or remove it)"
+            )
+        raise ConfigError(source, found) from None
     resolved, problems = _resolve(cfg)
     if problems:
         raise ConfigError(source, redact(_located(source, lines, problems), secrets))
-    return cfg, resolved
+    return anchor_paths(cfg, Path(path).parent), resolved
+
+
+def anchor_paths(cfg: GatewayConfig, base: Path) -> GatewayConfig:
+    """``ledger.path`` and ``trace.path`` made absolute: ``~`` expanded, a relative path taken from ``base``
+    (the config file's folder), so every command that reads one config uses one store, whatever the
+    working directory it runs in (docs/config.md, "Paths")."""
+
+    def anchored(value: str | None) -> str | None:
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        return os.path.abspath(p if p.is_absolute() else base / p)  # abspath: no "../" left in it
+
+    ledger, trace = cfg.ledger, cfg.trace
+    return cfg.model_copy(
+        update={
+            "ledger": ledger.model_copy(update={"path": anchored(ledger.path)}),
+            "trace": trace.model_copy(update={"path": anchored(trace.path)}),
+        }
+    )

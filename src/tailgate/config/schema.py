@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tailgate.config.units import Fraction, Seconds
@@ -338,7 +338,7 @@ class LedgerConfig(_Strict):
     """SQLite file; default: ``$TAILGATE_DB`` or ``~/.local/share/tailgate/tailgate.db``."""
     batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
     flush_interval: PositiveSeconds = 0.5
-    url: Annotated[str, Field(pattern=r"^postgres(ql)?://")] | None = None
+    url: str | None = None
     """``postgresql://…``: the fleet's one store (docs/ledger.md); ``path`` is then this replica's local spool."""
     ship_interval: PositiveSeconds = 1.0
     """With ``url``: how often the spool ships a batch to PostgreSQL (sooner when ``ship_batch`` rows wait)."""
@@ -347,6 +347,15 @@ class LedgerConfig(_Strict):
     """Raw request rows older than this are deleted once rolled up into ``usage_hourly``."""
     rollup_retention: PositiveSeconds = 400 * 86400.0
     """Hourly roll-ups older than this are deleted."""
+
+    @field_validator("url")
+    @classmethod
+    def _libpq_url(cls, url: str | None) -> str | None:
+        # The message never repeats the value: it may hold a password.
+        if url is not None and not url.startswith(("postgresql://", "postgres://")):
+            hint = " (SQLAlchemy's 'postgresql+psycopg://' is not one: drop the '+psycopg')" if "+" in url else ""
+            raise ValueError(f"must be a libpq URL starting with postgresql:// or postgres://{hint}")
+        return url
 
 
 class StateConfig(_Strict):

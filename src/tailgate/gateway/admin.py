@@ -9,6 +9,7 @@ route's configured and effective weight with the reason (the factor that moved i
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,13 +21,19 @@ from tailgate.routing import Policy, Route
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.core import Core
+    from tailgate.gateway.probes import Prober
+
+log = logging.getLogger("tailgate.gateway")
 
 
-def add_admin_routes(app: web.Application, gw: Gateway) -> None:
+def add_admin_routes(app: web.Application, core: Core, *, access: AccessGuard, prober: Prober) -> None:
+    """The routes above over the gateway's owners (``core``), the access guard and the prober."""
+
     def guard(request: web.Request) -> web.Response | None:
         # Constant-time digest comparison, and a per-address lockout after repeated wrong keys (auth.py).
-        denied = gw.guard.check(request, "admin")
+        denied = access.check(request, "admin")
         return error_response(denied) if denied is not None else None
 
     async def providers(request: web.Request) -> web.Response:
@@ -35,38 +42,42 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
         now = time.monotonic()
         routing = {}
         weights_by_provider: dict[str, dict[str, Any]] = {}
-        for alias, routes in gw.aliases.items():
-            policy = gw.policy_for(alias)
+        table = core.routes
+        for alias, routes in table.aliases.items():
+            policy = table.policy_for(alias)
             weights = route_weights(policy, routes)
-            hedger = gw.hedgers.get(alias)
+            hedger = table.hedgers.get(alias)
+            slo = table.slo_for(alias)
             routing[alias] = {
                 "policy": policy.name,
-                "slo": {"ttft_p90_s": gw.slo_for(alias).ttft_p90, "e2e_p90_s": gw.slo_for(alias).e2e_p90},
+                "slo": {"ttft_p90_s": slo.ttft_p90, "e2e_p90_s": slo.e2e_p90},
                 "weights": weights,
                 "hedge": hedger.snapshot() if hedger is not None else None,
             }
             for provider, w in weights.items():
                 weights_by_provider.setdefault(provider, {})[alias] = w
-        health = {(h.provider, h.model): h for h in gw.health}
+        health = {(h.provider, h.model): h for h in core.health}
         own = request.query.get("view") == "replica"  # a fleet: this replica's own windows, not the merged ones
         providers = []
-        for p in gw.providers.values():
+        for p in core.providers.values():
             snap = p.snapshot(now)
-            snap["breaker"] = gw.breakers.get(p.name).snapshot()
+            snap["breaker"] = core.breakers.get(p.name).snapshot()
             snap["effective_weights"] = weights_by_provider.get(p.name, {})
-            models = sorted({r.model for routes in gw.aliases.values() for r in routes if r.provider == p.name})
+            models = sorted({r.model for routes in table.aliases.values() for r in routes if r.provider == p.name})
             snap["models"] = {
                 m: {
-                    "window": gw.fleet.window_snapshot(health[(p.name, m)], own=own) if (p.name, m) in health else None,
-                    "probes": gw.prober.stats[(p.name, m)].as_dict() if (p.name, m) in gw.prober.stats else None,
+                    "window": core.fleet.window_snapshot(health[(p.name, m)], own=own)
+                    if (p.name, m) in health
+                    else None,
+                    "probes": prober.stats[(p.name, m)].as_dict() if (p.name, m) in prober.stats else None,
                 }
                 for m in models
             }
             providers.append(snap)
         return web.json_response(
             {
-                "fleet": gw.fleet.view(own),
-                "policy": gw.config.routing.policy,
+                "fleet": core.fleet.view(own),
+                "policy": table.policy,
                 "routing": routing,
                 "providers": providers,
                 "aliases": {
@@ -74,7 +85,7 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
                         {"provider": r.provider, "model": r.model, "weight": r.weight, "classes": sorted(r.classes)}
                         for r in routes
                     ]
-                    for alias, routes in gw.aliases.items()
+                    for alias, routes in table.aliases.items()
                 },
             }
         )
@@ -83,11 +94,11 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
         if (denied := guard(request)) is not None:
             return denied
         name = request.match_info["name"]
-        provider = gw.providers.get(name)
+        provider = core.providers.get(name)
         if provider is None:
             return error_response(wire_errors.not_found(f"No provider named {name!r}."))
-        await gw.fleet.set_drained(name, drained)  # every replica of a fleet, within a second (docs/fleet.md)
-        gw.log.info("provider %s %s by admin", name, "drained" if drained else "enabled")
+        await core.fleet.set_drained(name, drained)  # every replica of a fleet, within a second (docs/fleet.md)
+        log.info("provider %s %s by admin", name, "drained" if drained else "enabled")
         return web.json_response({"provider": name, "state": "drained" if drained else "active"})
 
     async def drain(request: web.Request) -> web.Response:
@@ -103,20 +114,4 @@ def add_admin_routes(app: web.Application, gw: Gateway) -> None:
 
 def route_weights(policy: Policy, routes: Sequence[Route]) -> dict[str, dict[str, Any]]:
     """provider → explain entry (configured and effective weight, factor, reason) under ``policy``."""
-    explain = getattr(policy, "explain", None)
-    return explain(routes) if explain is not None else _static_weights(routes)
-
-
-def _static_weights(routes: Sequence[Route]) -> dict[str, dict[str, Any]]:
-    """The ``weighted`` policy's view: effective weight = configured weight, always."""
-    return {
-        r.provider: {
-            "alias": r.alias,
-            "model": r.model,
-            "configured_weight": r.weight,
-            "effective_weight": r.weight,
-            "factor": 1.0,
-            "reason": "static weights (policy weighted)",
-        }
-        for r in routes
-    }
+    return policy.explain(routes)

@@ -13,20 +13,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.config.units import parse_duration
-from tailgate.gateway.admission import fleet_state
 from tailgate.ledger.keys import KeyRecord, KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.store import StoreConn, StoreError, open_store
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.core import Core
+    from tailgate.state import SharedState
 
 __all__ = ["add_key_routes", "fields_from_json"]
 
@@ -40,11 +41,25 @@ def fields_from_json(body: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
-def add_key_routes(app: web.Application, gw: Gateway) -> None:
-    target = gw.key_directory.target
+def _known_models(fields: dict[str, Any], aliases: Collection[str]) -> None:
+    """A key may list only aliases this gateway serves: a typo would make a key that can call nothing."""
+    unknown = [m for m in fields.get("models") or () if m not in aliases]
+    if unknown:
+        known = ", ".join(sorted(aliases))
+        raise WireError(
+            400,
+            f"'models': no alias {', '.join(map(repr, unknown))} in the config (known: {known}).",
+            type="invalid_request_error",
+        )
+
+
+def add_key_routes(app: web.Application, core: Core, state: SharedState, *, access: AccessGuard) -> None:
+    """The routes above over the key directory (``core``), the access guard and the fleet's ``state`` (its
+    ``keys`` generation tells the other replicas to reload)."""
+    target = core.key_directory.target
 
     def guard(request: web.Request) -> web.Response | None:
-        refusal = gw.guard.check(request, "admin")  # the one access decision (auth.py)
+        refusal = access.check(request, "admin")  # the one access decision (auth.py)
         return error_response(refusal) if refusal is not None else None
 
     async def in_store(fn: Callable[[StoreConn], Any]) -> Any:
@@ -64,10 +79,8 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
             raise WireError(503, str(exc), type="server_error") from None
 
     async def changed() -> None:
-        state = fleet_state(gw)
-        if state is not None:
-            await state.bump("keys")
-        await gw.key_directory.reload()
+        await state.bump("keys")
+        await core.key_directory.reload()
 
     async def body_of(request: web.Request) -> dict[str, Any]:
         try:
@@ -103,6 +116,7 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
             raise WireError(400, "'id' (the key's name, e.g. team-a) is required.", type="invalid_request_error")
         now = time.time()
         fields = fields_from_json(body, now)
+        _known_models(fields, core.routes.aliases)  # the table in force now
         rec, secret = await in_store(lambda c: create_key(c, key_id, now=now, **fields))
         await changed()
         return web.json_response({"key": secret, **rec.public(now)}, status=201)
@@ -111,6 +125,7 @@ def add_key_routes(app: web.Application, gw: Gateway) -> None:
         body = await body_of(request)
         now = time.time()
         fields = fields_from_json(body, now)
+        _known_models(fields, core.routes.aliases)  # the table in force now
         key_id = request.match_info["id"]
         rec: KeyRecord = await in_store(lambda c: update_key(c, key_id, now=now, **fields))
         await changed()

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -42,19 +42,11 @@ from tailgate.ledger.usage import day_start, month_start, next_day, next_month, 
 from tailgate.state import Adjustment, Admission, Claim, Lease, LocalState, Reservation, SharedState, Slot
 from tailgate.wire.errors import WireError
 
-if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
-    from tailgate.gateway.proxy import _Ctx
-    from tailgate.routing import Route
-
 __all__ = [
     "REASONS",
     "KeyAdmission",
     "KeyRefused",
     "Ticket",
-    "admit_request",
-    "check_request",
-    "fleet_state",
     "key_store",
     "ratelimit_headers",
 ]
@@ -122,12 +114,6 @@ class Ticket:
     settled: bool = False
     tpm: Admission | None = None
     """The tpm window's answer (for ``x-ratelimit-*-tokens``); None without a tpm."""
-
-
-def fleet_state(gw: object) -> SharedState | None:
-    """The gateway's fleet state (``tailgate.state``, wired by the gateway as ``gw.state``), if it has one."""
-    state = getattr(gw, "state", None)
-    return state if isinstance(state, SharedState) else None
 
 
 def key_store(config: GatewayConfig, ledger_path: Path | None) -> str | Path | None:
@@ -460,26 +446,6 @@ class KeyAdmission:
                 await asyncio.gather(*self._pending, return_exceptions=True)
 
 
-def check_request(gw: Gateway, ctx: _Ctx) -> None:
-    """The proxy's first call for a key (before anything is counted): the key's default traffic class, then
-    its standing for ``ctx.alias`` (expired, model not allowed), raising the refusal with the reason as the
-    ledger outcome."""
-    if ctx.key_id is None:
-        return
-    limits = gw.key_directory.limits(ctx.key_id)
-    if limits is None:
-        return
-    if ctx.traffic_class is None and limits.traffic_class is not None:
-        ctx.traffic_class = limits.traffic_class
-    if not limits.limited:
-        return
-    try:
-        gw.admission.check(ctx.key_id, ctx.alias)
-    except KeyRefused as refused:
-        ctx.outcome = refused.reason
-        raise refused.error from None
-
-
 def ratelimit_headers(
     rpm: float | None, rpm_adm: Admission | None, tpm: float | None, tpm_adm: Admission | None
 ) -> dict[str, str]:
@@ -496,21 +462,3 @@ def ratelimit_headers(
         out["x-ratelimit-remaining-tokens"] = str(max(0, math.floor(tpm_adm.remaining)))
         out["x-ratelimit-reset-tokens"] = f"{max(0.0, tpm_adm.reset_s):.3f}s"
     return out
-
-
-async def admit_request(gw: Gateway, ctx: _Ctx, routes: list[Route], prompt: float, output: float) -> None:
-    """The proxy's call: reserve for ``ctx``'s key (``ctx.ticket``) or raise its refusal, with the reason as
-    the ledger outcome. ``prompt`` and ``output`` are the request's token estimate
-    (``gateway.responses.token_estimate``)."""
-    if ctx.key_id is None:
-        return
-    limits = gw.key_directory.limits(ctx.key_id)
-    if limits is None or not limits.limited:
-        return
-    prices = [gw.providers[r.provider].config.price for r in routes if r.provider in gw.providers]
-    price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
-    try:
-        ctx.ticket = await gw.admission.admit(ctx.key_id, ctx.alias, prompt, output, price)
-    except KeyRefused as refused:
-        ctx.outcome = refused.reason
-        raise refused.error from None

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from tailgate.config.schema import GatewayKeyConfig
 from tailgate.gateway.exchange import HasHeaders
 from tailgate.gateway.keys import KeyDirectory
-from tailgate.gateway.limits import SourceLockout
+from tailgate.gateway.lockout import SourceLockout
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 

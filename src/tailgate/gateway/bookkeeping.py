@@ -1,6 +1,7 @@
 """Every request's bookkeeping once it ends: the key's settlement, the Prometheus series, the per-minute
 traffic aggregates, the trace and one ledger row — whatever the outcome (``Proxy`` hands each ended request
-to :class:`Books`: :func:`settle` at once, :func:`record` a moment later)."""
+to :class:`Books`: :func:`settle` at once, :func:`record` a moment later). The books go to explicit
+:class:`Sinks` the composition root hands over, never to the gateway."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -17,10 +19,15 @@ from tailgate.ledger import LedgerRow
 from tailgate.upstream import CallResult
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
-    from tailgate.gateway.proxy import _Ctx
+    from tailgate.gateway.admission import KeyAdmission
+    from tailgate.gateway.metrics import GatewayMetrics
+    from tailgate.gateway.request import Ctx
+    from tailgate.gateway.trace import TraceWriter
+    from tailgate.gateway.traffic import TrafficAggregator
+    from tailgate.ledger import SQLiteLedger
+    from tailgate.state import Admission
 
-__all__ = ["BOOK_DELAY_S", "Books", "books_first", "record", "settle"]
+__all__ = ["BOOK_DELAY_S", "Books", "Sinks", "books_first", "record", "settle"]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -36,6 +43,24 @@ _DRAIN_S = 2.0
 """``Books.drain`` waits at most this long for answered requests' tails (each is a few hundred µs of work)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Sinks:
+    """Where an ended request's books go."""
+
+    metrics: GatewayMetrics
+    """The Prometheus series (metrics.py)."""
+    traffic: TrafficAggregator
+    """Per-minute traffic aggregates to the store (traffic.py)."""
+    trace: TraceWriter | None
+    """The traffic trace (``trace.path``), if any."""
+    ledger: SQLiteLedger | None
+    """One row per request (``ledger.enabled``), if any."""
+    admission: KeyAdmission
+    """The settlement: the key gate corrects a ticket to what the request used (admission.py)."""
+    refund_rpm: Callable[[str, Admission], None]
+    """Gives a key's rpm count back (``Fleet.refund_key``): a request that never went upstream keeps nothing."""
+
+
 class Books:
     """Ended requests waiting for :func:`record`: booked ``BOOK_DELAY_S`` after the first of them, or at once by
     :meth:`flush`. Answered requests whose connection went on (``Exchange.detach``) wait in :meth:`later`
@@ -43,11 +68,11 @@ class Books:
     the admin API, the dashboard: the ``books_first`` middleware; the ledger's and traffic's ``flush``), and the
     gateway's stop calls it last."""
 
-    __slots__ = ("_gw", "_loop", "_pending", "_tails", "_timer", "_waiting")
+    __slots__ = ("_loop", "_pending", "_sinks", "_tails", "_timer", "_waiting")
 
-    def __init__(self, gw: Gateway) -> None:
-        self._gw = gw
-        self._pending: list[tuple[_Ctx, float]] = []
+    def __init__(self, sinks: Sinks) -> None:
+        self._sinks = sinks
+        self._pending: list[tuple[Ctx, float]] = []
         self._waiting: list[asyncio.Future[None]] = []
         self._tails: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -69,10 +94,10 @@ class Books:
             self._timer = loop.call_later(BOOK_DELAY_S, self.flush)
         return loop
 
-    def add(self, ctx: _Ctx, now: float) -> None:
+    def add(self, ctx: Ctx, now: float) -> None:
         """Settle ``ctx``'s key now and book the rest of it, ended at ``now`` (``time.perf_counter()``), within
         ``BOOK_DELAY_S``."""
-        settle(self._gw, ctx)
+        settle(self._sinks, ctx)
         self._pending.append((ctx, now))
         self._arm()
 
@@ -101,7 +126,7 @@ class Books:
             pending, self._pending = self._pending, []
             for ctx, now in pending:
                 try:
-                    record(self._gw, ctx, now)
+                    record(self._sinks, ctx, now)
                 except Exception:
                     log.exception("bookkeeping of request %s failed", ctx.request_id)
 
@@ -127,7 +152,7 @@ def books_first(books: Books) -> Callable[..., Any]:
     return settle_first
 
 
-def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
+def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     """One ledger row and the request metrics, for every request, whatever its outcome.
 
     ``now`` is the request's end (``time.perf_counter()``), taken when the handler finished.
@@ -141,9 +166,9 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
     answer_ms = _answer_ms(ttft_ms, result)
     overhead_ms = ctx.overhead_ms(ctx.first_token_at if ctx.first_token_at is not None else now)
     pname = provider.name if provider is not None else "-"
-    gw.metrics.request(ctx.alias, pname, ctx.outcome).inc()
+    sinks.metrics.request(ctx.alias, pname, ctx.outcome).inc()
     if served and provider is not None:
-        m = gw.metrics.served(ctx.alias, pname, provider.config.price.currency)
+        m = sinks.metrics.served(ctx.alias, pname, provider.config.price.currency)
         m.e2e.observe(e2e_ms / 1000.0)
         if ttft_ms is not None:
             m.ttft.observe(ttft_ms / 1000.0)
@@ -158,11 +183,11 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
         m.output_tokens.inc(output or 0)
         if cost is not None:
             m.cost.inc(cost)
-    gw.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms)  # per-minute aggregates
-    if gw.trace is not None and ctx.alias in gw.aliases:
-        gw.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
-    if gw.ledger is not None:
-        gw.ledger.record(
+    sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms)  # per-minute aggregates
+    if sinks.trace is not None and ctx.alias in ctx.table.aliases:
+        sinks.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
+    if sinks.ledger is not None:
+        sinks.ledger.record(
             LedgerRow(
                 ts=ctx.wall,
                 request_id=ctx.request_id,
@@ -190,19 +215,19 @@ def record(gw: Gateway, ctx: _Ctx, now: float) -> None:
         )
 
 
-def settle(gw: Gateway, ctx: _Ctx) -> None:
+def settle(sinks: Sinks, ctx: Ctx) -> None:
     """The key's reservation → what the request used (the numbers its ledger row will say). At once when the
     request ends, not with the rest of its books: its ``max_concurrency`` slot is free for the key's next
     request. A request that never went upstream (refused, for whatever reason) keeps nothing: its rpm goes
     back too (docs/keys.md, "A refusal keeps nothing")."""
     if ctx.rpm_taken is not None and ctx.attempts == 0 and ctx.key_id is not None:
-        gw.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
+        sinks.refund_rpm(ctx.key_id, ctx.rpm_taken)
         ctx.rpm_taken = None
     if ctx.ticket is not None:
-        gw.admission.settle(ctx.ticket, *_usage(ctx))
+        sinks.admission.settle(ctx.ticket, *_usage(ctx))
 
 
-def _usage(ctx: _Ctx) -> tuple[int | None, int | None, float | None]:
+def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
     """(prompt tokens, output tokens, cost) of an ended request; cost only for output that reached the client.
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
@@ -221,7 +246,7 @@ def _usage(ctx: _Ctx) -> tuple[int | None, int | None, float | None]:
     return prompt, output, price.cost(prompt, output, result.cached_tokens) if (price.input or price.output) else None
 
 
-def _prompt_estimated(ctx: _Ctx) -> bool:
+def _prompt_estimated(ctx: Ctx) -> bool:
     """Is the prompt charged the gateway's count (output reached the client, the provider never said)?"""
     result = ctx.result
     return (

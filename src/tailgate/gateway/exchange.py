@@ -127,7 +127,7 @@ class _AiohttpExchange:
 
     async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
         resp = _SSEResponse(status=200, headers={**SSE_HEADERS, **headers})
-        self.request[STREAM_RESPONSE] = resp  # the request deadline ends it with an error event (limits.py)
+        self.request[STREAM_RESPONSE] = resp  # the request deadline ends it with an error event (site.py)
         await resp.prepare(self.request)
         await resp.write(first)
         return resp

@@ -14,6 +14,9 @@
 - **Drain / enable**: persistent flags ``drain:NAME``; applied by every replica at its next sync.
 - **Health windows**: each replica publishes its own TTFT and E2E windows every ``publish_interval``;
   every replica routes on its own plus the others' (:class:`FleetWindow`), so adaptive weights agree.
+- **Live view**: each replica publishes a small summary of its live state (in flight, provider states,
+  breakers, effective weights, config version) with its windows, so the dashboard of any replica behind a
+  load balancer shows every replica, names the one that answered, and reads the fleet-merged windows.
 """
 
 from __future__ import annotations
@@ -25,14 +28,13 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tailgate.gateway.reload import publish_version
-from tailgate.routing import ProviderHealth, Transition
+from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
 from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
 from tailgate.stats import SlidingWindow
@@ -40,7 +42,9 @@ from tailgate.stats.window import ROUTING_PRECISION
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.config.schema import StateConfig
+    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.routes import RouteTable
 
 __all__ = ["Fleet", "FleetWindow"]
 
@@ -88,21 +92,42 @@ class FleetWindow(SlidingWindow):
 
 
 class Fleet:
-    """Binds one :class:`Gateway` to its :class:`SharedState`; see the module docstring."""
+    """This replica's side of the fleet over its :class:`SharedState`; see the module docstring.
 
-    def __init__(self, gw: Gateway, state: SharedState) -> None:
-        self.gw = gw
+    It is handed what it shares, never the gateway: the providers and the route table (functions: a reload swaps
+    them), the health windows and breakers, a callback for a drain flag that changed (the gauges), and the
+    running config's version (published for ``/admin/config`` and in the dashboard's fleet view)."""
+
+    def __init__(
+        self,
+        state: SharedState,
+        config: StateConfig,
+        *,
+        providers: Callable[[], Mapping[str, ProviderState]],
+        health: HealthRegistry,
+        breakers: BreakerRegistry,
+        on_drained: Callable[[], None],
+        version: Callable[[], str],
+        routes: Callable[[], RouteTable],
+    ) -> None:
         self.state = state
+        self._providers = providers
+        self._routes = routes
+        self.health = health
+        self.breakers = breakers
+        self._on_drained = on_drained
+        self._version = version
         self.shared = state.backend != "local"
         self.limiter = LeasedLimiter(state)
-        self.sync_interval = gw.config.state.sync_interval
-        self.publish_interval = gw.config.state.publish_interval
+        self.sync_interval = config.sync_interval
+        self.publish_interval = config.publish_interval
         self._task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[object]] = set()
         self._breaker_gen: dict[str, int] = {}
         self._trial_tokens: dict[str, str] = {}
-        self._wanted: dict[str, int] = dict.fromkeys(gw.providers, 0)
-        self._demand: dict[str, float] = dict.fromkeys(gw.providers, 0.0)
+        self._wanted: dict[str, int] = {}
+        self._demand: dict[str, float] = {}
+        """Per provider (every one since ``install``): requests that wanted it this tick, and its demand."""
         self._demand_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
         """Per provider: (tick length s, requests that wanted it) of the last ``_DEMAND_WINDOW_S``."""
         self._published_demand: dict[str, float] = {}
@@ -114,19 +139,22 @@ class Fleet:
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
-    def install(self) -> None:
-        """Hook the shared parts in (before serving): fleet windows on every route's health."""
+    def install(self, targets: Iterable[tuple[str, str]]) -> None:
+        """Hook the shared parts in (before serving, and after a reload): fleet windows on the health of every
+        (provider, upstream model) in ``targets`` (the route table's), the fleet's pauses on every provider."""
+        for name in self._providers():
+            self._wanted.setdefault(name, 0)
+            self._demand.setdefault(name, 0.0)
         if not self.shared:
             return
-        for routes in self.gw.aliases.values():
-            for r in routes:
-                h = self.gw.health.get(r.provider, r.model)
-                if (r.provider, r.model) not in self._windows:
-                    clock = self.gw.health.clock
-                    h.ttft = FleetWindow(h.ttft.width_s, h.ttft.buckets, clock)
-                    h.e2e = FleetWindow(h.e2e.width_s, h.e2e.buckets, clock)
-                    self._windows[(r.provider, r.model)] = (h.ttft, h.e2e)
-        for p in self.gw.providers.values():
+        for target in targets:
+            if target not in self._windows:
+                h = self.health.get(*target)
+                clock = self.health.clock
+                h.ttft = FleetWindow(h.ttft.width_s, h.ttft.buckets, clock)
+                h.e2e = FleetWindow(h.e2e.width_s, h.e2e.buckets, clock)
+                self._windows[target] = (h.ttft, h.e2e)
+        for p in self._providers().values():
             p.shared = self.state
             p.on_pause = self._pause_provider
 
@@ -186,10 +214,10 @@ class Fleet:
         self.limiter.start()
         if self.shared:
             n = self.state.replicas()
-            for p in self.gw.providers.values():
+            for p in self._providers().values():
                 if p.pacer.limited and n > 1:
                     p.pacer.set_share(1.0 / n)  # until the demands are known
-            for name in self.gw.providers:
+            for name in self._providers():
                 self._breaker_gen[name] = self.state.generation(f"breaker:{name}")
             self._apply_flags()
             self._task = asyncio.create_task(self._loop(), name="tailgate-fleet")
@@ -273,26 +301,26 @@ class Fleet:
 
     async def set_drained(self, name: str, drained: bool) -> None:
         """Drain or enable ``name`` here now and, through the state, on every replica (persistent)."""
-        self.gw.providers[name].drained = drained  # KeyError: unknown provider
-        self.gw.refresh_provider_gauges()
+        self._providers()[name].drained = drained  # KeyError: unknown provider
+        self._on_drained()
         await self.state.set_flag(f"drain:{name}", drained)
 
     def set_drained_soon(self, name: str, drained: bool) -> None:
         """``set_drained`` from synchronous code (the dashboard's controls): here now, the fleet shortly."""
-        self.gw.providers[name].drained = drained
-        self.gw.refresh_provider_gauges()
+        self._providers()[name].drained = drained
+        self._on_drained()
         self._spawn(self.state.set_flag(f"drain:{name}", drained))
 
     def _apply_flags(self) -> None:
         changed = False
-        for name, p in self.gw.providers.items():
+        for name, p in self._providers().items():
             flag = self.state.flag(f"drain:{name}")
             if flag is not None and flag != p.drained:
                 p.drained = flag
                 changed = True
                 log.info("provider %s %s by the fleet", name, "drained" if flag else "enabled")
         if changed:
-            self.gw.refresh_provider_gauges()
+            self._on_drained()
 
     # -- breakers ---------------------------------------------------------------------------------------
 
@@ -300,7 +328,7 @@ class Fleet:
         """Called for every breaker transition of this replica (``Gateway._on_breaker``)."""
         if not self.shared or tr.reason.startswith(_FLEET):
             return
-        breaker = self.gw.breakers.get(provider)
+        breaker = self.breakers.get(provider)
         key = f"breaker:{provider}"
         if tr.to_state == "open":
             self._spawn(self.state.pause(key, breaker.last_cooldown_s, f"{self.state.replica}: {tr.reason}"))
@@ -311,11 +339,11 @@ class Fleet:
             self._spawn(self._close_fleet(provider))
 
     async def _take_trial(self, provider: str) -> None:
-        lease = await self.state.acquire(f"trial:{provider}", 1, ttl_s=self.gw.breakers.config.trial_timeout_s)
+        lease = await self.state.acquire(f"trial:{provider}", 1, ttl_s=self.breakers.config.trial_timeout_s)
         if lease.ok:
             self._trial_tokens[provider] = lease.token
             return
-        breaker = self.gw.breakers.get(provider)
+        breaker = self.breakers.get(provider)
         if breaker.state == "half_open":
             breaker.force_open(_TRIAL_HOLD_S, _FLEET + "another replica runs the half-open trials")
 
@@ -330,15 +358,15 @@ class Fleet:
         self._breaker_gen[provider] = await self.state.bump(f"breaker:{provider}")
 
     def _apply_breakers(self) -> None:
-        for name in self.gw.providers:
-            breaker = self.gw.breakers.get(name)
+        for name in self._providers():
+            breaker = self.breakers.get(name)
             key = f"breaker:{name}"
             gen = self.state.generation(key)
             if gen != self._breaker_gen.get(name, 0):
                 self._breaker_gen[name] = gen
                 if breaker.state != "closed":
                     breaker.force_close(_FLEET + "another replica's trials passed")
-                    for h in self.gw.health:
+                    for h in self.health:
                         if h.provider == name:
                             h.forget()
                 continue
@@ -364,9 +392,14 @@ class Fleet:
                 if now >= next_publish:
                     next_publish = now + self.publish_interval
                     await self._publish_windows()
-                    await publish_version(self.gw)
+                    await self._publish_version()
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("fleet sync tick failed")
+
+    async def _publish_version(self) -> None:
+        """Tell the fleet which config this replica runs (``/admin/config``'s ``fleet_versions``)."""
+        with contextlib.suppress(Exception):
+            await self.state.publish("config", self._version().encode(), ttl_s=5.0)
 
     async def _share_pacing(self) -> None:
         """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``.
@@ -379,7 +412,7 @@ class Fleet:
         of 0.25 s ticks was noisy enough to over-allocate by ~30 % for a tick: one upstream 429)."""
         now = time.monotonic()
         dt, self._last_tick = max(1e-3, now - self._last_tick), now
-        limited = [n for n, p in self.gw.providers.items() if p.pacer.limited]
+        limited = [n for n, p in self._providers().items() if p.pacer.limited]
         for name in self._wanted:
             ticks = self._demand_ticks.setdefault(name, collections.deque())
             ticks.append((dt, self._wanted[name]))
@@ -405,13 +438,66 @@ class Fleet:
         for name in limited:
             own = min(mine[name], before.get(name, mine[name])) + _DEMAND_FLOOR
             others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
-            self.gw.providers[name].pacer.set_share(own / (own + others))
+            self._providers()[name].pacer.set_share(own / (own + others))
+
+    # -- the dashboard's fleet view ----------------------------------------------------------------------
+
+    def _live_summary(self) -> dict[str, Any]:
+        """This replica's live state in brief, as published on ``live`` for the others' dashboards."""
+        table = self._routes()
+        weights = {
+            alias: {p: e["effective_weight"] for p, e in table.policy_for(alias).explain(routes).items()}
+            for alias, routes in table.aliases.items()
+        }
+        providers = self._providers()
+        now = time.monotonic()
+        return {
+            "replica": self.state.replica,
+            "at": time.time(),
+            "in_flight": {name: p.in_flight for name, p in providers.items()},
+            "providers": {name: p.snapshot(now)["state"] for name, p in providers.items()},
+            "breakers": {name: self.breakers.get(name).state for name in providers},
+            "weights": weights,
+            "config": self._version(),
+        }
+
+    def live_view(self) -> dict[str, Any]:
+        """Every replica's live state (ours now, the others' as last published) and the routes' windows:
+        fleet-merged when the state is shared, this process's own otherwise."""
+        ours = self._live_summary() | {"answering": True}
+        peers = []
+        for replica, blob in sorted(self.state.peers("live").items()):
+            with contextlib.suppress(ValueError, TypeError):
+                data = msgspec.json.decode(blob, type=dict[str, Any])
+                peers.append(data | {"replica": replica, "answering": False})
+        windows = []
+        for routes in self._routes().aliases.values():
+            for r in routes:
+                h = self.health.get(r.provider, r.model)
+                ttft, e2e = h.ttft.histogram(), h.e2e.histogram()
+                windows.append(
+                    {
+                        "provider": r.provider,
+                        "model": r.model,
+                        "ttft_ms": _summary(ttft),
+                        "e2e_ms": _summary(e2e),
+                    }
+                )
+        return {
+            "shared": self.shared,
+            "replica": self.state.replica,
+            "replicas": [ours, *peers],
+            "windows_scope": "fleet" if self.shared else "process",
+            "windows": windows,
+        }
 
     async def _publish_windows(self) -> None:
         blob = msgspec.msgpack.encode(
             {f"{p}\x1f{m}": (t.own.to_bytes(), e.own.to_bytes()) for (p, m), (t, e) in self._windows.items()}
         )
         await self.state.publish("health", blob, ttl_s=max(3.0, 3 * self.publish_interval))
+        live = msgspec.json.encode(self._live_summary())
+        await self.state.publish("live", live, ttl_s=max(3.0, 3 * self.publish_interval))
         self.published += 1
         peers = [
             msgspec.msgpack.decode(b, type=dict[str, tuple[bytes, bytes]]) for b in self.state.peers("health").values()
@@ -420,3 +506,10 @@ class Fleet:
             k = f"{p}\x1f{m}"
             ttft.rebuild([peer[k][0] for peer in peers if k in peer])
             e2e.rebuild([peer[k][1] for peer in peers if k in peer])
+
+
+def _summary(hist: Any) -> dict[str, float] | None:
+    """P50/P90/P99 and count of a window's histogram in ms, or None while it is empty."""
+    if not hist.count:
+        return None
+    return {k: round(float(v), 3) for k, v in hist.summary().items() if k in ("p50", "p90", "p99", "count")}

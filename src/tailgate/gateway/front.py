@@ -67,7 +67,7 @@ _PIPELINE_LIMIT = 16
 """Complete requests queued behind the one being served before reading pauses."""
 _LINGER_S = 2.0
 """After a refusal, how long what the client still sends is read and dropped before the connection closes
-(aiohttp's ``lingering_time`` as the gateway sets it, limits.py)."""
+(aiohttp's ``lingering_time`` as the gateway sets it, site.py)."""
 _HANDOVER_LIMIT = 1 << 20
 """Bytes held for a hand-over that waits on a request in flight before reading pauses."""
 

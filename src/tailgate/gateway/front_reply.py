@@ -8,19 +8,43 @@ import email.utils
 import time
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from multidict import CIMultiDict
 
 from tailgate.gateway.exchange import SSE_HEADERS, Handle, Reply, Stream
 
-if TYPE_CHECKING:
-    from tailgate.gateway.front import Front
-
 __all__ = ["FrontExchange", "Message", "reply_bytes"]
 
 _STATUS = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _LAST_CHUNK = b"0\r\n\r\n"
+
+
+class Connection(Protocol):
+    """What an exchange, its stream and the write batch need of a front connection (``front.Front``): its
+    state, its writes and the hand-over to its next request — never the connection's parser or timers."""
+
+    lost: bool
+    """The client is gone (the transport closed)."""
+    closing: bool
+    """The connection closes after the current answer (no keep-alive, or the server is stopping)."""
+    write_paused: bool
+    """The transport's buffer is full: ``drain()`` before writing more."""
+
+    @property
+    def handler_task(self) -> asyncio.Task[None] | None: ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def queue(self, data: bytes) -> None: ...
+
+    def flush(self) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None: ...
+
+    def release(self, exchange: FrontExchange) -> None: ...
 
 
 class Message:
@@ -85,7 +109,7 @@ class FrontExchange:
 
     __slots__ = ("body", "deadline_hit", "detached", "front", "headers", "keep_alive", "replied", "stream")
 
-    def __init__(self, front: Front, message: Message) -> None:
+    def __init__(self, front: Connection, message: Message) -> None:
         self.front = front
         self.headers = message.headers
         self.body = message.body
@@ -142,10 +166,10 @@ class WriteBatch:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._fronts: list[Front] = []
+        self._fronts: list[Connection] = []
         self._open = False
 
-    def add(self, front: Front) -> bool:
+    def add(self, front: Connection) -> bool:
         """True: ``front`` is written at the end of the turn. False: this is the turn's first write, make it
         now (the turn is marked: later writes in it are batched)."""
         if self._open:

@@ -20,7 +20,7 @@ from tailgate.ledger.store import open_store, redact_url
 from tailgate.routing import AdaptivePolicy
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.routes import RouteTable
 
 __all__ = ["PRIORS_WINDOW_S", "seed_priors"]
 
@@ -30,12 +30,14 @@ PRIORS_WINDOW_S = 900.0
 log = logging.getLogger("tailgate.gateway.priors")
 
 
-def seed_priors(gw: Gateway, *, window_s: float = PRIORS_WINDOW_S, now: float | None = None) -> int:
-    """Read the store's recent priors and seed every adaptive policy; returns the number of routes seeded."""
-    path: str | Path | None = gw.ledger.path if gw.ledger is not None else None
-    if gw.config.ledger.url:
-        path = gw.config.ledger.url  # a fleet: the monitor's samples are in the shared store (docs/ledger.md)
-    elif path is None or not Path(path).exists():
+def seed_priors(
+    store: str | Path | None, table: RouteTable, *, window_s: float = PRIORS_WINDOW_S, now: float | None = None
+) -> int:
+    """Read the recent priors from ``store`` (``ledger.url`` in a fleet: the monitor's samples are in the shared
+    store, docs/ledger.md; else the ledger's SQLite file, if it exists) and seed every adaptive policy of
+    ``table``; returns the number of routes seeded."""
+    path = store
+    if path is None or (not isinstance(path, str) and not Path(path).exists()):
         return 0
     try:
         with closing(open_store(path, connect_timeout=2.0)) as conn:
@@ -44,9 +46,9 @@ def seed_priors(gw: Gateway, *, window_s: float = PRIORS_WINDOW_S, now: float | 
         where = redact_url(path) if isinstance(path, str) else path
         log.warning("could not read the monitor's priors from %s: %s", where, exc)
         return 0
-    wanted = {(r.provider, r.model) for routes in gw.aliases.values() for r in routes}
+    wanted = set(table.targets())
     found = {k: v for k, v in priors.items() if k in wanted}
-    for policy in gw.policies.values():
+    for policy in table.policies.values():
         if isinstance(policy, AdaptivePolicy):
             policy.seed_priors(found)
     if found:

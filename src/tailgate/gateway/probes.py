@@ -42,7 +42,7 @@ from tailgate.routing import BreakerRegistry, HealthRegistry, Transition
 from tailgate.upstream import CallResult, call
 
 if TYPE_CHECKING:
-    from tailgate.gateway.state import ProviderState
+    from tailgate.gateway.providers import ProviderState
 
 __all__ = ["PROBE_PROMPT", "ProbeStats", "Prober"]
 
@@ -128,6 +128,18 @@ class Prober:
         """Cancel every loop and wait for them (a probe in flight is cancelled, its connection released)."""
         tasks, self._tasks = self._tasks, []
         await asyncio.gather(*(stop_task(task) for task in tasks))
+
+    async def retarget(
+        self, providers: Mapping[str, ProviderState], config: ProbesConfig, targets: Sequence[tuple[str, str]]
+    ) -> None:
+        """After a reload: stop, take the new providers, settings and targets (a target's stats stay), start."""
+        await self.close()
+        self.providers = providers
+        self.config = config
+        self.targets = list(dict.fromkeys(targets))
+        for t in self.targets:
+            self.stats.setdefault(t, ProbeStats())
+        self.start()
 
     def on_transition(self, provider: str, transition: Transition) -> None:
         """A breaker moved: wake the provider's loops so they re-plan (wait out an open, probe a half-open)."""

@@ -21,21 +21,20 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from tailgate.gateway import refusals, responses
-from tailgate.gateway.admission import Ticket, admit_request, check_request
+from tailgate.gateway.admission import KeyRefused
 from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
-from tailgate.gateway.limits import check_upstream_capacity, upstream_full
+from tailgate.gateway.providers import check_upstream_capacity, upstream_full
+from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, should_shed
-from tailgate.state import Admission
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -44,17 +43,11 @@ from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
-    from tailgate.gateway.state import ProviderState
+    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.routes import RouteTable
 
-Endpoint = Literal["chat", "completions", "embeddings", "responses"]
-PATHS: dict[Endpoint, str] = {
-    "chat": "/chat/completions",
-    "completions": "/completions",
-    "embeddings": "/embeddings",
-    "responses": responses.PATH,
-}
 RETRYABLE = frozenset(
     {
         "connect",
@@ -72,50 +65,11 @@ RETRYABLE = frozenset(
 )
 
 
-@dataclass(slots=True)
-class _Ctx:
-    """One client request as it moves through the gateway."""
-
-    request_id: str
-    endpoint: Endpoint
-    t0: float = field(default_factory=time.perf_counter)
-    wall: float = field(default_factory=time.time)
-    key_id: str | None = None
-    alias: str = "-"
-    stream: bool = False
-    traffic_class: str | None = None
-    attempts: int = 0
-    upstream_s: float = 0.0
-    """Time spent waiting on providers (all attempts), for the overhead figure."""
-    provider: ProviderState | None = None
-    route: Route | None = None
-    result: CallResult | None = None
-    status: int = 0
-    outcome: str = "ok"
-    first_token_at: float | None = None
-    race: Race | None = None
-    """Set while a hedged request's attempts race (hedging.py): the first to claim owns the response."""
-    hedged: bool = False
-    """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
-    ticket: Ticket | None = None
-    """What the key's limits reserved (admission.py); settled by its bookkeeping (bookkeeping.py)."""
-    rpm_taken: Admission | None = None
-    """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
-    ratelimit: dict[str, str] | None = None
-    """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
-    prompt_estimate: float | None = None
-    """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
-    provider never said (bookkeeping.py)."""
-
-    def overhead_ms(self, now: float) -> float:
-        return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
-
-
 class Proxy:
-    """Request handlers bound to one :class:`Gateway`."""
+    """The ``/v1`` request handlers over the gateway's owners (core.py)."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, core: Core) -> None:
+        self.core = core
         # Request ids: 128 random bits as 32 hex digits, like uuid4().hex, without a getrandom() system
         # call and a UUID object per request. Ids need to be unique, not secret; seeded per process.
         self._ids = random.Random(os.urandom(32))
@@ -130,9 +84,10 @@ class Proxy:
     # -- the request ------------------------------------------------------------------------------
 
     async def handle(self, request: Exchange, endpoint: Endpoint) -> Reply | Stream:
-        ctx = _Ctx(
+        ctx = Ctx(
             request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
             endpoint=endpoint,
+            table=self.core.routes,  # read once: a reload swaps the table, never this request's (routes.py)
         )
         ctx.traffic_class = request.headers.get("x-tailgate-class") or None
         self.in_flight += 1
@@ -144,81 +99,79 @@ class Proxy:
                 await self._ratelimit_of_refusal(ctx, err)
             response = self._error(err, ctx)
         except asyncio.CancelledError:
-            if request.deadline_hit:  # server.request_deadline (limits.py, front.py), not the client
+            if request.deadline_hit:  # server.request_deadline (site.py, front.py), not the client
                 ctx.status, ctx.outcome = 504 if not ctx.status else ctx.status, "deadline"
             else:
                 ctx.status, ctx.outcome = 499, "client_closed"  # nginx's name for a client that went away
-            self.gw.books.add(ctx, time.perf_counter())
+            self.core.books.add(ctx, time.perf_counter())
             raise
         finally:
             self.in_flight -= 1
         # The answer is out already (an answer: Exchange.send; a stream: to its end) or leaves when the
         # handler returns (an error, or aiohttp). Its end time is taken now; its bookkeeping runs a moment
         # later (bookkeeping.Books), off the path of this client's next request.
-        self.gw.books.add(ctx, time.perf_counter())
+        self.core.books.add(ctx, time.perf_counter())
         return response
 
-    async def _serve(self, request: Exchange, ctx: _Ctx) -> Reply | Stream:
+    async def _serve(self, request: Exchange, ctx: Ctx) -> Reply | Stream:
         # The order of the checks (docs/keys.md, "The order of the checks"): who asks, what is asked, the key's
         # standing, load shedding — none of them counts anything — then the key's rpm, then its tpm, budgets
         # and concurrency (one reservation), then routing and pacing. A request refused at any step keeps
         # nothing: until an attempt went upstream, its rpm and its reservation are given back when it ends
         # (bookkeeping.settle).
-        gw = self.gw
+        core, table = self.core, ctx.table
         try:
-            ctx.key_id = gw.keys.identify(request)
+            ctx.key_id = core.keys.identify(request)
         except KnownKeyRefused as refused:  # a revoked key: its row carries its id, the alias and why
             ctx.key_id = refused.key_id
-            ctx.outcome = gw.admission.refused(refused.key_id, "key_revoked")
+            ctx.outcome = core.admission.refused(refused.key_id, "key_revoked")
             with contextlib.suppress(WireError):
                 ctx.alias = decode_request(ctx.endpoint, request.body, strict=False).model
             raise
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         req = decode_request(ctx.endpoint, body, strict=False)
         ctx.alias = req.model
-        routes = gw.aliases.get(req.model)
+        routes = table.aliases.get(req.model)
         if routes is None:
             ctx.outcome = "unknown_model"
             raise wire_errors.model_not_found(req.model)
         if ctx.key_id is not None:
-            check_request(gw, ctx)  # expired, model not allowed; the key's default class
+            self._check_key(ctx)  # expired, model not allowed; the key's default class
         obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
-        prompt, output = responses.token_estimate(
-            obj, len(body), ctx.endpoint, gw.config.routing.pacing.default_max_tokens
-        )
+        prompt, output = responses.token_estimate(obj, len(body), ctx.endpoint, table.pacing.default_max_tokens)
         ctx.prompt_estimate = prompt
-        shed = gw.config.routing.shed
+        shed = table.shed
         if shed.max_in_flight is not None:
             pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
             if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
-                raise refusals.shed(gw, ctx, pressure, self.in_flight - 1)
-        if (rpm := gw.keys.rpm(ctx.key_id)) is not None:
+                raise refusals.shed(core.shed_total, ctx, pressure, self.in_flight - 1)
+        if (rpm := core.keys.rpm(ctx.key_id)) is not None:
             try:
-                ctx.rpm_taken = await gw.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # has an id
+                ctx.rpm_taken = await core.fleet.admit_key(ctx.key_id, rpm)  # type: ignore[arg-type]  # has an id
             except WireError:
-                ctx.outcome = gw.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
+                ctx.outcome = core.admission.refused(ctx.key_id, "rpm_limited")  # counted per key (admission.py)
                 raise
         if ctx.key_id is not None:
-            await admit_request(gw, ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
+            await self._reserve(ctx, routes, prompt, output)  # the key's own limits (docs/keys.md)
             if rpm is not None or ctx.ticket is not None:
-                ctx.ratelimit = gw.admission.headers(ctx.key_id, rpm, ctx.rpm_taken, ctx.ticket)
+                ctx.ratelimit = core.admission.headers(ctx.key_id, rpm, ctx.rpm_taken, ctx.ticket)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
         wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
         now = time.monotonic()
-        exclude = {name for name, p in gw.providers.items() if p.drained or p.paused(now)}
-        order = gw.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
+        exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
+        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
         if not order:
-            raise refusals.no_route(gw, routes, now, ctx)
+            raise refusals.no_route(core.providers, routes, now, ctx)
         tokens = prompt + output
-        hedger = gw.hedgers.get(req.model) if gw.hedgers else None
+        hedger = table.hedgers.get(req.model) if table.hedgers else None
         if hedger is not None:
             hedger.budget.record_request()
-        deadline = ctx.t0 + gw.config.retry.deadline
+        deadline = ctx.t0 + table.retry.deadline
         queue = deque(order)
         paced: list[ProviderState] = []
         last: CallResult | None = None
-        while queue and ctx.attempts < gw.config.retry.max_attempts:
+        while queue and ctx.attempts < table.retry.max_attempts:
             if time.perf_counter() >= deadline:
                 break
             route = queue.popleft()
@@ -231,7 +184,7 @@ class Proxy:
             last = ctx.result = result
             if resp is not None:
                 return resp
-            if revoke_refused_key(gw.providers[route.provider], result, gw.keys_revoked):
+            if revoke_refused_key(core.providers[route.provider], result, core.keys_revoked):
                 queue.appendleft(route)  # the same route again, with its next key (revocation.py)
                 continue
             if result.error_class not in RETRYABLE:
@@ -240,35 +193,69 @@ class Proxy:
             raise refusals.paced_out(paced, tokens, ctx)
         raise refusals.final_error(last, ctx)
 
+    def _check_key(self, ctx: Ctx) -> None:
+        """The key's default traffic class, then its standing for ``ctx.alias`` (expired, model not allowed): the
+        key gate decides (admission.py: nothing counted), the request records it (its outcome on a refusal)."""
+        core, key_id = self.core, ctx.key_id
+        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        if key_id is None or limits is None:
+            return
+        if ctx.traffic_class is None and limits.traffic_class is not None:
+            ctx.traffic_class = limits.traffic_class
+        if not limits.limited:
+            return
+        try:
+            core.admission.check(key_id, ctx.alias)
+        except KeyRefused as refused:
+            ctx.outcome = refused.reason
+            raise refused.error from None
+
+    async def _reserve(self, ctx: Ctx, routes: Sequence[Route], prompt: float, output: float) -> None:
+        """The key's own limits (docs/keys.md): the key gate reserves ``prompt`` + ``output`` tokens and their cost
+        at the dearest route's price and answers a ticket (``ctx.ticket``), or the refusal (its reason is the
+        request's outcome). ``prompt`` and ``output``: the request's estimate (``responses.token_estimate``)."""
+        core, key_id = self.core, ctx.key_id
+        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        if key_id is None or limits is None or not limits.limited:
+            return
+        prices = [core.providers[r.provider].config.price for r in routes if r.provider in core.providers]
+        price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
+        try:
+            ctx.ticket = await core.admission.admit(key_id, ctx.alias, prompt, output, price)
+        except KeyRefused as refused:
+            ctx.outcome = refused.reason
+            raise refused.error from None
+
     def _admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
         may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
-        gw = self.gw
-        provider = gw.providers[route.provider]
-        gw.fleet.wanted(route.provider)  # this replica's demand, for its share of a fleet's pacing
+        core = self.core
+        provider = core.providers[route.provider]
+        core.fleet.wanted(route.provider)  # this replica's demand, for its share of a fleet's pacing
         pacer = provider.pacer
         if not pacer.limited:  # no known limits; a 429's pause already kept it out of the order
-            return gw.breakers.get(route.provider).allow()
+            return core.breakers.get(route.provider).allow()
         if pacer.available_in(tokens) > 0:
             provider.paced += 1
             paced.append(provider)
-            gw.paced_total.labels(provider.name).inc()
+            core.paced_total.labels(provider.name).inc()
             return False
-        if not gw.breakers.get(route.provider).allow():
+        if not core.breakers.get(route.provider).allow():
             return False
         pacer.try_acquire(tokens)
         return True
 
     async def _attempt(
-        self, request: Exchange, ctx: _Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
+        self, request: Exchange, ctx: Ctx, route: Route, obj: Mapping[str, Any], wants_usage: bool
     ) -> tuple[Reply | Stream | None, CallResult]:
         """One attempt at ``route``, with its bookkeeping (health, breaker, metrics) whatever the outcome:
         an attempt ended by an exception (client gone, hedge race lost, a bug) is recorded as ``cancelled``
         (neutral: never a fault), then re-raised."""
-        gw = self.gw
-        check_upstream_capacity(gw)  # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
-        provider = gw.providers[route.provider]
-        health = gw.health.get(route.provider, route.model)
+        core = self.core
+        # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
+        check_upstream_capacity(core.providers, ctx.table.max_upstream_in_flight)
+        provider = core.providers[route.provider]
+        health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
         if ctx.race is None:
@@ -289,17 +276,17 @@ class Proxy:
         except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
-            gw.breakers.get(route.provider).record_result(result)
+            core.breakers.get(route.provider).record_result(result)
             raise
         health.observe(result, handle=handle)
-        gw.breakers.get(route.provider).record_result(result)
-        self._observe(provider, result)
+        core.breakers.get(route.provider).record_result(result)
+        self._observe(provider, result, ctx.table)
         return resp, result
 
     async def _race(
         self,
         request: Exchange,
-        ctx: _Ctx,
+        ctx: Ctx,
         route: Route,
         queue: deque[Route],
         hedger: Hedger,
@@ -310,12 +297,12 @@ class Proxy:
     ) -> tuple[Reply | Stream | None, CallResult]:
         """The first attempt of a hedged alias; after the hedge delay without a first token (a complete
         answer), the same request also goes to the next admissible route. First to claim wins (hedging.py)."""
-        gw = self.gw
+        core = self.core
         racers: dict[asyncio.Task[Any], tuple[Route, bool]] = {}
 
         def on_claim(task: asyncio.Task[Any]) -> None:
             won, is_hedge = racers[task]
-            ctx.provider, ctx.route, ctx.hedged = gw.providers[won.provider], won, is_hedge
+            ctx.provider, ctx.route, ctx.hedged = core.providers[won.provider], won, is_hedge
 
         race = ctx.race = Race(on_claim)
 
@@ -324,17 +311,19 @@ class Proxy:
             racers[task] = (r, is_hedge)
             race.tasks.append(task)
 
-        ctx.provider, ctx.route = gw.providers[route.provider], route
+        ctx.provider, ctx.route = core.providers[route.provider], route
         start(route, False)
         fired = False
         last: CallResult | None = None
         try:
-            delay = hedger.delay(gw.health.get(route.provider, route.model), stream=ctx.stream)
+            delay = hedger.delay(core.health.get(route.provider, route.model), stream=ctx.stream)
             done, _ = await asyncio.wait(race.tasks, timeout=delay)
             if not done and race.winner is None:
                 if not hedger.budget.can_hedge():
                     hedger.count("no_budget")
-                elif upstream_full(gw):  # server.max_upstream_in_flight: a hedge is extra load, never a 503
+                elif upstream_full(
+                    core.providers, ctx.table.max_upstream_in_flight
+                ):  # a hedge: extra load, never a 503
                     hedger.count("no_capacity")
                 else:
                     nxt = next((r for r in _drain(queue) if self._admit(r, tokens, paced)), None)
@@ -369,18 +358,18 @@ class Proxy:
             raise asyncio.CancelledError
         return None, last
 
-    async def _after_answer(self, request: Exchange, ctx: _Ctx) -> None:
+    async def _after_answer(self, request: Exchange, ctx: Ctx) -> None:
         """The client has its whole answer. Where the key's concurrency slot can go back at once (no limit, or
         local state) and the server lets the connection go on (the front door), the connection serves its
         next request now, and this one finishes — the call's end, health, breaker, metrics, books — with the
         next batch of books (``Books.later``, ≤ 1 ms), while the gateway waits on that request's provider."""
-        if self.gw.admission.free_slot_now(ctx.ticket) and (handler := request.detach()) is not None:
-            await self.gw.books.later(handler)
+        if self.core.admission.free_slot_now(ctx.ticket) and (handler := request.detach()) is not None:
+            await self.core.books.later(handler)
 
     # -- attempts ---------------------------------------------------------------------------------
 
     async def _attempt_unary(
-        self, request: Exchange, ctx: _Ctx, provider: ProviderState, payload: Mapping[str, Any]
+        self, request: Exchange, ctx: Ctx, provider: ProviderState, payload: Mapping[str, Any]
     ) -> tuple[Reply | None, CallResult]:
         """A non-streamed attempt. The answer leaves as soon as the measurement core has checked it (its
         ``Body`` event: a 200 whose JSON is an OpenAI answer); the call's end, the attempt's health,
@@ -419,7 +408,7 @@ class Proxy:
     async def _attempt_stream(
         self,
         request: Exchange,
-        ctx: _Ctx,
+        ctx: Ctx,
         provider: ProviderState,
         payload: Mapping[str, Any],
         wants_usage: bool,
@@ -513,7 +502,7 @@ class Proxy:
             await resp.write_eof()
         return resp, result
 
-    async def _commit(self, request: Exchange, ctx: _Ctx, held: list[bytes], at: float, sent: float) -> Stream:
+    async def _commit(self, request: Exchange, ctx: Ctx, held: list[bytes], at: float, sent: float) -> Stream:
         """Send headers and everything held so far: from here on this route owns the response. ``at``: when the
         first token arrived (the end of the upstream read that carried it is when it leaves)."""
         ctx.upstream_s += at - sent
@@ -523,7 +512,7 @@ class Proxy:
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    def _headers(self, ctx: _Ctx, now: float) -> dict[str, str]:
+    def _headers(self, ctx: Ctx, now: float) -> dict[str, str]:
         headers = {
             "x-request-id": ctx.request_id,
             "x-tailgate-provider": ctx.provider.name if ctx.provider else "",
@@ -536,32 +525,32 @@ class Proxy:
             headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
 
-    def _observe(self, provider: ProviderState, result: CallResult) -> None:
+    def _observe(self, provider: ProviderState, result: CallResult, table: RouteTable) -> None:
         provider.observe(result)
-        self.gw.metrics.attempt(provider.name, result.error_class or "ok").inc()
+        self.core.metrics.attempt(provider.name, result.error_class or "ok").inc()
         if result.error_class == "rate_limited":
-            limit = self.gw.config.routing.pacing.max_pause
+            limit = table.pacing.max_pause
             provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
-    async def _ratelimit_of_refusal(self, ctx: _Ctx, err: WireError) -> None:
+    async def _ratelimit_of_refusal(self, ctx: Ctx, err: WireError) -> None:
         """A limited key's refusal carries ``x-ratelimit-*`` too: the numbers its admission saw, else its windows
         as they stand (its own rpm given back first: a request that never went upstream keeps nothing)."""
-        gw = self.gw
+        core = self.core
         assert ctx.key_id is not None
         if ctx.rpm_taken is not None and ctx.attempts == 0:
-            gw.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
+            core.fleet.refund_key(ctx.key_id, ctx.rpm_taken)
             ctx.rpm_taken = None
             ctx.ratelimit = None
         now = ctx.ratelimit
         if now is None:
-            rpm = gw.keys.rpm(ctx.key_id)
-            limits = gw.key_directory.limits(ctx.key_id)
+            rpm = core.keys.rpm(ctx.key_id)
+            limits = core.key_directory.limits(ctx.key_id)
             if rpm is None and (limits is None or limits.tpm is None):
                 return
-            now = await gw.admission.headers_now(ctx.key_id, rpm, err.headers or {})
+            now = await core.admission.headers_now(ctx.key_id, rpm, err.headers or {})
         err.headers = {**now, **(err.headers or {})}  # the refusal's own (a 429's Retry-After, its window) win
 
-    def _error(self, err: WireError, ctx: _Ctx) -> Reply:
+    def _error(self, err: WireError, ctx: Ctx) -> Reply:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name

@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
-    from tailgate.gateway.proxy import _Ctx
-    from tailgate.gateway.state import ProviderState
+    from prometheus_client import Counter
+
+    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request import Ctx
     from tailgate.routing import Route
     from tailgate.upstream import CallResult
 
@@ -32,10 +34,10 @@ def _retry_after(err: WireError, seconds: float) -> WireError:
     return err
 
 
-def no_route(gw: Gateway, routes: list[Route], now: float, ctx: _Ctx) -> WireError:
+def no_route(providers: Mapping[str, ProviderState], routes: Sequence[Route], now: float, ctx: Ctx) -> WireError:
     """The policy left no route: every provider drained, or paused by a 429 (then a 429 with Retry-After)."""
-    providers = [gw.providers[r.provider] for r in routes]
-    paused = [p for p in providers if p.paused(now) and not p.drained]
+    states = [providers[r.provider] for r in routes]
+    paused = [p for p in states if p.paused(now) and not p.drained]
     ctx.outcome = "no_route"
     if paused:
         wait = min(p.admit_in(0.0, now) for p in paused)
@@ -48,11 +50,11 @@ def no_route(gw: Gateway, routes: list[Route], now: float, ctx: _Ctx) -> WireErr
     return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
 
 
-def shed(gw: Gateway, ctx: _Ctx, pressure: float, others_in_flight: int) -> WireError:
+def shed(counter: Counter, ctx: Ctx, pressure: float, others_in_flight: int) -> WireError:
     """Load shedding (``routing.shed``): a 429 with Retry-After; batch goes first (docs/routing.md)."""
-    cfg = gw.config.routing.shed
+    cfg = ctx.table.shed
     ctx.outcome = "shed"
-    gw.shed_total.labels(ctx.alias, ctx.traffic_class or "").inc()
+    counter.labels(ctx.alias, ctx.traffic_class or "").inc()  # tailgate_shed
     who = f"'{ctx.traffic_class}' traffic" if ctx.traffic_class else "traffic"
     return _retry_after(
         wire_errors.rate_limited(
@@ -63,7 +65,7 @@ def shed(gw: Gateway, ctx: _Ctx, pressure: float, others_in_flight: int) -> Wire
     )
 
 
-def paced_out(paced: list[ProviderState], tokens: float, ctx: _Ctx) -> WireError:
+def paced_out(paced: list[ProviderState], tokens: float, ctx: Ctx) -> WireError:
     """Every route was skipped by its pacer: a 429 of our own, Retry-After = the shortest wait."""
     now = time.monotonic()
     wait = min(p.admit_in(tokens, now) for p in paced)
@@ -76,7 +78,7 @@ def paced_out(paced: list[ProviderState], tokens: float, ctx: _Ctx) -> WireError
     )
 
 
-def final_error(last: CallResult | None, ctx: _Ctx) -> WireError:
+def final_error(last: CallResult | None, ctx: Ctx) -> WireError:
     """Every attempt failed (or none could start before the deadline): what the client gets.
 
     A request cancelled under us re-raises ``CancelledError``; an upstream 4xx, 5xx, 429 or

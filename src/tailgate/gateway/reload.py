@@ -11,7 +11,8 @@ in one step on the event loop, between requests' awaits:
 - keys, aliases, routes, policies (kept for aliases whose settings did not change), hedging and probes
   follow the new file.
 
-In-flight requests finish on the routes and providers they started with. What a reload does not change
+A request in flight keeps the route table it read when it arrived (routes.py: a reload swaps the table
+whole, never a request's), and finishes on the providers it started with. What a reload does not change
 (a restart does): ``listen``, ``state``, ``ledger``, ``max_body_bytes``. docs/fleet.md.
 
 The version is the first 12 hex digits of the file's SHA-256: replicas showing the same version run the
@@ -21,11 +22,10 @@ same file. Each replica publishes its version, so ``/admin/config`` on any repli
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,15 @@ from tailgate._aiohttp import error_response
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
 from tailgate.config.schema import GatewayConfig
+from tailgate.gateway.providers import Providers, pacer_for, provider_state
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
-    from tailgate.gateway.state import ProviderState
+    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.core import Core
+    from tailgate.gateway.providers import ProviderState
+    from tailgate.state import SharedState
 
-__all__ = ["Providers", "Reloader", "add_config_routes", "config_version", "publish_version"]
+__all__ = ["Apply", "Reloader", "add_config_routes", "close_when_idle", "config_version", "replace_providers"]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -51,18 +54,31 @@ def config_version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
-class Reloader:
-    """Holds the path and version of the loaded config and applies reloads to one gateway."""
+Apply = Callable[[GatewayConfig, dict[str, ResolvedProvider]], dict[str, Any]]
+"""Swaps a valid config in (the composition root's): returns what changed (``providers_kept`` …)."""
 
-    def __init__(self, gw: Gateway, path: Path | None) -> None:
-        self.gw = gw
+
+class Reloader:
+    """Holds the path and version of the loaded config; reads, validates and hands a valid one to ``apply``.
+
+    It is given the running ``config`` (a restart-only field a reload changes is kept as it was), the
+    gateway's owners (``core``: what ``/admin/config`` lists) and the fleet ``state`` (every replica's
+    version), never the gateway."""
+
+    def __init__(
+        self, path: Path | None, config: GatewayConfig, *, core: Core, state: SharedState, apply: Apply
+    ) -> None:
         self.path = path
-        self.version = config_version(path.read_bytes()) if path is not None else _model_version(gw.config)
+        self.config = config
+        """The running config (after the last reload)."""
+        self.core = core
+        self.state = state
+        self._apply = apply
+        self.version = config_version(path.read_bytes()) if path is not None else _model_version(config)
         self.loaded_at = time.time()
         self.reloads = 0
         self.last: dict[str, Any] | None = None
         self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def reload(self) -> dict[str, Any]:
         """Re-read, validate, apply. Returns what happened (``ok``, ``version``, ``errors``, ``changed``)."""
@@ -91,76 +107,57 @@ class Reloader:
             return self.last
 
     def apply(self, config: GatewayConfig, providers: dict[str, ResolvedProvider]) -> dict[str, Any]:
-        gw = self.gw
-        old = gw.config
+        """Keep the restart-only fields as they run, then swap ``config`` in (``apply``)."""
+        old = self.config
         restart = [f for f in _RESTART_ONLY if getattr(old, f) != getattr(config, f)]
         if restart:
             log.warning("config reload: %s changed; that takes a restart (kept as it was)", ", ".join(restart))
             config = config.model_copy(update={f: getattr(old, f) for f in restart})
-        kept, replaced, added, removed, closing = _replace_providers(gw, config, providers)
-        gw.config = config
-        _rebuild(gw, policies_kept=_unchanged_aliases(old, config))
-        for p in closing:
-            self._spawn(_close_when_idle(p))
-        self._spawn(_restart_prober(gw))
-        return {
-            "providers_kept": kept,
-            "providers_replaced": replaced,
-            "providers_added": added,
-            "providers_removed": removed,
-            "restart_needed": restart,
-        }
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        changed = self._apply(config, providers)
+        self.config = config
+        return {**changed, "restart_needed": restart}
 
     def snapshot(self) -> dict[str, Any]:
-        gw = self.gw
-        fleet = {r: v.decode() for r, v in gw.state.peers("config").items()}
+        state = self.state
+        fleet = {r: v.decode() for r, v in state.peers("config").items()}
+        st = state.status()
         return {
             "version": self.version,
             "path": str(self.path) if self.path is not None else None,
             "loaded_at": self.loaded_at,
             "reloads": self.reloads,
             "last_reload": self.last,
-            "replica": gw.state.replica,
-            "state": _status(gw),
-            "fleet_versions": {gw.state.replica: self.version, **fleet},
+            "replica": state.replica,
+            "state": {
+                "backend": st.backend,
+                "connected": st.connected,
+                "fallback_active": st.fallback_active,
+                "replicas": st.replicas,
+                "fallback": self.config.state.fallback,
+            },
+            "fleet_versions": {state.replica: self.version, **fleet},
             "same_version_fleet_wide": all(v == self.version for v in fleet.values()),
-            "providers": sorted(gw.providers),
-            "aliases": sorted(gw.aliases),
+            "providers": sorted(self.core.providers),
+            "aliases": sorted(self.core.routes.aliases),
         }
 
 
-class Providers(dict[str, "ProviderState"]):
-    """The gateway's providers by name; a provider removed by a reload is still found by the requests that
-    were already on it (``retired``), while listings, ``.get`` and new requests see only the current ones."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.retired: dict[str, ProviderState] = {}
-
-    def __missing__(self, name: str) -> ProviderState:
-        return self.retired[name]
-
-
-def _replace_providers(
-    gw: Gateway, config: GatewayConfig, resolved: dict[str, ResolvedProvider]
-) -> tuple[list[str], list[str], list[str], list[str], list[ProviderState]]:
-    from tailgate.gateway.state import ProviderState, pacer_for
-    from tailgate.upstream import UpstreamClient, endpoint_for
-
+def replace_providers(
+    current: Providers, old: GatewayConfig, config: GatewayConfig, resolved: dict[str, ResolvedProvider]
+) -> tuple[Providers, dict[str, list[str]], list[ProviderState]]:
+    """The providers of ``config``: an unchanged one is kept whole (pool, pacer, pause, drain flag, in-flight
+    count; a new pacer when ``routing.pacing`` changed), a changed one is new (its drain flag kept), a removed
+    one retired (found by the requests already on it). Returns them, what changed, and the states to close
+    once idle (replaced or removed)."""
     kept: list[str] = []
     replaced: list[str] = []
     added: list[str] = []
     closing: list[ProviderState] = []
-    pacing_same = config.routing.pacing == gw.config.routing.pacing
+    pacing_same = config.routing.pacing == old.routing.pacing
     new = Providers()
-    new.retired = dict(gw.providers.retired) if isinstance(gw.providers, Providers) else {}
+    new.retired = dict(current.retired)
     for name, rp in resolved.items():
-        cur = gw.providers.get(name)
+        cur = current.get(name)
         new.retired.pop(name, None)
         if cur is not None and cur.config == rp:
             if not pacing_same:
@@ -168,9 +165,7 @@ def _replace_providers(
             new[name] = cur
             kept.append(name)
             continue
-        state = ProviderState(
-            config=rp, client=UpstreamClient(endpoint_for(rp)), pacer=pacer_for(rp, config.routing.pacing)
-        )
+        state = provider_state(rp, config.routing.pacing)
         if cur is not None:
             state.drained = cur.drained
             closing.append(cur)
@@ -178,59 +173,20 @@ def _replace_providers(
         else:
             added.append(name)
         new[name] = state
-    removed = [name for name in gw.providers if name not in resolved]
+    removed = [name for name in current if name not in resolved]
     for name in removed:
-        new.retired[name] = gw.providers[name]
-        closing.append(gw.providers[name])
-    gw.providers = new
-    return kept, replaced, added, removed, closing
-
-
-def _rebuild(gw: Gateway, *, policies_kept: set[str]) -> None:
-    from tailgate.gateway.auth import KeyRing
-    from tailgate.gateway.hedging import Hedger
-    from tailgate.routing import Route
-
-    config = gw.config
-    gw.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
-    gw.keys = KeyRing(config.keys, config.admin_key, gw.key_directory)
-    # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
-    gw.guard.configure(gw.keys, dashboard_key=config.dashboard_key, metrics_key=config.metrics.key)
-    gw.aliases = {
-        alias: [Route(alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in model.routes]
-        for alias, model in config.models.items()
+        new.retired[name] = current[name]
+        closing.append(current[name])
+    changed = {
+        "providers_kept": kept,
+        "providers_replaced": replaced,
+        "providers_added": added,
+        "providers_removed": removed,
     }
-    gw.policies = {
-        alias: gw.policies[alias]
-        if alias in policies_kept and alias in gw.policies
-        else gw._make_policy(model.policy or config.routing.policy, alias)
-        for alias, model in config.models.items()
-    }
-    gw.hedgers = {
-        alias: gw.hedgers[alias]
-        if alias in policies_kept and alias in gw.hedgers
-        else Hedger(alias, hedge, gw.hedge_counter)
-        for alias, model in config.models.items()
-        if (hedge := model.hedge or config.routing.hedge) is not None
-    }
-    gw.fleet.install()
-    gw.refresh_provider_gauges()
+    return new, changed, closing
 
 
-async def _restart_prober(gw: Gateway) -> None:
-    from tailgate.gateway.probes import ProbeStats
-
-    prober = gw.prober
-    await prober.close()
-    prober.providers = gw.providers
-    prober.config = gw.config.routing.probes
-    prober.targets = list(dict.fromkeys((r.provider, r.model) for routes in gw.aliases.values() for r in routes))
-    for t in prober.targets:
-        prober.stats.setdefault(t, ProbeStats())
-    prober.start()
-
-
-async def _close_when_idle(p: ProviderState, limit_s: float = 600.0) -> None:
+async def close_when_idle(p: ProviderState, limit_s: float = 600.0) -> None:
     """Close a replaced or removed provider's pool once the requests on it have finished."""
     deadline = time.monotonic() + limit_s
     while p.in_flight > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - a count, polled twice a second
@@ -238,25 +194,8 @@ async def _close_when_idle(p: ProviderState, limit_s: float = 600.0) -> None:
     await p.client.close()
 
 
-def _status(gw: Gateway) -> dict[str, Any]:
-    st = gw.state.status()
-    return {
-        "backend": st.backend,
-        "connected": st.connected,
-        "fallback_active": st.fallback_active,
-        "replicas": st.replicas,
-        "fallback": gw.config.state.fallback,
-    }
-
-
 def _model_version(config: GatewayConfig) -> str:
     return config_version(config.model_dump_json().encode())
-
-
-def _unchanged_aliases(old: GatewayConfig, new: GatewayConfig) -> set[str]:
-    if old.routing != new.routing:
-        return set()
-    return {a for a, m in new.models.items() if old.models.get(a) == m}
 
 
 def _describe(changed: dict[str, Any]) -> str:
@@ -266,29 +205,23 @@ def _describe(changed: dict[str, Any]) -> str:
     return "; ".join(parts) or "no provider changed"
 
 
-def add_config_routes(app: web.Application, gw: Gateway) -> None:
-    """``GET /admin/config`` and ``POST /admin/reload`` (admin key)."""
+def add_config_routes(app: web.Application, reloader: Reloader, access: AccessGuard) -> None:
+    """``GET /admin/config`` and ``POST /admin/reload`` (admin key: the access guard)."""
 
     def denied(request: web.Request) -> web.Response | None:
-        refusal = gw.guard.check(request, "admin")  # the one access decision (auth.py)
+        refusal = access.check(request, "admin")  # the one access decision (auth.py)
         return error_response(refusal) if refusal is not None else None
 
     async def show(request: web.Request) -> web.Response:
         if (no := denied(request)) is not None:
             return no
-        return web.json_response(gw.reloader.snapshot())
+        return web.json_response(reloader.snapshot())
 
     async def reload(request: web.Request) -> web.Response:
         if (no := denied(request)) is not None:
             return no
-        out = await gw.reloader.reload()
+        out = await reloader.reload()
         return web.json_response(out, status=200 if out["ok"] else 400)
 
     app.router.add_get("/admin/config", show)
     app.router.add_post("/admin/reload", reload)
-
-
-async def publish_version(gw: Gateway) -> None:
-    """Tell the fleet which config this replica runs (called from the fleet's publish tick)."""
-    with contextlib.suppress(Exception):
-        await gw.state.publish("config", gw.reloader.version.encode(), ttl_s=5.0)

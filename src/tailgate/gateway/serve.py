@@ -11,6 +11,7 @@ state, metrics and ledger writer (the SQLite file is shared, WAL mode).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -24,12 +25,23 @@ from aiohttp import web
 
 from tailgate._runtime import run, setup_logging
 from tailgate.config.resolve import load_resolved
-from tailgate.gateway import limits
+from tailgate.gateway import site as http_site
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.limits import runner_kwargs
+from tailgate.gateway.site import runner_kwargs
 from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
+
+
+class ListenError(OSError):
+    """The gateway cannot bind its address (in use, not ours, not permitted): said in one line, no traceback."""
+
+
+async def _start_site(site: web.BaseSite, what: str) -> None:
+    try:
+        await site.start()
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {what}: {exc.strerror or exc}") from None
 
 
 async def serve_gateway(
@@ -49,9 +61,14 @@ async def serve_gateway(
     host = host or config.listen.host
     port = config.listen.port if port is None else port
     gateway.check_bind(host)
-    if gateway.keys.open:
+    try:
+        await gateway.start()
+    except BaseException:  # a newer schema in the store, say: release what did start, then say why
+        with contextlib.suppress(Exception):
+            await gateway.close()
+        raise
+    if gateway.keys.open:  # after start: the store's runtime keys are loaded by now (they close the gateway too)
         log.warning("no gateway keys configured: any bearer is accepted (listening on loopback %s only)", host)
-    await gateway.start()
     _on_sighup(gateway, on_hup)  # before "listening": a SIGHUP from then on reloads, never kills
     server = config.server
     runner = web.AppRunner(
@@ -64,15 +81,15 @@ async def serve_gateway(
     metrics_runner: web.AppRunner | None = None
     try:
         await runner.setup()
-        site = limits.site(runner, host, port, server, reuse_port=reuse_port or None)
-        await site.start()
+        site = http_site.site(runner, host, port, server, reuse_port=reuse_port or None)
+        await _start_site(site, f"{host}:{port}")
         bound = site.port
         if config.metrics.listen is not None:  # /metrics on its own bind (docs/reliability.md)
             metrics_runner = web.AppRunner(gateway.metrics_app(), access_log=None, **runner_kwargs(server))
             await metrics_runner.setup()
             m = config.metrics.listen
-            msite = limits.site(metrics_runner, m.host, m.port, server, reuse_port=reuse_port or None)
-            await msite.start()
+            msite = http_site.site(metrics_runner, m.host, m.port, server, reuse_port=reuse_port or None)
+            await _start_site(msite, f"{m.host}:{m.port} (metrics.listen)")
             log.info("metrics on http://%s:%d/metrics", m.host, msite.port)
         log.info(
             "gateway listening on http://%s:%d/v1 (%d providers, %d aliases)",

@@ -13,7 +13,7 @@ spool's shipping to PostgreSQL and the roll-up job (docs/metrics.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -23,7 +23,9 @@ from prometheus_client.registry import Collector
 from tailgate.ledger import SQLiteLedger
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    from tailgate.gateway.providers import ProviderState
+    from tailgate.ledger.maintenance import Maintenance
+    from tailgate.ledger.spool import Shipper
 
 __all__ = ["register_ledger_metrics", "register_runtime_metrics", "register_store_metrics", "register_upstream_metrics"]
 
@@ -67,11 +69,12 @@ def register_ledger_metrics(registry: CollectorRegistry, ledger: SQLiteLedger) -
 
 
 class _StoreCollector(Collector):
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, shipper: Shipper | None, maintenance: Maintenance | None) -> None:
+        self.shipper = shipper
+        self.maintenance = maintenance
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        shipper = self.gw.shipper
+        shipper = self.shipper
         if shipper is not None:
             st = shipper.stats
             yield GaugeMetricFamily(
@@ -94,7 +97,7 @@ class _StoreCollector(Collector):
             yield GaugeMetricFamily(
                 "tailgate_store_connected", "1 while the shipper holds a PostgreSQL connection.", int(st.connected)
             )
-        maintenance = self.gw.maintenance
+        maintenance = self.maintenance
         if maintenance is not None:
             yield CounterMetricFamily(
                 "tailgate_store_rolled_up_rows", "Request rows rolled up into usage_hourly by this replica.",
@@ -105,15 +108,17 @@ class _StoreCollector(Collector):
             )
 
 
-def register_store_metrics(gw: Gateway, registry: CollectorRegistry) -> None:
-    registry.register(_StoreCollector(gw))
+def register_store_metrics(
+    registry: CollectorRegistry, shipper: Shipper | None, maintenance: Maintenance | None
+) -> None:
+    registry.register(_StoreCollector(shipper, maintenance))
 
 
 class _UpstreamCollector(Collector):
     """Each provider's keep-alive pool (tailgate.upstream.http): connections in use and idle, and made so far."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, providers: Callable[[], Mapping[str, ProviderState]]) -> None:
+        self.providers = providers
 
     def collect(self) -> Iterator[Metric]:
         conns = GaugeMetricFamily(
@@ -126,7 +131,7 @@ class _UpstreamCollector(Collector):
             "New connections made to each provider (climbing with the traffic: keep-alive is not holding).",
             labels=["provider"],
         )
-        for name, provider in self.gw.providers.items():
+        for name, provider in self.providers().items():
             in_use, idle, made = provider.client.connections
             conns.add_metric([name, "in_use"], in_use)
             conns.add_metric([name, "idle"], idle)
@@ -135,5 +140,8 @@ class _UpstreamCollector(Collector):
         yield opened
 
 
-def register_upstream_metrics(gw: Gateway, registry: CollectorRegistry) -> None:
-    registry.register(_UpstreamCollector(gw))
+def register_upstream_metrics(
+    registry: CollectorRegistry, providers: Callable[[], Mapping[str, ProviderState]]
+) -> None:
+    """``providers``: the current providers (a reload swaps them)."""
+    registry.register(_UpstreamCollector(providers))

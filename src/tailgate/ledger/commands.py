@@ -7,9 +7,11 @@ Both find the store from the gateway config: ``ledger.url`` (PostgreSQL: the who
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -21,10 +23,20 @@ from tailgate.config.units import parse_duration
 from tailgate.ledger.keys import KeyStoreError, create_key, keys_with_spend, revoke_key, update_key
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.schema import SchemaError
-from tailgate.ledger.store import StoreConn, StoreError, open_store, redact_url
+from tailgate.ledger.store import StoreConn, StoreError, StoreSetUpError, is_postgres_url, open_store, redact_url
 from tailgate.ledger.usage import DIMENSIONS, Dimension, hit_rate, usage
 
-__all__ = ["KeyOptions", "check_store", "keys_main", "parse_budget", "parse_expiry", "store_target", "usage_main"]
+__all__ = [
+    "KeyOptions",
+    "StoreSummary",
+    "check_store",
+    "keys_main",
+    "parse_budget",
+    "parse_expiry",
+    "store_summary",
+    "store_target",
+    "usage_main",
+]
 
 Echo = Callable[[str], None]
 
@@ -84,18 +96,72 @@ def store_target(config_path: Path | None, db: Path | None) -> str | Path:
     return default_db_path()
 
 
-def check_store(url: str) -> str | None:
-    """Before a replica starts: the reason it must not (a newer schema), or None. An unreachable PostgreSQL is
-    not a reason (the spool holds the rows until it is back); it is only logged."""
+def check_store(target: str | Path) -> str | None:
+    """Before a replica starts: the reason it must not, or None. A store written by a newer tailgate, and a
+    PostgreSQL that refuses the login (role or database missing, wrong password) are reasons; an unreachable
+    PostgreSQL is not (the spool holds the rows until it is back): it is only logged."""
     import logging
+    import sqlite3
 
     try:
-        open_store(url, connect_timeout=3.0).close()
+        open_store(target, connect_timeout=3.0).close()
     except SchemaError as exc:
+        return f"the store at {_where(target)}: {exc}"
+    except StoreSetUpError as exc:
         return str(exc)
     except StoreError as exc:
         logging.getLogger("tailgate.ledger").warning("%s; rows wait in the local spool until it is back", exc)
+    except (OSError, sqlite3.Error) as exc:  # a SQLite file that cannot be created or opened
+        return f"cannot open the store at {target}: {getattr(exc, 'strerror', None) or exc}"
     return None
+
+
+@dataclass(frozen=True)
+class StoreSummary:
+    """What ``tailgate config check`` says about a config's store, read without writing to it."""
+
+    where: str
+    """The absolute path, or the URL without its password."""
+    keys: int | None
+    """Runtime keys in the store, revoked ones included (any key closes the gateway); None: not read."""
+    note: str = ""
+    """Why ``keys`` is None, or "not created yet"."""
+
+
+def store_summary(target: str | Path) -> StoreSummary:
+    """Count the store's keys without creating, migrating or locking anything (a read-only look)."""
+    import sqlite3
+
+    where = _where(target if isinstance(target, str) else Path(os.path.abspath(Path(target).expanduser())))
+    if isinstance(target, Path) or not is_postgres_url(target):
+        path = Path(target).expanduser()
+        if not path.exists():
+            return StoreSummary(where, 0, "not created yet")
+        try:
+            with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as raw:
+                return StoreSummary(where, _count_keys(raw))
+        except sqlite3.Error as exc:
+            return StoreSummary(where, None, f"cannot read it: {exc}")
+    from tailgate.ledger.pg import connect
+
+    try:
+        conn = connect(target, connect_timeout=3.0, migrate_schema=False)
+    except StoreError as exc:
+        return StoreSummary(where, None, str(exc))
+    try:
+        return StoreSummary(where, _count_keys(conn))
+    except Exception as exc:  # psycopg.Error: a database that is not (yet) a tailgate store
+        return StoreSummary(where, None, f"cannot read it: {str(exc).splitlines()[0] if str(exc) else exc}")
+    finally:
+        conn.close()
+
+
+def _count_keys(conn: Any) -> int:
+    try:
+        row = conn.execute("SELECT count(*) FROM keys").fetchone()
+    except Exception:  # no keys table yet: a store no command has opened (created at first use)
+        return 0
+    return int(row[0])
 
 
 def _where(target: str | Path) -> str:

@@ -35,6 +35,7 @@ from tailgate.ledger.store import Queryable, dialect_of
 from tailgate.ledger.traffic_hours import read_window
 from tailgate.stats import LatencyHistogram
 from tailgate.stats.shown import MINIMUMS as _MINIMUMS
+from tailgate.stats.shown import wilson
 
 __all__ = [
     "MINIMUMS",
@@ -118,6 +119,9 @@ class LeaderRow:
     attempts: int = 0
     accuracy_pct: float | None = None
     accuracy_n: int = 0
+    accuracy_low_pct: float | None = None
+    """The 95 % Wilson interval of ``accuracy_pct`` (None where the accuracy itself is withheld)."""
+    accuracy_high_pct: float | None = None
     price_input: float | None = None
     price_output: float | None = None
     currency: str | None = None
@@ -178,6 +182,14 @@ class _Cells:
         else:
             self.values[name] = value
 
+    def accuracy(self, right: int, graded: int) -> None:
+        """The accuracy, its 95 % Wilson interval and its task count (withheld below the rate minimum)."""
+        self.values["accuracy_n"] = graded
+        self.put("accuracy_pct", 100.0 * right / graded if graded else None, graded, MINIMUMS["rate"])
+        if self.values["accuracy_pct"] is not None:
+            low, high = wilson(right, graded)
+            self.values["accuracy_low_pct"], self.values["accuracy_high_pct"] = 100.0 * low, 100.0 * high
+
     def percentiles(self, prefix: str, values: list[float]) -> None:
         n = len(values)
         ordered = sorted(values)  # once, not once per percentile
@@ -199,9 +211,7 @@ def _probe_cells(cells: _Cells, samples: list[Sample], since: float, bucket_s: f
     cells.values["attempts"] = len(samples)
     cells.put("reliability_pct", 100.0 * len(ok) / len(samples) if samples else None, len(samples), MINIMUMS["rate"])
     graded = [s for s in samples if s.accuracy_ok is not None]
-    cells.values["accuracy_n"] = len(graded)
-    right = sum(1 for s in graded if s.accuracy_ok)
-    cells.put("accuracy_pct", 100.0 * right / len(graded) if graded else None, len(graded), MINIMUMS["rate"])
+    cells.accuracy(sum(1 for s in graded if s.accuracy_ok), len(graded))
 
     rates = [s.tok_s for s in rated if s.tok_s is not None]
     cells.values["tok_s_n"] = len(rates)
@@ -359,8 +369,7 @@ def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, u
     cells.values["samples"] = n
     cells.values["attempts"] = n
     cells.put("reliability_pct", 100.0 * ok / n if n else None, n, MINIMUMS["rate"])
-    cells.values["accuracy_n"] = graded
-    cells.put("accuracy_pct", 100.0 * right / graded if graded else None, graded, MINIMUMS["rate"])
+    cells.accuracy(right, graded)
 
     rated = f"{long_ok} AND tok_s IS NOT NULL"
     n_rates, total = conn.execute(f"SELECT COUNT(*), SUM(tok_s) {rated}", args).fetchone()

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 
+from tailgate.ledger.errors import StoreError, StoreSetUpError, redact_url
 from tailgate.ledger.schema import SCHEMA_VERSION, Migration, SchemaError, newer_schema_message
 
 __all__ = ["PG_MIGRATIONS", "connect", "migrate", "schema_version"]
@@ -266,8 +267,6 @@ def connect(url: str, *, connect_timeout: float = 5.0, migrate_schema: bool = Tr
 
     Raises ``SchemaError`` (newer schema) or ``StoreError`` (unreachable; the password is never shown).
     """
-    from tailgate.ledger.store import StoreError, redact_url
-
     try:
         conn = psycopg.connect(
             url,
@@ -277,7 +276,13 @@ def connect(url: str, *, connect_timeout: float = 5.0, migrate_schema: bool = Tr
             application_name="tailgate",
         )
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to PostgreSQL at {redact_url(url)}: {_first_line(exc)}") from None
+        reason = _first_line(exc)
+        if any(sign in reason for sign in _SET_UP_MISSING):
+            raise StoreSetUpError(
+                f"PostgreSQL at {redact_url(url)} refused this login: {reason}. Create the role and the database "
+                'first (docs/ledger.md, "Setting up PostgreSQL")'
+            ) from None
+        raise StoreError(f"cannot connect to PostgreSQL at {redact_url(url)}: {reason}") from None
     conn.adapters.register_loader("numeric", _NumericLoader)
     if migrate_schema:
         try:
@@ -286,6 +291,11 @@ def connect(url: str, *, connect_timeout: float = 5.0, migrate_schema: bool = Tr
             conn.close()
             raise
     return conn
+
+
+_SET_UP_MISSING = ("does not exist", "authentication failed", "no password supplied", "no pg_hba.conf entry")
+"""What PostgreSQL says when the role or database the URL names is missing or the login is wrong: a set-up
+mistake to fix, not an outage to ride out on the spool."""
 
 
 def _first_line(exc: BaseException) -> str:

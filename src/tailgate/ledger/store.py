@@ -13,12 +13,12 @@ PostgreSQL goes through psycopg 3 (docs/ledger.md says why): a client-side-bindi
 from __future__ import annotations
 
 import contextlib
-import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from tailgate.ledger.errors import StoreError, StoreSetUpError, redact_url
 from tailgate.ledger.schema import open_db
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ __all__ = [
     "Queryable",
     "StoreConn",
     "StoreError",
+    "StoreSetUpError",
     "db_errors",
     "dialect_of",
     "has_table",
@@ -38,10 +39,6 @@ __all__ = [
 ]
 
 Dialect = Literal["sqlite", "postgres"]
-
-
-class StoreError(RuntimeError):
-    """The store cannot be reached or used (the message never carries a password)."""
 
 
 class Queryable(Protocol):
@@ -64,14 +61,6 @@ def db_errors() -> tuple[type[BaseException], ...]:
 
 def is_postgres_url(target: str | Path | None) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
-
-
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for messages and logs)."""
-    return _PASSWORD.sub(r"\1***@", url)
 
 
 def dialect_of(conn: Queryable) -> Dialect:

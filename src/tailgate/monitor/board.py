@@ -7,6 +7,8 @@ only loads the optional config (price, max output length, configured pairs) and 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -293,7 +295,8 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
         )
         echo(f"error: no tailgate database at {path} ({hint})")
         return 2
-    where = redact_url(path) if isinstance(path, str) else str(path)
+    where = redact_url(path) if isinstance(path, str) else os.path.abspath(path)
+    print(f"store: {where}", file=sys.stderr)  # which store, whatever the working directory (docs/config.md)
     now = time.time() if options.now is None else options.now
     try:
         with contextlib.closing(open_store(path)) as conn:

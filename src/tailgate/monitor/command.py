@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.samples import SampleStore
 from tailgate.ledger.schema import SchemaError
+from tailgate.ledger.store import redact_url
 from tailgate.monitor.runner import Monitor, RoundReport, Target, targets_from_config
 from tailgate.monitor.schedule import Schedule
 from tailgate.monitor.workloads import WORKLOADS
@@ -122,6 +125,9 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
         echo(f"error: {options.config}: no provider × model pairs to probe (models.*.routes is empty)")
         return 2
     db_path = options.db_path(config)
+    fleet = options.db is None and config.ledger.url
+    shown = redact_url(config.ledger.url) if fleet and config.ledger.url else os.path.abspath(db_path)  # noqa: ASYNC240 - getcwd, once
+    print(f"store: {shown}", file=sys.stderr)  # which store, whatever the working directory (docs/config.md)
     store = SampleStore(db_path)
     try:
         await store.start()

@@ -8,9 +8,18 @@ from tailgate.routing.breaker import BreakerConfig, BreakerRegistry, CircuitBrea
 from tailgate.routing.health import HealthRegistry, ProviderHealth
 from tailgate.routing.hedge import HedgeBudget, hedge_delay
 from tailgate.routing.pacing import Pacer, retry_after_s
-from tailgate.routing.policies import SLO, AdaptivePolicy, CostPolicy, LeastLatencyPolicy, Policy, Price, should_shed
+from tailgate.routing.policies import (
+    SLO,
+    AdaptivePolicy,
+    CostPolicy,
+    LeastLatencyPolicy,
+    Policy,
+    Price,
+    WeightedPolicy,
+    should_shed,
+)
 from tailgate.routing.ratelimit import TokenBucket
-from tailgate.routing.weighted import Route, WeightedPolicy
+from tailgate.routing.route import Route
 
 __all__ = [
     "SLO",

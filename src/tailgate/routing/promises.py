@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tailgate.routing.policies._common import SLO
-from tailgate.routing.weighted import Route
+from tailgate.routing.route import Route
 
 __all__ = [
     "PROMISES",

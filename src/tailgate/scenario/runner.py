@@ -139,7 +139,7 @@ class _Capture(RunRecorder):
         accuracy: bool | None = None,
         sent_at: float | None = None,
     ) -> None:
-        super().add(result, lag_ms=lag_ms, t_done=t_done, accuracy=accuracy)
+        super().add(result, lag_ms=lag_ms, t_done=t_done, accuracy=accuracy, sent_at=sent_at)
         if result.error_class != "cancelled":
             self._sink.append((result, lag_ms))
 

@@ -19,21 +19,19 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from tailgate.sim.engine import Sequence
+from tailgate.sim.request import Abort, Ctx, Handlers, api_key
 from tailgate.sim.text import estimate_tokens, token_at
 from tailgate.wire import anthropic as wa
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.anthropic_translate import prompt_text, tool_choice_to_openai, tools_to_openai
 from tailgate.wire.errors import WireError, parse_error_body
 from tailgate.wire.types import ChatCompletionRequest, ChatMessage
-
-if TYPE_CHECKING:
-    from tailgate.sim.server import SimHandlers, _Ctx
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _json = msgspec.json.Encoder()
@@ -79,32 +77,32 @@ def _chat_view(req: wa.MessagesRequest) -> ChatCompletionRequest:
     )
 
 
-async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
+async def handle(h: Handlers, request: web.Request, ctx: Ctx) -> web.StreamResponse:
     """The request after the shared gate (outage, stalls, auth, rate limits, quota) let it through."""
     p = h.p
     try:
         req = wa.decode_messages(await request.read(), strict=p.spec.strict)
         chat = _chat_view(req)
     except WireError as exc:
-        h._truth(ctx, exc.status, False)
+        h.record(ctx, exc.status, False)
         return error(exc, ctx.headers)
     stream = req.stream
     if p.spec.models and req.model not in p.spec.models:
-        h._truth(ctx, 404, stream)
+        h.record(ctx, 404, stream)
         return error(WireError(404, f"model: {req.model}", type="not_found_error"), ctx.headers)
     limit = p.spec.params.max_output_tokens
     if req.max_tokens > limit:
-        h._truth(ctx, 400, stream)
+        h.record(ctx, 400, stream)
         err = wire_errors.invalid_request(f"max_tokens: {req.max_tokens} > {limit}, the maximum for this model.")
         return error(err, ctx.headers)
-    if p.faults.active and (injected := h._injected_error(ctx)) is not None:
-        h._truth(ctx, injected.status, stream)
+    if p.faults.active and (injected := h.injected_error(ctx)) is not None:
+        h.record(ctx, injected.status, stream)
         return reshape(injected)
     text = prompt_text(req)
-    seq = h._sequence(ctx.rid, text, None, p.text_seed(None), req.stop_sequences, chat)
+    seq = h.sequence(ctx.rid, text, None, p.text_seed(None), req.stop_sequences, chat)
     if seq.target > req.max_tokens:  # max_tokens caps the natural answer (module docstring)
         seq.target, seq.length_reason = req.max_tokens, "length"
-    if (refused := await h._submit(seq, ctx, stream, h.prompt_blocks(request, text))) is not None:
+    if (refused := await h.submit(seq, ctx, stream, h.prompt_blocks(request, text))) is not None:
         return reshape(refused)
     try:
         if stream:
@@ -162,16 +160,14 @@ def _content(seq: Sequence) -> list[wa.OutputBlock]:
     return blocks
 
 
-async def _unary(h: SimHandlers, req: wa.MessagesRequest, seq: Sequence, ctx: _Ctx) -> web.StreamResponse:
-    from tailgate.sim.server import _Abort
-
+async def _unary(h: Handlers, req: wa.MessagesRequest, seq: Sequence, ctx: Ctx) -> web.StreamResponse:
     f = h.p.faults
     cut = f.disconnect_after_tokens if f.active else None
     while not seq.done:
         if cut is not None and len(seq.out) >= cut:
             ctx.fault = "disconnect"
-            h._truth(ctx, 0, False, seq, output_tokens=len(seq.out))
-            raise _Abort
+            h.record(ctx, 0, False, seq, output_tokens=len(seq.out))
+            raise Abort
         if cut is not None:
             seq.notify_each = True
         await seq.wait()
@@ -185,18 +181,18 @@ async def _unary(h: SimHandlers, req: wa.MessagesRequest, seq: Sequence, ctx: _C
         usage=_usage(seq, len(seq.out)),
     )
     body = _json.encode(message)
-    if h._faulty_token_index(seq) is not None:
+    if h.faulty_token_index(seq) is not None:
         ctx.fault = "malformed"
         body = body[: len(body) // 2]
-    h._truth(
+    h.record(
         ctx,
         200,
         False,
         seq,
         queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
-        ttft_ms=h._ms(ctx, seq.first_token_at) if seq.out else None,
-        ttft_answer_ms=h._ms(ctx, seq.answer_at) if seq.answer_at else None,
-        e2e_ms=h._ms(ctx, time.perf_counter()),
+        ttft_ms=h.ms(ctx, seq.first_token_at) if seq.out else None,
+        ttft_answer_ms=h.ms(ctx, seq.answer_at) if seq.answer_at else None,
+        e2e_ms=h.ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=min(seq.reasoning, len(seq.out)),
         finish_reason=reason,
@@ -258,10 +254,8 @@ def _malformed(frame: bytes) -> bytes:
 
 
 async def _stream(
-    h: SimHandlers, request: web.Request, req: wa.MessagesRequest, seq: Sequence, ctx: _Ctx
+    h: Handlers, request: web.Request, req: wa.MessagesRequest, seq: Sequence, ctx: Ctx
 ) -> web.StreamResponse:
-    from tailgate.sim.server import _Abort
-
     resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
     resp.enable_chunked_encoding()
     await resp.prepare(request)
@@ -274,7 +268,7 @@ async def _stream(
     await resp.write(wa.event_frame(wa.MessageStartEvent(message=start)) + wa.event_frame(wa.PingEvent()))
     f = h.p.faults
     cut = f.disconnect_after_tokens if f.active else None
-    bad_at = h._faulty_token_index(seq)
+    bad_at = h.faulty_token_index(seq)
     blocks = _Blocks(seq)
     sent = 0
     first_at = last_at = answer_at = 0.0
@@ -301,18 +295,18 @@ async def _stream(
             last_at, sent = now, end
         if cut is not None and sent >= cut:
             ctx.fault = "disconnect"
-            h._truth(
+            h.record(
                 ctx,
                 200,
                 True,
                 seq,
-                ttft_ms=h._ms(ctx, first_at) if sent else None,
-                ttft_answer_ms=h._ms(ctx, answer_at) if answer_at else None,
+                ttft_ms=h.ms(ctx, first_at) if sent else None,
+                ttft_answer_ms=h.ms(ctx, answer_at) if answer_at else None,
                 output_tokens=sent,
                 reasoning_tokens=min(sent, seq.reasoning),
                 itl_ms=gaps,
             )
-            raise _Abort
+            raise Abort
         if seq.done:
             break
         await seq.wait()
@@ -329,15 +323,15 @@ async def _stream(
     closing.append(wa.event_frame(wa.MessageStopEvent()))
     await resp.write(b"".join(closing))
     await resp.write_eof()
-    h._truth(
+    h.record(
         ctx,
         200,
         True,
         seq,
         queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
-        ttft_ms=h._ms(ctx, first_at) if sent else None,
-        ttft_answer_ms=h._ms(ctx, answer_at) if answer_at else None,
-        e2e_ms=h._ms(ctx, time.perf_counter()),
+        ttft_ms=h.ms(ctx, first_at) if sent else None,
+        ttft_answer_ms=h.ms(ctx, answer_at) if answer_at else None,
+        e2e_ms=h.ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=min(seq.reasoning, len(seq.out)),
         finish_reason=reason,
@@ -346,16 +340,14 @@ async def _stream(
     return resp
 
 
-def count_tokens_handler(h: SimHandlers) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def count_tokens_handler(h: Handlers) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` by the simulator's own estimate."""
 
     async def count_tokens(request: web.Request) -> web.StreamResponse:
-        from tailgate.sim.server import _api_key
-
         p = h.p
         if not p.spec.params.anthropic:
             return not_served()
-        if p.spec.api_keys and _api_key(request) not in p.spec.api_keys:
+        if p.spec.api_keys and api_key(request) not in p.spec.api_keys:
             return error(wire_errors.authentication_error("invalid x-api-key"))
         try:
             req = wa.decode_count_tokens(await request.read(), strict=p.spec.strict)

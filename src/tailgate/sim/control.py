@@ -10,20 +10,16 @@ clears every fault. ``GET /sim/truth[?limit=N]`` returns recent requests as the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 from pydantic import ValidationError
 
 from tailgate._aiohttp import error_response
 from tailgate.config.loader import format_path
 from tailgate.sim.faults import Faults
+from tailgate.sim.request import Model
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
-
-if TYPE_CHECKING:
-    from tailgate.sim.provider import SimProvider
 
 
 def _faults_json(faults: Faults) -> web.Response:
@@ -35,7 +31,7 @@ def _bad(message: str, param: str | None = None) -> web.Response:
     return web.Response(status=400, body=err.body(), content_type="application/json")
 
 
-def add_control_routes(app: web.Application, provider: SimProvider, *, prefix: str) -> None:
+def add_control_routes(app: web.Application, provider: Model, *, prefix: str) -> None:
     """Mount the control endpoints of ``provider`` under ``prefix`` (``/sim`` or ``/sim/<name>``)."""
 
     async def get_faults(_request: web.Request) -> web.Response:

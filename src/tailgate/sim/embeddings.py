@@ -9,34 +9,30 @@ import math
 import random
 import time
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
+from tailgate.sim.request import Abort, Ctx, Handlers
 from tailgate.sim.text import estimate_tokens
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 from tailgate.wire.types import decode_request
-
-if TYPE_CHECKING:
-    from tailgate.sim.server import SimHandlers, _Ctx
 
 _json = msgspec.json.Encoder()
 MAX_DIMENSIONS = 8192
 """Embedding sizes beyond this are refused (a 400), as real providers do: the vector is built in memory."""
 
 
-async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
-    from tailgate.sim.server import _Abort
-
+async def handle(h: Handlers, request: web.Request, ctx: Ctx) -> web.StreamResponse:
     try:
-        if (early := await h._gate(request, ctx)) is not None:
-            h._truth(ctx, early.status, False)
+        if (early := await h.gate(request, ctx)) is not None:
+            h.record(ctx, early.status, False)
             return early
-    except _Abort:
-        h._truth(ctx, 0, False)
+    except Abort:
+        h.record(ctx, 0, False)
         if request.transport is not None:
             request.transport.abort()
         raise web.HTTPServiceUnavailable() from None
@@ -44,19 +40,19 @@ async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamR
     try:
         req = decode_request("embeddings", await request.read(), strict=p.spec.strict)
     except WireError as exc:
-        h._truth(ctx, exc.status, False)
+        h.record(ctx, exc.status, False)
         return error_response(exc, ctx.headers)
     if p.spec.models and req.model not in p.spec.models:
-        h._truth(ctx, 404, False)
+        h.record(ctx, 404, False)
         return error_response(wire_errors.model_not_found(req.model), ctx.headers)
-    if p.faults.active and (injected := h._injected_error(ctx)) is not None:
-        h._truth(ctx, injected.status, False)
+    if p.faults.active and (injected := h.injected_error(ctx)) is not None:
+        h.record(ctx, injected.status, False)
         return injected
     inputs: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
     if inputs and all(isinstance(x, int) for x in inputs):
         inputs = [inputs]  # one token list
     if req.dimensions is not None and req.dimensions > MAX_DIMENSIONS:
-        h._truth(ctx, 400, False)
+        h.record(ctx, 400, False)
         err = wire_errors.invalid_request(
             f"{req.dimensions} is greater than the maximum of {MAX_DIMENSIONS} - 'dimensions'", param="dimensions"
         )
@@ -73,11 +69,11 @@ async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamR
             base64.b64encode(array("f", vector).tobytes()).decode() if req.encoding_format == "base64" else vector
         )
         data.append({"object": "embedding", "index": i, "embedding": emb})
-    h._truth(
+    h.record(
         ctx,
         200,
         False,
-        e2e_ms=h._ms(ctx, time.perf_counter()),
+        e2e_ms=h.ms(ctx, time.perf_counter()),
         prompt_tokens=prompt_tokens,
     )
     body = _json.encode(

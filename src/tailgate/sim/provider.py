@@ -8,7 +8,6 @@ import math
 import random
 import time
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -16,37 +15,14 @@ from tailgate._aiohttp import HardenedSite
 from tailgate.sim.engine import Engine
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.prefix_cache import PrefixCache
-from tailgate.sim.presets import EngineParams
+from tailgate.sim.server import build_app
+from tailgate.sim.spec import ProviderSpec
 from tailgate.sim.text import text_seed, token_at
 from tailgate.sim.truth import TruthLog
 
+__all__ = ["ProviderSpec", "SimProvider"]
+
 log = logging.getLogger("tailgate.sim")
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderSpec:
-    """Everything needed to start one simulated provider (built from CLI flags or sim YAML)."""
-
-    name: str
-    params: EngineParams
-    preset: str = "custom"
-    host: str = "127.0.0.1"
-    port: int = 0
-    seed: int = 0
-    time_scale: float = 1.0
-    models: tuple[str, ...] = ()
-    api_keys: tuple[str, ...] = ()
-    faults: Faults = field(default_factory=Faults)
-    timeline: tuple[TimelineEntry, ...] = ()
-    strict_fields: bool = True
-    """Refuse unknown top-level fields; which vendor fields are *known* depends on the dialect."""
-    truth_size: int = 5000
-    truth_jsonl: str | None = None
-
-    @property
-    def strict(self) -> bool:
-        """Refuse unknown top-level request fields?"""
-        return self.strict_fields
 
 
 class SimProvider:
@@ -102,8 +78,6 @@ class SimProvider:
         return f"http://{self.spec.host}:{self.port}"
 
     async def start(self) -> None:
-        from tailgate.sim.server import build_app  # the app needs the provider; the provider owns the app
-
         loop = asyncio.get_running_loop()
         self.started_at = time.perf_counter()
         self.started_at_wall = time.time()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -18,6 +17,7 @@ from aiohttp import web
 from tailgate._aiohttp import error_response
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim.engine import Sequence
+from tailgate.sim.request import Abort, Ctx, Handlers
 from tailgate.sim.text import estimate_tokens
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
@@ -32,38 +32,35 @@ from tailgate.wire.responses import (
 )
 from tailgate.wire.types import decode_request
 
-if TYPE_CHECKING:
-    from tailgate.sim.server import SimHandlers, _Ctx
-
 _json = msgspec.json.Encoder()
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamResponse:
+async def handle(h: Handlers, request: web.Request, ctx: Ctx) -> web.StreamResponse:
     """The request after ``_gate`` (outage, auth, rate limits) let it through."""
     p = h.p
     try:
         req = decode_request("responses", await request.read(), strict=p.spec.strict)
     except WireError as exc:
-        h._truth(ctx, exc.status, False)
+        h.record(ctx, exc.status, False)
         return error_response(exc, ctx.headers)
     stream = bool(req.stream)
     if p.spec.models and req.model not in p.spec.models:
-        h._truth(ctx, 404, stream)
+        h.record(ctx, 404, stream)
         return error_response(wire_errors.model_not_found(req.model), ctx.headers)
     limit = p.spec.params.max_output_tokens
     if req.max_output_tokens is not None and req.max_output_tokens > limit:
-        h._truth(ctx, 400, stream)
+        h.record(ctx, 400, stream)
         err = wire_errors.invalid_request(
             f"max_output_tokens is too large: {req.max_output_tokens}. This model supports at most {limit}.",
             param="max_output_tokens",
         )
         return error_response(err, ctx.headers)
-    if p.faults.active and (injected := h._injected_error(ctx)) is not None:
-        h._truth(ctx, injected.status, stream)
+    if p.faults.active and (injected := h.injected_error(ctx)) is not None:
+        h.record(ctx, injected.status, stream)
         return injected
     seq = _sequence(h, ctx.rid, req)
-    if (refused := await h._submit(seq, ctx, stream, h.prompt_blocks(request, input_text(req)))) is not None:
+    if (refused := await h.submit(seq, ctx, stream, h.prompt_blocks(request, input_text(req)))) is not None:
         return refused
     try:
         if stream:
@@ -73,7 +70,7 @@ async def handle(h: SimHandlers, request: web.Request, ctx: _Ctx) -> web.StreamR
         p.engine.cancel(seq)
 
 
-def _sequence(h: SimHandlers, rid: str, req: ResponseRequest) -> Sequence:
+def _sequence(h: Handlers, rid: str, req: ResponseRequest) -> Sequence:
     p = h.p
     prompt = input_text(req)
     seed = p.text_seed(None)
@@ -110,18 +107,18 @@ def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, objec
     )
 
 
-async def _unary(h: SimHandlers, req: ResponseRequest, seq: Sequence, ctx: _Ctx) -> web.StreamResponse:
+async def _unary(h: Handlers, req: ResponseRequest, seq: Sequence, ctx: Ctx) -> web.StreamResponse:
     while not seq.done:
         await seq.wait()
     body = _json.encode(_final(req, seq, int(ctx.wall)))
-    h._truth(
+    h.record(
         ctx,
         200,
         False,
         queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
-        ttft_ms=h._ms(ctx, seq.first_token_at) if seq.out else None,
-        ttft_answer_ms=h._ms(ctx, seq.first_token_at) if seq.out else None,
-        e2e_ms=h._ms(ctx, time.perf_counter()),
+        ttft_ms=h.ms(ctx, seq.first_token_at) if seq.out else None,
+        ttft_answer_ms=h.ms(ctx, seq.first_token_at) if seq.out else None,
+        e2e_ms=h.ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=0,
         seq=seq,
@@ -131,7 +128,7 @@ async def _unary(h: SimHandlers, req: ResponseRequest, seq: Sequence, ctx: _Ctx)
 
 
 async def _stream(
-    h: SimHandlers, request: web.Request, req: ResponseRequest, seq: Sequence, ctx: _Ctx
+    h: Handlers, request: web.Request, req: ResponseRequest, seq: Sequence, ctx: Ctx
 ) -> web.StreamResponse:
     created = int(ctx.wall)
     item_id = "msg_" + seq.id.removeprefix("resp_")
@@ -161,12 +158,10 @@ async def _stream(
             gaps.extend([0.0] * (end - sent - 1))
             last_at, sent = now, end
         if cut is not None and sent >= cut:
-            from tailgate.sim.server import _Abort
-
             ctx.fault = "disconnect"
-            first = h._ms(ctx, first_at) if sent else None
-            h._truth(ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, seq=seq)
-            raise _Abort
+            first = h.ms(ctx, first_at) if sent else None
+            h.record(ctx, 200, True, ttft_ms=first, ttft_answer_ms=first, output_tokens=sent, seq=seq)
+            raise Abort
         if seq.done:
             break
         await seq.wait()
@@ -175,15 +170,15 @@ async def _stream(
     closing.append(stream_event(f"response.{final['status']}", number + 3, response=final))
     await resp.write(b"".join(closing))
     await resp.write_eof()
-    first_ms = h._ms(ctx, first_at) if sent else None
-    h._truth(
+    first_ms = h.ms(ctx, first_at) if sent else None
+    h.record(
         ctx,
         200,
         True,
         queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
         ttft_ms=first_ms,
         ttft_answer_ms=first_ms,
-        e2e_ms=h._ms(ctx, time.perf_counter()),
+        e2e_ms=h.ms(ctx, time.perf_counter()),
         output_tokens=len(seq.out),
         reasoning_tokens=0,
         seq=seq,

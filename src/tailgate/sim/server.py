@@ -22,7 +22,7 @@ from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
 from tailgate.sim.engine import QueueFull, Sequence
-from tailgate.sim.provider import SimProvider
+from tailgate.sim.request import Abort, Ctx, Model, api_key
 from tailgate.sim.stream import SSEWriter
 from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
@@ -38,62 +38,32 @@ from tailgate.wire.types import (
     decode_request,
 )
 
-PROVIDER_KEY: web.AppKey[SimProvider] = web.AppKey("provider", SimProvider)
+PROVIDER_KEY: web.AppKey[Model] = web.AppKey("provider", Model)
 _json = msgspec.json.Encoder()
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-
-
-class _Abort(Exception):
-    """Drop the connection without a response (disconnect / reset faults)."""
-
-
-def _api_key(request: web.Request) -> str:
-    auth = request.headers.get("Authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    return request.headers.get("x-api-key", "").strip()  # Anthropic's SDKs send the key here
-
-
-class _Ctx:
-    """Per-request bookkeeping shared by the chat and completions paths."""
-
-    __slots__ = ("api", "fault", "headers", "recorded", "rid", "t0", "wall")
-
-    def __init__(self, request: web.Request, rid: str) -> None:
-        self.t0 = time.perf_counter()
-        self.wall = time.time()
-        self.rid = rid
-        """Given at arrival, so every ground-truth row (a 429 too) carries the request's real id."""
-        self.fault: str | None = None
-        self.recorded = False
-        self.api = "anthropic" if rid.startswith("msg_") else "openai"
-        """The protocol the client spoke: every truth row of the request says it."""
-        self.headers: dict[str, str] = {}
-        if (client_rid := request.headers.get("x-request-id")) is not None:
-            self.headers["x-request-id"] = client_rid[:200]
 
 
 class SimHandlers:
     """The OpenAI-compatible endpoints of one :class:`SimProvider`."""
 
-    def __init__(self, provider: SimProvider) -> None:
+    def __init__(self, provider: Model) -> None:
         self.p = provider
 
     # -- shared pre-checks ------------------------------------------------------------------------
 
-    async def _gate(self, request: web.Request, ctx: _Ctx) -> web.Response | None:
+    async def gate(self, request: web.Request, ctx: Ctx) -> web.Response | None:
         """Faults and auth that act before the body is read. Returns a response to send, or None."""
         p, f = self.p, self.p.faults
         if f.active:
             if f.outage:
                 ctx.fault = "outage"
                 if f.outage_mode != "503":
-                    raise _Abort
+                    raise Abort
                 return error_response(wire_errors.overloaded("Service unavailable (simulated outage)."))
             if f.stall_headers_s:
                 ctx.fault = "stall_headers"
                 await asyncio.sleep(f.stall_headers_s)
-        key = _api_key(request)
+        key = api_key(request)
         if p.spec.api_keys and key not in p.spec.api_keys:
             return error_response(wire_errors.authentication_error())
         if f.active:
@@ -115,7 +85,7 @@ class SimHandlers:
                 return error_response(wire_errors.insufficient_quota(), ctx.headers)
         return None
 
-    def _injected_error(self, ctx: _Ctx) -> web.Response | None:
+    def injected_error(self, ctx: Ctx) -> web.Response | None:
         f = self.p.faults
         if f.error_rate and self.p.rng.random() < f.error_rate:
             ctx.fault = "error_rate"
@@ -128,7 +98,7 @@ class SimHandlers:
             return error_response(err, ctx.headers)
         return None
 
-    def _truth(self, ctx: _Ctx, status: int, stream: bool, seq: Sequence | None = None, **fields: Any) -> None:
+    def record(self, ctx: Ctx, status: int, stream: bool, seq: Sequence | None = None, **fields: Any) -> None:
         """Record the request's ground truth; with ``seq`` (it reached the engine) also its prompt tokens,
         how many of them were cached and the prefill the engine model gave it."""
         if seq is not None:
@@ -152,7 +122,7 @@ class SimHandlers:
             )
         )
 
-    def _ms(self, ctx: _Ctx, t: float) -> float:
+    def ms(self, ctx: Ctx, t: float) -> float:
         return round((t - ctx.t0) * 1000.0, 3)
 
     # -- chat and completions ---------------------------------------------------------------------
@@ -170,28 +140,28 @@ class SimHandlers:
         return await self._generate(request, "messages")
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
-        ctx = _Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
+        ctx = Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
         try:
             return await self._generate_inner(request, kind, ctx)
         except asyncio.CancelledError:
             # The client went away (aiohttp cancels the handler); nginx's 499 names that outcome.
             if not ctx.recorded:
-                self._truth(ctx, 499, False)
+                self.record(ctx, 499, False)
             raise
-        except _Abort:
+        except Abort:
             if ctx.fault == "outage":  # other aborts recorded their truth before raising
-                self._truth(ctx, 0, False)
+                self.record(ctx, 0, False)
             if request.transport is not None:
                 request.transport.abort()
             raise web.HTTPServiceUnavailable() from None  # never sent: the transport is gone
 
-    async def _generate_inner(self, request: web.Request, kind: str, ctx: _Ctx) -> web.StreamResponse:
+    async def _generate_inner(self, request: web.Request, kind: str, ctx: Ctx) -> web.StreamResponse:
         p = self.p
         if kind == "messages" and not p.spec.params.anthropic:
-            self._truth(ctx, 404, False)
+            self.record(ctx, 404, False)
             return sim_anthropic.not_served()
-        if (early := await self._gate(request, ctx)) is not None:
-            self._truth(ctx, early.status, False)
+        if (early := await self.gate(request, ctx)) is not None:
+            self.record(ctx, early.status, False)
             return sim_anthropic.reshape(early) if kind == "messages" else early
         if kind == "responses":
             return await sim_responses.handle(self, request, ctx)
@@ -205,17 +175,17 @@ class SimHandlers:
             else:
                 req = decode_request("completions", body, strict=p.spec.strict)
         except WireError as exc:
-            self._truth(ctx, exc.status, False)
+            self.record(ctx, exc.status, False)
             return error_response(exc, ctx.headers)
         stream = bool(req.stream)
         if p.spec.params.dialect == "openai" and p.spec.strict and (vendor := shape.refuse_vendor_fields(req)):
-            self._truth(ctx, vendor.status, stream)
+            self.record(ctx, vendor.status, stream)
             return error_response(vendor, ctx.headers)
         if p.spec.models and req.model not in p.spec.models:
-            self._truth(ctx, 404, stream)
+            self.record(ctx, 404, stream)
             return error_response(wire_errors.model_not_found(req.model), ctx.headers)
         if req.n is not None and req.n > 1:
-            self._truth(ctx, 400, stream)
+            self.record(ctx, 400, stream)
             err = wire_errors.invalid_request("n > 1 is not supported by this provider.", param="n")
             return error_response(err, ctx.headers)
         if isinstance(req, ChatCompletionRequest):
@@ -226,20 +196,20 @@ class SimHandlers:
             prompt_text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
         limit = p.spec.params.max_output_tokens
         if max_tokens is not None and max_tokens > limit:
-            self._truth(ctx, 400, stream)
+            self.record(ctx, 400, stream)
             err = wire_errors.invalid_request(
                 f"max_tokens is too large: {max_tokens}. This model supports at most {limit} completion tokens.",
                 param="max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens",
             )
             return error_response(err, ctx.headers)
-        if p.faults.active and (injected := self._injected_error(ctx)) is not None:
-            self._truth(ctx, injected.status, stream)
+        if p.faults.active and (injected := self.injected_error(ctx)) is not None:
+            self.record(ctx, injected.status, stream)
             return injected
 
         seed = p.text_seed(req.seed)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
-        seq = self._sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
-        if (refused := await self._submit(seq, ctx, stream, self.prompt_blocks(request, prompt_text))) is not None:
+        seq = self.sequence(ctx.rid, prompt_text, max_tokens, seed, stop, req)
+        if (refused := await self.submit(seq, ctx, stream, self.prompt_blocks(request, prompt_text))) is not None:
             return refused
         try:
             if stream:
@@ -251,9 +221,9 @@ class SimHandlers:
     def prompt_blocks(self, request: web.Request, prompt_text: str) -> list[bytes]:
         """The prompt's block digests under the request's API key (none without a prefix cache)."""
         cache = self.p.prefix_cache
-        return cache.digests(_api_key(request), prompt_text) if cache is not None else []
+        return cache.digests(api_key(request), prompt_text) if cache is not None else []
 
-    async def _submit(self, seq: Sequence, ctx: _Ctx, stream: bool, blocks: list[bytes]) -> web.Response | None:
+    async def submit(self, seq: Sequence, ctx: Ctx, stream: bool, blocks: list[bytes]) -> web.Response | None:
         """Apply the active faults' delays to ``seq`` and hand it to the engine; the refusal (429 or 503)
         when the engine's queue is full, else None. Shared by chat, completions and responses.
 
@@ -282,7 +252,7 @@ class SimHandlers:
         except QueueFull as exc:
             status = p.spec.params.overflow_status
             ctx.fault = "queue_full"
-            self._truth(ctx, status, stream)
+            self.record(ctx, status, stream)
             err = (
                 wire_errors.rate_limited(f"Too many requests in flight: {exc}.")
                 if status == 429
@@ -293,7 +263,7 @@ class SimHandlers:
             cache.store(blocks)
         return None
 
-    def _sequence(
+    def sequence(
         self,
         rid: str,
         prompt_text: str,
@@ -347,7 +317,7 @@ class SimHandlers:
             tool_call=call,
         )
 
-    def _faulty_token_index(self, seq: Sequence) -> int | None:
+    def faulty_token_index(self, seq: Sequence) -> int | None:
         f = self.p.faults
         if f.active and f.malformed_rate and self.p.rng.random() < f.malformed_rate:
             return max(0, min(seq.target, 8) // 2)
@@ -359,15 +329,15 @@ class SimHandlers:
         req: ChatCompletionRequest | CompletionRequest,
         kind: str,
         seq: Sequence,
-        ctx: _Ctx,
+        ctx: Ctx,
     ) -> web.StreamResponse:
         f = self.p.faults
         cut = f.disconnect_after_tokens if f.active else None
         while not seq.done:
             if cut is not None and len(seq.out) >= cut:
                 ctx.fault = "disconnect"
-                self._truth(ctx, 0, False, output_tokens=len(seq.out), seq=seq)
-                raise _Abort
+                self.record(ctx, 0, False, output_tokens=len(seq.out), seq=seq)
+                raise Abort
             if cut is not None:
                 seq.notify_each = True
             await seq.wait()
@@ -406,18 +376,18 @@ class SimHandlers:
                 "system_fingerprint": "tailgate-sim",
             }
         )
-        if self._faulty_token_index(seq) is not None:
+        if self.faulty_token_index(seq) is not None:
             ctx.fault = "malformed"
             body = body[: len(body) // 2]
         now = time.perf_counter()
-        self._truth(
+        self.record(
             ctx,
             200,
             False,
             queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
-            ttft_ms=self._ms(ctx, seq.first_token_at) if seq.out else None,
-            ttft_answer_ms=self._ms(ctx, seq.answer_at) if seq.answer_at else None,
-            e2e_ms=self._ms(ctx, now),
+            ttft_ms=self.ms(ctx, seq.first_token_at) if seq.out else None,
+            ttft_answer_ms=self.ms(ctx, seq.answer_at) if seq.answer_at else None,
+            e2e_ms=self.ms(ctx, now),
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
             seq=seq,
@@ -431,7 +401,7 @@ class SimHandlers:
         req: ChatCompletionRequest | CompletionRequest,
         kind: str,
         seq: Sequence,
-        ctx: _Ctx,
+        ctx: Ctx,
     ) -> web.StreamResponse:
         f = self.p.faults
         chat = kind == "chat"
@@ -440,7 +410,7 @@ class SimHandlers:
         # vLLM: usage (running totals) on every chunk when both include_usage and continuous_usage_stats.
         continuous = include_usage and bool(req.stream_options and req.stream_options.continuous_usage_stats)
         cut = f.disconnect_after_tokens if f.active else None
-        bad_at = self._faulty_token_index(seq)
+        bad_at = self.faulty_token_index(seq)
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -471,11 +441,11 @@ class SimHandlers:
         writer.flush(seq)
         if writer.bad_at is not None and writer.sent > writer.bad_at:
             ctx.fault = "malformed"
-        first_ms = self._ms(ctx, writer.first_at) if writer.sent else None
-        answer_ms = self._ms(ctx, writer.answer_at) if writer.answer_at else None
+        first_ms = self.ms(ctx, writer.first_at) if writer.sent else None
+        answer_ms = self.ms(ctx, writer.answer_at) if writer.answer_at else None
         if writer.cut_reached:
             ctx.fault = "disconnect"
-            self._truth(
+            self.record(
                 ctx,
                 200,
                 True,
@@ -486,7 +456,7 @@ class SimHandlers:
                 seq=seq,
                 itl_ms=writer.gaps,
             )
-            raise _Abort
+            raise Abort
         thought = min(seq.reasoning, len(seq.out))
         usage = sim_usage(self.p.spec.params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
         every = usage if continuous else None
@@ -507,14 +477,14 @@ class SimHandlers:
         await resp.write(b"".join(tail))
         await resp.write_eof()
         now = time.perf_counter()
-        self._truth(
+        self.record(
             ctx,
             200,
             True,
             queue_ms=round((seq.admitted_at - seq.enqueued_at) * 1000, 3),
             ttft_ms=first_ms,
             ttft_answer_ms=answer_ms,
-            e2e_ms=self._ms(ctx, now),
+            e2e_ms=self.ms(ctx, now),
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
             seq=seq,
@@ -528,7 +498,7 @@ class SimHandlers:
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         from tailgate.sim.embeddings import handle
 
-        return await handle(self, request, _Ctx(request, "emb-" + self.p.new_id()))
+        return await handle(self, request, Ctx(request, "emb-" + self.p.new_id()))
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         names = self.p.spec.models or (DEFAULT_MODEL,)
@@ -564,7 +534,7 @@ def _chat_prompt(req: ChatCompletionRequest) -> str:
     return "\n".join(parts)
 
 
-def build_app(provider: SimProvider) -> web.Application:
+def build_app(provider: Model) -> web.Application:
     """The aiohttp application of one simulated provider."""
     from tailgate.sim.control import add_control_routes
 

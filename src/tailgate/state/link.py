@@ -36,7 +36,9 @@ class Unavailable(Exception):
 class Link:
     """Runs each Redis call within its budget and keeps Redis's health: up, down, the sync loop's back-off."""
 
-    def __init__(self, timeout: float, fallback: str) -> None:
+    def __init__(self, timeout: float, fallback: str, where: str = "") -> None:
+        self.where = where
+        """Redis's address with no password (``redis://host:6379/0``), named in the down/up warnings."""
         self.timeout = timeout
         """The request path's budget per call (``state.timeout``)."""
         self._fallback = fallback
@@ -151,7 +153,8 @@ class Link:
         if not self._announced_down:
             self._announced_down = True
             log.warning(
-                "state: Redis unavailable (%s): deciding with the %s fallback until it answers again",
+                "state: Redis unavailable%s (%s): deciding with the %s fallback until it answers again",
+                f" at {self.where}" if self.where else "",
                 why,
                 self._fallback,
             )
@@ -173,7 +176,10 @@ class Link:
         if self.down:
             self.down = False
             if self._announced_down:
-                log.warning("state: Redis answers again; fleet-wide decisions resumed")
+                log.warning(
+                    "state: Redis answers again%s; fleet-wide decisions resumed",
+                    f" at {self.where}" if self.where else "",
+                )
             self._announced_down = False
 
 

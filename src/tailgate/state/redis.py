@@ -30,6 +30,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from tailgate._runtime import stop_task
+from tailgate.config.resolve import display_url
 from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
 from tailgate.state.clients import request_client, sync_client
@@ -98,7 +99,7 @@ class RedisState(SharedState):
         next sync that reaches Redis with what is left of them, so a 429 seen during a blip still pauses the
         fleet."""
         self._pending_bumps: dict[str, int] = {}
-        self._link = Link(config.timeout, config.fallback)
+        self._link = Link(config.timeout, config.fallback, display_url(url))
         """Each call's budget and Redis's health (``link.py``)."""
         self._settling: _SettleBatch | None = None
         """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""

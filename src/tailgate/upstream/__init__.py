@@ -1,7 +1,7 @@
 """The one measurement core: one call to one provider through a pooled client, timed.
 
 Gateway, bench and monitor all measure through :func:`call`, so a number means the same thing
-everywhere (DESIGN.md, "Metric definitions").
+everywhere (docs/metrics.md, "Metric definitions").
 """
 
 from tailgate.upstream.call import Call, Tap, call

@@ -103,7 +103,7 @@
     { key: "e2e_p90_ms", label: "E2E P90", fmt: fmtMs, group: "probe" },
     { key: "e2e_p99_ms", label: "E2E P99", fmt: fmtMs, group: "probe" },
     { key: "reliability_pct", label: "reliability", fmt: fmtPct, group: "probe" },
-    { key: "accuracy_pct", label: "accuracy", fmt: fmtPct, group: "probe" },
+    { key: "accuracy_pct", label: "accuracy", fmt: fmtPct, group: "probe", render: accuracyCell },
     { key: "price_output", label: "price in/out", group: "probe", render: priceCell },
     { key: "max_output_tokens", label: "max output", fmt: fmtInt, group: "probe" },
     { key: "traffic_requests", label: "requests", fmt: fmtInt, group: "traffic" },
@@ -116,6 +116,18 @@
     { key: "traffic_e2e_p99_ms", label: "E2E P99", fmt: fmtMs, group: "traffic" },
     { key: "traffic_reliability_pct", label: "reliability", fmt: fmtPct, group: "traffic" },
   ];
+
+  // The accuracy with its 95 % Wilson interval and task count, as the CLI's leaderboard shows it
+  // ("88% [72–95] n=32"); withheld (the "n<K" note) below the same minimum.
+  function accuracyCell(row) {
+    const why = row.insufficient && row.insufficient.accuracy_pct;
+    if (why) return why;
+    if (!isNum(row.accuracy_pct)) return "—";
+    const pct = (v) => Math.round(v);
+    const interval = isNum(row.accuracy_low_pct) && isNum(row.accuracy_high_pct)
+      ? ` [${pct(row.accuracy_low_pct)}–${pct(row.accuracy_high_pct)}]` : "";
+    return `${pct(row.accuracy_pct)}%${interval} n=${row.accuracy_n}`;
+  }
 
   function priceCell(row) {
     if (!isNum(row.price_input) && !isNum(row.price_output)) return "—";
@@ -276,11 +288,21 @@
     return columns.some((col) => col.some(isNum));
   }
 
+  function pointsOf(t, columns) {
+    // Timestamps at which at least one series has a number: what a chart would draw.
+    return t.filter((_, i) => columns.some((col) => isNum(col[i]))).length;
+  }
+
   function makePlot(container, title, t, series, yfmt) {
     const box = el("div", { class: "chart" });
     container.append(el("h4", { text: title }), box);
     if (!hasData(series.map((s) => s.values))) {
       box.append(el("p", { class: "empty", text: "no data in this window" }));
+      return;
+    }
+    if (pointsOf(t, series.map((s) => s.values)) < 2) {
+      // One point makes no line, and uPlot's axis for a single value draws clipped labels ("00000.0").
+      box.append(el("p", { class: "empty collecting", text: "collecting data (one point so far)" }));
       return;
     }
     const width = Math.max(300, box.clientWidth || container.clientWidth || 420);
@@ -534,6 +556,7 @@
       );
     });
     table.replaceChildren(head, el("tbody", {}, ...rows));
+    renderFleet(live.fleet);
     const list = $("cutovers");
     const cuts = live.cutovers || [];
     list.replaceChildren(
@@ -545,6 +568,62 @@
           )
         : [el("li", { class: "empty", text: "none since this gateway started" })]),
     );
+  }
+
+  function renderFleet(fleet) {
+    // Behind a load balancer each refresh may reach another replica: say which one answered, show every
+    // replica, and read the windows routing reads (fleet-merged on Redis).
+    if (!fleet) return;
+    const replicas = fleet.replicas || [];
+    $("live-scope").textContent = fleet.shared
+      ? `answered by replica ${fleet.replica} · a fleet of ${replicas.length} · windows merged across the fleet · refreshed every 2 s`
+      : `this gateway process (replica ${fleet.replica}) · last 60 s · refreshed every 2 s`;
+    $("windows-scope").textContent =
+      fleet.windows_scope === "fleet" ? "last 60 s, every replica's samples merged" : "last 60 s, this process's samples";
+    const now = Date.now() / 1000;
+    const cols = ["replica", "", "seen", "in flight", "providers", "breakers", "config"];
+    const head = el("thead", {}, el("tr", {}, ...cols.map((t, i) => el("th", { class: i === 3 ? null : "text", text: t }))));
+    const rows = replicas.map((r) => {
+      const states = Object.entries(r.providers || {}).map(([n, s]) => `${n} ${s}`).join(", ");
+      const open = Object.entries(r.breakers || {}).filter(([, s]) => s !== "closed").map(([n, s]) => `${n} ${s}`);
+      const inFlight = Object.values(r.in_flight || {}).reduce((s, v) => s + (isNum(v) ? v : 0), 0);
+      const age = isNum(r.at) ? Math.max(0, now - r.at) : null;
+      return el(
+        "tr",
+        { "data-replica": r.replica, class: r.answering ? "answering" : null },
+        el("td", { class: "text", text: r.replica }),
+        el("td", { class: "text", text: r.answering ? "answered this refresh" : "" }),
+        el("td", { class: "text", text: r.answering ? "now" : isNum(age) ? `${age.toFixed(1)} s ago` : "—" }),
+        el("td", { text: fmtInt(inFlight) }),
+        el("td", { class: "text", text: states || "—" }),
+        el("td", { class: "text", text: open.length ? open.join(", ") : "all closed" }),
+        el("td", { class: "text", text: String(r.config || "—").slice(0, 12) }),
+      );
+    });
+    $("replicas").replaceChildren(head, el("tbody", {}, ...rows));
+    const whead = el(
+      "thead",
+      {},
+      el("tr", {}, ...["provider", "model", "n", "TTFT P50", "TTFT P90", "E2E P50", "E2E P90", "E2E P99"].map(
+        (t, i) => el("th", { class: i < 2 ? "text" : null, text: t }),
+      )),
+    );
+    const wrows = (fleet.windows || []).map((w) => {
+      const t = w.ttft_ms || {}, e = w.e2e_ms || {};
+      return el(
+        "tr",
+        { "data-provider": w.provider },
+        el("td", { class: "text", text: w.provider }),
+        el("td", { class: "text", text: w.model }),
+        el("td", { text: fmtInt(e.count) }),
+        el("td", { text: fmtMs(t.p50) }),
+        el("td", { text: fmtMs(t.p90) }),
+        el("td", { text: fmtMs(e.p50) }),
+        el("td", { text: fmtMs(e.p90) }),
+        el("td", { text: fmtMs(e.p99) }),
+      );
+    });
+    $("windows").replaceChildren(whead, el("tbody", {}, ...wrows));
   }
 
   let liveBusy = false;

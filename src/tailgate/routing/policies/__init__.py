@@ -1,6 +1,6 @@
 """Routing policies, one module each, all with ``order(routes, traffic_class=None, exclude=()) -> list[Route]``.
 
-- ``weighted`` (``tailgate.routing.weighted``, re-exported): static weights.
+- ``weighted``: static weights.
 - ``adaptive``: configured weight × a smoothed health factor from P90 TTFT/E2E vs the SLO and the error rate.
 - ``least-latency``: power of two choices on peak-EWMA latency × (in-flight + 1).
 - ``cost``: cheapest route meeting the SLO, else the fastest.
@@ -10,7 +10,7 @@ from tailgate.routing.policies._common import SLO, Policy, should_shed, split_by
 from tailgate.routing.policies.adaptive import AdaptivePolicy, health_factor
 from tailgate.routing.policies.cost import CostPolicy, Price
 from tailgate.routing.policies.least_latency import LeastLatencyPolicy
-from tailgate.routing.weighted import WeightedPolicy
+from tailgate.routing.policies.weighted import WeightedPolicy
 
 __all__ = [
     "SLO",

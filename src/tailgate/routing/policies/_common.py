@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from tailgate.routing.breaker import BreakerRegistry
-from tailgate.routing.weighted import Route
+from tailgate.routing.route import Route, weighted_order
 
 __all__ = ["SLO", "Policy", "eligible", "should_shed", "split_by_class", "weighted_order"]
 
@@ -22,14 +21,16 @@ class SLO:
 
 
 class Policy(Protocol):
-    """What the gateway calls for each request. The adaptive, least-latency and cost policies also have
-    ``explain(routes=None) -> dict[provider, dict]`` for ``/admin/providers`` (``WeightedPolicy`` does not)."""
+    """What the gateway calls for each request (``order``), and what ``/admin/providers``, ``/metrics`` and the
+    dashboard show of it (``explain``: provider → configured and effective weight, factor, reason)."""
 
     name: str
 
     def order(
         self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
     ) -> list[Route]: ...
+
+    def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]: ...
 
 
 def split_by_class(routes: Sequence[Route], traffic_class: str | None) -> tuple[list[Route], list[Route]]:
@@ -51,20 +52,6 @@ def eligible(routes: Sequence[Route], exclude: Collection[str], breakers: Breake
     if breakers is not None:
         out = [r for r in out if breakers.get(r.provider).can_admit()]
     return out
-
-
-def weighted_order(routes: Sequence[Route], weight: Callable[[Route], float], rng: random.Random) -> list[Route]:
-    """Efraimidis–Spirakis order by ``weight(route)``: P(first) ∝ weight; weight ≤ 0 go last, in order."""
-    keyed: list[tuple[float, Route]] = []
-    zero: list[Route] = []
-    for r in routes:
-        w = weight(r)
-        if w > 0:
-            keyed.append((rng.random() ** (1.0 / w), r))
-        else:
-            zero.append(r)
-    keyed.sort(key=lambda kv: kv[0], reverse=True)
-    return [r for _, r in keyed] + zero
 
 
 def should_shed(

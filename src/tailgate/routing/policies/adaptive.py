@@ -48,7 +48,7 @@ from tailgate.routing.promises import (
     readmit_evidence,
     slow_start,
 )
-from tailgate.routing.weighted import Route
+from tailgate.routing.route import Route
 
 __all__ = ["AdaptivePolicy", "health_factor"]
 

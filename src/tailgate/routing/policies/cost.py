@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import SLO, eligible, split_by_class
-from tailgate.routing.weighted import Route
+from tailgate.routing.route import Route
 
 __all__ = ["CostPolicy", "Price"]
 

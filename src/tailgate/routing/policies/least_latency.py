@@ -28,7 +28,7 @@ from typing import Any, Literal
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import eligible, split_by_class
-from tailgate.routing.weighted import Route
+from tailgate.routing.route import Route
 
 __all__ = ["LeastLatencyPolicy"]
 

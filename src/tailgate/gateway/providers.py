@@ -1,9 +1,14 @@
-"""Live per-provider state inside one gateway process: client pool, drain/pause flags, pacer, measured windows."""
+"""The providers as this gateway process sees them: each one's live state (client pool, drain / pause flags,
+pacer, measured windows, attempts in flight), the set a reload swaps (:class:`Providers`), and the cap on
+attempts in flight across them (``server.max_upstream_in_flight``).
+
+Named ``providers`` (it was ``gateway/state.py``, a name that clashed with the ``tailgate.state`` package).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +17,18 @@ from tailgate.config.schema import PacingConfig
 from tailgate.routing import Pacer
 from tailgate.state import SharedState
 from tailgate.stats import SlidingWindow
-from tailgate.upstream import CallResult, UpstreamClient
+from tailgate.upstream import CallResult, UpstreamClient, endpoint_for
+from tailgate.wire import errors as wire_errors
+
+__all__ = [
+    "WINDOW_S",
+    "ProviderState",
+    "Providers",
+    "check_upstream_capacity",
+    "pacer_for",
+    "provider_state",
+    "upstream_full",
+]
 
 WINDOW_S = 60.0
 
@@ -115,6 +131,45 @@ class ProviderState:
             "ttft_ms": _pcts(ttft) if ttft.count else None,
             "e2e_ms": _pcts(e2e) if e2e.count else None,
         }
+
+
+def provider_state(resolved: ResolvedProvider, pacing: PacingConfig) -> ProviderState:
+    """A provider's fresh state: its own client pool and pacer."""
+    return ProviderState(
+        config=resolved, client=UpstreamClient(endpoint_for(resolved)), pacer=pacer_for(resolved, pacing)
+    )
+
+
+class Providers(dict[str, ProviderState]):
+    """The gateway's providers by name; a provider removed by a reload is still found by the requests that
+    were already on it (``retired``), while listings, ``.get`` and new requests see only the current ones."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.retired: dict[str, ProviderState] = {}
+
+    def __missing__(self, name: str) -> ProviderState:
+        return self.retired[name]
+
+
+def upstream_full(providers: Mapping[str, ProviderState], limit: int | None) -> bool:
+    """Are ``limit`` (``server.max_upstream_in_flight``) attempts already out? (A hedge then does not fire.)"""
+    return limit is not None and sum(p.in_flight for p in providers.values()) >= limit
+
+
+def check_upstream_capacity(providers: Mapping[str, ProviderState], limit: int | None) -> None:
+    """Refuse an attempt (503 + Retry-After) when ``limit`` (``server.max_upstream_in_flight``) attempts are
+    already out: a refusal, never a queue."""
+    if limit is None:
+        return
+    out = sum(p.in_flight for p in providers.values())
+    if out >= limit:
+        err = wire_errors.overloaded(
+            f"The gateway has {out} upstream attempts in flight (server.max_upstream_in_flight = {limit}). "
+            "Retry shortly."
+        )
+        err.headers = {"Retry-After": "1"}
+        raise err
 
 
 def _pcts(hist: Any) -> dict[str, float]:

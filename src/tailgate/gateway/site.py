@@ -1,4 +1,7 @@
-"""The gateway's resource limits toward its clients (``server:`` in the config; docs/reliability.md).
+"""The gateway's HTTP site and its resource limits toward its clients (``server:`` in the config;
+docs/reliability.md): the runner's parser limits, the listening site (connection cap, the front door), the
+body limits and the request deadline middleware. The upstream attempt cap is the providers' own
+(``providers.check_upstream_capacity``), the per-address lockout the access guard's (``lockout.py``).
 
 Every limit refuses in the OpenAI shape and never queues without bound:
 
@@ -18,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,21 +34,17 @@ from tailgate.gateway.exchange import DEADLINE_HIT, STREAM_RESPONSE
 from tailgate.gateway.front import FRONT_KEY, Front
 from tailgate.gateway.front_reply import WriteBatch
 from tailgate.wire import errors as wire_errors
-from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.app import Gateway
+    pass
 
 __all__ = [
     "DEADLINE_HIT",
     "STREAM_RESPONSE",
-    "SourceLockout",
     "body_limits",
-    "check_upstream_capacity",
     "deadline_middleware",
     "runner_kwargs",
     "site",
-    "upstream_full",
 ]
 
 
@@ -93,27 +90,6 @@ def site(runner: web.BaseRunner, host: str | None, port: int, server: ServerConf
     )
 
 
-def upstream_full(gw: Gateway) -> bool:
-    """Are ``server.max_upstream_in_flight`` attempts already out? (A hedge then does not fire.)"""
-    limit = gw.config.server.max_upstream_in_flight
-    return limit is not None and sum(p.in_flight for p in gw.providers.values()) >= limit
-
-
-def check_upstream_capacity(gw: Gateway) -> None:
-    """Refuse an attempt (503 + Retry-After) when ``max_upstream_in_flight`` attempts are already out."""
-    limit = gw.config.server.max_upstream_in_flight
-    if limit is None:
-        return
-    out = sum(p.in_flight for p in gw.providers.values())
-    if out >= limit:
-        err = wire_errors.overloaded(
-            f"The gateway has {out} upstream attempts in flight (server.max_upstream_in_flight = {limit}). "
-            "Retry shortly."
-        )
-        err.headers = {"Retry-After": "1"}
-        raise err
-
-
 def deadline_middleware(deadline_s: float | None, prefix: str = "/v1/") -> Callable[..., Any]:
     """Bound a whole ``/v1`` request (``server.request_deadline``): 504 before the first byte, else an
     SSE ``error`` event and the end of the stream — never a silent cut."""
@@ -150,52 +126,3 @@ def deadline_middleware(deadline_s: float | None, prefix: str = "/v1/") -> Calla
             timer.cancel()
 
     return deadline
-
-
-class SourceLockout:
-    """Failed key checks per client address: past ``max_failures`` within ``window_s`` that address is
-    refused (429 + Retry-After) until the window since its first failure ends — even with the right key,
-    so guessing stays slow. Memory is bounded: at most ``max_sources`` addresses are remembered."""
-
-    def __init__(
-        self,
-        max_failures: int,
-        window_s: float,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        max_sources: int = 10_000,
-    ) -> None:
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self.clock = clock
-        self.max_sources = max_sources
-        self._failures: dict[str, tuple[float, int]] = {}
-        """address → (time of the first failure in this window, failures)."""
-
-    def refusal(self, source: str | None) -> WireError | None:
-        """A 429 when ``source`` is locked out now, else None."""
-        entry = self._failures.get(source or "")
-        if entry is None:
-            return None
-        start, count = entry
-        left = start + self.window_s - self.clock()
-        if left <= 0:
-            del self._failures[source or ""]
-            return None
-        if count < self.max_failures:
-            return None
-        err = wire_errors.rate_limited(
-            f"Too many failed key checks from this address; retry after {left:.0f}s (server.admin_max_failures)."
-        )
-        err.headers = {"Retry-After": str(max(1, math.ceil(left)))}
-        return err
-
-    def failed(self, source: str | None) -> None:
-        key, now = source or "", self.clock()
-        start, count = self._failures.get(key, (now, 0))
-        if now - start >= self.window_s:
-            start, count = now, 0
-        if key not in self._failures and len(self._failures) >= self.max_sources:
-            oldest = min(self._failures, key=lambda k: self._failures[k][0])
-            del self._failures[oldest]
-        self._failures[key] = (start, count + 1)

@@ -1,0 +1,134 @@
+"""Claim (issue 27): restructuring the gateway did not add work per request — counted, not timed.
+
+On a shared, loaded machine a req/s or CPU-time comparison of two gateways swings by ±30 % a round
+(gateway_overhead.py --baseline, docs/benchmarks.md). The number of Python function calls the gateway process
+makes per request does not depend on the machine's load (only a little on timing: how many upstream reads a
+stream arrives in, how many requests one batch of books takes), so it shows a change in the work per request
+that timing cannot. For each tree (this one, and ``--baseline SRC``: another tailgate ``src`` directory, e.g. a
+worktree at an older commit) and each mode (non-stream, stream; ``max_tokens`` 20), ``tailgate serve`` runs
+under cProfile twice against the same ``instant`` simulator with the gateway_overhead.py config (two routes, a
+store key with limits, ledger): once with no request (start-up and stop) and once with ``--requests`` requests
+at 50 connections; calls per request = (calls of the second − calls of the first) ÷ requests.
+
+Target: after ÷ before within 1.05 in every mode (reported; exit 1 when missed, not with ``--quick``).
+
+Usage: ``.venv/bin/python benchmarks/gateway_calls.py --baseline SRC [--requests N] [--quick] [--json F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pstats
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from _overhead_hops import gateway_yaml, store_key
+from bench_sim import server, sim_argv
+
+HERE = Path(__file__).resolve().parent
+TARGET = 1.05
+BODY = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
+CONNECTIONS = 50
+
+
+async def _drive(url: str, bearer: str, n: int, stream: bool) -> int:
+    """``n`` requests at ``CONNECTIONS`` at a time; returns how many were not answered 200."""
+    sem = asyncio.Semaphore(CONNECTIONS)
+    body = {**BODY, "stream": stream}
+    headers = {"Authorization": f"Bearer {bearer}"}
+    bad = 0
+    async with aiohttp.ClientSession() as session:
+
+        async def one() -> None:
+            nonlocal bad
+            async with sem, session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
+                await resp.read()
+                bad += resp.status != 200
+
+        await asyncio.gather(*(one() for _ in range(n)))
+    return bad
+
+
+def _calls(src: Path, name: str, workdir: Path, sim_url: str, n: int, stream: bool) -> tuple[int, int]:
+    """(Python function calls of a ``tailgate serve`` from ``src`` that served ``n`` requests, failed requests)."""
+    cfg, _ = gateway_yaml(workdir, name, sim_url)
+    bearer = store_key(cfg)
+    prof, log = workdir / f"{name}.prof", workdir / f"{name}.log"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    argv = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "tailgate", "serve", "--config", str(cfg)]
+    with log.open("w") as out:
+        proc = subprocess.Popen([*argv, "--port", "0"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=HERE.parent)
+    try:
+        deadline = time.monotonic() + 60.0
+        while not (match := re.search(r"listening on (http://\S+)/v1", log.read_text())):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        bad = asyncio.run(_drive(match.group(1), bearer, n, stream)) if n else 0
+        time.sleep(0.5)  # the last books are kept within a millisecond; the stop drains them anyway
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    return int(pstats.Stats(str(prof)).total_calls), bad  # type: ignore[attr-defined]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--baseline", type=Path, default=None, metavar="SRC", help="the tailgate src tree to compare with")
+    ap.add_argument("--requests", type=int, default=3000, help="requests per measured run (default 3000)")
+    ap.add_argument("--quick", action="store_true", help="300 requests; the target is shown, not enforced")
+    ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
+    args = ap.parse_args(argv)
+    n = 300 if args.quick else max(1, args.requests)
+    trees = {"after": HERE.parent / "src"}
+    if args.baseline is not None:
+        if not (args.baseline / "tailgate" / "__init__.py").is_file():
+            raise SystemExit(f"--baseline {args.baseline}: no tailgate package there (give a src directory)")
+        trees = {"before": args.baseline.resolve(), **trees}
+    result: dict[str, Any] = {"requests": n, "connections": CONNECTIONS, "trees": {k: str(v) for k, v in trees.items()}}
+    modes: dict[str, dict[str, Any]] = {}
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="gateway_calls-") as tmp:
+        workdir = Path(tmp)
+        with server(
+            "sim (instant)", sim_argv("--preset", "instant", "--port", "0"), workdir / "sim.log", pin=False
+        ) as sim:
+            for stream in (False, True):
+                mode = "stream" if stream else "non-stream"
+                modes[mode] = {}
+                for tag, src in trees.items():
+                    idle, _ = _calls(src, f"{tag}-idle-{mode}", workdir, sim.url, 0, stream)
+                    busy, bad = _calls(src, f"{tag}-busy-{mode}", workdir, sim.url, n, stream)
+                    failed += bad
+                    per = (busy - idle) / n
+                    modes[mode][tag] = {"calls_per_request": round(per, 1), "startup_calls": idle, "failed": bad}
+                    print(f"{mode:10} {tag:6} {per:8.1f} calls/request (start-up and stop: {idle:,})", flush=True)
+                if "before" in modes[mode]:
+                    ratio = modes[mode]["after"]["calls_per_request"] / modes[mode]["before"]["calls_per_request"]
+                    modes[mode]["after_over_before"] = round(ratio, 4)
+                    print(f"{mode:10} after / before {ratio:.4f} (target <= {TARGET})", flush=True)
+    result["modes"] = modes
+    result["failed_requests"] = failed
+    met = all(m.get("after_over_before", 1.0) <= TARGET for m in modes.values())
+    result["target_met"] = met
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if failed:
+        print(f"{failed} requests were not answered 200")
+        return 1
+    return 0 if met or args.quick else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

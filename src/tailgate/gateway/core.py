@@ -1,0 +1,56 @@
+"""The owners a request needs, in one plain holder (no behaviour of its own).
+
+The composition root (``app.py``) builds the owners and this holder, hands it to the proxy, and swaps
+``routes``, ``providers`` and ``keys`` in it on reload (one assignment each). A request reads ``routes`` once,
+when it arrives (routes.py); everything else here lives as long as the gateway. Modules below the root get
+this holder or, better, only the owners they use — never the gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
+    from tailgate.gateway.admission import KeyAdmission
+    from tailgate.gateway.auth import KeyRing
+    from tailgate.gateway.bookkeeping import Books
+    from tailgate.gateway.fleet import Fleet
+    from tailgate.gateway.keys import KeyDirectory
+    from tailgate.gateway.metrics import GatewayMetrics
+    from tailgate.gateway.providers import Providers
+    from tailgate.gateway.routes import RouteTable
+    from tailgate.routing import BreakerRegistry, HealthRegistry
+
+__all__ = ["Core"]
+
+
+@dataclass(slots=True, eq=False)
+class Core:
+    """See the module docstring. ``routes``, ``providers`` and ``keys`` are swapped whole by a reload."""
+
+    routes: RouteTable
+    """The route table (routes.py): read once per request."""
+    providers: Providers
+    """Every provider's live state, by name (providers.py)."""
+    keys: KeyRing
+    """The gateway keys and the admin key (auth.py)."""
+    key_directory: KeyDirectory
+    """The store's runtime keys and every key's limits (keys.py)."""
+    admission: KeyAdmission
+    """The key gate: reserve, free the slot, settle (admission.py)."""
+    fleet: Fleet
+    """What this replica shares with the fleet: rpm, pacing demand, pauses, breakers (fleet.py)."""
+    books: Books
+    """Ended requests' bookkeeping (bookkeeping.py)."""
+    metrics: GatewayMetrics
+    health: HealthRegistry
+    breakers: BreakerRegistry
+    paced_total: Counter
+    """``tailgate_paced``: attempts a provider's pacer skipped."""
+    shed_total: Counter
+    """``tailgate_shed``: requests refused by load shedding."""
+    keys_revoked: Counter
+    """``tailgate_provider_keys_revoked``: provider keys out of rotation (revocation.py)."""
