@@ -95,7 +95,7 @@ async def test_a_repeated_long_prompt_is_booked_and_priced_as_cached(
     # tailgate usage --json
     out = CliRunner().invoke(main, ["usage", "--db", str(path), "--by", "provider", "--json"])
     assert out.exit_code == 0, out.output
-    groups = {g["provider"]: g for g in json.loads(out.output)}
+    groups = {g["provider"]: g for g in json.loads(out.stdout)}  # stderr names the store
     assert groups["p"]["cached_tokens"] == 2304
     assert groups["p"]["cache_hit_rate"] == round(2304 / 3600, 4)
     assert (groups["q"]["cached_tokens"], groups["q"]["cache_hit_rate"]) == (0, None)
