@@ -232,7 +232,8 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
     the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
-    count (``ctx.prompt_estimate``: body bytes / 4; the row is flagged ``tokens_estimated``)."""
+    count (``ctx.prompt_estimate``: body bytes / 4; the row is flagged ``tokens_estimated``). The cost prices the
+    prompt tokens the provider served from its cache at ``price.cached_input`` (``ProviderState.cost``)."""
     result, provider = ctx.result, ctx.provider
     if result is None:
         return None, None, None
@@ -240,10 +241,8 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
     produced = ctx.first_token_at is not None  # served, or a stream ended early
     if _prompt_estimated(ctx):
         prompt = round(ctx.prompt_estimate or 0.0)
-    if not produced or provider is None:
-        return prompt, output, None
-    price = provider.config.price  # cached prompt tokens at ``price.cached_input`` (docs/keys.md)
-    return prompt, output, price.cost(prompt, output, result.cached_tokens) if (price.input or price.output) else None
+    cost = provider.cost(prompt, output, result.cached_tokens) if (produced and provider is not None) else None
+    return prompt, output, cost
 
 
 def _prompt_estimated(ctx: Ctx) -> bool:
