@@ -89,7 +89,9 @@ def test_usage_json_and_csv_match_the_rows(tmp_path: Path, store_target: str, st
         assert groups[key]["output_tokens"] == sum(r.output_tokens or 0 for r in mine)
         assert groups[key]["cost"] == pytest.approx(sum(r.cost or 0 for r in mine))
     code, out, _ = _run("usage", "--config", cfg, "--by", "alias", "--csv")
-    assert out.splitlines()[0] == "alias,requests,errors,input_tokens,output_tokens,cost,refused"  # positions kept
+    assert out.splitlines()[0] == (  # positions kept: new columns only ever at the end
+        "alias,requests,errors,input_tokens,output_tokens,cost,refused,cached_tokens,reported_prompt_tokens,cache_hit_rate"
+    )
     parsed = list(csv.DictReader(io.StringIO(out)))
     assert [(p["alias"], int(p["requests"])) for p in parsed] == [("deepseek-v3.2", 31)]
     code, out, _ = _run("usage", "--config", cfg)

@@ -176,6 +176,8 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
             m.ttft_answer.observe(answer_ms / 1000.0)
         if result is not None and result.reasoning_tokens:
             m.reasoning_tokens.inc(result.reasoning_tokens)
+        if result is not None and result.cached_tokens:
+            m.cached_tokens.inc(result.cached_tokens)
         m.overhead.observe(overhead_ms / 1000.0)
         m.input_tokens.inc(prompt or 0)
         m.output_tokens.inc(output or 0)
@@ -208,6 +210,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
                 cost=cost,
                 ttft_answer_ms=answer_ms if served else None,
                 reasoning_tokens=result.reasoning_tokens if result is not None else None,
+                cached_tokens=result.cached_tokens if result is not None else None,
             )
         )
 
@@ -229,7 +232,8 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
     the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
-    count (``ctx.prompt_estimate``: body bytes / 4; the row is flagged ``tokens_estimated``)."""
+    count (``ctx.prompt_estimate``: body bytes / 4; the row is flagged ``tokens_estimated``). The cost prices the
+    prompt tokens the provider served from its cache at ``price.cached_input`` (``ProviderState.cost``)."""
     result, provider = ctx.result, ctx.provider
     if result is None:
         return None, None, None
@@ -237,7 +241,8 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
     produced = ctx.first_token_at is not None  # served, or a stream ended early
     if _prompt_estimated(ctx):
         prompt = round(ctx.prompt_estimate or 0.0)
-    return prompt, output, provider.cost(prompt, output) if (produced and provider is not None) else None
+    cost = provider.cost(prompt, output, result.cached_tokens) if (produced and provider is not None) else None
+    return prompt, output, cost
 
 
 def _prompt_estimated(ctx: Ctx) -> bool:

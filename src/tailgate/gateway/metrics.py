@@ -87,7 +87,8 @@ class GatewayMetrics:
         )
         self.tokens = self._counter(
             "tailgate_tokens",
-            "Tokens by provider and direction (input, output; reasoning: the part of output spent thinking).",
+            "Tokens by provider and direction (input, output; reasoning: the part of output spent thinking; "
+            "cached: the part of input the provider served from its prompt cache).",
             ("provider", "direction"),
         )
         self.cost = self._counter("tailgate_cost", "Cost by provider in its price currency.", ("provider", "currency"))
@@ -188,6 +189,7 @@ class Served:
         "_cost",
         "_cost_labels",
         "_m",
+        "cached_tokens",
         "e2e",
         "input_tokens",
         "output_tokens",
@@ -205,6 +207,7 @@ class Served:
         self.output_tokens = m.tokens.labels(provider, "output")
         self.ttft_answer = m.ttft_answer.labels(alias, provider)
         self.reasoning_tokens = m.tokens.labels(provider, "reasoning")
+        self.cached_tokens = m.tokens.labels(provider, "cached")
         self._m, self._cost_labels = m, (provider, currency)
         self._cost: Incrementable | None = None
 

@@ -101,11 +101,15 @@ class ProviderState:
         if result.status == 429:
             self.e2e.incr("429")
 
-    def cost(self, prompt_tokens: int | None, output_tokens: int | None) -> float | None:
+    def cost(
+        self, prompt_tokens: int | None, output_tokens: int | None, cached_tokens: int | None = None
+    ) -> float | None:
+        """What a request cost in the price's currency, cached prompt tokens at ``price.cached_input``
+        (``PriceConfig.cost``; docs/keys.md, "What a request costs"); None when the provider has no price."""
         price = self.config.price
         if not (price.input or price.output):
             return None
-        return ((prompt_tokens or 0) * price.input + (output_tokens or 0) * price.output) / 1_000_000
+        return price.cost(prompt_tokens, output_tokens, cached_tokens)
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """What ``GET /admin/providers`` shows (never a key)."""

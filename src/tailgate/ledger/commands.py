@@ -24,7 +24,7 @@ from tailgate.ledger.keys import KeyStoreError, create_key, keys_with_spend, rev
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.schema import SchemaError
 from tailgate.ledger.store import StoreConn, StoreError, StoreSetUpError, is_postgres_url, open_store, redact_url
-from tailgate.ledger.usage import DIMENSIONS, Dimension, usage
+from tailgate.ledger.usage import DIMENSIONS, Dimension, hit_rate, usage
 
 __all__ = [
     "KeyOptions",
@@ -328,8 +328,20 @@ def usage_main(
     if fmt == "json":
         echo(json.dumps(groups, indent=2, ensure_ascii=False))
         return 0
-    # `refused` is last: it was added after the others, and scripts read the CSV by position too
-    columns = [by, "requests", "errors", "input_tokens", "output_tokens", "cost", "refused"]
+    # `refused` and the cache columns come last: they were added after the others, and scripts read the CSV
+    # by position too
+    columns = [
+        by,
+        "requests",
+        "errors",
+        "input_tokens",
+        "output_tokens",
+        "cost",
+        "refused",
+        "cached_tokens",
+        "reported_prompt_tokens",
+        "cache_hit_rate",
+    ]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
@@ -343,15 +355,25 @@ def usage_main(
         return 0
     # The first column is as wide as its longest name: a key id or model is never cut short.
     w = max(24, len(by), *(len(str(g[by])) for g in groups))
-    echo(f"{by:<{w}} {'requests':>10} {'errors':>8} {'refused':>8} {'input tok':>12} {'output tok':>12} {'cost':>12}")
+    echo(
+        f"{by:<{w}} {'requests':>10} {'errors':>8} {'refused':>8} {'input tok':>12} {'output tok':>12} {'cost':>12} "
+        f"{'cached tok':>12} {'hit rate':>8}"
+    )
     for g in groups:
         echo(
             f"{g[by]!s:<{w}} {g['requests']:>10} {g['errors']:>8} {g['refused']:>8} {g['input_tokens']:>12} "
-            f"{g['output_tokens']:>12} {g['cost']:>12.6f}"
+            f"{g['output_tokens']:>12} {g['cost']:>12.6f} {g['cached_tokens']:>12} {_rate(g['cache_hit_rate']):>8}"
         )
-    total = {c: sum(g[c] for g in groups) for c in columns[1:]}
+    total = {c: sum(g[c] for g in groups) for c in columns[1:-1]}
+    rate = hit_rate(int(total["cached_tokens"]), int(total["reported_prompt_tokens"]))
     echo(
         f"{'total':<{w}} {total['requests']:>10} {total['errors']:>8} {total['refused']:>8} "
-        f"{total['input_tokens']:>12} {total['output_tokens']:>12} {total['cost']:>12.6f}"
+        f"{total['input_tokens']:>12} {total['output_tokens']:>12} {total['cost']:>12.6f} "
+        f"{total['cached_tokens']:>12} {_rate(rate):>8}"
     )
     return 0
+
+
+def _rate(rate: float | None) -> str:
+    """A cache-hit rate as the table shows it: ``-`` when no request of the group reported cached tokens."""
+    return "-" if rate is None else f"{rate * 100:.1f}%"

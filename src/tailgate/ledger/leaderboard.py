@@ -12,7 +12,10 @@ defined in docs/monitor.md; in short, over the window ``[now - window_s, now]``:
   same request everywhere, so providers compare). Percentiles are exact nearest-rank over the samples.
 * reliability = successes / attempts over every probe; accuracy = right / graded accuracy tasks.
 * ``traffic_*``: the gateway's passive numbers, merged from ``traffic_minutes`` (histogram percentiles:
-  within 1/4096 relative of exact, see tailgate.stats).
+  within 1/4096 relative of exact, see tailgate.stats). ``traffic_cache_hit_pct`` is the provider's (not
+  the model's) observed prompt-cache hit rate: 100 × cached ÷ prompt tokens of the gateway's requests whose
+  answer said how many were cached, from the ledger's hourly roll-ups (whole hours) and the rows not rolled
+  up yet; None when no request reported it.
 
 Too few samples for a number to mean anything gives ``None`` and an entry in ``insufficient``
 (``{"ttft_p99_ms": "n<20"}``) instead of a misleading value; the minimums are in :data:`MINIMUMS`.
@@ -42,6 +45,7 @@ __all__ = [
     "ProviderInfo",
     "bucket_seconds",
     "build",
+    "cache_hit_pct",
     "compute",
     "nearest_rank",
     "recent_priors",
@@ -79,6 +83,8 @@ class ProviderInfo:
     price_output: float | None = None
     currency: str | None = None
     max_output_tokens: int | None = None
+    price_cached_input: float | None = None
+    """``price.cached_input``: a cached prompt token's price; None when unset (cached tokens cost ``input``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +126,7 @@ class LeaderRow:
     price_output: float | None = None
     currency: str | None = None
     max_output_tokens: int | None = None
+    price_cached_input: float | None = None
     traffic_requests: int = 0
     traffic_reliability_pct: float | None = None
     traffic_tok_s_avg: float | None = None
@@ -129,6 +136,9 @@ class LeaderRow:
     traffic_e2e_p50_ms: float | None = None
     traffic_e2e_p90_ms: float | None = None
     traffic_e2e_p99_ms: float | None = None
+    traffic_cache_hit_pct: float | None = None
+    """The provider's observed prompt-cache hit rate over the gateway's requests (cached ÷ prompt tokens, of
+    those whose answer reported cached tokens); None when none did."""
     insufficient: dict[str, str] = field(default_factory=dict)
     """Column → why it is None (``"n<20"``): too few samples for the number to mean anything."""
 
@@ -281,12 +291,14 @@ def build(
     info: Mapping[str, ProviderInfo] | None = None,
     pairs: Iterable[tuple[str, str]] = (),
     probes: Mapping[tuple[str, str], _Cells] | None = None,
+    cache_hit: Mapping[str, float] | None = None,
 ) -> list[LeaderRow]:
     """Leaderboard rows from rows already read; rows outside ``[now - window_s, now]`` are ignored.
 
     ``pairs`` adds provider × model rows that have no data yet (so a configured pair shows up as
     "n<5" rather than missing); ``info`` fills price and max output length per provider. ``probes``:
     the probe columns already computed by the store (``compute`` does that in SQL) instead of ``samples``.
+    ``cache_hit``: provider → observed prompt-cache hit rate in percent (:func:`cache_hit_pct`).
     """
     if sort not in SORTS:
         raise ValueError(f"unknown sort {sort!r}; choose from {', '.join(SORTS)}")
@@ -321,6 +333,8 @@ def build(
                 price_output=meta.price_output,
                 currency=meta.currency,
                 max_output_tokens=meta.max_output_tokens,
+                price_cached_input=meta.price_cached_input,
+                traffic_cache_hit_pct=(cache_hit or {}).get(provider),
                 insufficient=cells.insufficient,
                 **cells.values,
             )
@@ -436,7 +450,29 @@ def compute(
     bucket_s = bucket_seconds(window_s)
     probes = {(p, m): _probe_cells_sql(conn, p, m, since, now, bucket_s) for p, m in found}
     wanted = [p for p in pairs if model is None or p[1] == model]
-    return build((), traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted, probes=probes)
+    hits = cache_hit_pct(conn, since=since, until=now)
+    return build(
+        (), traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted, probes=probes, cache_hit=hits
+    )
+
+
+def cache_hit_pct(conn: Queryable, *, since: float, until: float) -> dict[str, float]:
+    """Provider → 100 × cached ÷ prompt tokens of the gateway's requests whose answer reported cached tokens,
+    from ``hour_start(since)``: the hourly roll-ups plus the rows above the roll-up watermark, in one statement
+    (one snapshot on either store). Providers whose requests never reported cached tokens are left out."""
+    from tailgate.ledger.usage import hour_start
+
+    found = conn.execute(
+        "SELECT provider, SUM(c), SUM(r) FROM ("
+        "SELECT provider, cached_tokens AS c, reported_prompt_tokens AS r FROM usage_hourly "
+        "WHERE hour >= ? AND hour <= ? AND provider <> '' "
+        "UNION ALL SELECT provider, COALESCE(cached_tokens, 0), prompt_tokens FROM requests "
+        "WHERE id > (SELECT upto FROM rollup_state WHERE name = 'requests') AND ts >= ? AND ts <= ? "
+        "AND provider IS NOT NULL AND cached_tokens IS NOT NULL AND prompt_tokens IS NOT NULL"
+        ") AS cells GROUP BY provider",
+        (hour_start(since), until, hour_start(since), until),
+    ).fetchall()
+    return {str(p): round(100.0 * min(1.0, int(c or 0) / int(r)), 2) for p, c, r in found if r}
 
 
 class Prior(TypedDict):

@@ -202,6 +202,15 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE samples ADD COLUMN reasoning_tokens BIGINT",
         ),
     ),
+    Migration(
+        6,
+        "requests and usage_hourly: prompt tokens the provider served from its prompt cache",
+        (
+            "ALTER TABLE requests ADD COLUMN cached_tokens BIGINT",
+            "ALTER TABLE usage_hourly ADD COLUMN cached_tokens BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE usage_hourly ADD COLUMN reported_prompt_tokens BIGINT NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

@@ -48,6 +48,9 @@ class LedgerRow(msgspec.Struct, frozen=True):
     """Time to the first answer token (not reasoning); equals ``ttft_ms`` when the model did not think."""
     reasoning_tokens: int | None = None
     """Of ``output_tokens``, those spent thinking (the upstream's ``reasoning_tokens``); None when unknown."""
+    cached_tokens: int | None = None
+    """Of ``prompt_tokens``, those the provider served from its prompt cache (``CallResult.cached_tokens``:
+    ``prompt_tokens_details.cached_tokens`` or ``prompt_cache_hit_tokens``); None when the provider did not say."""
 
 
 COLUMNS: tuple[str, ...] = LedgerRow.__struct_fields__

@@ -30,6 +30,12 @@ Schema version 5 adds, to ``requests`` and ``samples``: ``ttft_answer_ms REAL`` 
 *answer* token: content or tool call, not reasoning; equals ``ttft_ms`` without thinking) and
 ``reasoning_tokens INTEGER`` (of the output tokens, those spent thinking; NULL when unknown).
 
+Schema version 6 adds ``requests.cached_tokens INTEGER`` (of the prompt tokens, those the provider served
+from its prompt cache: ``prompt_tokens_details.cached_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``;
+NULL when the provider did not say) and, to ``usage_hourly``, ``cached_tokens`` and ``reported_prompt_tokens``
+(the prompt tokens of the rows whose provider said, the hit rate's denominator), both ``NOT NULL DEFAULT 0``:
+hours rolled up before version 6 read as "not reported".
+
 Schema version 2 adds the monitor's tables (docs/monitor.md)::
 
     samples                       one row per monitor probe (source = probe)
@@ -263,6 +269,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE requests ADD COLUMN reasoning_tokens INTEGER",
             "ALTER TABLE samples ADD COLUMN ttft_answer_ms REAL",
             "ALTER TABLE samples ADD COLUMN reasoning_tokens INTEGER",
+        ),
+    ),
+    Migration(
+        6,
+        "requests and usage_hourly: prompt tokens the provider served from its prompt cache",
+        (
+            "ALTER TABLE requests ADD COLUMN cached_tokens INTEGER",
+            "ALTER TABLE usage_hourly ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE usage_hourly ADD COLUMN reported_prompt_tokens INTEGER NOT NULL DEFAULT 0",
         ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.

@@ -1,7 +1,8 @@
 """Spend: hourly roll-ups of the request rows, retention, and the usage report (``tailgate usage``).
 
 ``rollup(conn)`` adds every request row it has not seen yet (by id: ``rollup_state.upto``) into
-``usage_hourly`` (hour × key × alias × provider: requests, errors, input and output tokens, cost) and
+``usage_hourly`` (hour × key × alias × provider: requests, errors, input and output tokens, cost, cached
+tokens and the prompt tokens of the rows that reported them) and
 moves the watermark, in one transaction. Going by id rather than by time means a row that arrives late
 (a spool replayed after an outage) is still counted, in the hour it happened. On PostgreSQL the job first
 takes ``LOCK TABLE requests IN SHARE MODE`` for an instant — it waits for inserts in flight to commit —
@@ -30,6 +31,7 @@ __all__ = [
     "DIMENSIONS",
     "UsageRow",
     "day_start",
+    "hit_rate",
     "hour_start",
     "month_start",
     "next_day",
@@ -79,18 +81,29 @@ def _aggregate(conn: Queryable) -> str:
     return (
         f"SELECT {_hour_expr(conn)}, COALESCE(key_id, ''), alias, COALESCE(provider, ''), COUNT(*), "  # noqa: S608
         "SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 END), SUM(COALESCE(prompt_tokens, 0)), "
-        "SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)) FROM requests"
+        f"SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)), {_CACHED} FROM requests"
     )
 
 
+_CACHED = (
+    "SUM(COALESCE(cached_tokens, 0)), "
+    "SUM(CASE WHEN cached_tokens IS NOT NULL THEN COALESCE(prompt_tokens, 0) ELSE 0 END)"
+)
+"""Cached prompt tokens, and the prompt tokens of the rows whose provider said how many were cached (the hit
+rate's denominator: a provider that says nothing is "not reported", never a 0 % hit rate)."""
+
+
 _UPSERT = (
-    "INSERT INTO usage_hourly (hour, key_id, alias, provider, requests, errors, input_tokens, output_tokens, cost) "
+    "INSERT INTO usage_hourly (hour, key_id, alias, provider, requests, errors, input_tokens, output_tokens, cost, "
+    "cached_tokens, reported_prompt_tokens) "
     "{select} WHERE id > ? AND id <= ? GROUP BY 1, 2, 3, 4 "
     "ON CONFLICT (hour, key_id, alias, provider) DO UPDATE SET "
     "requests = usage_hourly.requests + excluded.requests, errors = usage_hourly.errors + excluded.errors, "
     "input_tokens = usage_hourly.input_tokens + excluded.input_tokens, "
     "output_tokens = usage_hourly.output_tokens + excluded.output_tokens, "
-    "cost = usage_hourly.cost + excluded.cost"
+    "cost = usage_hourly.cost + excluded.cost, "
+    "cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens, "
+    "reported_prompt_tokens = usage_hourly.reported_prompt_tokens + excluded.reported_prompt_tokens"
 )
 
 
@@ -162,6 +175,10 @@ class UsageRow:
     input_tokens: int
     output_tokens: int
     cost: float
+    cached_tokens: int = 0
+    """Of ``input_tokens``, those the provider served from its prompt cache."""
+    reported_prompt_tokens: int = 0
+    """The ``input_tokens`` of the requests whose provider said how many were cached."""
 
 
 def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[UsageRow]:
@@ -173,7 +190,8 @@ def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[Usag
     with _snapshot(conn):
         upto = _watermark(conn)
         rolled = conn.execute(
-            "SELECT hour, key_id, alias, provider, requests, errors, input_tokens, output_tokens, cost "  # noqa: S608
+            "SELECT hour, key_id, alias, provider, requests, errors, input_tokens, output_tokens, cost, "  # noqa: S608
+            "cached_tokens, reported_prompt_tokens "
             f"FROM usage_hourly WHERE hour >= ?{key_clause}",
             args,
         ).fetchall()
@@ -182,7 +200,21 @@ def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[Usag
             (upto, *args),
         ).fetchall()
     for r in (*rolled, *raw):
-        out.append(UsageRow(float(r[0]), r[1], r[2], r[3], int(r[4]), int(r[5]), int(r[6]), int(r[7]), float(r[8])))
+        out.append(
+            UsageRow(
+                float(r[0]),
+                r[1],
+                r[2],
+                r[3],
+                int(r[4]),
+                int(r[5]),
+                int(r[6]),
+                int(r[7]),
+                float(r[8]),
+                int(r[9]),
+                int(r[10]),
+            )
+        )
     return out
 
 
@@ -199,10 +231,10 @@ def _raw_group(conn: Queryable, by: Dimension) -> str:
 
 
 def _grouped(conn: StoreConn, *, since: float, by: Dimension, key: str | None) -> list[tuple[Any, ...]]:
-    """(group, requests, errors, refused, input, output, cost) from roll-ups + raw rows above the watermark,
-    summed in the store (a week of roll-ups is ~10^5 rows: they are not read into Python). ``day`` groups by
-    hour. ``refused``: not ``ok`` and never sent to a provider (the gateway said no: key, limits, bad request,
-    shed, pacing, no route); ``errors``: not ``ok`` after an attempt went upstream (roll-ups keep the
+    """(group, requests, errors, refused, input, output, cost, cached, reported prompt) from roll-ups + raw rows above
+    the watermark, summed in the store (a week of roll-ups is ~10^5 rows: they are not read into Python). ``day``
+    groups by hour. ``refused``: not ``ok`` and never sent to a provider (the gateway said no: key, limits, bad
+    request, shed, pacing, no route); ``errors``: not ``ok`` after an attempt went upstream (roll-ups keep the
     provider, ``''`` for a request that never had one, so the split needs no new column)."""
     start = hour_start(since)
     key_clause = " AND key_id = ?" if key is not None else ""
@@ -212,7 +244,8 @@ def _grouped(conn: StoreConn, *, since: float, by: Dimension, key: str | None) -
         upto = _watermark(conn)
         rolled = conn.execute(
             f"SELECT {rolled_group}, SUM(requests), SUM(CASE WHEN provider <> '' THEN errors ELSE 0 END), "  # noqa: S608
-            "SUM(CASE WHEN provider = '' THEN errors ELSE 0 END), SUM(input_tokens), SUM(output_tokens), SUM(cost) "
+            "SUM(CASE WHEN provider = '' THEN errors ELSE 0 END), SUM(input_tokens), SUM(output_tokens), SUM(cost), "
+            "SUM(cached_tokens), SUM(reported_prompt_tokens) "
             f"FROM usage_hourly WHERE hour >= ?{key_clause} GROUP BY {rolled_group}",
             args,
         ).fetchall()
@@ -220,7 +253,7 @@ def _grouped(conn: StoreConn, *, since: float, by: Dimension, key: str | None) -
             f"SELECT {raw_group}, COUNT(*), "  # noqa: S608
             "SUM(CASE WHEN outcome <> 'ok' AND provider IS NOT NULL THEN 1 ELSE 0 END), "
             "SUM(CASE WHEN outcome <> 'ok' AND provider IS NULL THEN 1 ELSE 0 END), "
-            "SUM(COALESCE(prompt_tokens, 0)), SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)) "
+            f"SUM(COALESCE(prompt_tokens, 0)), SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)), {_CACHED} "
             f"FROM requests WHERE id > ? AND ts >= ?{key_clause} GROUP BY {raw_group}",
             (upto, *args),
         ).fetchall()
@@ -236,12 +269,17 @@ def _name(group: Any, by: Dimension) -> str:
 def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | None = None) -> list[dict[str, Any]]:
     """Requests, errors, refusals, tokens and cost per ``by`` group since ``hour_start(since)``, one dict per
     group: ``{"key": "team-a", "requests": …, "errors": …, "refused": …, "input_tokens": …, "output_tokens": …,
-    "cost": …}``. ``errors`` failed after going upstream; ``refused`` were refused by the gateway (never sent);
-    ``requests`` counts both."""
+    "cost": …, "cached_tokens": …, "reported_prompt_tokens": …, "cache_hit_rate": …}``. ``errors`` failed after
+    going upstream; ``refused`` were refused by the gateway (never sent); ``requests`` counts both.
+    ``cached_tokens``: of the input tokens, those the provider served from its prompt cache;
+    ``cache_hit_rate`` = ``cached_tokens`` ÷ ``reported_prompt_tokens`` (the input tokens of the requests whose
+    provider said how many were cached), None when no request of the group reported it."""
     if by not in DIMENSIONS:
         raise ValueError(f"--by must be one of {', '.join(DIMENSIONS)}, got {by!r}")
-    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0.0])
-    for group, requests, errors, refused, tokens_in, tokens_out, cost in _grouped(conn, since=since, by=by, key=key):
+    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0.0, 0, 0])
+    for group, requests, errors, refused, tokens_in, tokens_out, cost, cached, reported in _grouped(
+        conn, since=since, by=by, key=key
+    ):
         g = groups[_name(group, by)]
         g[0] += int(requests or 0)
         g[1] += int(errors or 0)
@@ -249,6 +287,8 @@ def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | No
         g[3] += int(tokens_in or 0)
         g[4] += int(tokens_out or 0)
         g[5] += float(cost or 0.0)
+        g[6] += int(cached or 0)
+        g[7] += int(reported or 0)
     return [
         {
             by: name,
@@ -258,15 +298,25 @@ def usage(conn: StoreConn, *, since: float, by: Dimension = "key", key: str | No
             "input_tokens": int(g[3]),
             "output_tokens": int(g[4]),
             "cost": round(g[5], 9),
+            "cached_tokens": int(g[6]),
+            "reported_prompt_tokens": int(g[7]),
+            "cache_hit_rate": hit_rate(int(g[6]), int(g[7])),
         }
         for name, g in sorted(groups.items())
     ]
 
 
+def hit_rate(cached: int, reported_prompt: int) -> float | None:
+    """Cached ÷ prompt tokens over the requests that reported cached tokens (4 decimals); None: none did."""
+    if reported_prompt <= 0:
+        return None
+    return round(min(1.0, max(0, cached) / reported_prompt), 4)
+
+
 def spend(conn: StoreConn, key: str, *, since: float) -> tuple[int, float]:
     """Tokens (input + output) and cost of ``key`` since ``since`` (hour-aligned: a day or month start)."""
     tokens, cost = 0, 0.0
-    for _, _, _, _, tokens_in, tokens_out, spent in _grouped(conn, since=since, by="key", key=key):
+    for _, _, _, _, tokens_in, tokens_out, spent, _, _ in _grouped(conn, since=since, by="key", key=key):
         tokens += int(tokens_in or 0) + int(tokens_out or 0)
         cost += float(spent or 0.0)
     return tokens, cost

@@ -159,6 +159,10 @@ TRAFFIC: tuple[tuple[Col, Callable[[LeaderRow], str]], ...] = (
     (Col("traffic_ttft", "traffic TTFT\nP50/P90/P99", 5), lambda r: _trio(r, "traffic_ttft")),
     (Col("traffic_e2e", "traffic E2E\nP50/P90/P99", 6), lambda r: _trio(r, "traffic_e2e")),
 )
+TRAFFIC_WIDE: tuple[tuple[Col, Callable[[LeaderRow], str]], ...] = (
+    # Shown with --wide or --columns only (not in the compact default), and only when the window has traffic.
+    (Col("traffic_cache_hit", "traffic\ncache hit", 8), lambda r: _cell(r, "traffic_cache_hit_pct", _PCT)),
+)
 PEAK: tuple[Col, ...] = (
     Col("peak_p90", "peak TTFT\nP90", 5),
     Col("peak_p99", "peak TTFT\nP99", 5),
@@ -169,6 +173,7 @@ PEAK: tuple[Col, ...] = (
 COLUMN_KEYS: tuple[str, ...] = (
     *(c.key for c, _, _ in COLUMNS),
     *(c.key for c, _ in TRAFFIC),
+    *(c.key for c, _ in TRAFFIC_WIDE),
     *(c.key for c in PEAK),
 )
 """Every ``--columns`` name, in table order."""
@@ -217,6 +222,7 @@ def leaderboard_table(
             chosen.append((col, cell))
     if traffic:  # no traffic in the window: no traffic columns, whatever was asked
         chosen += [(col, cell) for col, cell in TRAFFIC if wanted is None or col.key in wanted]
+        chosen += [(col, cell) for col, cell in TRAFFIC_WIDE if wanted is not None and col.key in wanted]
     if peak:
         chosen += [(col, _peak_cell(peak, col.key)) for col in PEAK if wanted is None or col.key in wanted]
     title = f"leaderboard, last {window_label(window_s)} (sorted by {sort}; latencies in s)"
@@ -255,7 +261,7 @@ def leaderboard_json(
 def _config_info(path: Path) -> tuple[GatewayConfig, dict[str, ProviderInfo], list[tuple[str, str]]]:
     config, providers = load_resolved(path)
     info = {
-        name: ProviderInfo(p.price.input, p.price.output, p.price.currency, p.max_output_tokens)
+        name: ProviderInfo(p.price.input, p.price.output, p.price.currency, p.max_output_tokens, p.price.cached_input)
         for name, p in providers.items()
     }
     return config, info, [(t.provider, t.model) for t in targets_from_config(config)]
