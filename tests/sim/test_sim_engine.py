@@ -56,20 +56,26 @@ async def test_decode_step_slows_with_batch_size() -> None:
     """Continuous batching: per-token time grows with the number of sequences decoding together."""
     params = EngineParams(slots=64, step_ms=2, step_per_seq_ms=0.25, jitter=0, prefill_tps=1e9)
 
-    async def gap_ms(n: int) -> float:
+    async def gap_ms(n: int) -> tuple[float, float]:
+        """The mean gap between a sequence's tokens, and how far the engine's own lateness can move it."""
         engine = Engine(params, token_fn=token_at)
         seqs = [Sequence(f"s{i}", prompt_tokens=1, target=10, seed=i) for i in range(n)]
         try:
             await _run_sequences(engine, seqs)
         finally:
             await engine.close()
-        return (seqs[0].finished_at - seqs[0].first_token_at) / 9 * 1000
+        late = engine.lateness_ms.summary()
+        # Steps keep an absolute schedule: a late first token is followed by shorter gaps, a late last one
+        # lengthens them, and a restarted schedule (behind by > 50 ms) slips by what that step was late. So
+        # the mean gap is off the plan by at most the summed lateness of the engine's own steps, over 9 gaps.
+        slack = (late["mean"] or 0.0) * late["count"] / 9 + 0.5
+        return (seqs[0].finished_at - seqs[0].first_token_at) / 9 * 1000, slack
 
-    one, many = await gap_ms(1), await gap_ms(40)
-    # 2 ms alone; 2 + 0.25 * 39 = 11.75 ms with 40 in the batch. Steps keep an absolute schedule, so a late
-    # first token (a loaded machine) is followed by shorter gaps: the lower bound leaves room for that.
-    assert 1.5 < one < 3.5
-    assert 10.0 < many < 14.5
+    (one, one_slack), (many, many_slack) = await gap_ms(1), await gap_ms(40)
+    # 2 ms alone; 2 + 0.25 * 39 = 11.75 ms with 40 in the batch; within what the engine measured itself late.
+    assert abs(one - 2.0) <= one_slack, (one, one_slack)
+    assert abs(many - 11.75) <= many_slack, (many, many_slack)
+    assert many > one
 
 
 async def test_cancel_frees_slot_for_the_next_in_queue() -> None:
