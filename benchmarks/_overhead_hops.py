@@ -123,9 +123,14 @@ def gateway_yaml(
     return cfg, ledger
 
 
-def store_key(config: Path) -> str:
-    """Create the hop's team key in its store (``tailgate keys create``): limits and budgets never reached."""
+def store_key(config: Path, pythonpath: Path | None = None) -> str:
+    """Create the hop's team key in its store (``tailgate keys create``): limits and budgets never reached.
+
+    With ``pythonpath`` the key is made by that tree's tailgate, the one that serves the store: a newer tree
+    would migrate the store to a schema the older one refuses to open."""
     argv = [sys.executable, "-m", "tailgate", "keys", "create", "--config", str(config), "--id", "team-bench"]
+    if pythonpath is not None:
+        argv = ["env", f"PYTHONPATH={pythonpath}", *argv]
     argv += ["--rpm", "1000000000", "--tpm", "1000000000", "--max-concurrency", "100000"]
     argv += ["--budget", "100000M tokens/day", "--budget", "1000000/month", "--meta", "team=bench", "--json"]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
@@ -272,7 +277,7 @@ def gateway_hop(
     """A tailgate hop: its config, ledger and store key, then ``tailgate serve`` (``--workers N``: a fixed port);
     with ``pythonpath`` the tailgate package is imported from there (``env`` execs the interpreter: same pid)."""
     cfg, ledger = gateway_yaml(workdir, name, upstream, redis_url=redis_url, extra_yaml=extra_yaml)
-    bearer = store_key(cfg)
+    bearer = store_key(cfg, pythonpath)
     log = workdir / ("gateway.log" if name == "tailgate" else f"{name}.log")
     argv = gateway_argv(cfg, workers=workers, port=free_port() if workers > 1 else 0)
     if pythonpath is not None:
