@@ -110,10 +110,19 @@ class Replica:
         raise RuntimeError("replica did not start:\n" + self.log_path.read_text())
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Stop the replica with ``sig``; one that does not exit within ``timeout`` is killed (never leaked into
+        a later test) and the test fails with the end of its log, which shows how far its stop got."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            tail = "\n".join(self.log_path.read_text().splitlines()[-12:])
+            raise AssertionError(
+                f"replica did not stop within {timeout:g} s of signal {sig}; its log ends:\n{tail}"
+            ) from None
         finally:
             self._log.close()
 
