@@ -67,7 +67,7 @@ def test_the_html_report_shows_a_readable_start_time() -> None:
 
 def test_accuracy_is_shown_with_its_wilson_interval_and_task_count() -> None:
     """12 of 14 right reads 86 % with its 95 % Wilson interval; fewer than 5 tasks give no percentage."""
-    from tailgate.bench.command import accuracy_cell
+    from tailgate.bench.summary import accuracy_cell
 
     assert accuracy_cell({"right": 12, "total": 14, "pct": 85.714}) == "86% [60–96] n=14"
     assert accuracy_cell({"right": 3, "total": 4, "pct": 75.0}) == "n<5"
