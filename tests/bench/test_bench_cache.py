@@ -12,9 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SimFactory, ThreadedSim
+from tailgate.bench.cache import CacheTally, input_cost
 from tailgate.bench.command import UsageError, parse_price
 from tailgate.bench.loadgen import Bounds
-from tailgate.bench.results import RunRecorder, input_cost
+from tailgate.bench.results import RunRecorder
 from tailgate.bench.runner import Plan, TargetSpec, run_plan
 from tailgate.bench.shapes import build_workload
 from tailgate.cli import main
@@ -101,11 +102,11 @@ def test_cache_counts_survive_merge_and_the_file() -> None:
     """Workers' recorders merge the cache counters; a results file read back keeps them."""
     a = RunRecorder({"name": "t"}, {"mode": "closed", "concurrency": 1})
     b = RunRecorder({"name": "t"}, {"mode": "closed", "concurrency": 1})
-    a.cache_counts, b.cache_counts = [2, 2, 300, 128], [3, 1, 200, 64]
+    a.cache, b.cache = CacheTally(2, 2, 300, 128), CacheTally(3, 1, 200, 64)
     a.merge(b)
-    assert a.cache_summary()["hit_rate"] == pytest.approx(192 / 500)
+    assert a.cache.summary()["hit_rate"] == pytest.approx(192 / 500)
     back = RunRecorder.from_dict(a.to_dict())
-    assert back.cache_counts == [5, 3, 500, 192]
+    assert back.cache == CacheTally(5, 3, 500, 192)
 
 
 @pytest.mark.timeout(30)

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from tailgate._runtime import run
 from tailgate.bench import document as doc_mod
-from tailgate.bench import results as res
+from tailgate.bench.cache import input_cost
 from tailgate.bench.loadgen import Bounds
 from tailgate.bench.runner import (
     Plan,
@@ -365,7 +365,7 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
         runs = run(main)
     if price is not None:
         for run_ in runs:
-            run_["input_cost"] = res.input_cost(run_, price)
+            run_["input_cost"] = input_cost(run_, price)
     checks = evaluate(thresholds, runs) if thresholds else []
     doc = doc_mod.build_document(runs, command=o.command, started_at=started, thresholds=checks)
     describe = getattr(workload, "describe", None)

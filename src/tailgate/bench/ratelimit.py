@@ -36,7 +36,7 @@ def admitted_per_s(run: Mapping[str, Any]) -> float | None:
     """Steady-state admitted (not refused) requests per second of one run.
 
     Open loop: requests admitted after the first 429 per second from then on (the bucket is empty from
-    there, so this is its refill rate: ``RunRecorder.steady_rate``); without enough of them, the
+    there, so this is its refill rate: :func:`steady_rate`); without enough of them, the
     offered rate × the admitted fraction. Closed loop: the median of the per-second counts of finished
     requests, first and last second left out.
     """
@@ -330,3 +330,22 @@ def _summary(target: str, found: Mapping[str, Any]) -> str:
     answer = found.get("answer_per_s")
     head = f"limit ~{_rate(answer)} req/s ({found['trust']}): " if answer is not None else ""
     return head + "; ".join(parts) + f". {found['why'][0].upper()}{found['why'][1:]}."
+
+
+def steady_rate(sends: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+    """What a limiter admits once its bucket is empty: requests admitted after the first 429 per second.
+
+    ``sends``: an open-loop run's (send time, refused with 429) per request (``RunRecorder.sends``). A token
+    bucket lets its whole burst through first, so the admitted rate of a run is the limit plus the burst
+    spread over the run (a 10 req/s bucket read as ~11.8 over 3 s). From the first refused send on, the bucket
+    is empty and admits exactly its refill rate: counting admitted sends from there to the last send measures
+    the limit itself, ±1 request over the window. Empty when the run was not open loop or had no 429.
+    """
+    first_refused = min((t for t, refused in sends if refused), default=None)
+    if first_refused is None:
+        return {}
+    window = max(t for t, _ in sends) - first_refused
+    if window <= 0:
+        return {}
+    admitted = sum(1 for t, refused in sends if t > first_refused and not refused)
+    return {"steady_per_s": round(admitted / window, 3), "steady_admitted": admitted, "steady_s": round(window, 3)}

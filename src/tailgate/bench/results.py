@@ -27,8 +27,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tailgate.bench.cache import CacheTally
 from tailgate.bench.goodput import SLO
-from tailgate.config.schema import PriceConfig
+from tailgate.bench.ratelimit import steady_rate
 from tailgate.stats import LatencyHistogram
 from tailgate.upstream.events import CallResult
 
@@ -42,7 +43,6 @@ __all__ = [
     "RunRecorder",
     "describe_load",
     "error_key",
-    "input_cost",
     "run_label",
     "summarize",
     "target_name",
@@ -178,9 +178,8 @@ class RunRecorder:
         """Open loop: (send time, refused with 429) of every counted request, for the limiter's steady state."""
         self.prompt_counts = [0, 0, 0]
         """Successes with a known intended prompt length and usage: [count, sum intended, sum usage]."""
-        self.cache_counts = [0, 0, 0, 0]
-        """Prompt caching, from usage: [successes with usage.prompt_tokens, those that also reported cached
-        tokens, the prompt tokens of the latter, their cached tokens] (:meth:`cache_summary`)."""
+        self.cache = CacheTally()
+        """Prompt caching, from usage (:mod:`tailgate.bench.cache`)."""
 
     def note_prompt(self, intended: int, result: CallResult) -> None:
         """Compare a request's intended prompt length with the provider's ``usage.prompt_tokens``."""
@@ -231,7 +230,7 @@ class RunRecorder:
         added to TTFT and E2E and recorded as ``schedule_lag_ms``. ``t_done``: perf_counter when the
         call finished, for the per-second timeline (now when omitted). ``accuracy``: whether the
         answer was right, for runs that check answers. ``sent_at``: open loop, perf_counter when the
-        request went out (kept with whether it was refused: the limiter's steady state, ``steady_rate``).
+        request went out (kept with whether it was refused: the limiter's steady state, ``ratelimit.steady_rate``).
         """
         ec = result.error_class
         key = None if ec is None else error_key(ec)
@@ -274,12 +273,7 @@ class RunRecorder:
             bucket[2] += out
             if result.prompt_tokens is not None:
                 self.input_tokens = (self.input_tokens or 0) + result.prompt_tokens
-                cache = self.cache_counts
-                cache[0] += 1
-                if result.cached_tokens is not None:
-                    cache[1] += 1
-                    cache[2] += result.prompt_tokens
-                    cache[3] += result.cached_tokens
+                self.cache.add(result)
             if result.tokens_estimated and out > 0:
                 self.tokens_estimated = True
             ttft = result.ttft_ms
@@ -392,7 +386,7 @@ class RunRecorder:
             self.slo = other.slo
         self.refused.merge(other.refused)
         self.prompt_counts = [a + b for a, b in zip(self.prompt_counts, other.prompt_counts, strict=True)]
-        self.cache_counts = [a + b for a, b in zip(self.cache_counts, other.cache_counts, strict=True)]
+        self.cache.merge(other.cache)
         if other.retry_after_max is not None:
             self.retry_after_max = max(self.retry_after_max or 0.0, other.retry_after_max)
         self.ratelimit_headers.update(other.ratelimit_headers)
@@ -469,9 +463,9 @@ class RunRecorder:
                 "usage_mean": round(usage / n, 3),
                 "usage_minus_intended_mean": round((usage - intended) / n, 3),
             }
-        out["cache"] = self.cache_summary()
+        out["cache"] = self.cache.summary()
         out["rate_limit"] = {
-            **self.steady_rate(),
+            **steady_rate(self.sends),
             "refused": self.error_counts.get("rate_limited", 0),
             "refused_ms": summarize(self.refused),
             "retry_after_s_max": self.retry_after_max,
@@ -480,26 +474,6 @@ class RunRecorder:
             "histogram": dict(self.refused.to_dict()),
         }
         return out
-
-    def steady_rate(self) -> dict[str, Any]:
-        """What a limiter admits once its bucket is empty: requests admitted after the first 429 per second.
-
-        A token bucket lets its whole burst through first, so the admitted rate of a run is the limit plus
-        the burst spread over the run (a 10 req/s bucket read as ~11.8 over 3 s). From the first refused
-        send on, the bucket is empty and admits exactly its refill rate: counting admitted sends from
-        there to the last send measures the limit itself, ±1 request over the window. Empty when the run
-        was not open loop or had no 429.
-        """
-        refused = [t for t, r in self.sends if r]
-        if not refused:
-            return {}
-        t0 = min(refused)
-        last = max(t for t, _ in self.sends)
-        admitted = sum(1 for t, r in self.sends if t > t0 and not r)
-        window = last - t0
-        if window <= 0:
-            return {}
-        return {"steady_per_s": round(admitted / window, 3), "steady_admitted": admitted, "steady_s": round(window, 3)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunRecorder:
@@ -554,12 +528,7 @@ class RunRecorder:
                 rec.prompt_counts = [n, round(pt["intended_mean"] * n), round(pt["usage_mean"] * n)]
             cache = d.get("cache")
             if cache:  # absent in files written before it existed
-                rec.cache_counts = [
-                    int(cache["requests"]),
-                    int(cache["reported"]),
-                    int(cache["reported_prompt_tokens"]),
-                    int(cache["cached_tokens"]),
-                ]
+                rec.cache = CacheTally.from_dict(cache)
             rl = d.get("rate_limit")
             if rl:
                 rec.refused = LatencyHistogram.from_dict(rl["histogram"])
@@ -574,49 +543,11 @@ class RunRecorder:
             )
         return rec
 
-    def cache_summary(self) -> dict[str, Any]:
-        """The run object's ``cache``: how much of the prompt the provider served from its prompt cache.
-
-        ``hit_rate`` = cached ÷ prompt tokens over the successes whose usage reported cached tokens (OpenAI's
-        ``prompt_tokens_details.cached_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``); null when none did:
-        a provider that says nothing about caching is "not reported", never a 0 % that would read as misses.
-        """
-        requests, reported, prompt, cached = self.cache_counts
-        return {
-            "requests": requests,
-            "reported": reported,
-            "reported_prompt_tokens": prompt,
-            "cached_tokens": cached,
-            "hit_rate": round(cached / prompt, 6) if prompt else None,
-        }
-
     def __repr__(self) -> str:
         return (
             f"RunRecorder({run_label(self.to_summary())}, requests={self.requests}, "
             f"successes={self.successes}, errors={self.errors})"
         )
-
-
-def input_cost(run: Mapping[str, Any], price: PriceConfig) -> dict[str, Any] | None:
-    """The input cost of a run object per 1,000 requests at ``price`` (``--price``), and without the cache.
-
-    Over the successes whose usage gave ``prompt_tokens``: cached tokens (where reported) at
-    ``price.cached_rate``, every other prompt token at ``price.input`` (a request whose provider did not say
-    pays full input); ``uncached_per_1k_requests`` is the same prompts all at ``input``. None without such
-    successes.
-    """
-    cache = run.get("cache") or {}
-    requests = int(cache.get("requests") or 0)
-    prompt = (run.get("tokens") or {}).get("input")
-    if not requests or prompt is None:
-        return None
-    per_1k = 1000.0 / requests
-    return {
-        "per_1k_requests": round(price.input_cost(int(prompt), int(cache.get("cached_tokens") or 0)) * per_1k, 6),
-        "uncached_per_1k_requests": round(price.input_cost(int(prompt)) * per_1k, 6),
-        "currency": price.currency,
-        "price": {"input": price.input, "cached_input": price.cached_rate},
-    }
 
 
 # -- labels ------------------------------------------------------------------------------------
