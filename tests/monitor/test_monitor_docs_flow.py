@@ -21,28 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ThreadedSim
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def doc_commands(doc: Path, program: str = "tailgate") -> list[str]:
-    """The ``program`` command lines of the doc's ```bash blocks, continuation lines joined, comments dropped."""
-    import re
-
-    out: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words and words[0] == program:
-                out.append(shlex.join(words) if ">" not in words else line.split("#")[0].strip())
-    return out
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TAILGATE_", "COLUMNS"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["XDG_DATA_HOME"] = str(tmp / "xdg")  # the default store, kept apart from the config's
-    return env
+from doc_flows import ROOT, doc_commands, doc_env
 
 
 def _until_first_round(command: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
@@ -87,7 +66,7 @@ def test_the_monitor_page_flow_runs_as_written(tmp_path: Path, threaded_sim: Cal
         "ledger: {path: ./gateway.db}\n",
         encoding="utf-8",
     )
-    env = _env(tmp_path)
+    env = doc_env(tmp_path)
     commands = doc_commands(ROOT / "docs" / "monitor.md")
     assert sum(c.startswith("tailgate leaderboard") for c in commands) >= 4, commands
     assert any("--peak-at" in c for c in commands)
@@ -123,7 +102,7 @@ def test_the_monitor_page_flow_runs_as_written(tmp_path: Path, threaded_sim: Cal
 def test_a_bare_leaderboard_after_a_configured_monitor_says_how_to_find_the_store(tmp_path: Path) -> None:
     """The flow the docs used to show (monitor --config, then a bare leaderboard) fails with a hint naming
     --config: the store is the config's ledger.path, not the default one."""
-    env = _env(tmp_path)
+    env = doc_env(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "tailgate", "leaderboard"],
         cwd=tmp_path,

@@ -7,34 +7,12 @@ here; the only thing the test adds is the environment variable the page document
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def doc_commands(doc: Path, program: str = "tailgate") -> list[str]:
-    """The ``program`` command lines of the doc's ```bash blocks, continuation lines joined, comments dropped."""
-    out: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words and words[0] == program:
-                out.append(shlex.join(words) if ">" not in words else line.split("#")[0].strip())
-    return out
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TAILGATE_", "COLUMNS"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["XDG_DATA_HOME"] = str(tmp / "xdg")
-    return env
+from doc_flows import ROOT, doc_commands, doc_env
 
 
 def test_doc_commands_are_read_from_the_page() -> None:
@@ -49,7 +27,7 @@ def test_the_scenarios_page_flow_runs_as_written(tmp_path: Path) -> None:
     """Every command of docs/scenarios.md's first block runs (exit 0) with TAILGATE_TIME_SCALE=0.02; each
     prints its tables, a verdict per question and the time-scale caveat; the files it names are written."""
     (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
-    env = {**_env(tmp_path), "TAILGATE_TIME_SCALE": "0.02"}
+    env = {**doc_env(tmp_path), "TAILGATE_TIME_SCALE": "0.02"}
     for command in doc_commands(ROOT / "docs" / "scenarios.md"):
         done = subprocess.run(  # noqa: S602 - the doc's own command line, as a user pastes it into a shell
             command,
