@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -62,15 +62,7 @@ Reason = Literal[
     "concurrency_limited",
     "budget_exceeded",
 ]
-REASONS: tuple[Reason, ...] = (
-    "model_not_allowed",
-    "key_expired",
-    "key_revoked",
-    "rpm_limited",
-    "tpm_limited",
-    "concurrency_limited",
-    "budget_exceeded",
-)
+REASONS: tuple[Reason, ...] = get_args(Reason)
 Kind = Literal["requests", "tokens", "cost"]
 _Period = tuple[str, Kind, float, float, str, float]
 """A budget: (counter name, kind, limit, period start, "daily" / "monthly", when it resets: Unix seconds)."""
