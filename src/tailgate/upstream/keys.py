@@ -7,6 +7,9 @@ from collections.abc import Sequence
 __all__ = ["KeyPool"]
 
 
+_MASK = (1 << 64) - 1
+
+
 class KeyPool:
     """Hands out a provider's keys in turn, so load (and per-key rate limits) spread evenly.
 
@@ -44,6 +47,24 @@ class KeyPool:
             return False
         self._revoked.add(index)
         return True
+
+    def pick(self, key: int) -> tuple[int, str] | None:
+        """The key a conversation with affinity key ``key`` (64 bits) uses: rendezvous hashing over the keys in
+        rotation, so the same conversation reaches the same account (its prompt cache) from every replica, and
+        a revoked key moves only its own conversations. None for a keyless provider."""
+        if not self._keys:
+            return None
+        best, best_score = 0, -1
+        for index in range(len(self._keys)):
+            if index in self._revoked:
+                continue
+            x = (key ^ ((index + 1) * 0x9E3779B97F4A7C15)) & _MASK
+            x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+            x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+            x ^= x >> 31
+            if x > best_score:
+                best, best_score = index, x
+        return best, self._keys[best]
 
     def next(self) -> tuple[int, str] | None:
         """The next key in turn with its index (revoked keys skipped), or None for a keyless provider."""
