@@ -232,7 +232,7 @@ class AffinityConfig(_Strict):
     sources: list[AffinitySource] = Field(default_factory=lambda: list(AFFINITY_SOURCES))
     """Where the key comes from, first that has one: ``header`` (``x-session-id``), ``prompt_cache_key``,
     ``user`` (Anthropic: ``metadata.user_id``), ``prefix`` (a hash of the system prompt + first user message)."""
-    prefix_chars: Annotated[int, Field(ge=16, le=1_000_000)] = 2048
+    prefix_chars: Annotated[int, Field(ge=16, le=1_000_000)] = 512
     """Characters of each stable-prefix part hashed (its head and tail halves and its length beyond that)."""
     epsilon: Annotated[float, Field(gt=0, le=1)] = 0.1
     """Hot-key bound: a route carries at most its share + epsilon of the alias's affinity assignments."""

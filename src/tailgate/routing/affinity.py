@@ -9,8 +9,8 @@ turn of a conversation to the other route 1 − Σ share² of the time (32 % at 
   Anthropic Messages body's ``metadata.user_id``), else a hash of the conversation's *stable prefix* — the
   system prompt and the first user message (OpenAI chat, Anthropic Messages, Responses ``instructions`` /
   ``input``), or the leading characters of a bare prompt (completions, a Responses string input). Bytes are
-  hashed (blake2b), never tokenized; a part longer than ``prefix_chars`` is hashed by its head and tail
-  (half of ``prefix_chars`` each) and its length, so the cost is bounded whatever the prompt's size.
+  hashed (CRC-32, spread to 64 bits), never tokenized; a part longer than ``prefix_chars`` is hashed by its
+  head and tail (half of ``prefix_chars`` each) and its length, so the cost is bounded whatever the prompt's size.
 - :class:`Affinity`: weighted rendezvous hashing (HRW) over the routes a policy admits for the request:
   each route scores ``-w / ln(u)`` with ``u`` a hash of (key, route) in (0, 1), and the routes go in
   descending score. P(route first) = w ÷ Σw over the candidates, so the population of conversations keeps
@@ -30,11 +30,10 @@ The upstream key within a provider is picked by the same key (``KeyPool.pick``: 
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections import deque
+import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from tailgate.routing.route import Route
@@ -64,7 +63,7 @@ class AffinitySettings:
 
     enabled: bool = True
     sources: tuple[Source, ...] = SOURCES
-    prefix_chars: int = 2048
+    prefix_chars: int = 512
     """Characters of each stable-prefix part hashed; a longer part: half from its head, half from its tail."""
     epsilon: float = 0.1
     """Hot-key bound: a route carries at most its share + epsilon of the alias's affinity assignments."""
@@ -75,7 +74,11 @@ class AffinitySettings:
 
 
 def _digest(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    """64 well-spread bits of ``text``: CRC-32 of its UTF-8 and its length, through splitmix64's finalizer.
+    CRC-32 runs at ~1.5 GB/s where blake2b runs at ~0.4 (docs/benchmarks.md, affinity); a routing key needs
+    spread, not secrecy: two conversations whose keys collide share a route, nothing else."""
+    data = text.encode("utf-8", "surrogatepass")
+    return _mix((zlib.crc32(data) << 32) | (len(data) & 0xFFFFFFFF))
 
 
 def _clip(text: str, limit: int) -> str:
@@ -164,7 +167,7 @@ def affinity_key(
     headers: Mapping[str, str],
     body: Mapping[str, Any],
     sources: Sequence[Source] = SOURCES,
-    prefix_chars: int = 2048,
+    prefix_chars: int = 512,
 ) -> tuple[int, Source] | None:
     """The request's affinity key (64 bits, the same in every process) and where it came from, or None when
     no configured source has one. Pure: headers are looked up lower-case (both servers' mappings answer so)."""
@@ -194,7 +197,7 @@ _ROUTE_IDS: dict[tuple[str, str], int] = {}
 
 
 def route_hash(provider: str, model: str) -> int:
-    """A route's 64-bit identity (blake2b of provider and model; cached): the same in every process."""
+    """A route's 64-bit identity (a hash of provider and model; cached): the same in every process."""
     key = (provider, model)
     h = _ROUTE_IDS.get(key)
     if h is None:
@@ -219,20 +222,28 @@ def hrw_order(key: int, routes: Sequence[Route], weight: Callable[[Route], float
     return [r for _, _, r in scored]
 
 
-@dataclass(slots=True)
 class _Load:
-    """The last ``size`` affinity assignments of an alias and each route's count among them."""
+    """The last ``size`` affinity assignments of an alias (a ring) and each route's count among them."""
 
-    size: int
-    recent: deque[tuple[str, str]] = field(default_factory=deque)
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    __slots__ = ("counts", "n", "pos", "ring", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ring: list[tuple[str, str] | None] = [None] * size
+        self.pos = 0
+        self.n = 0
+        self.counts: dict[tuple[str, str], int] = {}
 
     def add(self, rid: tuple[str, str]) -> None:
-        self.recent.append(rid)
-        self.counts[rid] = self.counts.get(rid, 0) + 1
-        if len(self.recent) > self.size:
-            old = self.recent.popleft()
-            self.counts[old] -= 1
+        counts, pos = self.counts, self.pos
+        old = self.ring[pos]
+        if old is not None:
+            counts[old] -= 1
+        else:
+            self.n += 1
+        self.ring[pos] = rid
+        counts[rid] = counts.get(rid, 0) + 1
+        self.pos = pos + 1 if pos + 1 < self.size else 0
 
 
 class Affinity:
@@ -259,49 +270,65 @@ class Affinity:
     def order(self, key: int, routes: Sequence[Route], weight: Callable[[Route], float]) -> list[Route]:
         """``routes`` in HRW order for ``key``, the first passed over while it is above its bound (then the
         next in HRW order); the route put first is counted in the window of this set of candidates."""
-        ranked = hrw_order(key, routes, weight)
-        if len(ranked) < 2 or weight(ranked[1]) <= 0:
-            return ranked  # no choice to bound
-        ids = tuple((r.provider, r.model) for r in routes)
+        scored: list[tuple[float, int, Route, tuple[str, str], float]] = []
+        total = 0.0
+        for i, r in enumerate(routes):
+            rid = (r.provider, r.model)
+            salt = _ROUTE_IDS.get(rid)
+            if salt is None:
+                salt = route_hash(r.provider, r.model)
+            w = weight(r)
+            if w > 0:
+                total += w
+                scored.append((w / math.log((_mix(key ^ salt) + 0.5) / _TWO64), i, r, rid, w))  # -score
+            else:
+                scored.append((0.0, i, r, rid, 0.0))
+        if len(scored) < 2:
+            return [s[2] for s in scored]
+        ids = tuple(s[3] for s in scored)  # the candidate set, in the policy's order
+        scored.sort()  # by -score, then the policy's order (the index is unique: routes never compared)
+        if scored[1][4] <= 0:
+            return [s[2] for s in scored]  # no choice to bound
         load = self._loads.get(ids)
         if load is None:
             if len(self._loads) >= 64:
                 self._loads.clear()
             load = self._loads[ids] = _Load(max(1, self.settings.window))
-        n = len(load.recent)
+        n = load.n
         if n >= load.size // 4:
-            total = sum(max(0.0, weight(r)) for r in ranked)
-            eps = self.settings.epsilon
-            for i, r in enumerate(ranked):
-                w = weight(r)
-                if w <= 0:
+            eps, counts = self.settings.epsilon, load.counts
+            for i, s in enumerate(scored):
+                if s[4] <= 0:
                     break
-                if load.counts.get((r.provider, r.model), 0) <= (w / total + eps) * n:
+                if counts.get(s[3], 0) <= (s[4] / total + eps) * n:
                     if i:
-                        ranked.insert(0, ranked.pop(i))
+                        scored.insert(0, scored.pop(i))
                         self.moved += 1
                     break
-        first = ranked[0]
-        load.add((first.provider, first.model))
-        return ranked
+        load.add(scored[0][3])
+        return [s[2] for s in scored]
 
     def loads(self) -> dict[tuple[str, str], float]:
         """(provider, model) → its share of the recent affinity assignments (what the bound is measured on), in
         the busiest window (the set of candidates with the most assignments)."""
         if not self._loads:
             return {}
-        load = max(self._loads.values(), key=lambda w: len(w.recent))
-        n = len(load.recent)
+        load = max(self._loads.values(), key=lambda w: w.n)
+        n = load.n
         return {k: c / n for k, c in load.counts.items() if n and c}
 
 
-@dataclass(frozen=True, slots=True)
 class Sticky:
     """What a policy's ``order`` gets for a request with an affinity key: the alias's :class:`Affinity` and
-    the key. The policy narrows the routes (class, SLO, breakers, exclusions) and weighs them; this orders."""
+    the key. The policy narrows the routes (class, SLO, breakers, exclusions) and weighs them; this orders.
+    A plain slotted class, not a frozen dataclass: one is made per request, and a frozen one's ``__init__``
+    costs a microsecond."""
 
-    affinity: Affinity
-    key: int
+    __slots__ = ("affinity", "key")
+
+    def __init__(self, affinity: Affinity, key: int) -> None:
+        self.affinity = affinity
+        self.key = key
 
     def first(self, routes: Sequence[Route], weight: Callable[[Route], float]) -> list[Route]:
         """The admitted routes of the request's first choice, in HRW order with the bound (counted)."""
@@ -309,4 +336,4 @@ class Sticky:
 
     def rest(self, routes: Sequence[Route], weight: Callable[[Route], float]) -> list[Route]:
         """Fallback routes in HRW order (not counted): a conversation's fallback is the same every time."""
-        return hrw_order(self.key, routes, weight)
+        return hrw_order(self.key, routes, weight) if routes else []
