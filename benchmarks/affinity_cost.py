@@ -10,10 +10,11 @@ Prints µs per request (median of the rounds) and the added cost; the target is 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tailgate.routing import AdaptivePolicy, Affinity, AffinitySettings, HealthRegistry, Sticky
@@ -58,6 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         "ascii": _body(4.0, "The harbour town wakes before dawn; gulls argue over the nets. "),
         "chinese": _body(1.0, "港口小镇在黎明前醒来，海鸥在渔网上争吵。作者希望保留原有的语气。"),
     }
+    # 64 conversations of each (their documents' first line differs), taken in turn: ordinary traffic, no hot key
+    variants: dict[str, list[dict[str, Any]]] = {}
+    for name, body in bodies.items():
+        variants[name] = []
+        for v in range(64):
+            msgs = [dict(m) for m in body["messages"]]
+            msgs[1]["content"] = f"Conversation {v}. " + msgs[1]["content"]
+            variants[name].append({**body, "messages": msgs})
     header: dict[str, str] = {}
     session = {"x-session-id": "conversation-42"}
 
@@ -68,14 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, body in bodies.items():
         chars = sum(len(m["content"]) for m in body["messages"])
 
-        def with_affinity(body: dict[str, Any] = body, chars: int = chars) -> object:
-            key = aff.key(header, body, chars / 4)
+        turn = itertools.cycle(variants[name])
+
+        def with_affinity(turn: Iterator[dict[str, Any]] = turn, chars: int = chars) -> object:
+            key = aff.key(header, next(turn), chars / 4)
             assert key is not None
             order = policy.order(routes, None, (), Sticky(aff, key))
             return order, pool.pick(key)
 
-        def key_only(body: dict[str, Any] = body, chars: int = chars) -> object:
-            return aff.key(header, body, chars / 4)
+        def key_only(turn: Iterator[dict[str, Any]] = turn, chars: int = chars) -> object:
+            return aff.key(header, next(turn), chars / 4)
 
         cases[f"+ affinity, 8k-token {name} prompt (key + HRW + bound + upstream key)"] = with_affinity
         cases[f"  the key alone, {name}"] = key_only

@@ -200,3 +200,23 @@ def test_upstream_key_by_the_same_hash() -> None:
         if before[0] != 2:
             assert after == before  # only the revoked key's conversations move
     assert KeyPool([]).pick(1) is None
+
+
+def test_only_hot_keys_are_passed_on() -> None:
+    """Ordinary conversations keep their route even when chance puts a route over its bound; the hot key carries
+    the spill. Here the bound's window is short (40) so chance alone crosses it often."""
+    aff = Affinity(AffinitySettings(epsilon=0.1, window=40))
+    rng = random.Random(6)
+    hot = 99
+    hot_winner = hrw_order(hot, [A, B], _w)[0]
+    moved_ordinary = 0
+    hot_firsts: list[str] = []
+    for i in range(6000):
+        if i % 3 == 0:
+            hot_firsts.append(aff.order(hot, [A, B], _w)[0].provider)
+        else:
+            k = rng.getrandbits(64)
+            moved_ordinary += aff.order(k, [A, B], _w)[0] is not hrw_order(k, [A, B], _w)[0]
+    assert moved_ordinary == 0
+    assert aff.moved > 0  # the hot key was passed on
+    assert hot_firsts.count(hot_winner.provider) < len(hot_firsts)

@@ -21,8 +21,11 @@ turn of a conversation to the other route 1 − Σ share² of the time (32 % at 
   ``window`` affinity assignments of the alias among the same candidate routes, a route whose count exceeds
   ``(share + epsilon) × n`` is passed over for the next in HRW order. So a hot key (one prefix carrying much
   of the traffic) never drags more than ``share + epsilon`` of the alias's affinity traffic onto one route
-  (+ 1 / window: the assignment that crosses it); the bound applies once
-  ``window // 4`` assignments are counted (below that the window is too short to tell a hot key from chance).
+  (+ 1 / window: the assignment that crosses it). Only a *hot* key is passed on: one with at least
+  ``epsilon / 2`` of the window's assignments (50 of 1,000 at the defaults). A route above its bound by chance
+  alone (many ordinary conversations, each a few turns) keeps them: moving an ordinary conversation would cost
+  its cache for nothing, and the split of ordinary conversations is right in expectation already. The bound
+  applies once ``window // 4`` assignments are counted.
   The window is per gateway process: replicas agree on every key except while one of them passes a hot key on.
 
 The upstream key within a provider is picked by the same key (``KeyPool.pick``: caches are per account).
@@ -223,26 +226,34 @@ def hrw_order(key: int, routes: Sequence[Route], weight: Callable[[Route], float
 
 
 class _Load:
-    """The last ``size`` affinity assignments of an alias (a ring) and each route's count among them."""
+    """The last ``size`` affinity assignments of an alias (a ring of (route, key)), each route's and each key's
+    count among them."""
 
-    __slots__ = ("counts", "n", "pos", "ring", "size")
+    __slots__ = ("counts", "keys", "n", "pos", "ring", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.ring: list[tuple[str, str] | None] = [None] * size
+        self.ring: list[tuple[tuple[str, str], int] | None] = [None] * size
         self.pos = 0
         self.n = 0
         self.counts: dict[tuple[str, str], int] = {}
+        self.keys: dict[int, int] = {}
 
-    def add(self, rid: tuple[str, str]) -> None:
-        counts, pos = self.counts, self.pos
+    def add(self, rid: tuple[str, str], key: int) -> None:
+        counts, keys, pos = self.counts, self.keys, self.pos
         old = self.ring[pos]
         if old is not None:
-            counts[old] -= 1
+            counts[old[0]] -= 1
+            left = keys[old[1]] - 1
+            if left:
+                keys[old[1]] = left
+            else:
+                del keys[old[1]]
         else:
             self.n += 1
-        self.ring[pos] = rid
+        self.ring[pos] = (rid, key)
         counts[rid] = counts.get(rid, 0) + 1
+        keys[key] = keys.get(key, 0) + 1
         self.pos = pos + 1 if pos + 1 < self.size else 0
 
 
@@ -295,8 +306,9 @@ class Affinity:
                 self._loads.clear()
             load = self._loads[ids] = _Load(max(1, self.settings.window))
         n = load.n
-        if n >= load.size // 4:
-            eps, counts = self.settings.epsilon, load.counts
+        eps = self.settings.epsilon
+        if n >= load.size // 4 and load.keys.get(key, 0) * 2 >= eps * n:  # a hot key (see the module docstring)
+            counts = load.counts
             for i, s in enumerate(scored):
                 if s[4] <= 0:
                     break
@@ -305,7 +317,7 @@ class Affinity:
                         scored.insert(0, scored.pop(i))
                         self.moved += 1
                     break
-        load.add(scored[0][3])
+        load.add(scored[0][3], key)
         return [s[2] for s in scored]
 
     def loads(self) -> dict[tuple[str, str], float]:
