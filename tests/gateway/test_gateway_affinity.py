@@ -128,6 +128,14 @@ async def test_population_splits_80_20_and_short_requests_keep_the_exact_split(
         s = Counter(p for p, _ in got)["primary"] / 500
         assert abs(s - 0.8) <= 0.01, s
 
+    # embeddings have no prompt cache: identical long inputs are split per request, not held as a hot key
+    async def embed(i: int) -> str:
+        raw = await client.embeddings.with_raw_response.create(model="writer", input=_doc(1))
+        return str(raw.headers["x-tailgate-provider"])
+
+    embeds = await _gather(200, embed)
+    assert abs(Counter(embeds)["primary"] / 200 - 0.8) <= 0.01
+
 
 async def test_a_drained_route_moves_only_its_conversations_and_they_come_back(
     sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]

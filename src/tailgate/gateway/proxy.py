@@ -161,7 +161,7 @@ class Proxy:
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
         sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
-        affinity = table.affinity.get(req.model)
+        affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
         if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
             sticky, ctx.affinity_key = Sticky(affinity, key), key
         order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude, sticky)
