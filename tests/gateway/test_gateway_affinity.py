@@ -7,11 +7,13 @@ stays within its bound."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import pytest
 
 from conftest import GatewayHandle, SimFactory
 
@@ -173,11 +175,18 @@ async def test_a_drained_route_moves_only_its_conversations_and_they_come_back(
         assert 0.0 < rates[name]["hit_rate"] < 1.0
 
 
+@pytest.mark.parametrize("backend", ["local", "redis"])
 async def test_three_replicas_agree_on_every_conversation_without_shared_state(
-    sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]
+    sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any], backend: str, request: pytest.FixtureRequest
 ) -> None:
+    """Three replicas, alone (local state) or as a fleet on one Redis: the route is a function of the key and
+    the admitted routes, so they agree on every conversation (the chooser itself reads no state)."""
     a, b = await _sims(sim)
-    replicas = [await gateway(_config(a.url, b.url), ledger=False) for _ in range(3)]
+    config = _config(a.url, b.url)
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        config["state"] = {"backend": "redis", "url": server.url, "namespace": f"t{uuid.uuid4().hex[:12]}"}
+    replicas = [await gateway(config, ledger=False) for _ in range(3)]
     clients = [oai(g.url) for g in replicas]
     picks: list[set[str]] = []
     for i in range(150):
