@@ -220,3 +220,17 @@ def test_only_hot_keys_are_passed_on() -> None:
     assert moved_ordinary == 0
     assert aff.moved > 0  # the hot key was passed on
     assert hot_firsts.count(hot_winner.provider) < len(hot_firsts)
+
+
+def test_the_cache_minimum_counts_the_prompt_text_not_the_json_around_it() -> None:
+    """The gateway's estimate (body bytes / 4) counts the JSON too: a 40-token prompt in a body of 90 estimated
+    tokens is still split per request; a prompt of 70 tokens of text gets affinity."""
+    aff = Affinity(AffinitySettings(min_tokens=64))
+    short = {"model": "m", "messages": [{"role": "user", "content": "x" * 160}], "stream_options": {"a": "b" * 150}}
+    assert aff.key({}, short, prompt_tokens=90) is None
+    long = {"model": "m", "messages": [{"role": "system", "content": "s" * 80}, {"role": "user", "content": "x" * 200}]}
+    assert aff.key({}, long, prompt_tokens=90) is not None
+    anthropic = {"system": [{"type": "text", "text": "s" * 200}], "messages": [{"role": "user", "content": "hi"}]}
+    assert aff.key({}, anthropic, prompt_tokens=80) is None  # 202 bytes of text: 50.5 tokens
+    responses = {"instructions": "i" * 100, "input": "x" * 200}
+    assert aff.key({}, responses, prompt_tokens=100) is not None  # 300 bytes: 75 tokens

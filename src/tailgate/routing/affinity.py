@@ -189,6 +189,32 @@ def affinity_key(
     return None
 
 
+BORDER_TOKENS: Final = 256
+"""Above the cache minimum by less than this (the gateway's estimate, body bytes / 4, counts the JSON around the
+prompt too), the prompt's own text is counted (:func:`prompt_text_tokens`) before affinity applies."""
+
+
+def prompt_text_tokens(body: Mapping[str, Any]) -> float:
+    """The prompt's text in tokens, estimated as its UTF-8 bytes / 4 (what the gateway's own estimate assumes):
+    every message's text (OpenAI, Anthropic with its ``system``, Responses with ``instructions``) or the
+    completions ``prompt``. Walks every message: used only near the cache minimum."""
+    size = 0
+    parts: list[Any] = [body.get("system"), body.get("instructions"), body.get("prompt")]
+    for key in ("messages", "input"):
+        items = body.get(key)
+        if isinstance(items, list):
+            parts += [m.get("content") if isinstance(m, dict) else m for m in items]
+        else:
+            parts.append(items)
+    for part in parts:
+        if part is None:
+            continue
+        text = _text(part) if not isinstance(part, str) else part
+        if text:
+            size += len(text.encode("utf-8", "surrogatepass"))
+    return size / 4
+
+
 def _mix(x: int) -> int:
     """splitmix64's finalizer: a 64-bit integer → a well-spread 64-bit integer."""
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
@@ -275,6 +301,10 @@ class Affinity:
         s = self.settings
         if not s.enabled or (prompt_tokens is not None and prompt_tokens < s.min_tokens):
             return None
+        if (prompt_tokens is None or prompt_tokens < s.min_tokens + BORDER_TOKENS) and (
+            prompt_text_tokens(body) < s.min_tokens
+        ):
+            return None  # the body's estimate counts its JSON too: near the minimum, count the text itself
         got = affinity_key(headers, body, s.sources, s.prefix_chars)
         return got[0] if got is not None else None
 
