@@ -34,7 +34,7 @@ from tailgate.gateway.hedging import Race
 from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
-from tailgate.routing import Route, should_shed
+from tailgate.routing import Route, Sticky, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -160,7 +160,11 @@ class Proxy:
         wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
-        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
+        sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
+        affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
+        if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
+            sticky, ctx.affinity_key = Sticky(affinity, key), key
+        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
             raise refusals.no_route(core.providers, routes, now, ctx)
         tokens = prompt + output
@@ -379,7 +383,12 @@ class Proxy:
         provider.in_flight += 1
         try:
             async with call(
-                provider.client, PATHS[ctx.endpoint], payload, stream=False, request_id=ctx.request_id
+                provider.client,
+                PATHS[ctx.endpoint],
+                payload,
+                stream=False,
+                request_id=ctx.request_id,
+                key_hash=ctx.affinity_key,
             ) as c:
                 async for event in c:
                     if isinstance(event, Sent):
@@ -428,6 +437,7 @@ class Proxy:
                 stream=True,
                 client_wants_usage=wants_usage,
                 request_id=ctx.request_id,
+                key_hash=ctx.affinity_key,
             ) as c:
                 async for event in c:
                     if isinstance(event, Chunk):
