@@ -97,11 +97,16 @@ def gateways(workdir: Path, name: str, upstream: str, state: str, n: int) -> Ite
         ]
 
 
-def overhead(wrk: Wrk, hops: dict[str, Server], st: argparse.Namespace, checks: Checks) -> dict[str, Any]:
+def overhead(
+    wrk: Wrk, hops: dict[str, Server], st: argparse.Namespace, checks: Checks, redis_url: str
+) -> dict[str, Any]:
     """Each hop (``local`` first, then the Redis ones) under the identical wrk command, interleaved in rounds
     (the order rotates each round); every Redis hop's numbers are ratios to ``local``'s in the same round.
     Redis calls per request: the gateway's ``tailgate_state_calls_total`` over a run ÷ the requests wrk
-    completed (every round trip for requests and their background work; the sync loop's 4 per second not)."""
+    completed (every round trip for requests and their background work; the sync loop's 4 per second not).
+    Beside it, Lua script calls per request as Redis counts them (``INFO commandstats``: ``evalsha`` + ``eval``,
+    every gateway on that Redis and their syncs included), which a tree without that metric can be measured by
+    (``PYTHONPATH=OLD/src``)."""
     key = {"tenant": "tg-tenant-key-00000", "bench": "tg-bench-key-000000"}[st.key]
     script = wrk.script(_LUA.format(key=key, body=_chat_body(stream=False)))
     for name, hop in hops.items():  # warm-up: connections, pools, leases
@@ -112,9 +117,10 @@ def overhead(wrk: Wrk, hops: dict[str, Server], st: argparse.Namespace, checks: 
         for conns in (1, 50):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
-                before = state_calls(hops[name])
+                before, scripts_before = state_calls(hops[name]), script_calls(redis_url)
                 res = wrk.run(hops[name], script, connections=conns, duration_s=st.duration, timeout_s=10)
                 calls = state_calls(hops[name]) - before
+                scripts = script_calls(redis_url) - scripts_before
                 check_wrk(checks, f"round {r + 1} c{conns} {name}", res)
                 cpu_us = res.server_cpu / res.rps * 1e6 if res.server_cpu and res.rps else float("nan")
                 done = res.rps * st.duration
@@ -125,6 +131,7 @@ def overhead(wrk: Wrk, hops: dict[str, Server], st: argparse.Namespace, checks: 
                         "p99": res.latency_ms["p99"],
                         "cpu_us": cpu_us,
                         "redis_calls_per_request": calls / done if done else float("nan"),
+                        "redis_scripts_per_request": scripts / done if done else float("nan"),
                     }
                 )
     out: dict[str, Any] = {"runs": {f"{k[0]}-c{k[1]}": v for k, v in runs.items()}}
@@ -153,6 +160,18 @@ def state_calls(srv: Server) -> float:
     with urllib.request.urlopen(srv.url + "/metrics", timeout=10) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
     return sum(float(v) for v in re.findall(r"^tailgate_state_calls_total(?:\{[^}]*\})? (\S+)", text, re.M))
+
+
+def script_calls(url: str) -> int:
+    """Lua script calls the redis-server has run (``INFO commandstats``: ``evalsha`` + ``eval``)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
@@ -381,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                     "Redis round trip (PING, median): "
                     + ", ".join(f"{k} {v:.3f} ms" for k, v in result["redis_rtt_ms"].items())
                 )
-                result["overhead"] = overhead(wrk, hops, st, checks)
+                result["overhead"] = overhead(wrk, hops, st, checks, redis.url)
                 result["overhead"]["redis_fallbacks"] = fallbacks([hops[n] for n in hops if n != "local"])
             if not st.skip_accuracy:
                 acc_state = (
@@ -446,7 +465,11 @@ def main(argv: list[str] | None = None) -> int:
         p50 = ", ".join(f"{r['p50']:.3f}" for r in runs)
         cpu = ", ".join(f"{r['cpu_us']:.0f}" for r in runs)
         calls = ", ".join(f"{r['redis_calls_per_request']:.3f}" for r in runs)
-        console.print(f"  {mode}: req/s {rps}; P50 ms {p50}; gateway CPU µs/request {cpu}; Redis calls/req {calls}")
+        lua = ", ".join(f"{r['redis_scripts_per_request']:.3f}" for r in runs)
+        console.print(
+            f"  {mode}: req/s {rps}; P50 ms {p50}; gateway CPU µs/request {cpu}; Redis calls/req {calls}; "
+            f"Lua scripts/req (INFO) {lua}"
+        )
     for c in checks.items:
         if not c["ok"]:
             console.print(f"[red]FAILED[/] {c['name']}: {c['detail']}")
