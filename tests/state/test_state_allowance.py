@@ -167,7 +167,7 @@ async def test_requests_flow_at_local_speed_with_redis_200ms_away(redis_server: 
         allow = Allowances(state, tick_s=0.05)
         allow.start()
         slot = Slot("key:t:concurrency", 100)
-        claims = _claims(100.0, tpm=10_000_000.0)
+        claims = _claims(100.0, tpm=1_000_000.0)  # slices of at most 100 requests: renewed several times below
         for _ in range(50):
             assert await _one(allow, claims, slot, used=60.0)
         proxy.delay_s = 0.2

@@ -9,7 +9,7 @@ took from Redis in one atomic take (counted there like any reservation), and per
 replica holds is admitted by :meth:`Allowances.reserve_now` — a few dict operations, no Redis call — and its
 settlement (the actual tokens, the slot) goes back into the allowance locally (:meth:`settle_now`). What
 cannot be corrected locally (a refund to an older window bucket, an overrun of a window) is summed and sent
-in one ``settle`` per tick (``tick_s``, 0.2 s), in the background.
+in one ``settle`` at most ``max_age_s`` (1 s) later, in the background.
 
 The sizes (``_size``): a slice holds what this replica spent of the counter over the last ``max_age_s``
 (1 s) × 2, at least ``min_requests`` (4) requests' worth, at most ``fraction`` (1 %) of the limit ÷ the
@@ -39,7 +39,6 @@ to one slice less: ≤ 1 % ÷ replicas); its spare slots free at their TTL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Coroutine, Sequence
@@ -348,14 +347,15 @@ class Allowances:
             self._pending_add(name, a.window_s, None, -a.balance)
 
     async def _flush(self, releases: Sequence[tuple[str, str]] = ()) -> None:
-        """Send the pending corrections (one ``settle``) and release ``releases`` (spare slots)."""
+        """Send the pending corrections and release ``releases`` (spare slots): ``settle`` calls made in one
+        turn of the loop, which Redis sends as one script call (``RedisState.settle``)."""
         pending, self._pending = self._pending, {}
         adjustments = [Adjustment(n, d, w, b) for (n, w, b), d in pending.items() if d]
-        with contextlib.suppress(Exception):
-            if adjustments:
-                await self.state.settle(adjustments)
-            if releases:
-                await asyncio.gather(*(self.state.release(n, m) for n, m in releases))
+        calls = [self.state.settle([], (n, m)) for n, m in releases]
+        if adjustments:
+            calls.append(self.state.settle(adjustments))
+        if calls:
+            await asyncio.gather(*calls, return_exceptions=True)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -363,8 +363,10 @@ class Allowances:
         task.add_done_callback(self._tasks.discard)
 
     async def _ticks(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(self.tick_s)
+            ticks += 1
             now = time.monotonic()
             for name, a in list(self._slices.items()):
                 if not a.used or (now - a.taken_at > 2 * self.max_age_s and not a.renewing):
@@ -373,12 +375,19 @@ class Allowances:
                     a.used = False
             releases: list[tuple[str, str]] = []
             for name, sp in list(self._spares.items()):
-                # Spare slots beyond what a tick's peak needs (all of them after an idle tick) go back.
+                # Spare slots beyond twice what a tick's peak needs go back (down to what it needs), all of
+                # them after an idle tick: the hysteresis keeps a busy key from releasing and re-acquiring.
                 keep = 0 if not sp.used else math.ceil(sp.peak / 4) + 1
-                while len(sp.free) > keep:
-                    releases.append((name, sp.free.pop()))
+                if len(sp.free) > 2 * keep:
+                    while len(sp.free) > keep:
+                        releases.append((name, sp.free.pop()))
                 if not sp.free and not sp.busy:
                     del self._spares[name]
                 sp.used, sp.peak = False, len(sp.busy)
-            if self._pending or releases:
+            # Corrections (and give-backs) go at most ``max_age_s`` after they were made, with any release at once.
+            due = ticks * self.tick_s >= self.max_age_s
+            if releases or (self._pending and due):
+                ticks = 0
                 self._spawn(self._flush(releases))
+            elif due:
+                ticks = 0
