@@ -31,12 +31,14 @@ async def _one(allow: Allowances, claims: list[Claim], slot: Slot | None = None,
     if not res.ok:
         return False
     if used is not None:
-        allow.settle_now(
+        rest = allow.settle_now(
             [
                 Adjustment(c.name, used - c.amount, c.window_s, a.bucket)
                 for c, a in zip(claims, res.admissions, strict=True)
             ]
         )
+        if rest:  # counters decided per request: settled at once, as the gateway does
+            await allow.state.settle(rest)
     if res.lease is not None and slot is not None and not allow.release_now(slot.name, res.lease.token):
         await allow.state.release(slot.name, res.lease.token)
     return True

@@ -373,12 +373,11 @@ class KeyAdmission:
         ticket.takes.clear()
         ticket.settled = True
         allow = self._held(state)
-        if allow is not None:  # back into the allowances (no round trip); what they cannot take, in the next tick
-            allow.settle_now(refunds)
+        if allow is not None:  # back into the allowances (no round trip); counters decided per request: now
+            refunds = allow.settle_now(refunds)
             if lease is not None and allow.release_now(*lease):
                 lease = None
-            refunds = []
-            if lease is None:
+            if lease is None and not refunds:
                 return
         await state.settle(refunds, lease)
 
@@ -438,21 +437,20 @@ class KeyAdmission:
         if isinstance(state, LocalState):  # never waits: no task per request
             state.settle_now(self._fixes(ticket, prompt_tokens, output_tokens, cost), ticket.lease)
             return
+        fixes = self._fixes(ticket, prompt_tokens, output_tokens, cost)
         allow = self._held(state)
-        if allow is not None:  # into the allowances; what they cannot absorb goes with the next tick's batch
-            allow.settle_now(self._fixes(ticket, prompt_tokens, output_tokens, cost))
-            ticket.takes.clear()
-            if ticket.lease is None or allow.release_now(*ticket.lease):
+        if allow is not None:  # into the allowances; counters decided per request are settled now, as before
+            fixes = allow.settle_now(fixes)
+            if ticket.lease is not None and allow.release_now(*ticket.lease):
                 ticket.lease = None
+            if ticket.lease is None and not fixes:
                 return
-        task = asyncio.get_running_loop().create_task(self._settle(ticket, prompt_tokens, output_tokens, cost))
+        task = asyncio.get_running_loop().create_task(self._settle(fixes, ticket.lease))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _settle(
-        self, ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None
-    ) -> None:
-        await self._state().settle(self._fixes(ticket, prompt_tokens, output_tokens, cost), ticket.lease)
+    async def _settle(self, fixes: list[Adjustment], lease: tuple[str, str] | None) -> None:
+        await self._state().settle(fixes, lease)
 
     @staticmethod
     def _fixes(

@@ -317,17 +317,24 @@ class Allowances:
             self._spawn(self._flush([(name, member)]))
         return True
 
-    def settle_now(self, adjustments: Sequence[Adjustment]) -> None:
+    def settle_now(self, adjustments: Sequence[Adjustment]) -> list[Adjustment]:
         """Apply a request's corrections: into the slice held where it can (a refund to the slice's bucket, any
-        correction of a budget), else summed per bucket for the next tick's one background ``settle``."""
+        correction of a budget), else, for a counter this replica holds a slice of, summed per bucket for the
+        background ``settle`` at most ``max_age_s`` later. Returns the corrections of counters decided per
+        request (no slice held), for the caller to send now: their refunds are the room the next request of
+        a small limit or a nearly spent budget needs, exactly accounted."""
+        now: list[Adjustment] = []
         for adj in adjustments:
             a = self._slices.get(adj.name)
-            if a is not None and a.window_s == adj.window_s and (adj.window_s is None or adj.bucket == a.bucket):
+            if a is None or a.window_s != adj.window_s:
+                now.append(adj)
+            elif adj.window_s is None or adj.bucket == a.bucket:
                 a.balance -= adj.delta
                 if adj.delta > 0:
                     a.spent += adj.delta
-                continue
-            self._pending_add(adj.name, adj.window_s, adj.bucket if adj.delta < 0 else None, adj.delta)
+            else:
+                self._pending_add(adj.name, adj.window_s, adj.bucket if adj.delta < 0 else None, adj.delta)
+        return now
 
     def _pending_add(self, name: str, window_s: float | None, bucket: int | None, delta: float) -> None:
         k = (name, window_s, bucket)
