@@ -127,6 +127,32 @@ async def test_a_tiny_limit_is_decided_per_request_exactly(replicas: StateFactor
         await a.close()
 
 
+async def test_a_window_at_its_limit_refuses_without_a_round_trip_per_request(replicas: StateFactory) -> None:
+    """A tpm spent to its limit: the first refusal asks Redis; the next 100 of the same size are refused from
+    the remembered answer (no Redis call) until the window could have room — and a refund of the counter
+    (a request that used less) forgets it at once."""
+    state = await replicas()
+    assert isinstance(state, RedisState)
+    allow = Allowances(state)
+    claims = [Claim("key:t:tpm", 1000.0, 3000.0, 60.0)]
+    assert [await _one(allow, claims) for _ in range(3)] == [True] * 3
+    assert not await _one(allow, claims)
+    before = state.calls
+    for _ in range(100):
+        res = await allow.reserve(claims, None)
+        assert not res.ok
+        assert res.admissions[-1].retry_after_s > 0
+    assert state.calls == before
+    assert allow.refusals_remembered == 100
+    assert allow.settle_now([Adjustment("key:t:tpm", -500.0, 60.0, None)])  # per request: the caller sends it
+    await state.adjust("key:t:tpm", -500.0, 60.0)
+    before = state.calls
+    assert not (await allow.reserve(claims, None)).ok  # asked again: 500 of room is not 1,000
+    assert state.calls == before + 1
+    assert (await allow.reserve([Claim("key:t:tpm", 400.0, 3000.0, 60.0)], None)).ok  # a smaller one fits
+    await allow.close()
+
+
 async def test_a_concurrency_cap_is_exact_with_spare_slots(replicas: StateFactory) -> None:
     """max_concurrency 30 over three replicas holding spare slots: never more than 30 in flight fleet-wide,
     30 reached, and after close no slot is left held in Redis."""

@@ -108,6 +108,10 @@ class Allowances:
         """name → units per second this replica spent from its last slice (sizes the next one)."""
         self._pending: dict[tuple[str, float | None, int | None], float] = {}
         """Corrections not absorbed locally, summed per (name, window, bucket), sent by the next tick."""
+        self._refused: dict[str, tuple[float, float, Admission]] = {}
+        """name → (monotonic time, amount, the refusal): a window's refusal Redis gave an amount, valid for that
+        amount or more until enough of the window rolls off (or a refund of the name makes room): a flood over a
+        ``tpm`` costs no round trip per refused request."""
         self._locks: dict[tuple[str, ...], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -115,6 +119,8 @@ class Allowances:
         """Reservations answered from allowances (no Redis call)."""
         self.remote = 0
         """Reservations that waited for the backend (an allowance exhausted, or a limit decided exactly)."""
+        self.refusals_remembered = 0
+        """Refusals answered from a remembered Redis refusal of the same window (no Redis call)."""
         self.renewals = 0
         """Background takes that renewed a slice ahead of need."""
         self.waits: list[float] = []
@@ -184,6 +190,9 @@ class Allowances:
         res = self.reserve_now(claims, slot)
         if res is not None:
             return res
+        refused = self._still_refused(claims)
+        if refused is not None:
+            return refused
         key = tuple(c.name for c in claims) + ((slot.name,) if slot is not None else ())
         lock = self._locks.get(key)
         if lock is None:
@@ -196,12 +205,41 @@ class Allowances:
                 res = self.reserve_now(claims, slot)
                 if res is not None:
                     return res
+                refused = self._still_refused(claims)
+                if refused is not None:
+                    return refused
                 self.remote += 1
-                return await self._fetch(claims, slot)
+                res = await self._fetch(claims, slot)
+                if not res.ok and res.admissions and not res.admissions[-1].ok:
+                    adm, c = res.admissions[-1], claims[len(res.admissions) - 1]
+                    if c.window_s is not None and not adm.local and 0 < adm.retry_after_s < math.inf:
+                        self._refused[c.name] = (time.monotonic() + adm.retry_after_s, c.amount, adm)
+                return res
         finally:
             self.waits.append(time.monotonic() - t0)
             if len(self.waits) > 1000:
                 del self.waits[:500]
+
+    def _still_refused(self, claims: Sequence[Claim]) -> Reservation | None:
+        """The refusal Redis gave one of ``claims``' windows, while nothing can have rolled off it since."""
+        if not self._refused:
+            return None
+        now = time.monotonic()
+        for i, c in enumerate(claims):
+            hit = self._refused.get(c.name)
+            if hit is None:
+                continue
+            until, amount, adm = hit
+            if until <= now or adm.limit != c.limit:
+                del self._refused[c.name]
+                continue
+            if c.amount < amount:
+                continue
+            wait = until - now
+            self.refusals_remembered += 1
+            ok = tuple(Admission(True, 0.0, 0.0, x.limit) for x in claims[:i])
+            return Reservation(False, (*ok, Admission(False, wait, adm.remaining, c.limit, wait)))
+        return None
 
     async def _fetch(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation:
         sizes = [self._size(c) for c in claims]
@@ -325,6 +363,8 @@ class Allowances:
         a small limit or a nearly spent budget needs, exactly accounted."""
         now: list[Adjustment] = []
         for adj in adjustments:
+            if adj.delta < 0:
+                self._refused.pop(adj.name, None)  # a refund may have made room
             a = self._slices.get(adj.name)
             if a is None or a.window_s != adj.window_s:
                 now.append(adj)
