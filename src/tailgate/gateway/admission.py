@@ -145,8 +145,12 @@ class KeyAdmission:
         *,
         store: str | Path | None = None,
         clock: Callable[[], float] = time.time,
+        allowances: bool = True,
     ) -> None:
         self.directory = directory
+        self._allowances = allowances
+        """Admit from allowances held (``state/allowance.py``) with a backend that has round trips; False:
+        every request reserves and settles in the backend (the exhausted-allowance path, for benchmarks)."""
         self._fleet = state
         self._own = LocalState()  # until (or unless) the gateway has a fleet state
         self._store = store
@@ -194,6 +198,8 @@ class KeyAdmission:
         try:
             if isinstance(state, LocalState):
                 res = state.reserve_now(claims, plan.slot)
+            elif not self._allowances or state.backend == "local":  # no round trips to save
+                res = await state.reserve(claims, plan.slot)
             else:
                 allow = self.allowances(state)
                 now_res = allow.reserve_now(claims, plan.slot)
