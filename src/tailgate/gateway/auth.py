@@ -23,11 +23,13 @@ def _digest(key: str) -> bytes:
 
 
 def bearer(request: HasHeaders) -> str | None:
-    """The bearer token of a request (``Authorization: Bearer X`` or OpenAI-style ``api-key: X``)."""
+    """The bearer token of a request: ``Authorization: Bearer X``, Azure-style ``api-key: X``, or Anthropic's
+    ``x-api-key: X`` (the Anthropic SDK's ``api_key`` / ``ANTHROPIC_API_KEY``; its ``auth_token`` /
+    ``ANTHROPIC_AUTH_TOKEN`` is a bearer)."""
     auth = request.headers.get("Authorization")
     if auth is not None and auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return request.headers.get("api-key")
+    return request.headers.get("api-key") or request.headers.get("x-api-key")
 
 
 class KnownKeyRefused(WireError):
@@ -90,7 +92,8 @@ class KeyRing:
         token = bearer(request)
         if not token:
             raise wire_errors.authentication_error(
-                "Missing API key. Send it as 'Authorization: Bearer <key>' (the key the gateway issued you)."
+                "Missing API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>' "
+                "(the key the gateway issued you)."
             )
         digest = _digest(token)
         found: _Key | None = None
