@@ -37,6 +37,8 @@ class TargetSpec:
     api_key: str | None = field(default=None, repr=False)
     timeouts: Timeouts = field(default_factory=Timeouts)
     headers: tuple[tuple[str, str], ...] = ()
+    api: str = "openai"
+    """``openai`` or ``anthropic`` (``--api``): the protocol of ``base_url`` (loadgen.Target.path)."""
 
     def build(self, max_connections: int) -> Target:
         endpoint = Endpoint(
@@ -47,7 +49,7 @@ class TargetSpec:
             max_connections=max_connections,
             headers=dict(self.headers),
         )
-        return Target(self.name, UpstreamClient(endpoint), self.model)
+        return Target(self.name, UpstreamClient(endpoint), self.model, self.api)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ class LoadConfig(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=100_000)] = 64
     input_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 128
     max_in_flight: Annotated[int, Field(ge=1)] = 10_000
+    api: Literal["openai", "anthropic"] = "openai"
+    """The protocol the load speaks to the gateway: OpenAI chat, or Anthropic's Messages API (``/v1/messages``)."""
 
     @model_validator(mode="after")
     def _one_mode(self) -> LoadConfig:
