@@ -10,11 +10,13 @@ One ``tailgate mock`` (preset ``instant``: 0.1 ms decode steps, no queue; it spe
 
 The client (this process, one keep-alive connection, one request at a time) sends the same Anthropic request to
 both, interleaved per round so drift on a shared machine hits both alike. Measured per mode, per round: the
-gateway process's CPU (``/proc``: user + system) per request for a whole answer (16 tokens) and for streams of
-16 and 256 tokens; **per request** = the CPU of a 16-token whole answer; **per chunk** = (CPU of a 256-token
-stream − CPU of a 16-token stream) ÷ 240. Also the client's median end-to-end time per kind. The simulator's
-answer length is forced to ``max_tokens`` in both dialects (a huge natural length, cut), so both modes relay the
-same number of tokens. Reported as medians over rounds, translation − passthrough and their ratio.
+gateway process's CPU (``/proc``: user + system) per request for a whole answer (16 tokens), for streams of 16
+and 256 tokens, and for a 44 KB Claude-Code-shaped request (16 tools, 24 turns with thinking and tool use; a
+16-token answer). **Per request** = the CPU of a 16-token whole answer (a small request, and the agent's);
+**per chunk** = (CPU of a 256-token stream − CPU of a 16-token stream) ÷ 240. Also the client's median
+end-to-end time per kind. The simulator's answer length is forced to ``max_tokens`` in both dialects (a huge
+natural length, cut), so both modes relay the same number of tokens. Reported as medians over rounds,
+translation − passthrough and their ratio.
 
 Correctness (exit 1): every answer is a 200 with the expected content (a message, or a stream ending in
 ``message_stop`` with 16 / 256 text deltas) in both modes.
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_anthropic_translate import agent_request
 from stream_relay import servers, tree_cpu_s
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +46,8 @@ providers:
   s:
     preset: instant
     port: 0
-    engine: {default_output_tokens: 100000}   # natural length far over max_tokens: both dialects stop at it
+    # natural length far over max_tokens: both dialects stop at it; maas accepts the thinking switch
+    engine: {default_output_tokens: 100000, dialect: maas, tool_call_rate: 0.0}
 """
 _GW_YAML = """\
 listen: {{host: 127.0.0.1, port: 0}}
@@ -55,11 +59,15 @@ models:
   trans: {{routes: [{{provider: chat, model: up}}]}}
 ledger: {{enabled: false}}
 """
-KINDS = {"unary16": (16, False), "stream16": (16, True), "stream256": (256, True)}
+KINDS = {"unary16": (16, False), "stream16": (16, True), "stream256": (256, True), "agent16": (16, False)}
+"""(max_tokens, stream); ``agent16``: a 44 KB Claude-Code-shaped request (bench_anthropic_translate.agent_request)."""
 MODES = ("pass", "trans")
 
 
-def body(alias: str, tokens: int, stream: bool) -> bytes:
+def body(alias: str, tokens: int, stream: bool, agent: bool = False) -> bytes:
+    if agent:
+        obj = json.loads(agent_request())
+        return json.dumps({**obj, "model": alias, "max_tokens": tokens, "stream": stream}).encode()
     return json.dumps(
         {
             "model": alias,
@@ -71,11 +79,11 @@ def body(alias: str, tokens: int, stream: bool) -> bytes:
     ).encode()
 
 
-def check(raw: bytes, tokens: int, stream: bool) -> None:
+def check(raw: bytes, tokens: int, stream: bool, agent: bool = False) -> None:
     if not stream:
         msg = json.loads(raw)
         assert msg["type"] == "message", raw[:200]
-        assert msg["usage"]["output_tokens"] == tokens, raw[:200]
+        assert msg["usage"]["output_tokens"] == tokens or agent, raw[:200]  # the agent's: thinking + text
         return
     text = raw.decode()
     assert text.rstrip().endswith('data: {"type":"message_stop"}'), text[-200:]
@@ -95,14 +103,15 @@ def one(conn: http.client.HTTPConnection, payload: bytes) -> tuple[float, bytes]
 def block(conn: http.client.HTTPConnection, gw_pid: int, alias: str, kind: str, n: int) -> tuple[float, float]:
     """``n`` requests of one kind: (gateway CPU µs per request, median client E2E ms)."""
     tokens, stream = KINDS[kind]
-    payload = body(alias, tokens, stream)
+    agent = kind.startswith("agent")
+    payload = body(alias, tokens, stream, agent)
     e2es = []
     cpu0 = tree_cpu_s(gw_pid)
     for _ in range(n):
         e2e, raw = one(conn, payload)
         e2es.append(e2e)
     cpu = tree_cpu_s(gw_pid) - cpu0
-    check(raw, tokens, stream)
+    check(raw, tokens, stream, agent)
     return cpu / n * 1e6, statistics.median(e2es) * 1000.0
 
 
@@ -149,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         out["modes"][m] = {
             "cpu_us_per_request": round(per_req, 1),
             "cpu_us_per_stream16": round(med[m]["stream16"][0], 1),
+            "cpu_us_per_agent_request": round(med[m]["agent16"][0], 1),
             "cpu_us_per_chunk": round(per_chunk, 2),
             "e2e_ms": {k: round(med[m][k][1], 3) for k in KINDS},
         }
@@ -156,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     out["translation_minus_passthrough"] = {
         "cpu_us_per_request": round(t["cpu_us_per_request"] - p["cpu_us_per_request"], 1),
         "cpu_us_per_chunk": round(t["cpu_us_per_chunk"] - p["cpu_us_per_chunk"], 2),
+        "cpu_us_per_agent_request": round(t["cpu_us_per_agent_request"] - p["cpu_us_per_agent_request"], 1),
         "ratio_per_request": round(t["cpu_us_per_request"] / p["cpu_us_per_request"], 2),
         "ratio_per_chunk": round(t["cpu_us_per_chunk"] / p["cpu_us_per_chunk"], 2) if p["cpu_us_per_chunk"] else None,
     }

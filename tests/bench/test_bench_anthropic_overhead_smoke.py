@@ -13,6 +13,6 @@ def test_anthropic_overhead_smoke() -> None:
     assert set(out["modes"]) == {"pass", "trans"}
     for mode in out["modes"].values():
         assert mode["cpu_us_per_request"] > 0
-        assert set(mode["e2e_ms"]) == {"unary16", "stream16", "stream256"}
+        assert set(mode["e2e_ms"]) == {"unary16", "stream16", "stream256", "agent16"}
         assert all(ms > 0 for ms in mode["e2e_ms"].values())
     assert set(out["translation_minus_passthrough"]) >= {"cpu_us_per_request", "cpu_us_per_chunk"}
