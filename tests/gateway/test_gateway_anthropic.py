@@ -6,6 +6,7 @@ read from the simulator's truth (``api``: the protocol it was spoken to in), not
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ import aiohttp
 import anthropic
 import httpx2
 import pytest
+from aiohttp import web
 from anthropic import Anthropic, AsyncAnthropic
 from anthropic.types import MessageParam, ThinkingConfigParam, ToolParam
 
@@ -339,3 +341,107 @@ async def test_failover_from_a_passthrough_down_to_a_translation(
     rows = read_rows(gw.gateway.ledger.path)
     assert [(r.status, r.provider, r.api) for r in rows] == [(200, "p1", "anthropic")] * 6
     assert rows[0].attempts == 2  # the passthrough's 503 first (later ones may skip it: its breaker opens)
+
+
+async def test_count_tokens_where_a_native_endpoint_exists(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """/v1/messages/count_tokens is forwarded to the alias's provider with a native endpoint (the count is the
+    simulator's own, asked directly); an alias with none answers a 404 not_found_error that says why."""
+    native = await sim("instant", models=("up",), engine=FAST)
+    chat = await sim("instant", models=("up",), engine=FAST)
+    cfg = config((chat, "translation"), (native, "passthrough"))  # the native route is second: still found
+    cfg["models"]["chat-only"] = {"routes": [{"provider": "p0", "model": "up"}]}
+    gw = await gateway(cfg)
+    client = ant(gw)
+    counted = await client.messages.count_tokens(model="claude", messages=HI, system="be brief")
+    async with AsyncAnthropic(base_url=root(native.url), api_key="sk-x", max_retries=0) as direct:
+        truth_count = await direct.messages.count_tokens(model="up", messages=HI, system="be brief")
+    assert counted.input_tokens == truth_count.input_tokens > 0
+    with pytest.raises(anthropic.NotFoundError) as nf:
+        await client.messages.count_tokens(model="chat-only", messages=HI)
+    assert "anthropic_base_url" in nf.value.message
+    with pytest.raises(anthropic.AuthenticationError):
+        await ant(gw, key="tg-wrong-0123456789").messages.count_tokens(model="claude", messages=HI)
+
+
+async def test_an_unknown_field_is_refused_by_name_when_translating(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """A translation cannot pass on a field it does not know: a 400 naming it, nothing sent upstream."""
+    p, gw = await _one(sim, gateway, "translation")
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        await ant(gw).messages.create(model="claude", max_tokens=8, messages=HI, extra_body={"bogus_knob": 1})
+    assert "bogus_knob" in bad.value.message
+    assert await truth(p) == []
+
+
+async def test_a_passthrough_relays_the_providers_error_event_as_the_last_frame(
+    gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """A native endpoint that fails mid-stream with its own ``error`` event (a stand-in server: the simulator has no
+    such fault): the client gets the events so far, then that error event, and nothing after it (grammar-checked);
+    the ledger row says stream_error."""
+    frames: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "up",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 5, "output_tokens": 1},
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+
+    async def messages(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for f in frames:
+            await resp.write(f"event: {f['type']}\ndata: {json.dumps(f)}\n\n".encode())
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", messages)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        url = f"http://127.0.0.1:{port}"
+        gw = await gateway(
+            {
+                "providers": {
+                    "nat": {"base_url": url + "/v1", "anthropic_base_url": url, "api_keys": ["sk-n-0123456789"]}
+                },
+                "models": {"claude": {"routes": [{"provider": "nat", "model": "up"}]}},
+                "keys": [{"id": "agent", "key": KEY}],
+            }
+        )
+        status, raw = await raw_stream(gw, {"messages": HI})
+        assert status == 200
+        checked = check_stream(raw)
+        assert checked.events == [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "error",
+        ]
+        assert checked.error == {"type": "overloaded_error", "message": "Overloaded"}
+        assert checked.blocks[0].text == "Hello"
+        await gw.stop()
+        rows = read_rows(gw.gateway.ledger.path)
+        assert [(r.outcome, r.api, r.prompt_tokens) for r in rows] == [("stream_error", "anthropic", 5)]
+    finally:
+        await runner.cleanup()

@@ -15,9 +15,10 @@ retries before the first token, key admission, books). Per attempt, the route's 
   rewritten.
 
 Errors are in Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``), the gateway's own
-refusals included, with the status kept (a 503 of shedding or capacity is ``overloaded_error`` with its
-Retry-After; the SDK retries it like a 529). A failure after the first byte ends the stream with an
-``error`` event (an upstream's own error event in a passthrough is the last frame: nothing follows it).
+refusals included, with the status kept (a 503 — the upstream attempt cap, every provider drained — is
+``overloaded_error`` with its Retry-After, which the SDK retries like a 529; shedding is a 429
+``rate_limit_error``). A failure after the first byte ends the stream with an ``error`` event (an upstream's
+own error event in a passthrough is the last frame: nothing follows it).
 """
 
 from __future__ import annotations
@@ -38,10 +39,22 @@ if TYPE_CHECKING:
     from tailgate.upstream import UpstreamClient
     from tailgate.wire.anthropic import MessagesRequest
 
-__all__ = ["PATH", "Attempt", "Messages", "Translated", "error_body", "error_event", "mode"]
+__all__ = [
+    "COUNT_PATH",
+    "PATH",
+    "Attempt",
+    "Messages",
+    "Translated",
+    "error_body",
+    "error_event",
+    "forward_headers",
+    "mode",
+]
 
 PATH = "/messages"
 """Under ``/v1``, as the SDK and Claude Code call it."""
+COUNT_PATH = "/messages/count_tokens"
+"""Under ``/v1``: served by forwarding to a native endpoint of the alias (``Proxy.count_tokens``)."""
 UPSTREAM_PATH = "/v1/messages"
 """Under a provider's ``anthropic_base_url`` (DeepSeek's ``…/anthropic``, Bailian's ``…/apps/anthropic``)."""
 _FORWARD_HEADERS = ("anthropic-version", "anthropic-beta")
@@ -52,6 +65,13 @@ Mode = Literal["passthrough", "translation"]
 def mode(anthropic_client: UpstreamClient | None) -> Mode:
     """A provider with a native endpoint is passed through to; any other is translated to."""
     return "passthrough" if anthropic_client is not None else "translation"
+
+
+def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's ``anthropic-version`` (else the API's only one) and ``anthropic-beta``, for a native endpoint."""
+    out = {name: v for name in _FORWARD_HEADERS if (v := headers.get(name))}
+    out.setdefault("anthropic-version", wire.API_VERSION)
+    return out
 
 
 def error_body(err: WireError, request_id: str | None = None) -> bytes:
@@ -83,8 +103,7 @@ class Messages:
         self.body = body
         self.obj = obj
         self.head = wire.decode_head(body)  # 400 naming model / max_tokens when missing
-        self.forward = {name: v for name in _FORWARD_HEADERS if (v := headers.get(name))}
-        self.forward.setdefault("anthropic-version", wire.API_VERSION)
+        self.forward = forward_headers(headers)
         self._request: MessagesRequest | None = None
         self._chat: dict[str, Any] | None = None
 

@@ -38,6 +38,7 @@ from tailgate.routing import Route, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UpstreamClient, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
+from tailgate.wire.anthropic import decode_count_tokens
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
@@ -80,7 +81,60 @@ class Proxy:
     def routes(self) -> dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]]:
         """The ``/v1`` POST endpoints this proxy serves, by path (``/v1/responses`` is routed like chat:
         gateway/responses.py). Partials, not wrapper coroutines: one frame fewer on every resumption."""
-        return {f"/v1{path}": functools.partial(self.handle, endpoint=endpoint) for endpoint, path in PATHS.items()}
+        out: dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]] = {
+            f"/v1{path}": functools.partial(self.handle, endpoint=endpoint) for endpoint, path in PATHS.items()
+        }
+        out[f"/v1{anthropic.COUNT_PATH}"] = self.count_tokens
+        return out
+
+    async def count_tokens(self, request: Exchange) -> Reply:
+        """``POST /v1/messages/count_tokens``: the caller's key, the alias, then the first route in the policy's
+        order whose provider has a native Anthropic endpoint answers (the request forwarded, ``model`` replaced).
+        No provider of the alias has one: a 404 saying so (a translation has no way to count). Not a generation:
+        no key admission, no ledger row; errors in Anthropic's shape."""
+        rid = request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}"
+        headers = {"x-request-id": rid}
+        try:
+            self.core.keys.identify(request)
+            obj = parse_json(request.body)
+            if not isinstance(obj, dict):
+                raise wire_errors.invalid_request("The request body must be a JSON object.")
+            model = decode_count_tokens(request.body, strict=False).model
+            table = self.core.routes
+            routes = table.aliases.get(model)
+            if routes is None:
+                raise wire_errors.model_not_found(model)
+            now = time.monotonic()
+            exclude = {name for name, p in self.core.providers.items() if p.drained or p.paused(now)}
+            order = table.policy_for(model).order(routes, request.headers.get("x-tailgate-class") or None, exclude)
+            native = [(r, p) for r in order if (p := self.core.providers[r.provider]).anthropic_client is not None]
+            if not native:
+                raise WireError(
+                    404,
+                    f"No provider of '{model}' serves count_tokens: it needs a native Anthropic endpoint "
+                    "(anthropic_base_url); the others are reached by translation to OpenAI chat.",
+                    type="not_found_error",
+                )
+            route, provider = native[0]
+            client = provider.anthropic_client
+            assert client is not None
+            payload = {**obj, "model": route.model}
+            async with call(
+                client,
+                anthropic.UPSTREAM_PATH + "/count_tokens",
+                payload,
+                stream=False,
+                request_id=rid,
+                headers=anthropic.forward_headers(request.headers),
+            ) as c:
+                async for event in c:
+                    if isinstance(event, Body):
+                        return Reply(200, {**headers, "x-tailgate-provider": provider.name}, event.raw)
+            result = c.result
+            assert result is not None
+            raise result.error or WireError(502, f"count_tokens at {provider.name} failed ({result.error_class}).")
+        except WireError as err:
+            return Reply(err.status, {**(err.headers or {}), **headers}, anthropic.error_body(err, rid))
 
     # -- the request ------------------------------------------------------------------------------
 

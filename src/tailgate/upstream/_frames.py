@@ -174,6 +174,8 @@ class BodyFrame(msgspec.Struct):
     """The Responses API answers with ``output``."""
     content: list[Any] | None = None
     """Anthropic's Messages API answers with a message's ``content`` blocks."""
+    input_tokens: int | None = None
+    """Anthropic's ``/v1/messages/count_tokens`` answers with only this."""
     usage: _Usage | None = None
 
 

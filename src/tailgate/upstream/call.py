@@ -341,7 +341,13 @@ class Call(StreamRelay):
                     parsed = decode_body(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     raise _Failed("malformed", f"the response body is not valid JSON ({len(raw)} bytes)") from None
-                if parsed.choices is None and parsed.data is None and parsed.output is None and parsed.content is None:
+                if (
+                    parsed.choices is None
+                    and parsed.data is None
+                    and parsed.output is None
+                    and parsed.content is None
+                    and parsed.input_tokens is None
+                ):
                     # A 200 whose JSON is not an OpenAI answer (no "choices", no "data"): count it as
                     # malformed, with the start of the body as the example.
                     example = raw[:120].decode("utf-8", "replace")
