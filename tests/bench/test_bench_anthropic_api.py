@@ -21,7 +21,7 @@ THINKING = {"pre_median_s": 0.0, "step_ms": 2.0, "jitter": 0.0, "default_output_
 def _truth(p: ThreadedSim) -> list[dict[str, object]]:
     with urllib.request.urlopen(p.url.removesuffix("/v1") + "/sim/truth") as r:  # noqa: S310 - loopback
         records: list[dict[str, object]] = json.loads(r.read())["requests"]
-    return records
+    return sorted(records, key=lambda rec: float(rec["received_at"]))  # type: ignore[arg-type]
 
 
 def test_bench_measures_an_anthropic_endpoint(threaded_sim: Callable[..., ThreadedSim], tmp_path: Path) -> None:
@@ -32,21 +32,33 @@ def test_bench_measures_an_anthropic_endpoint(threaded_sim: Callable[..., Thread
     out = tmp_path / "r.json"
     args = ["bench", "--api", "anthropic", "--base-url", p.url.removesuffix("/v1"), "--model", "m"]
     args += ["--concurrency", "2", "--requests", "8", "--duration", "0", "--warmup", "0", "--max-tokens", "64"]
-    result = CliRunner().invoke(main, [*args, "--no-preflight", "--out", str(out)])
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     run = json.loads(out.read_text())["runs"][0]
     assert run["target"]["api"] == "anthropic"
     assert run["successes"] == 8
     assert sum(run["errors"].values()) == 0
     truth = _truth(p)
-    assert [rec["api"] for rec in truth] == ["anthropic"] * 8
-    assert run["tokens"]["output"] == sum(int(rec["output_tokens"]) for rec in truth)  # type: ignore[call-overload]
+    assert [rec["api"] for rec in truth] == ["anthropic"] * 9  # the preflight's request, then the run's 8
+    assert run["tokens"]["output"] == sum(int(rec["output_tokens"]) for rec in truth[1:])  # type: ignore[call-overload]
     assert run["tokens"]["estimated"] is False
     assert run["tokens"]["reasoning"] > 0
     ttft, answer = run["metrics"]["ttft_ms"], run["metrics"]["ttft_answer_ms"]
     assert ttft["count"] == answer["count"] == 8
     assert answer["p50"] > ttft["p50"]
     assert run["metrics"]["itl_ms"]["count"] > 0
+
+
+def test_preflight_stops_at_an_endpoint_without_the_messages_api(
+    threaded_sim: Callable[..., ThreadedSim],
+) -> None:
+    """A provider that does not serve /v1/messages (provider-b: chat only, 404 there) stops the command before the
+    run with one clear line (exit 2), not a run of errors."""
+    p = threaded_sim("provider-b", models=("m",))
+    args = ["bench", "--api", "anthropic", "--base-url", p.url.removesuffix("/v1"), "--model", "m", "--requests", "5"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "404" in result.output
 
 
 def test_a_chat_body_said_in_the_messages_api() -> None:
