@@ -53,6 +53,7 @@ _ANTHROPIC = frozenset(
     }
 )
 """Anthropic's Messages API stream events (a passthrough's; ``error`` is every protocol's error event)."""
+_ANTHROPIC_NAMES = frozenset(name.encode() for name in _ANTHROPIC)
 _PAUSED = object()
 """The pump's wake-up when the tap's client is slow."""
 
@@ -99,6 +100,21 @@ class StreamRelay:
         event_name: str | None = None
         if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2 and b"\r" not in raw:
             payload = raw[6:-2]  # the common case, one "data: {...}" line: no need for the full SSE field parser
+        elif (
+            raw.startswith(b"event: ")
+            and raw.endswith(b"\n\n")
+            and raw.count(b"\n") == 3
+            and b"\r" not in raw
+            and (name := raw[7 : raw.index(b"\n")]) in _ANTHROPIC_NAMES
+            and raw.startswith(b"data: ", 8 + len(name))
+        ):
+            # Anthropic's common case (a passthrough): "event: <type>" and one data line; its type is one of the
+            # Messages API's, so the frame is read as an event at once (not first as a chat chunk).
+            try:
+                anthropic_event = decode_event(raw[14 + len(name) : -2])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise _Failed("malformed", "a stream event is not valid JSON") from None
+            return self._anthropic(anthropic_event, name.decode(), now)
         else:
             try:
                 sse_events = self._decoder.feed(raw)
