@@ -23,13 +23,11 @@ def _digest(key: str) -> bytes:
 
 
 def bearer(request: HasHeaders) -> str | None:
-    """The bearer token of a request: ``Authorization: Bearer X``, Azure-style ``api-key: X``, or Anthropic's
-    ``x-api-key: X`` (the Anthropic SDK's ``api_key`` / ``ANTHROPIC_API_KEY``; its ``auth_token`` /
-    ``ANTHROPIC_AUTH_TOKEN`` is a bearer)."""
+    """The bearer token of a request (``Authorization: Bearer X`` or OpenAI-style ``api-key: X``)."""
     auth = request.headers.get("Authorization")
     if auth is not None and auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return request.headers.get("api-key") or request.headers.get("x-api-key")
+    return request.headers.get("api-key")
 
 
 class KnownKeyRefused(WireError):
@@ -89,7 +87,8 @@ class KeyRing:
         """The key id of the caller; raises a 401 as a WireError."""
         if self.open:
             return None
-        token = bearer(request)
+        # /v1 only: Anthropic's SDK sends its api_key (ANTHROPIC_API_KEY) as x-api-key (its auth_token is a bearer)
+        token = bearer(request) or request.headers.get("x-api-key")
         if not token:
             raise wire_errors.authentication_error(
                 "Missing API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>' "
