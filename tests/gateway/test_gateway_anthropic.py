@@ -445,3 +445,47 @@ async def test_a_passthrough_relays_the_providers_error_event_as_the_last_frame(
         assert [(r.outcome, r.api, r.prompt_tokens) for r in rows] == [("stream_error", "anthropic", 5)]
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("switch", "honoured"),
+    [("thinking", True), ("enable_thinking", True), ("chat_template_kwargs", True), ("none", False)],
+)
+async def test_a_translation_switches_thinking_the_providers_way(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic], switch: str, honoured: bool
+) -> None:
+    """``thinking: disabled`` reaches a thinking-by-default model in the provider's own field
+    (``providers.NAME.thinking_switch``; the simulator honours all three): no thinking block. With ``none`` the
+    field is not sent, so the model thinks as it would by default."""
+    p = await sim("reasoner", models=("up",), engine=FAST)
+    cfg = config((p, "translation"))
+    cfg["providers"]["p0"]["thinking_switch"] = switch
+    gw = await gateway(cfg)
+    msg = await ant(gw).messages.create(model="claude", max_tokens=64, messages=HI, thinking={"type": "disabled"})
+    assert [b.type for b in msg.content] == (["text"] if honoured else ["thinking", "text"])
+    assert (((await truth(p))[0]["reasoning_tokens"] or 0) > 0) is not honoured  # the simulator's own word
+
+
+def test_presets_say_how_their_chat_api_switches_thinking() -> None:
+    """The presets' defaults; the user's value wins."""
+    from tailgate.config.loader import validate_data
+    from tailgate.config.resolve import resolve_providers
+    from tailgate.config.schema import GatewayConfig
+
+    names = ("deepseek", "bailian", "siliconflow", "vllm", "openai")
+    providers: dict[str, Any] = {
+        n: {"preset": n, "api_keys": ["k"], **({"base_url": "http://127.0.0.1:1/v1"} if n == "vllm" else {})}
+        for n in names
+    }
+    providers["mine"] = {"preset": "vllm", "base_url": "http://127.0.0.1:2/v1", "thinking_switch": "none"}
+    models = {"m": {"routes": [{"provider": n, "model": "x"} for n in providers]}}
+    cfg = validate_data({"providers": providers, "models": models}, GatewayConfig, "test")
+    resolved = resolve_providers(cfg)
+    assert {n: resolved[n].thinking_switch for n in providers} == {
+        "deepseek": "thinking",
+        "bailian": "enable_thinking",
+        "siliconflow": "enable_thinking",
+        "vllm": "chat_template_kwargs",
+        "openai": "reasoning_effort",
+        "mine": "none",
+    }

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
 
 from tailgate.wire import anthropic as wire
 from tailgate.wire.anthropic_stream import StreamTranslator
-from tailgate.wire.anthropic_translate import to_chat_request, to_message
+from tailgate.wire.anthropic_translate import THINKING_SWITCHES, ThinkingSwitch, to_chat_request, to_message
 from tailgate.wire.errors import WireError
 from tailgate.wire.types import encode
 
@@ -105,7 +105,7 @@ class Messages:
         self.head = wire.decode_head(body)  # 400 naming model / max_tokens when missing
         self.forward = forward_headers(headers)
         self._request: MessagesRequest | None = None
-        self._chat: dict[str, Any] | None = None
+        self._chat: dict[str, dict[str, Any]] = {}  # by thinking switch
 
     def request(self) -> MessagesRequest:
         """The request decoded strictly: a translation cannot pass on a field it does not know."""
@@ -113,17 +113,22 @@ class Messages:
             self._request = wire.decode_messages(self.body, strict=True)
         return self._request
 
-    def attempt(self, client: UpstreamClient, native: UpstreamClient | None, model: str) -> Attempt:
+    def attempt(
+        self, client: UpstreamClient, native: UpstreamClient | None, model: str, thinking_switch: str = "thinking"
+    ) -> Attempt:
         """The attempt at a route whose upstream model is ``model``: to ``native`` (passthrough) when the
-        provider has one, else to ``client`` translated. A 400 ``WireError`` naming the field when the request
-        cannot be translated."""
+        provider has one, else to ``client`` translated (its reasoning switched by ``thinking_switch``: the
+        provider's ``thinking_switch``). A 400 ``WireError`` naming the field when the request cannot be
+        translated."""
         if native is not None:
             payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
             return Attempt(native, UPSTREAM_PATH, payload, self.forward, None)
         req = self.request()
-        if self._chat is None:
-            self._chat = msgspec.json.decode(encode(to_chat_request(req)))
-        chat = {**self._chat, "model": model}
+        switch = cast("ThinkingSwitch", thinking_switch if thinking_switch in THINKING_SWITCHES else "thinking")
+        made = self._chat.get(switch)
+        if made is None:
+            made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
+        chat = {**made, "model": model}
         return Attempt(client, "/chat/completions", chat, None, Translated(model, req.stop_sequences))
 
 

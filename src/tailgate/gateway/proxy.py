@@ -322,7 +322,9 @@ class Proxy:
         provider = core.providers[route.provider]
         payload: bytes | Mapping[str, Any]
         if ctx.messages is not None:  # passthrough or translation, by the provider (a 400 if untranslatable)
-            plan = ctx.messages.attempt(provider.client, provider.anthropic_client, route.model)
+            plan = ctx.messages.attempt(
+                provider.client, provider.anthropic_client, route.model, provider.config.thinking_switch
+            )
             upstream = _Upstream(plan.client, plan.path, plan.headers, plan.translated)
             payload = plan.payload
         else:
