@@ -489,3 +489,44 @@ def test_presets_say_how_their_chat_api_switches_thinking() -> None:
         "openai": "reasoning_effort",
         "mine": "none",
     }
+
+
+@pytest.mark.parametrize(
+    ("mode", "front"), [("passthrough", "lean"), ("translation", "lean"), ("translation", "aiohttp")]
+)
+async def test_refusals_before_the_proxy_and_the_deadline_speak_anthropic(
+    sim: SimFactory, gateway: GwFactory, mode: str, front: str
+) -> None:
+    """What the server refuses before the proxy (a body over max_body_bytes: 413; a non-JSON content type: 415)
+    and the request deadline (504 before the first byte; after it, the end of the stream) are Anthropic-shaped on
+    /v1/messages: an error body, or an ``error`` event that ends the stream (grammar-checked). Both HTTP fronts:
+    the gateway's own (``lean``) and aiohttp's."""
+    p = await sim("instant", models=("up",), engine=FAST)
+    cfg = config((p, mode), max_body_bytes=4096, server={"request_deadline": "1s", "http_front": front})
+    gw = await gateway(cfg)
+    headers = {"x-api-key": KEY}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        big = {"model": "claude", "max_tokens": 8, "messages": [{"role": "user", "content": "x" * 8000}]}
+        r = await http.post(gw.root_url + "/v1/messages", json=big, headers=headers)
+        assert r.status_code == 413
+        assert r.json()["type"] == "error"
+        assert r.json()["error"]["type"] == "request_too_large"
+        r = await http.post(
+            gw.root_url + "/v1/messages", content=b"hi", headers={**headers, "Content-Type": "application/xml"}
+        )
+        assert r.status_code == 415
+        assert r.json()["error"]["type"] == "invalid_request_error"
+        p.set_faults(Faults(stall_headers_s=3.0))
+        r = await http.post(gw.root_url + "/v1/messages", json={**big, "messages": HI}, headers=headers)
+        assert r.status_code == 504
+        assert r.json()["error"]["type"] == "timeout_error"
+        assert "deadline" in r.json()["error"]["message"]
+    p.clear_faults()
+    p.set_faults(Faults(slow_drip_s=0.3))
+    status, raw = await raw_stream(gw, {"messages": HI, "max_tokens": 30})
+    assert status == 200
+    checked = check_stream(raw)
+    assert checked.events[-1] == "error"
+    assert checked.error is not None
+    assert checked.error["type"] == "timeout_error"
+    p.clear_faults()
