@@ -530,3 +530,26 @@ async def test_refusals_before_the_proxy_and_the_deadline_speak_anthropic(
     assert checked.error is not None
     assert checked.error["type"] == "timeout_error"
     p.clear_faults()
+
+
+async def test_a_hedge_across_protocols(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """A hedged alias whose native endpoint stalls before its first token: after the hedge delay the same request
+    also goes to the translation route, which wins; the answer (whole or streamed) says who and how."""
+    native = await sim("instant", models=("up",), engine=FAST, faults={"stall_first_token_s": 3.0})
+    chat = await sim("instant", models=("up",), engine=FAST)
+    cfg = config((native, "passthrough"), (chat, "translation"))
+    cfg["models"]["claude"]["hedge"] = {"after": "0.1s", "budget": 1.0}
+    gw = await gateway(cfg)
+    client = ant(gw)
+    raw = await client.messages.with_raw_response.create(model="claude", max_tokens=16, messages=HI)
+    msg = await raw.parse()
+    assert msg.content[0].type == "text"
+    assert raw.headers["x-tailgate-hedged"] == "1"
+    assert raw.headers["x-tailgate-provider"] == "p1"
+    assert raw.headers["x-tailgate-upstream-api"] == "openai"
+    status, body = await raw_stream(gw, {"messages": HI, "max_tokens": 16})
+    assert status == 200
+    assert check_stream(body).events[-1] == "message_stop"
+    assert await truth_apis(chat) == ["openai", "openai"]
