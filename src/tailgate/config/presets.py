@@ -40,6 +40,9 @@ class ProviderPreset:
     """The provider's own Anthropic Messages API root (what the Anthropic SDK takes as ``base_url``; requests
     go to ``{it}/v1/messages``), where it serves one; None: OpenAI chat only."""
     currency: str = "CNY"
+    cache_min_tokens: int | None = None
+    """The shortest prompt the provider's prompt cache serves, where its docs say (the source is in
+    ``sources``); None: 64 tokens (DeepSeek's unit, the simulator's block). Conversation affinity applies from there."""
     cached_input_ratio: float | None = None
     """What a cache-hit prompt token costs as a share of the input price, where the provider publishes it:
     ``price.cached_input`` defaults to ``price.input`` × this (the source is in ``sources``)."""
@@ -81,6 +84,7 @@ PRESETS: dict[str, ProviderPreset] = {
                 "late 2025); the ratio changes with the model, so set price.cached_input from the current page."
             ),
             cached_input_ratio=0.1,
+            cache_min_tokens=64,
             sources=(
                 "https://api-docs.deepseek.com/",
                 "https://api-docs.deepseek.com/zh-cn/",
@@ -139,6 +143,7 @@ PRESETS: dict[str, ProviderPreset] = {
                 "https://dashscope-intl.aliyuncs.com/apps/anthropic."
             ),
             cached_input_ratio=0.2,
+            cache_min_tokens=256,
             sources=(
                 "https://help.aliyun.com/zh/model-studio/rate-limit",
                 "https://www.alibabacloud.com/help/en/document_detail/2840182.html",
@@ -229,8 +234,13 @@ PRESETS: dict[str, ProviderPreset] = {
                 "503 means overloaded."
             ),
             currency="USD",
-            notes="Serves OpenAI models, not DeepSeek. Limits are per organization/project, not per key.",
+            cache_min_tokens=1024,
+            notes=(
+                "Serves OpenAI models, not DeepSeek. Limits are per organization/project, not per key. Prompt "
+                "caching applies to prompts of 1024 tokens or more (prompt_cache_key steers it)."
+            ),
             sources=(
+                "https://platform.openai.com/docs/guides/prompt-caching",
                 "https://developers.openai.com/docs/guides/error-codes",
                 "https://learn.microsoft.com/zh-cn/microsoft-cloud/dev/dev-proxy/concepts/openai-insufficient-quota",
                 "https://community.openai.com/t/how-to-get-rate-limit-reset-time-for-response-api/1268905",
@@ -307,8 +317,8 @@ def presets_markdown() -> str:
     """The preset table of docs/config.md, generated so the page cannot drift from :data:`PRESETS`."""
     rows = [
         "| preset | base_url | Anthropic endpoint | DeepSeek-V3.2 id | rate-limit headers | 429 and friends "
-        "| default limits | cached input | notes | sources |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| default limits | cached input | cache minimum | notes | sources |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in PRESETS.values():
         name = f"`{p.name}`" + "".join(f" (`{a}`)" for a in _aliases_of(p.name))
@@ -322,6 +332,8 @@ def presets_markdown() -> str:
         native = f"`{p.anthropic_base_url}`" if p.anthropic_base_url else "–"
         rows.append(
             f"| {name}: {_cell(p.title)} | {url} | {native} | {model} | {_cell(p.rate_limit_headers)} | "
-            f"{_cell(p.status_429)} | {limits or '–'} | {_cached(p)} | {_cell(p.notes) or '–'} | {sources} |"
+            f"{_cell(p.status_429)} | {limits or '–'} | {_cached(p)} | "
+            f"{f'{p.cache_min_tokens} tokens' if p.cache_min_tokens is not None else '64 (default)'} | "
+            f"{_cell(p.notes) or '–'} | {sources} |"
         )
     return "\n".join(rows) + "\n"

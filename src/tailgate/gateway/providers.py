@@ -110,6 +110,9 @@ class ProviderState:
             self.e2e.incr(f"error:{result.error_class}")
         if result.status == 429:
             self.e2e.incr("429")
+        if result.cached_tokens is not None and result.prompt_tokens:  # the provider says what it cached
+            self.e2e.incr("cache:prompt", result.prompt_tokens)
+            self.e2e.incr("cache:cached", min(result.cached_tokens, result.prompt_tokens))
 
     def cost(
         self, prompt_tokens: int | None, output_tokens: int | None, cached_tokens: int | None = None
@@ -144,6 +147,17 @@ class ProviderState:
             "errors": {k.removeprefix("error:"): v for k, v in self.e2e.counters().items() if k.startswith("error:")},
             "ttft_ms": _pcts(ttft) if ttft.count else None,
             "e2e_ms": _pcts(e2e) if e2e.count else None,
+            "cache": self.cache_snapshot(),
+        }
+
+    def cache_snapshot(self) -> dict[str, Any]:
+        """The prompt cache over the window: prompt tokens of the answers whose usage said what was cached, the
+        cached ones, and their ratio (None when none said: not reported, never 0 %)."""
+        prompt, cached = self.e2e.counter("cache:prompt"), self.e2e.counter("cache:cached")
+        return {
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "hit_rate": round(cached / prompt, 4) if prompt else None,
         }
 
 

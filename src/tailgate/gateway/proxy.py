@@ -34,7 +34,7 @@ from tailgate.gateway.hedging import Race
 from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
-from tailgate.routing import Route, should_shed
+from tailgate.routing import Route, Sticky, should_shed
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UpstreamClient, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -225,7 +225,11 @@ class Proxy:
         wants_usage = ctx.messages is not None or bool(getattr(options, "include_usage", False))
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
-        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
+        sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
+        affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
+        if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
+            sticky, ctx.affinity_key = Sticky(affinity, key), key
+        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
             raise refusals.no_route(core.providers, routes, now, ctx)
         tokens = prompt + output
@@ -464,6 +468,7 @@ class Proxy:
                 stream=False,
                 request_id=ctx.request_id,
                 headers=upstream.headers,
+                key_hash=ctx.affinity_key,
             ) as c:
                 async for event in c:
                     if isinstance(event, Sent):
@@ -522,6 +527,7 @@ class Proxy:
                 client_wants_usage=wants_usage,
                 request_id=ctx.request_id,
                 headers=upstream.headers,
+                key_hash=ctx.affinity_key,
             ) as c:
                 async for event in c:
                     if isinstance(event, Chunk):

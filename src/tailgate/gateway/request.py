@@ -71,6 +71,9 @@ class Ctx:
     """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
     ratelimit: dict[str, str] | None = None
     """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
+    affinity_key: int | None = None
+    """The conversation's affinity key (routing/affinity.py), when the route was chosen by it: the provider's
+    API key is picked by it too (``KeyPool.pick``)."""
     prompt_estimate: float | None = None
     """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
     provider never said (bookkeeping.py)."""

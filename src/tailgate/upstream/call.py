@@ -55,8 +55,10 @@ class Call(StreamRelay):
         client_wants_usage: bool | None = None,
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
+        key_hash: int | None = None,
     ) -> None:
         self.client = client
+        self._key_hash = key_hash
         self.path = path
         self.stream = stream
         self.request_id = request_id
@@ -183,7 +185,8 @@ class Call(StreamRelay):
         }
         if self._extra_headers:
             headers.update(self._extra_headers)
-        if (picked := self.client.keys.next()) is not None:
+        keys = self.client.keys
+        if (picked := keys.next() if self._key_hash is None else keys.pick(self._key_hash)) is not None:
             self._key_index, key = picked
             headers["Authorization"] = f"Bearer {key}"
             if self._native_anthropic:  # Anthropic-protocol endpoints read x-api-key (some only that; both are sent)
@@ -473,11 +476,14 @@ def call(
     client_wants_usage: bool | None = None,
     request_id: str | None = None,
     headers: Mapping[str, str] | None = None,
+    key_hash: int | None = None,
 ) -> Call:
     """Prepare one measured call of ``POST {base_url}/{path}``; iterate the returned :class:`Call`.
 
     ``client_wants_usage=None`` reads it from the body's ``stream_options.include_usage``.
     ``headers`` are added to the request (e.g. a provider's own tracing header).
+    ``key_hash``: a conversation's affinity key; the provider's API key is then ``KeyPool.pick(key_hash)``
+    (the same account for the whole conversation) instead of the next in turn.
     """
     return Call(
         client,
@@ -487,4 +493,5 @@ def call(
         client_wants_usage=client_wants_usage,
         request_id=request_id,
         headers=headers,
+        key_hash=key_hash,
     )
