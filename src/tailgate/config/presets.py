@@ -34,6 +34,8 @@ class ProviderPreset:
     limits_scope: Literal["key", "account"] = "account"
     """``key``: ``rpm``/``tpm`` hold per API key, so N keys give N times the rate; ``account``: keys share it."""
     max_output_tokens: int | None = None
+    thinking_switch: str = "thinking"
+    """How its chat API switches reasoning (``providers.NAME.thinking_switch``'s default; config/schema.py)."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (what the Anthropic SDK takes as ``base_url``; requests
     go to ``{it}/v1/messages``), where it serves one; None: OpenAI chat only."""
@@ -94,6 +96,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="siliconflow",
+            thinking_switch="enable_thinking",
             title="SiliconFlow",
             base_url="https://api.siliconflow.cn/v1",
             example_model="deepseek-ai/DeepSeek-V3.2",
@@ -119,6 +122,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="bailian",
+            thinking_switch="enable_thinking",
             title="Alibaba Cloud Bailian (DashScope compatible mode)",
             base_url="https://dashscope.aliyuncs.com/compatible-mode/v1",
             example_model="deepseek-v3.2",
@@ -218,6 +222,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="openai",
+            thinking_switch="reasoning_effort",
             title="OpenAI",
             base_url="https://api.openai.com/v1",
             example_model=None,
@@ -243,6 +248,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="vllm",
+            thinking_switch="chat_template_kwargs",
             title="vLLM (self-hosted)",
             base_url=None,
             example_model="deepseek-ai/DeepSeek-V3.2",
@@ -260,6 +266,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="sglang",
+            thinking_switch="chat_template_kwargs",
             title="SGLang (self-hosted)",
             base_url=None,
             example_model="deepseek-ai/DeepSeek-V3.2",

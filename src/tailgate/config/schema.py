@@ -96,7 +96,14 @@ class ProviderConfig(_Strict):
     """Extra request headers sent to this provider (never logged)."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (the Anthropic SDK's ``base_url``); the preset's for
-    DeepSeek and Bailian. For the Anthropic passthrough mode (issue 32; the gateway route comes next)."""
+    DeepSeek and Bailian. ``/v1/messages`` requests routed here are passed through to it (issue 32)."""
+    thinking_switch: (
+        Literal["thinking", "enable_thinking", "chat_template_kwargs", "reasoning_effort", "none"] | None
+    ) = None
+    """How this provider's OpenAI chat API turns reasoning on or off, for ``/v1/messages`` requests translated to
+    it (their ``thinking``): ``thinking: {type, budget_tokens}`` (the default; DeepSeek, Volcengine, Zhipu),
+    ``enable_thinking`` (DashScope, SiliconFlow), ``chat_template_kwargs.enable_thinking`` (vLLM / SGLang serving
+    Qwen3), ``reasoning_effort`` (OpenAI), ``none`` (never sent). Unset: the preset's."""
     cache_min_tokens: Annotated[int, Field(ge=0)] | None = None
     """The shortest prompt this provider's prompt cache serves (its documented minimum); unset: the preset's,
     else 64. Conversation affinity applies from the smallest minimum among an alias's routes."""

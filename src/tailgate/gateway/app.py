@@ -343,7 +343,7 @@ class Gateway:
         await self.books.drain()  # the last requests' rows and settlements, before the stores close
         await self.prober.close()
         for p in self.providers.values():
-            await p.client.close()
+            await p.close()
         await self.traffic.close()
         await self.admission.close()
         if self.maintenance is not None:

@@ -7,6 +7,7 @@ Named ``providers`` (it was ``gateway/state.py``, a name that clashed with the `
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,15 @@ class ProviderState:
     """The fleet's state (``state: redis``): pauses are fleet-wide (docs/fleet.md); None alone."""
     on_pause: Callable[[str, float], None] | None = None
     """Tells the fleet about a pause (set by ``gateway.fleet``)."""
+    anthropic_client: UpstreamClient | None = None
+    """A pool to the provider's native Anthropic endpoint (``anthropic_base_url``): ``/v1/messages`` requests
+    routed here pass through to it (gateway/anthropic.py); None: they are translated to OpenAI chat."""
+
+    async def close(self) -> None:
+        """Close the provider's connection pools."""
+        await self.client.close()
+        if self.anthropic_client is not None:
+            await self.anthropic_client.close()
 
     @property
     def name(self) -> str:
@@ -152,9 +162,13 @@ class ProviderState:
 
 
 def provider_state(resolved: ResolvedProvider, pacing: PacingConfig) -> ProviderState:
-    """A provider's fresh state: its own client pool and pacer."""
+    """A provider's fresh state: its own client pool (two with an ``anthropic_base_url``) and pacer."""
+    endpoint = endpoint_for(resolved)
+    native = None
+    if resolved.anthropic_base_url is not None:
+        native = UpstreamClient(dataclasses.replace(endpoint, base_url=resolved.anthropic_base_url))
     return ProviderState(
-        config=resolved, client=UpstreamClient(endpoint_for(resolved)), pacer=pacer_for(resolved, pacing)
+        config=resolved, client=UpstreamClient(endpoint), pacer=pacer_for(resolved, pacing), anthropic_client=native
     )
 
 

@@ -99,6 +99,8 @@ class LoadConfig(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=100_000)] = 64
     input_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 128
     max_in_flight: Annotated[int, Field(ge=1)] = 10_000
+    api: Literal["openai", "anthropic"] = "openai"
+    """The protocol the load speaks to the gateway: OpenAI chat, or Anthropic's Messages API (``/v1/messages``)."""
     workload: Literal["synthetic", "multi-turn"] = "synthetic"
     """``multi-turn``: conversations of ``turns`` turns that grow (bench's ``multi-turn`` shape: each turn resends
     the conversation so far; ``input_tokens`` per user turn, ``max_tokens`` per answer), sent in order."""

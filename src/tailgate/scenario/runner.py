@@ -195,7 +195,10 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
     for name, pc in gw.providers.items():
         sim = cluster.providers[name]
         keys = list(pc.api_keys) or [SecretStr(k) for k in sim.spec.api_keys[:1]] or [SecretStr(f"sk-scenario-{name}")]
-        providers[name] = pc.model_copy(update={"base_url": sim.url, "api_keys": keys})
+        update: dict[str, Any] = {"base_url": sim.url, "api_keys": keys}
+        if pc.anthropic_base_url is not None:  # any value: the simulator's Anthropic endpoint (its API root)
+            update["anthropic_base_url"] = sim.url.removesuffix("/v1")
+        providers[name] = pc.model_copy(update=update)
     hedge = cfg.hedge_of(run)
     models = {
         alias: m.model_copy(update={"policy": run.policy, **({"hedge": hedge} if alias == cfg.alias else {})})
@@ -289,7 +292,7 @@ async def run_policy(
                         stream=load.stream,
                         seed=cfg.seed,
                     )
-                gen = LoadGenerator([Target(run.label, client, cfg.alias)], workload, stop=stop)
+                gen = LoadGenerator([Target(run.label, client, cfg.alias, load.api)], workload, stop=stop)
 
                 def on_phase(phase: Phase) -> None:
                     phase.recorders[:] = [_Capture(r, captured) for r in phase.recorders]

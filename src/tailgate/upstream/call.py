@@ -62,9 +62,12 @@ class Call(StreamRelay):
         self.path = path
         self.stream = stream
         self.request_id = request_id
-        inject = not path.rstrip("/").endswith("/responses")
+        # The Responses API and Anthropic's Messages API always send usage (and a strict upstream refuses
+        # stream_options): their bodies go as they are.
+        inject = not path.rstrip("/").endswith(("/responses", "/messages"))
         self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage, inject=inject)
         self._extra_headers = headers
+        self._native_anthropic = "/messages" in path
         self.result: CallResult | None = None
         self.tap: Tap | None = None
         """Set by a caller that relays the stream and has written every frame it was given: the rest of the
@@ -186,6 +189,8 @@ class Call(StreamRelay):
         if (picked := keys.next() if self._key_hash is None else keys.pick(self._key_hash)) is not None:
             self._key_index, key = picked
             headers["Authorization"] = f"Bearer {key}"
+            if self._native_anthropic:  # Anthropic-protocol endpoints read x-api-key (some only that; both are sent)
+                headers["x-api-key"] = key
         if self.request_id is not None:
             headers["x-request-id"] = self.request_id
         return headers
@@ -339,7 +344,13 @@ class Call(StreamRelay):
                     parsed = decode_body(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     raise _Failed("malformed", f"the response body is not valid JSON ({len(raw)} bytes)") from None
-                if parsed.choices is None and parsed.data is None and parsed.output is None:
+                if (
+                    parsed.choices is None
+                    and parsed.data is None
+                    and parsed.output is None
+                    and parsed.content is None
+                    and parsed.input_tokens is None
+                ):
                     # A 200 whose JSON is not an OpenAI answer (no "choices", no "data"): count it as
                     # malformed, with the start of the body as the example.
                     example = raw[:120].decode("utf-8", "replace")
