@@ -381,11 +381,17 @@ async def test_a_key_with_rpm_60_admits_60_per_minute_over_two_minutes(sim: SimF
 BULK_BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50}
 
 
-async def _state_calls(session: aiohttp.ClientSession, replica: Replica) -> float:
-    """This replica's ``tailgate_state_calls_total`` (round trips to Redis, request path and background)."""
+async def _scrape(session: aiohttp.ClientSession, replica: Replica, prefix: str) -> dict[str, float]:
+    """This replica's /metrics samples whose name starts with ``prefix``: sample (name and labels) → value."""
     async with session.get(f"{replica.url}/metrics") as resp:
         text = await resp.text()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("tailgate_state_calls_total"))
+    rows = (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(prefix))
+    return {name: float(value) for name, value in rows}
+
+
+def _total(samples: list[dict[str, float]], name: str, label: str = "") -> float:
+    """Sum over replicas of the samples of ``name`` (with ``label``, e.g. ``how="local"``, when given)."""
+    return sum(v for s in samples for k, v in s.items() if k.split("{")[0] == name and label in k)
 
 
 async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFactory, fleet: FleetFactory) -> None:
@@ -419,7 +425,8 @@ async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFacto
                         admitted_tokens.append(body["usage"]["total_tokens"])
 
         await asyncio.gather(*(team(i) for i in range(100)), *(bulk_worker(w, 110) for w in range(24)))
-        calls = sum([await _state_calls(session, r) for r in replicas])
+        samples = [await _scrape(session, r, "tailgate_state_") for r in replicas]
+    calls = _total(samples, "tailgate_state_calls_total")
     assert 58 <= team_statuses[200] <= 62, team_statuses  # 60 ± 2: see docs/fleet.md
     assert team_statuses[429] == 100 - team_statuses[200], team_statuses
     assert set(bulk_statuses) == {200, 429}, bulk_statuses  # offered more than the limit: refusals, no failure
@@ -429,3 +436,12 @@ async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFacto
     # round trips); all three replicas together, team key and background renewals included, make fewer than one.
     offered = sum(bulk_statuses.values()) + 100
     assert calls < offered, (calls, offered)
+    # The allowance counters (docs/metrics.md) tell the same story: most reservations answered locally, the
+    # flood over the tpm refused from a remembered refusal, slices renewed in the background.
+    local = _total(samples, "tailgate_state_allowance_reservations_total", 'how="local"')
+    remote = _total(samples, "tailgate_state_allowance_reservations_total", 'how="remote"')
+    remembered = _total(samples, "tailgate_state_allowance_reservations_total", 'how="refusal_remembered"')
+    assert local > 2 * remote > 0, samples
+    assert local + remote + remembered >= sum(bulk_statuses.values()), samples
+    assert remembered > 0, samples
+    assert _total(samples, "tailgate_state_allowance_renewals_total") > 0, samples

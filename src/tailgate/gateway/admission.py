@@ -169,6 +169,39 @@ class KeyAdmission:
             ["key", "reason"],
             registry=registry,
         )
+        self._m_allow = Counter(
+            "tailgate_state_allowance_reservations",
+            "Key reservations in a fleet by how they were answered (state/allowance.py): local (from allowances "
+            "held, no Redis call), remote (waited for Redis: an allowance exhausted or a limit decided per "
+            "request), refusal_remembered (refused from a remembered Redis refusal, no Redis call).",
+            ["how"],
+            registry=registry,
+        )
+        self._m_renewals = Counter(
+            "tailgate_state_allowance_renewals",
+            "Background takes that renewed an allowance slice ahead of need (no request waited for them).",
+            registry=registry,
+        )
+        self._counted_allow: tuple[Allowances | None, dict[str, int]] = (None, {})
+
+    def refresh_metrics(self) -> None:
+        """Bring the allowance counters up to date (at scrape); a new ``Allowances`` (a new state) counts on."""
+        allow = self._allow
+        if allow is None:
+            return
+        now = {
+            "local": allow.local,
+            "remote": allow.remote,
+            "refusal_remembered": allow.refusals_remembered,
+            "renewals": allow.renewals,
+        }
+        held, counted = self._counted_allow
+        if held is not allow:
+            counted = {}
+        for how in ("local", "remote", "refusal_remembered"):
+            self._m_allow.labels(how).inc(now[how] - counted.get(how, 0))
+        self._m_renewals.inc(now["renewals"] - counted.get("renewals", 0))
+        self._counted_allow = (allow, now)
 
     # -- admission ----------------------------------------------------------------------------------
 
