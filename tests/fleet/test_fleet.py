@@ -410,6 +410,7 @@ async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFacto
     admitted_tokens: list[int] = []
     team_statuses: Counter[int] = Counter()
     bulk_statuses: Counter[int] = Counter()
+    bulk_refused: list[dict[str, str]] = []
     async with aiohttp.ClientSession() as session:
 
         async def team(i: int) -> None:
@@ -421,6 +422,8 @@ async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFacto
                 async with session.post(url, json=BULK_BODY, headers=bulk) as resp:
                     body = await resp.json()
                     bulk_statuses[resp.status] += 1
+                    if resp.status == 429:
+                        bulk_refused.append({**resp.headers, "code": body["error"]["code"]})
                     if resp.status == 200:
                         admitted_tokens.append(body["usage"]["total_tokens"])
 
@@ -432,6 +435,12 @@ async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFacto
     assert set(bulk_statuses) == {200, 429}, bulk_statuses  # offered more than the limit: refusals, no failure
     used = sum(admitted_tokens)
     assert 0.98 * tpm <= used <= 1.02 * tpm, (used, bulk_statuses)  # ± 2 %: see docs/fleet.md
+    # Every refusal says the tpm window's numbers, from what the replica last heard of it (a remembered refusal,
+    # the slice held; no Redis call): a refusal over the tpm, that nothing is left to speak of.
+    assert all(h["x-ratelimit-limit-tokens"] == str(tpm) for h in bulk_refused), bulk_refused[:3]
+    over = [h for h in bulk_refused if h["code"] == "rate_limit_exceeded"]
+    assert over, bulk_refused[:3]
+    assert all(int(h["x-ratelimit-remaining-tokens"]) < 0.02 * tpm for h in over), over[:3]
     # From allowances, not per request: a key decided in Redis costs each request a RESERVE and a SETTLE (≥ 2
     # round trips); all three replicas together, team key and background renewals included, make fewer than one.
     offered = sum(bulk_statuses.values()) + 100

@@ -146,6 +146,16 @@ async def test_a_window_at_its_limit_refuses_without_a_round_trip_per_request(re
         assert res.admissions[-1].retry_after_s > 0
     assert state.calls == before
     assert allow.refusals_remembered == 100
+    # What a refused request's x-ratelimit-* say, without a call: the remembered refusal's room and reset,
+    # the same numbers Redis gave (nothing left, the window resets within its 60 s), and None for a window
+    # of another limit (asked in Redis instead).
+    known = allow.known("key:t:tpm", 3000.0)
+    assert known is not None
+    assert known.remaining == 0.0
+    assert 0.0 < known.reset_s <= 60.0
+    assert allow.known("key:t:tpm", 6000.0) is None
+    assert allow.known("key:other:tpm", 3000.0) is None
+    assert state.calls == before
     assert allow.settle_now([Adjustment("key:t:tpm", -500.0, 60.0, None)])  # per request: the caller sends it
     await state.adjust("key:t:tpm", -500.0, 60.0)
     before = state.calls
@@ -228,7 +238,7 @@ async def test_a_dead_replicas_spare_slots_free_at_the_short_spare_ttl(
     state = await replicas()
     allow = Allowances(state, tick_s=0.05, spare_ttl_s=1.0, spare_renew_s=0.2)
     allow.start()
-    slot = Slot("key:t:concurrency", 40)
+    slot = Slot(f"key:{uuid.uuid4().hex}:concurrency", 40)  # its own set on the session's redis-server
     res = await allow.reserve([], slot)  # the request stays in flight throughout (a 10-minute stream)
     assert res.ok
     assert res.lease is not None
@@ -237,7 +247,7 @@ async def test_a_dead_replicas_spare_slots_free_at_the_short_spare_ttl(
 
     client = aioredis.Redis.from_url(redis_server.url)
     try:
-        key = next(iter([k async for k in client.scan_iter(match="*g:key:t:concurrency")]))
+        key = next(iter([k async for k in client.scan_iter(match=f"*g:{slot.name}")]))
 
         async def live() -> tuple[float, dict[str, float]]:
             """Redis's clock now and the expiry of every member still in the cap's set."""

@@ -434,7 +434,8 @@ class KeyAdmission:
         """``x-ratelimit-*`` of ``key_id`` as its windows stand now (a refused request's answer: asks the
         windows with an amount of 0, which takes nothing), but for what the refusal ``known`` carries already.
         With a shared state a refusal that carries its window's numbers (the rpm's 429) asks nothing more: a
-        flood over the rpm must not cost a Redis round trip per refusal (``LeasedLimiter`` spares it)."""
+        flood over the rpm must not cost a Redis round trip per refusal (``LeasedLimiter`` spares it); the tpm
+        window comes from the allowances when they know it (a remembered refusal, a slice held: no call)."""
         limits = self.directory.limits(key_id)
         tpm = limits.tpm if limits is not None else None
         state = self._state()
@@ -445,7 +446,13 @@ class KeyAdmission:
         if rpm is None and tpm is None:
             return {}
         rpm_adm = await state.take(f"key:{key_id}:rpm", 0.0, rpm, 60.0) if rpm is not None else None
-        tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0) if tpm is not None else None
+        tpm_adm: Admission | None = None
+        if tpm is not None:
+            allow = None if isinstance(state, LocalState) else self._held(state)
+            if allow is not None:  # the remembered refusal or the slice held: no Redis call (issue 31)
+                tpm_adm = allow.known(f"key:{key_id}:tpm", float(tpm))
+            if tpm_adm is None:
+                tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0)
         return ratelimit_headers(rpm, rpm_adm, tpm, tpm_adm)
 
     # -- settlement -----------------------------------------------------------------------------------

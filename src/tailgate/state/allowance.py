@@ -227,6 +227,21 @@ class Allowances:
             if len(self.waits) > 1000:
                 del self.waits[:500]
 
+    def known(self, name: str, limit: float) -> Admission | None:
+        """The window ``name`` as this replica last heard of it from Redis, without a call: a refusal remembered
+        (its room and reset, aged), else the slice held (the room Redis reported after it, plus its unspent
+        balance). None when it knows nothing current (a refused request's ``x-ratelimit-*`` then asks Redis)."""
+        now = time.monotonic()
+        hit = self._refused.get(name)
+        if hit is not None and hit[0] > now and hit[2].limit == limit:
+            until, _, adm = hit
+            since = now - (until - adm.retry_after_s)
+            return Admission(True, 0.0, max(0.0, adm.remaining), limit, max(0.0, adm.reset_s - since))
+        a = self._slices.get(name)
+        if a is not None and a.limit == limit:
+            return Admission(True, 0.0, max(0.0, a.remaining + a.balance), limit, max(0.0, a.reset_at - now))
+        return None
+
     def _still_refused(self, claims: Sequence[Claim]) -> Reservation | None:
         """The refusal Redis gave one of ``claims``' windows, while nothing can have rolled off it since."""
         if not self._refused:
