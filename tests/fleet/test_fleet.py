@@ -376,3 +376,81 @@ async def test_a_key_with_rpm_60_admits_60_per_minute_over_two_minutes(sim: SimF
     assert 116 <= len(admitted) <= 124, len(admitted)
     worst = max(sum(1 for t in admitted if s <= t < s + 60.0) for s in admitted)
     assert worst <= 62, worst
+
+
+BULK_BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50}
+
+
+async def _scrape(session: aiohttp.ClientSession, replica: Replica, prefix: str) -> dict[str, float]:
+    """This replica's /metrics samples whose name starts with ``prefix``: sample (name and labels) → value."""
+    async with session.get(f"{replica.url}/metrics") as resp:
+        text = await resp.text()
+    rows = (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(prefix))
+    return {name: float(value) for name, value in rows}
+
+
+def _total(samples: list[dict[str, float]], name: str, label: str = "") -> float:
+    """Sum over replicas of the samples of ``name`` (with ``label``, e.g. ``how="local"``, when given)."""
+    return sum(v for s in samples for k, v in s.items() if k.split("{")[0] == name and label in k)
+
+
+async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFactory, fleet: FleetFactory) -> None:
+    """Three ``tailgate serve`` processes, one redis-server, two tenant keys offered more than their limits
+    at once: ``rpm: 60`` (decided per request in Redis) admits 60 ± 2; a ``tpm`` large enough to be admitted
+    from allowances (slices each replica holds, docs/fleet.md "Allowances") admits its limit ± 2 % of tokens.
+    Counts only: nothing here depends on how fast this machine is."""
+    a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
+    tpm = 100_000  # ~1,900 requests of ~53 tokens; reserved ~70 each, so 400 × 70 × 3 replicas < tpm: slices
+    keys = [
+        {"id": "team", "key": "tg-team-key-0123", "rpm": 60},
+        {"id": "bulk", "key": "tg-bulk-key-0123", "tpm": tpm, "max_concurrency": 60},
+    ]
+    replicas = await fleet(3, a.url, b.url, keys=keys)
+    bulk = {"Authorization": "Bearer tg-bulk-key-0123"}
+    admitted_tokens: list[int] = []
+    team_statuses: Counter[int] = Counter()
+    bulk_statuses: Counter[int] = Counter()
+    bulk_refused: list[dict[str, str]] = []
+    async with aiohttp.ClientSession() as session:
+
+        async def team(i: int) -> None:
+            team_statuses[(await _chat(session, replicas[i % 3])).status] += 1
+
+        async def bulk_worker(w: int, n: int) -> None:
+            for i in range(n):
+                url = f"{replicas[(w + i) % 3].url}/v1/chat/completions"
+                async with session.post(url, json=BULK_BODY, headers=bulk) as resp:
+                    body = await resp.json()
+                    bulk_statuses[resp.status] += 1
+                    if resp.status == 429:
+                        bulk_refused.append({**resp.headers, "code": body["error"]["code"]})
+                    if resp.status == 200:
+                        admitted_tokens.append(body["usage"]["total_tokens"])
+
+        await asyncio.gather(*(team(i) for i in range(100)), *(bulk_worker(w, 110) for w in range(24)))
+        samples = [await _scrape(session, r, "tailgate_state_") for r in replicas]
+    calls = _total(samples, "tailgate_state_calls_total")
+    assert 58 <= team_statuses[200] <= 62, team_statuses  # 60 ± 2: see docs/fleet.md
+    assert team_statuses[429] == 100 - team_statuses[200], team_statuses
+    assert set(bulk_statuses) == {200, 429}, bulk_statuses  # offered more than the limit: refusals, no failure
+    used = sum(admitted_tokens)
+    assert 0.98 * tpm <= used <= 1.02 * tpm, (used, bulk_statuses)  # ± 2 %: see docs/fleet.md
+    # Every refusal says the tpm window's numbers, from what the replica last heard of it (a remembered refusal,
+    # the slice held; no Redis call): a refusal over the tpm, that nothing is left to speak of.
+    assert all(h["x-ratelimit-limit-tokens"] == str(tpm) for h in bulk_refused), bulk_refused[:3]
+    over = [h for h in bulk_refused if h["code"] == "rate_limit_exceeded"]
+    assert over, bulk_refused[:3]
+    assert all(int(h["x-ratelimit-remaining-tokens"]) < 0.02 * tpm for h in over), over[:3]
+    # From allowances, not per request: a key decided in Redis costs each request a RESERVE and a SETTLE (≥ 2
+    # round trips); all three replicas together, team key and background renewals included, make fewer than one.
+    offered = sum(bulk_statuses.values()) + 100
+    assert calls < offered, (calls, offered)
+    # The allowance counters (docs/metrics.md) tell the same story: most reservations answered locally, the
+    # flood over the tpm refused from a remembered refusal, slices renewed in the background.
+    local = _total(samples, "tailgate_state_allowance_reservations_total", 'how="local"')
+    remote = _total(samples, "tailgate_state_allowance_reservations_total", 'how="remote"')
+    remembered = _total(samples, "tailgate_state_allowance_reservations_total", 'how="refusal_remembered"')
+    assert local > 2 * remote > 0, samples
+    assert local + remote + remembered >= sum(bulk_statuses.values()), samples
+    assert remembered > 0, samples
+    assert _total(samples, "tailgate_state_allowance_renewals_total") > 0, samples

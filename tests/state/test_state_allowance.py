@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from conftest import StateFactory, redis_config
 from delay_proxy import DelayProxy
@@ -144,6 +146,16 @@ async def test_a_window_at_its_limit_refuses_without_a_round_trip_per_request(re
         assert res.admissions[-1].retry_after_s > 0
     assert state.calls == before
     assert allow.refusals_remembered == 100
+    # What a refused request's x-ratelimit-* say, without a call: the remembered refusal's room and reset,
+    # the same numbers Redis gave (nothing left, the window resets within its 60 s), and None for a window
+    # of another limit (asked in Redis instead).
+    known = allow.known("key:t:tpm", 3000.0)
+    assert known is not None
+    assert known.remaining == 0.0
+    assert 0.0 < known.reset_s <= 60.0
+    assert allow.known("key:t:tpm", 6000.0) is None
+    assert allow.known("key:other:tpm", 3000.0) is None
+    assert state.calls == before
     assert allow.settle_now([Adjustment("key:t:tpm", -500.0, 60.0, None)])  # per request: the caller sends it
     await state.adjust("key:t:tpm", -500.0, 60.0)
     before = state.calls
@@ -214,3 +226,58 @@ async def test_requests_flow_at_local_speed_with_redis_200ms_away(redis_server: 
         proxy.delay_s = 0.0
         await allow.close()
         await state.close()
+
+
+async def test_a_dead_replicas_spare_slots_free_at_the_short_spare_ttl(
+    replicas: StateFactory, redis_server: RedisServer
+) -> None:
+    """Spare slots are granted with ``spare_ttl_s`` (30 s; 1 s here) and renewed in the background while their
+    replica lives: held well past that TTL they stay in Redis; once the replica dies (its ticks stop, nothing
+    given back) they expire at most ``spare_ttl_s`` after its last renewal — not at the 600 s slot TTL. Judged
+    on Redis's own clock (the members' expiry scores), so a slow machine cannot break it."""
+    state = await replicas()
+    allow = Allowances(state, tick_s=0.05, spare_ttl_s=1.0, spare_renew_s=0.2)
+    allow.start()
+    slot = Slot(f"key:{uuid.uuid4().hex}:concurrency", 40)  # its own set on the session's redis-server
+    res = await allow.reserve([], slot)  # the request stays in flight throughout (a 10-minute stream)
+    assert res.ok
+    assert res.lease is not None
+    held = sum(len(sp.free) + len(sp.busy) for sp in allow._spares.values())
+    assert held > 1, held  # its own slot and spares
+
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        key = next(iter([k async for k in client.scan_iter(match=f"*g:{slot.name}")]))
+
+        async def live() -> tuple[float, dict[str, float]]:
+            """Redis's clock now and the expiry of every member still in the cap's set."""
+            sec, usec = await client.time()
+            members: list[Any] = await client.zrange(key, 0, -1, withscores=True)
+            return sec + usec / 1e6, {str(m[0], "utf-8"): float(m[1]) for m in members}
+
+        now, expiries = await live()
+        assert len(expiries) == held
+        assert max(expiries.values()) <= now + 1.0 + 0.01  # the short TTL, not 600 s
+        for _ in range(8):  # 2.4 s, more than twice the TTL: what it holds is renewed, never expired
+            await asyncio.sleep(0.3)
+            now, expiries = await live()
+            mine = {m for sp in allow._spares.values() for m in (*sp.free, *sp.busy)}
+            assert mine, expiries  # the slot in flight at least
+            assert mine <= set(expiries), (mine, expiries)
+            assert min(expiries[m] for m in mine) > now, (now, expiries)
+
+        assert allow._task is not None
+        allow._task.cancel()  # the replica dies: no renewal, no release
+        await asyncio.gather(allow._task, *allow._tasks, return_exceptions=True)
+        died, expiries = await live()
+        assert expiries
+        assert max(expiries.values()) <= died + 1.0 + 0.01  # free within spare_ttl_s of its death
+        for _ in range(100):  # bounded wait for the expiry itself (Redis's clock)
+            if (await live())[0] > max(expiries.values()):
+                break
+            await asyncio.sleep(0.05)
+        other = await state.acquire(slot.name, 40)
+        assert other.ok
+        assert other.in_use == 1  # every slot of the dead replica is free again
+    finally:
+        await client.aclose()

@@ -169,6 +169,39 @@ class KeyAdmission:
             ["key", "reason"],
             registry=registry,
         )
+        self._m_allow = Counter(
+            "tailgate_state_allowance_reservations",
+            "Key reservations in a fleet by how they were answered (state/allowance.py): local (from allowances "
+            "held, no Redis call), remote (waited for Redis: an allowance exhausted or a limit decided per "
+            "request), refusal_remembered (refused from a remembered Redis refusal, no Redis call).",
+            ["how"],
+            registry=registry,
+        )
+        self._m_renewals = Counter(
+            "tailgate_state_allowance_renewals",
+            "Background takes that renewed an allowance slice ahead of need (no request waited for them).",
+            registry=registry,
+        )
+        self._counted_allow: tuple[Allowances | None, dict[str, int]] = (None, {})
+
+    def refresh_metrics(self) -> None:
+        """Bring the allowance counters up to date (at scrape); a new ``Allowances`` (a new state) counts on."""
+        allow = self._allow
+        if allow is None:
+            return
+        now = {
+            "local": allow.local,
+            "remote": allow.remote,
+            "refusal_remembered": allow.refusals_remembered,
+            "renewals": allow.renewals,
+        }
+        held, counted = self._counted_allow
+        if held is not allow:
+            counted = {}
+        for how in ("local", "remote", "refusal_remembered"):
+            self._m_allow.labels(how).inc(now[how] - counted.get(how, 0))
+        self._m_renewals.inc(now["renewals"] - counted.get("renewals", 0))
+        self._counted_allow = (allow, now)
 
     # -- admission ----------------------------------------------------------------------------------
 
@@ -401,7 +434,8 @@ class KeyAdmission:
         """``x-ratelimit-*`` of ``key_id`` as its windows stand now (a refused request's answer: asks the
         windows with an amount of 0, which takes nothing), but for what the refusal ``known`` carries already.
         With a shared state a refusal that carries its window's numbers (the rpm's 429) asks nothing more: a
-        flood over the rpm must not cost a Redis round trip per refusal (``LeasedLimiter`` spares it)."""
+        flood over the rpm must not cost a Redis round trip per refusal (``LeasedLimiter`` spares it); the tpm
+        window comes from the allowances when they know it (a remembered refusal, a slice held: no call)."""
         limits = self.directory.limits(key_id)
         tpm = limits.tpm if limits is not None else None
         state = self._state()
@@ -412,7 +446,13 @@ class KeyAdmission:
         if rpm is None and tpm is None:
             return {}
         rpm_adm = await state.take(f"key:{key_id}:rpm", 0.0, rpm, 60.0) if rpm is not None else None
-        tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0) if tpm is not None else None
+        tpm_adm: Admission | None = None
+        if tpm is not None:
+            allow = None if isinstance(state, LocalState) else self._held(state)
+            if allow is not None:  # the remembered refusal or the slice held: no Redis call (issue 31)
+                tpm_adm = allow.known(f"key:{key_id}:tpm", float(tpm))
+            if tpm_adm is None:
+                tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0)
         return ratelimit_headers(rpm, rpm_adm, tpm, tpm_adm)
 
     # -- settlement -----------------------------------------------------------------------------------

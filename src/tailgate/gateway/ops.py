@@ -83,6 +83,7 @@ class Ops:
             return error_response(denied)
         core = self.core
         core.fleet.refresh_metrics()
+        core.admission.refresh_metrics()
         for name, p in core.providers.items():
             core.metrics.in_flight.labels(name).set(p.in_flight)
             self.breaker_state.labels(name).set(_BREAKER_CODE[core.breakers.get(name).state])

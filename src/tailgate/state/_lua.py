@@ -164,10 +164,25 @@ local function acquire(key, token, limit, ttl, count)
   else
     for i = 1, count do redis.call('ZADD', key, now + ttl, token .. ':' .. i) end
   end
-  redis.call('PEXPIRE', key, math.ceil(ttl * 1000) + 1000)
+  local keep = math.ceil(ttl * 1000) + 1000
+  if redis.call('PTTL', key) < keep then redis.call('PEXPIRE', key, keep) end  -- a short TTL never cuts a long one
   return {1, n + count}
 end
 """
+
+# KEYS[1] gauge zset; ARGV ttl, then members. Members still in the set expire ``ttl`` from now (a replica's
+# spare slots, renewed while it lives, state/allowance.py); one gone (expired, released) stays gone. -> renewed
+RENEW = (
+    _NOW
+    + """
+local ttl = tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV do n = n + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[i]) end
+local keep = math.ceil(ttl * 1000) + 1000
+if n > 0 and redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+return n
+"""
+)
 
 # KEYS[1] gauge zset; ARGV token, limit, ttl. -> {ok, in_use}
 ACQUIRE = (

@@ -33,7 +33,8 @@ atomic take, so a budget or a concurrency cap is never exceeded by reservations;
 at most its limit plus the slices spent after their bucket left the window: ≤ replicas × slice ≤ 1 % of the
 limit. A slice lives in a window bucket, so a dead replica's unspent slice of a window frees itself when that
 bucket leaves the window (≤ 60 s); a dead replica's unspent budget slice stays counted (the budget admits up
-to one slice less: ≤ 1 % ÷ replicas); its spare slots free at their TTL.
+to one slice less: ≤ 1 % ÷ replicas); its spare slots free within ``spare_ttl_s`` (30 s; renewed every 10 s
+while it lives).
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class Allowances:
         fraction: float = 0.01,
         min_requests: int = 4,
         spare_fraction: float = 0.1,
+        spare_ttl_s: float = 30.0,
+        spare_renew_s: float = 10.0,
     ) -> None:
         self.state = state
         self.tick_s = tick_s
@@ -102,6 +105,10 @@ class Allowances:
         self.fraction = fraction
         self.min_requests = min_requests
         self.spare_fraction = spare_fraction
+        self.spare_ttl_s = spare_ttl_s
+        """TTL of a grant with spare slots (all its members), renewed every ``spare_renew_s`` while held: a
+        replica that dies holding spares blocks them for at most this long, not the slot TTL (600 s)."""
+        self.spare_renew_s = spare_renew_s
         self._slices: dict[str, _Allowance] = {}
         self._spares: dict[str, _Spare] = {}
         self._rate: dict[str, float] = {}
@@ -220,6 +227,21 @@ class Allowances:
             if len(self.waits) > 1000:
                 del self.waits[:500]
 
+    def known(self, name: str, limit: float) -> Admission | None:
+        """The window ``name`` as this replica last heard of it from Redis, without a call: a refusal remembered
+        (its room and reset, aged), else the slice held (the room Redis reported after it, plus its unspent
+        balance). None when it knows nothing current (a refused request's ``x-ratelimit-*`` then asks Redis)."""
+        now = time.monotonic()
+        hit = self._refused.get(name)
+        if hit is not None and hit[0] > now and hit[2].limit == limit:
+            until, _, adm = hit
+            since = now - (until - adm.retry_after_s)
+            return Admission(True, 0.0, max(0.0, adm.remaining), limit, max(0.0, adm.reset_s - since))
+        a = self._slices.get(name)
+        if a is not None and a.limit == limit:
+            return Admission(True, 0.0, max(0.0, a.remaining + a.balance), limit, max(0.0, a.reset_at - now))
+        return None
+
     def _still_refused(self, claims: Sequence[Claim]) -> Reservation | None:
         """The refusal Redis gave one of ``claims``' windows, while nothing can have rolled off it since."""
         if not self._refused:
@@ -245,7 +267,9 @@ class Allowances:
         sizes = [self._size(c) for c in claims]
         spare = self._spare_size(slot) if slot is not None else 0
         asked = [Claim(c.name, c.amount + size, c.limit, c.window_s) for c, size in zip(claims, sizes, strict=True)]
-        ask_slot = Slot(slot.name, slot.limit, slot.ttl_s, 1 + spare) if slot is not None else None
+        ask_slot = slot
+        if slot is not None and spare:  # renewed while held (``_renew_spares``): a dead replica's free soon
+            ask_slot = Slot(slot.name, slot.limit, min(slot.ttl_s, self.spare_ttl_s), 1 + spare)
         res = await self.state.reserve(asked, ask_slot)
         if not res.ok and (any(sizes) or spare):
             # No room for the slices: the last units of the limit go one request at a time, exactly.
@@ -409,12 +433,21 @@ class Allowances:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _renew_spares(self) -> None:
+        """Push the expiry of every spare slot held (free or in use) ``spare_ttl_s`` ahead, one call per cap."""
+        held = [(name, [*sp.free, *sp.busy]) for name, sp in self._spares.items()]
+        await asyncio.gather(*(self.state.renew(name, members, self.spare_ttl_s) for name, members in held if members))
+
     async def _ticks(self) -> None:
         ticks = 0
+        renewed_at = time.monotonic()
         while True:
             await asyncio.sleep(self.tick_s)
             ticks += 1
             now = time.monotonic()
+            if self._spares and now - renewed_at >= self.spare_renew_s:
+                renewed_at = now
+                self._spawn(self._renew_spares())
             for name, a in list(self._slices.items()):
                 if not a.used or (now - a.taken_at > 2 * self.max_age_s and not a.renewing):
                     self._give_back(name)

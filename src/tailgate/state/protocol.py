@@ -243,6 +243,11 @@ class SharedState(abc.ABC):
     async def release(self, name: str, token: str) -> None:
         """Give back the slot ``token`` of ``name`` (unknown or already expired tokens are ignored)."""
 
+    async def renew(self, name: str, tokens: Sequence[str], ttl_s: float) -> None:
+        """Let the slots ``tokens`` of ``name`` (``token:i`` members of a grant with ``Slot.count``) expire
+        ``ttl_s`` from now instead; gone ones stay gone. A state without other replicas has nothing to do."""
+        return
+
     # -- generations (a version per namespace: "something in here changed, reload it") -----------------
 
     @abc.abstractmethod

@@ -82,6 +82,7 @@ class RedisState(SharedState):
         self._adjust = self._r.register_script(_lua.ADJUST)
         self._usage = self._r.register_script(_lua.USAGE)
         self._acquire = self._r.register_script(_lua.ACQUIRE)
+        self._renew = self._r.register_script(_lua.RENEW)
         self._reserve = self._r.register_script(_lua.RESERVE)
         self._settle = self._r.register_script(_lua.SETTLE)
         self._pause = self._r.register_script(_lua.PAUSE)
@@ -455,6 +456,12 @@ class RedisState(SharedState):
             return
         with contextlib.suppress(Unavailable):
             await self._link.call(self._r.zrem(f"{self._p}g:{name}", token))
+
+    async def renew(self, name: str, tokens: Sequence[str], ttl_s: float) -> None:
+        members = [t for t in tokens if not t.startswith("local:")]
+        if members:
+            with contextlib.suppress(Unavailable):  # not renewed: they expire at their TTL, as a dead replica's
+                await self._link.call(self._renew(keys=[f"{self._p}g:{name}"], args=[ttl_s, *members]))
 
     # -- generations ------------------------------------------------------------------------------------
 
