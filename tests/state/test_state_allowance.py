@@ -5,6 +5,7 @@ redis-server — three replicas, and one Redis 200 ms away behind the delay prox
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from typing import Any
 
@@ -279,5 +280,70 @@ async def test_a_dead_replicas_spare_slots_free_at_the_short_spare_ttl(
         other = await state.acquire(slot.name, 40)
         assert other.ok
         assert other.in_use == 1  # every slot of the dead replica is free again
+    finally:
+        await client.aclose()
+
+
+async def test_a_replica_holds_its_requests_in_flight_plus_at_most_its_spare_slots(
+    replicas: StateFactory, redis_server: RedisServer
+) -> None:
+    """Issue 31c: a key with a tpm and ``max_concurrency`` 60 on three replicas, 8 requests in flight on each
+    (24 in all) as 4 end and 4 start, slices that run out every 4 requests. Before, a request that
+    found its slice spent asked Redis for a slot and spares with the next slice, beside the spare slots free
+    here: each replica's free slots grew by 2 every 4 requests and the cap refused with 24 in flight. Now,
+    checked after every step once the background work is done: never a refusal; each replica's free slots
+    within its bound (10 % of 60 ÷ 3 = 2); the cap's set holds exactly what the replicas hold, in flight or
+    free — nothing counted twice, nothing no replica knows of — and empty once all is given back."""
+    allows = [
+        Allowances(a.state, fraction=0.0006, min_requests=4)  # slices of 200 tokens: 4 requests of 50
+        for a in await _fleet(replicas)
+    ]
+    slot = Slot(f"key:{uuid.uuid4().hex}:concurrency", 60)  # its own set on the session's redis-server
+    claims = [Claim(f"key:{slot.name}:tpm", 50.0, 1_000_000.0, 60.0)]
+    bound = math.floor(60 * 0.1 / 3)
+    client = aioredis.Redis.from_url(redis_server.url)
+    held: list[list[str]] = [[] for _ in allows]
+
+    async def start(i: int) -> None:
+        a = allows[i]
+        res = a.reserve_now(claims, slot) or await a.reserve(claims, slot)
+        assert res.ok, res
+        assert res.lease is not None
+        held[i].append(res.lease.token)
+
+    async def settled() -> dict[str, int]:
+        """Once the background work is done: what each replica holds (free + in use), and the set's size."""
+        for a in allows:
+            while a._tasks:
+                await asyncio.gather(*a._tasks, return_exceptions=True)
+        keys = [k async for k in client.scan_iter(match=f"*g:{slot.name}")]
+        free = [len(sp.free) for a in allows for sp in a._spares.values()]
+        assert all(n <= bound for n in free), free
+        mine = sum(len(sp.free) + len(sp.busy) for a in allows for sp in a._spares.values())
+        plain = sum(1 for tokens in held for t in tokens if not t.startswith("lease|"))
+        return {"held": mine + plain, "set": await client.zcard(keys[0]) if keys else 0}
+
+    try:
+        for i in range(len(allows)):
+            for _ in range(8):
+                await start(i)
+        for _ in range(20):
+            for i, a in enumerate(allows):
+                for _ in range(4):  # 4 end, 4 start, no turn of the loop between: the renewal cannot keep up
+                    token = held[i].pop(0)
+                    if not a.release_now(slot.name, token):
+                        await a.state.release(slot.name, token)
+                for _ in range(4):
+                    await start(i)
+            now = await settled()
+            assert now["set"] == now["held"], now
+            assert now["set"] <= 24 + 3 * bound, now
+        for i, a in enumerate(allows):
+            for token in held[i]:
+                if not a.release_now(slot.name, token):
+                    await a.state.release(slot.name, token)
+            held[i].clear()
+            await a.close()
+        assert (await settled())["set"] == 0
     finally:
         await client.aclose()

@@ -17,8 +17,9 @@ replicas seen — and never more than a quarter of the room Redis last reported 
 end the slices shrink. Where even ``min_requests`` requests' worth exceeds that cap — a tiny limit (``tpm``
 small against a request's size, ``rpm: 60`` in ``gateway/fleet.py``'s limiter by the same rule) or a budget
 near its end — the counter is decided **per request, exactly**: that request's own amount in Redis, nothing
-more. Spare slots: up to ``spare_fraction`` (10 %) of ``max_concurrency`` ÷ replicas; under 1 (a cap below
-10 × replicas) each request holds its own slot in Redis, as before.
+more. Spare slots: a replica holds at most ``spare_fraction`` (10 %) of ``max_concurrency`` ÷ the replicas it
+sees *free* (``_spare_cap``; a slot released beyond that goes back to Redis at once), besides one per request
+in flight; under 1 (a cap below 10 × replicas) each request holds its own slot in Redis, as before.
 
 Renewal ahead of need: when a slice is down to half, or older than ``max_age_s``, while it is being used, a
 background task takes the next one (``SharedState.take``: bounded by ``state.timeout`` and then the
@@ -26,7 +27,10 @@ documented fallback, so a slow Redis never holds a request). A slice unused for 
 ``max_age_s`` after a renewal, goes back (a refund to its bucket). Only a request that finds an allowance
 exhausted awaits :meth:`reserve`: the missing slices (and the request's own amounts) in one atomic
 ``RESERVE`` — again bounded by ``state.timeout`` — and, when Redis has no room for a slice, the request's own
-amounts alone (exact).
+amounts alone (exact). Only the part missing is asked (``_fetch``): slices alone when a spare slot is free
+here, a slot (with spares) alone when the slices cover the request. Asking both whenever either ran out (as
+before issue 31c) made a replica hold spare slots beyond its bound and balances it did not need: with slices
+renewed every few requests, a cap of 60 over three replicas refused 24 requests in flight.
 
 The promises (docs/fleet.md, "Allowances"): every unit a request holds was first counted in Redis by an
 atomic take, so a budget or a concurrency cap is never exceeded by reservations; a window (``tpm``) admits
@@ -156,30 +160,31 @@ class Allowances:
 
     def reserve_now(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation | None:
         """The reservation from the allowances held, or None when one of them cannot cover it (nothing taken)."""
-        spent: list[_Allowance] = []
+        if not self._covered(claims):
+            return None
+        lease: Lease | None = None
+        if slot is not None:
+            lease = self._lease_now(slot)
+            if lease is None:
+                return None
+        self.local += 1
+        return Reservation(True, self._take_now(claims), lease)
+
+    def _covered(self, claims: Sequence[Claim]) -> bool:
+        """Every claim fits in the slice held of its counter."""
         for c in claims:
             a = self._slices.get(c.name)
             if a is None or a.limit != c.limit or a.window_s != c.window_s or a.balance < c.amount:
-                for s, c2 in zip(spent, claims, strict=False):
-                    s.balance += c2.amount
-                return None
-            a.balance -= c.amount
-            spent.append(a)
-        lease: Lease | None = None
-        if slot is not None:
-            sp = self._spares.get(slot.name)
-            if sp is None or sp.limit != slot.limit or not sp.free:
-                for s, c in zip(spent, claims, strict=True):
-                    s.balance += c.amount
-                return None
-            member = sp.free.pop()
-            sp.busy.add(member)
-            sp.used = True
-            sp.peak = max(sp.peak, len(sp.busy))
-            lease = Lease(True, _LEASED + member, len(sp.busy), slot.limit)
+                return False
+        return True
+
+    def _take_now(self, claims: Sequence[Claim]) -> tuple[Admission, ...]:
+        """Take ``claims`` (:meth:`_covered`) from the slices held; a slice down to half is renewed."""
         now = time.monotonic()
         admissions = []
-        for a, c in zip(spent, claims, strict=True):
+        for c in claims:
+            a = self._slices[c.name]
+            a.balance -= c.amount
             a.spent += c.amount
             a.used = True
             if not a.renewing and (a.balance < a.size / 2 or now - a.taken_at > self.max_age_s):
@@ -187,8 +192,28 @@ class Allowances:
             admissions.append(
                 Admission(True, 0.0, max(0.0, a.remaining + a.balance), c.limit, max(0.0, a.reset_at - now), a.bucket)
             )
-        self.local += 1
-        return Reservation(True, tuple(admissions), lease)
+        return tuple(admissions)
+
+    def _untake(self, claims: Sequence[Claim], admissions: Sequence[Admission]) -> None:
+        """Give :meth:`_take_now`'s takes back to the slices (a request refused for its slot)."""
+        for c, adm in zip(claims, admissions, strict=True):
+            a = self._slices.get(c.name)
+            if a is not None and a.limit == c.limit and a.window_s == c.window_s:
+                a.balance += c.amount
+                a.spent -= c.amount
+            else:  # given back meanwhile: the take went back with it, and Redis must see this one back too
+                self._pending_add(c.name, c.window_s, adm.bucket, -c.amount)
+
+    def _lease_now(self, slot: Slot) -> Lease | None:
+        """One of the spare slots of ``slot``'s cap free here, or None."""
+        sp = self._spares.get(slot.name)
+        if sp is None or sp.limit != slot.limit or not sp.free:
+            return None
+        member = sp.free.pop()
+        sp.busy.add(member)
+        sp.used = True
+        sp.peak = max(sp.peak, len(sp.busy))
+        return Lease(True, _LEASED + member, len(sp.busy), slot.limit)
 
     async def reserve(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation:
         """:meth:`reserve_now`, else wait for the backend: the request's own amounts plus new slices in one
@@ -264,6 +289,16 @@ class Allowances:
         return None
 
     async def _fetch(self, claims: Sequence[Claim], slot: Slot | None) -> Reservation:
+        """What the allowances could not cover, from Redis: only the part missing. A slot (and spares) asked
+        while a spare is free here, or slices asked while the slices held cover the request, would add to what
+        this replica holds beside what it has not used: members of the cap's set (a cap of 60 refused 24
+        requests in flight) or balances Redis counts as spent (a quarter of a tpm held unspent), issue 31c."""
+        if slot is not None:
+            lease = self._lease_now(slot)
+            if lease is not None:
+                return await self._fetch_slices(claims, slot, lease)
+            if claims and self._covered(claims):
+                return await self._fetch_slot(claims, slot)
         sizes = [self._size(c) for c in claims]
         spare = self._spare_size(slot) if slot is not None else 0
         asked = [Claim(c.name, c.amount + size, c.limit, c.window_s) for c, size in zip(claims, sizes, strict=True)]
@@ -296,8 +331,35 @@ class Allowances:
             sp.free.extend(members[1:])
             sp.used = True
             sp.peak = max(sp.peak, len(sp.busy))
+            self._trim(slot.name, sp)  # released meanwhile: free slots beyond the bound go back
             lease = Lease(True, _LEASED + members[0], lease.in_use, slot.limit)
         return Reservation(True, tuple(admissions), lease)
+
+    async def _fetch_slices(self, claims: Sequence[Claim], slot: Slot, lease: Lease) -> Reservation:
+        """A spare slot free here (``lease``, taken), a slice exhausted: only the slices are asked of Redis."""
+        try:
+            res = await self._fetch(claims, None) if claims else Reservation(True, ())
+        except BaseException:
+            self.release_now(slot.name, lease.token)
+            raise
+        if not res.ok:
+            self.release_now(slot.name, lease.token)
+            return res
+        return Reservation(True, res.admissions, lease)
+
+    async def _fetch_slot(self, claims: Sequence[Claim], slot: Slot) -> Reservation:
+        """The slices held cover the claims (taken), no spare slot is free: only the slot (and spares) is asked
+        of Redis; refused, the claims go back to the slices and the refusal is the slot's."""
+        admissions = self._take_now(claims)
+        try:
+            res = await self._fetch([], slot)
+        except BaseException:
+            self._untake(claims, admissions)
+            raise
+        if not res.ok:
+            self._untake(claims, admissions)
+            return Reservation(False, admissions, res.lease)
+        return Reservation(True, admissions, res.lease)
 
     def _keep(self, name: str, c: Claim, size: float, adm: Admission, now: float) -> None:
         """Add a slice Redis (or its fallback) granted to what this replica holds of ``name``."""
@@ -326,14 +388,27 @@ class Allowances:
             return 0.0
         return min(cap, max(floor, 2 * self._rate.get(c.name, 0.0) * self.max_age_s))
 
+    def _spare_cap(self, limit: int) -> int:
+        """The most spare (free) slots this replica holds of a cap of ``limit``: ``spare_fraction`` of it ÷ the
+        replicas it sees (0: the cap is decided per request)."""
+        return math.floor(limit * self.spare_fraction / max(1, self.state.replicas()))
+
     def _spare_size(self, slot: Slot) -> int:
         """Spare slots to acquire with a request's own (0: the cap is decided per request)."""
-        cap = math.floor(slot.limit * self.spare_fraction / max(1, self.state.replicas()))
+        cap = self._spare_cap(slot.limit)
         if cap < 1:
             return 0
         sp = self._spares.get(slot.name)
         busy = len(sp.busy) if sp is not None else 0
-        return max(1, min(cap, math.ceil(busy / 4) + 1))
+        free = len(sp.free) if sp is not None and sp.limit == slot.limit else 0
+        return max(0, min(cap, math.ceil(busy / 4) + 1) - free)
+
+    def _trim(self, name: str, sp: _Spare) -> None:
+        """Release the free slots beyond :meth:`_spare_cap` (in Redis, in the background)."""
+        extra = len(sp.free) - max(0, self._spare_cap(sp.limit))
+        if extra > 0:
+            releases = [(name, sp.free.pop()) for _ in range(extra)]
+            self._spawn(self._flush(releases))
 
     def _renew(self, name: str, a: _Allowance) -> None:
         """Take the next slice of ``name`` in the background, before this one runs out."""
@@ -374,9 +449,12 @@ class Allowances:
         sp = self._spares.get(name)
         if sp is not None and member in sp.busy:
             sp.busy.discard(member)
-            sp.free.append(member)
-        else:  # the group was given back while this slot was in use: release it in Redis
-            self._spawn(self._flush([(name, member)]))
+            if len(sp.free) < self._spare_cap(sp.limit):
+                sp.free.append(member)
+                return True
+        # Spares at their bound (``_spare_cap``), or the group given back while this slot was in use: the slot
+        # goes back to the cap in Redis (in the background, batched with this turn's other settlements).
+        self._spawn(self._flush([(name, member)]))
         return True
 
     def settle_now(self, adjustments: Sequence[Adjustment]) -> list[Adjustment]:
@@ -457,8 +535,10 @@ class Allowances:
             for name, sp in list(self._spares.items()):
                 # Spare slots beyond twice what a tick's peak needs go back (down to what it needs), all of
                 # them after an idle tick: the hysteresis keeps a busy key from releasing and re-acquiring.
-                keep = 0 if not sp.used else math.ceil(sp.peak / 4) + 1
-                if len(sp.free) > 2 * keep:
+                # Never more than the bound (``_spare_cap``; it shrinks when more replicas show up).
+                cap = self._spare_cap(sp.limit)
+                keep = 0 if not sp.used else min(math.ceil(sp.peak / 4) + 1, cap)
+                if len(sp.free) > 2 * keep or len(sp.free) > cap:
                     while len(sp.free) > keep:
                         releases.append((name, sp.free.pop()))
                 if not sp.free and not sp.busy:
