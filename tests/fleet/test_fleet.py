@@ -397,8 +397,9 @@ def _total(samples: list[dict[str, float]], name: str, label: str = "") -> float
 async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFactory, fleet: FleetFactory) -> None:
     """Three ``tailgate serve`` processes, one redis-server, two tenant keys offered more than their limits
     at once: ``rpm: 60`` (decided per request in Redis) admits 60 ± 2; a ``tpm`` large enough to be admitted
-    from allowances (slices each replica holds, docs/fleet.md "Allowances") admits its limit ± 2 % of tokens.
-    Counts only: nothing here depends on how fast this machine is."""
+    from allowances (slices each replica holds, docs/fleet.md "Allowances") admits its limit ± 2 % of tokens,
+    and its ``max_concurrency: 60`` refuses nothing with 24 requests in flight (issue 31c: 13–49 refusals
+    before). Counts only: nothing here depends on how fast this machine is."""
     a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
     tpm = 100_000  # ~1,900 requests of ~53 tokens; reserved ~70 each, so 400 × 70 × 3 replicas < tpm: slices
     keys = [
