@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -69,7 +71,7 @@ def test_prefix_key_is_stable_across_turns_and_differs_between_conversations() -
     assert as_key(longer) != as_key(DOC)
 
 
-def _sp(body: dict[str, object], prefix_chars: int) -> tuple[str | None, int | None]:
+def _sp(body: Mapping[str, Any], prefix_chars: int) -> tuple[str | None, int | None]:
     """The stable prefix as text and as the key the gateway uses (hashed from the same parts, no string)."""
     return stable_prefix(body, prefix_chars), prefix_key(body, prefix_chars)
 
