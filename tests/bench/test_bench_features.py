@@ -236,6 +236,41 @@ def test_provider_from_gateway_config(threaded_sim: Callable[..., ThreadedSim], 
     assert "refused the API key (HTTP 401)" in output
 
 
+@pytest.mark.timeout(60)
+def test_shared_prefix_cost_ratio_from_the_price(threaded_sim: Callable[..., ThreadedSim], tmp_path: Path) -> None:
+    """The shared-prefix workload's ``input_cost_ratio_all_hits`` prices a cached token by ``--price``, else by
+    the ``--provider``'s ``price`` (cached_input ÷ input), else at the field notes' 20 %."""
+    ts = threaded_sim("instant", api_keys=(KEY,))
+    plain = _gateway_yaml(tmp_path / "gw.yaml", ts.url, KEY)
+    priced = tmp_path / "priced.yaml"
+    priced.write_text(
+        plain.read_text(encoding="utf-8").replace(
+            f"api_keys: [{KEY}]\n", f"api_keys: [{KEY}]\n    price: {{input: 2.0, cached_input: 0.5}}\n"
+        ),
+        encoding="utf-8",
+    )
+
+    def workload(config: Path, *price: str) -> dict[str, Any]:
+        out = tmp_path / "r.json"
+        code, output = _bench(
+            "--provider", "simp", "--config", str(config), "--workload", "shared-prefix", "--prefix-tokens", "256",
+            "--requests", "2", "--duration", "0", "--warmup", "0", "--max-tokens", "2", "--out", str(out), *price,
+        )  # fmt: skip
+        assert code == 0, output
+        got: dict[str, Any] = json.loads(out.read_text())["workload"]
+        return got
+
+    for config, price, ratio, source in (
+        (priced, (), 0.25, "provider"),
+        (priced, ("--price", "input=4,cached_input=0.4"), 0.1, "--price"),
+        (plain, (), 0.2, "default"),
+    ):
+        w = workload(config, *price)
+        assert (w["cache_price_ratio"], w["cache_price_from"]) == (ratio, source)
+        share = w["prefix_share"]
+        assert w["input_cost_ratio_all_hits"] == pytest.approx(share * ratio + 1 - share, abs=1e-4)
+
+
 def test_unknown_provider_lists_known_ones(tmp_path: Path) -> None:
     """``--provider`` naming nobody in the config: exit 2 listing the providers it has."""
     config = _gateway_yaml(tmp_path / "gw.yaml", "http://127.0.0.1:9/v1", KEY)

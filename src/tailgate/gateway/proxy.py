@@ -358,7 +358,7 @@ class Proxy:
             raise
         health.observe(result, handle=handle)
         core.breakers.get(route.provider).record_result(result)
-        self._observe(provider, result, ctx.table)
+        self._observe(provider, result, ctx.table, route.model)
         return resp, result
 
     async def _race(
@@ -636,8 +636,8 @@ class Proxy:
             headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
 
-    def _observe(self, provider: ProviderState, result: CallResult, table: RouteTable) -> None:
-        provider.observe(result)
+    def _observe(self, provider: ProviderState, result: CallResult, table: RouteTable, model: str) -> None:
+        provider.observe(result, model)
         self.core.metrics.attempt(provider.name, result.error_class or "ok").inc()
         if result.error_class == "rate_limited":
             limit = table.pacing.max_pause
