@@ -351,12 +351,13 @@ class Checks:
         return all(c["ok"] for c in self.items)
 
 
-def check_wrk(checks: Checks, label: str, res: WrkResult) -> None:
+def check_wrk(checks: Checks, label: str, res: WrkResult, *, need_requests: bool = True) -> None:
+    """No error; and (``need_requests``) some request completed."""
     detail = (
         f"{res.requests} requests; non-2xx {max(res.status, res.text_non2xx)}, socket errors "
         f"connect {res.connect} read {res.read} write {res.write} timeout {res.timeout}"
     )
-    checks.add(f"{label}: wrk reports zero errors", res.errors == 0 and res.requests > 0, detail)
+    checks.add(f"{label}: wrk reports zero errors", res.errors == 0 and (res.requests > 0 or not need_requests), detail)
 
 
 def check_unary(root: str) -> tuple[bool, str]:
@@ -382,8 +383,10 @@ def check_stream(root: str) -> tuple[bool, str]:
     )
 
 
-def check_truth(root: str, *, stream: bool, tokens: tuple[int, int]) -> tuple[bool, str]:
-    """The simulator's own record of its last 50 requests: all 200, streamed as asked, right lengths."""
+def check_truth(root: str, *, stream: bool, tokens: tuple[int, int], need: int = 50) -> tuple[bool, str]:
+    """The simulator's own record of its last 50 requests: all 200, streamed as asked, right lengths; at least
+    ``need`` of them (``--quick``'s lateness run on a starved machine may finish few streams of 100-400 tokens in
+    its window: each one that did must be right, how many is a rate)."""
     records = http_json("GET", root + "/sim/truth?limit=50")["requests"]
     bad = [
         r
@@ -397,7 +400,7 @@ def check_truth(root: str, *, stream: bool, tokens: tuple[int, int]) -> tuple[bo
     detail = f"{len(records)} records, {len(bad)} not (200, stream={stream}, {want} tokens, length)"
     if bad:
         detail += f"; first: {bad[0]}"
-    return len(records) == 50 and not bad, detail
+    return len(records) >= need and not bad, detail
 
 
 # -- scenarios -------------------------------------------------------------------------------------
@@ -492,11 +495,14 @@ def lateness(wrk: Wrk, st: Settings, workdir: Path) -> dict[str, Any]:
             window_s, sched1 = time.perf_counter() - t0, proc_sched(srv.pid)
             checks.guard(
                 "sim: /sim/truth of the last 50 (mid-run)",
-                lambda: check_truth(srv.url, stream=True, tokens=(lo, hi)),
+                lambda: check_truth(srv.url, stream=True, tokens=(lo, hi), need=0 if st.quick else 50),
             )
         finally:
             res = run.finish(srv)
-    check_wrk(checks, "sim", res)
+        # One complete stream after the load (its truth record is read by no check above), so that even a quick
+        # run that finished no stream inside its window shows the simulator streaming a whole answer.
+        checks.guard("sim (lateness): one stream request is well-formed", lambda: check_stream(srv.url))
+    check_wrk(checks, "sim", res, need_requests=not st.quick)  # how many long streams end in a quick run: a rate
     late = state["lateness_ms"]
     steps = int(state["steps"])
     checks.add("steps were measured", steps > 0 and late["count"] == steps, f"{steps} steps")
