@@ -52,3 +52,14 @@ class LoopLateness:
     @property
     def p99(self) -> float:
         return float(self.ms.percentile(99.0)) if self.ms.count else 0.0
+
+    @property
+    def max_s(self) -> float:
+        """The latest this loop woke so far, in seconds (0 before the first tick)."""
+        return float(self.ms.max) / 1000.0 if self.ms.count else 0.0
+
+
+WAKEUPS = 4
+"""Wake-ups on the path of a change to a gateway's view in the same process (a poll or sync timer, an executor's or
+Redis's answer, the request that observes it, the test's own poll): each may be late by the loop's worst lateness,
+so a "within N s" promise is checked against N + WAKEUPS x that, measured in the same run (``LoopLateness``)."""
