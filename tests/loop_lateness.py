@@ -14,13 +14,13 @@ import aiohttp
 from tailgate.stats import LatencyHistogram
 
 
-async def sim_step_lateness_p99(root_url: str) -> float:
-    """The simulator's own measure of how late its decode steps ended (``GET /sim/state``, P99 in ms): when the
-    machine starves the simulator's process, a request also waits unseen in its socket, which the client
-    rightly counts and the simulator's truth cannot."""
+async def sim_step_lateness_p99(root_url: str, stat: str = "p99") -> float:
+    """The simulator's own measure of how late its decode steps ended (``GET /sim/state``, P99 in ms, or ``stat``:
+    ``max``): when the machine starves the simulator's process, a request also waits unseen in its socket, which
+    the client rightly counts and the simulator's truth cannot."""
     async with aiohttp.ClientSession() as s, s.get(root_url.removesuffix("/v1") + "/sim/state") as r:
         late = (await r.json())["engine"]["lateness_ms"]
-    return float(late.get("p99") or 0.0)
+    return float(late.get(stat) or 0.0)
 
 
 class LoopLateness:

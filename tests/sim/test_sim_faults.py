@@ -383,7 +383,9 @@ async def test_slow_drip_spaces_tokens(sim: SimFactory, session: aiohttp.ClientS
     record = (await truth(session, p))[-1]
     assert record["fault"] == "slow_drip"
     assert len(record["itl_ms"]) == 5
-    assert min(record["itl_ms"]) >= 49.5  # drip is kept between steps; writes land µs after their step
+    # The simulator runs on this loop: a write lands late by up to its lateness, so a gap after a late write is
+    # shorter by that much (48.2 ms was seen under two burners). Idle, writes land µs after their step.
+    assert min(record["itl_ms"]) >= 49.5 - 1000.0 * slack, (record["itl_ms"], slack)
 
 
 # -- broken streams -------------------------------------------------------------------------------
