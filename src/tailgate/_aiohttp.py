@@ -21,6 +21,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.typedefs import Handler
 
 from tailgate.wire import errors as wire_errors
+from tailgate.wire.anthropic import error_body as anthropic_error_body
 from tailgate.wire.errors import WireError
 
 log = logging.getLogger("tailgate.http")
@@ -37,10 +38,12 @@ and some hand-written clients send, octet-stream what HTTP libraries label raw b
 still parsed (and refused) as JSON. Anything else (multipart, XML, ...) is a 415."""
 
 
-def error_response(err: WireError, headers: dict[str, str] | None = None) -> web.Response:
-    """A WireError as an HTTP response in the OpenAI shape (plus any headers the error carries)."""
+def error_response(err: WireError, headers: dict[str, str] | None = None, path: str | None = None) -> web.Response:
+    """A WireError as an HTTP response in the OpenAI shape — Anthropic's for a ``path`` under ``/v1/messages``
+    (the gateway's Messages API) — plus any headers the error carries."""
     merged = {**(err.headers or {}), **(headers or {})}
-    return web.Response(status=err.status, body=err.body(), content_type="application/json", headers=merged or None)
+    body = anthropic_error_body(err) if path is not None and path.startswith("/v1/messages") else err.body()
+    return web.Response(status=err.status, body=body, content_type="application/json", headers=merged or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,21 +114,22 @@ async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.St
                         type="invalid_request_error",
                         param="Content-Type",
                         code="unsupported_media_type",
-                    )
+                    ),
+                    path=request.path,
                 )
                 response.force_close()  # its body stays unread
                 return response
             if (refused := await _read_body(request, limits)) is not None:
-                response = error_response(refused)
+                response = error_response(refused, path=request.path)
                 response.force_close()  # the rest of an unread body would be parsed as the next request
                 return response
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":
             raise
-        return error_response(_from_http_exception(request, exc), _allow(exc))
+        return error_response(_from_http_exception(request, exc), _allow(exc), request.path)
     except WireError as err:
-        return error_response(err)
+        return error_response(err, path=request.path)
     except (asyncio.CancelledError, ConnectionError):
         raise
     except Exception:

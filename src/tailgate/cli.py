@@ -356,6 +356,13 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
 @click.option("--model", help="Model name to send (for --base-url, and default for --target).")
 @click.option("--api-key-env", help="Environment variable holding the API key for --base-url.")
 @click.option(
+    "--api",
+    type=click.Choice(["openai", "anthropic"]),
+    default="openai",
+    show_default=True,
+    help="The targets' protocol: OpenAI chat, or Anthropic's Messages API (URL: the API root, e.g. a gateway's).",
+)
+@click.option(
     "--target", "targets", multiple=True, help="NAME=URL[,model=M][,key-env=VAR]; repeat for an interleaved A/B run."
 )
 @click.option("--provider", help="Test this provider of --config exactly as the gateway calls it.")
@@ -434,7 +441,8 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
     help="input=2,cached_input=0.2[,currency=CNY] per 1M tokens: report the input cost per 1k requests.",
 )
 def bench(**kw: Any) -> None:
-    """Load-test OpenAI-compatible endpoints: TTFT/ITL/TPOT/E2E percentiles, decay ratio, thresholds."""
+    """Load-test OpenAI-compatible (or, with --api anthropic, Anthropic Messages API) endpoints: TTFT/ITL/TPOT/E2E
+    percentiles, decay ratio, thresholds."""
     from tailgate.bench.command import BenchOptions, run_bench
 
     renames = {"n_requests": "requests", "config_path": "config", "csv_path": "csv"}

@@ -74,6 +74,12 @@ async def test_dashboard_renders_in_headless_chromium(
             assert await page.locator("#compare tbody tr").count() == 2
             assert await page.locator("#heatmap td.cell").count() >= 24
             assert await page.locator("#live tbody tr").count() == 2
+            # each provider's prompt-cache hit rate over the window (issue 28): "instant" reports 0 cached of the
+            # short prompts, so 0.0 %, with the counts in the cell's title
+            assert "cache hit" in (await page.locator("#live thead").text_content() or "")
+            hit = page.locator('#live tr[data-provider="primary"] td').nth(10)
+            assert await hit.text_content() == "0.0%"
+            assert "prompt tokens cached" in (await hit.get_attribute("title") or "")
 
             canvases = page.locator("#charts .uplot canvas")
             assert await canvases.count() == 6  # 2 providers x (latency, tok/s, errors)

@@ -290,7 +290,7 @@ async def test_metrics_and_ledger_rows(sim: SimFactory, gateway: GwFactory) -> N
             metrics = await r.text()
     assert 'tailgate_requests_total{alias="deepseek-v3.2"' in metrics
     assert "tailgate_ttft_seconds_bucket" in metrics
-    assert 'tailgate_requests_total{alias="nope",outcome="unknown_model",provider="-"} 1.0' in metrics
+    assert 'tailgate_requests_total{alias="nope",api="openai",outcome="unknown_model",provider="-"} 1.0' in metrics
     await gw.stop()
     assert gw.gateway.ledger is not None
     rows = read_rows(gw.gateway.ledger.path)

@@ -129,6 +129,10 @@ SURFACES: dict[tuple[str, str], Surface] = {
     ("POST", "/v1/completions"): Surface("POST", "/v1/completions", "/v1", 404, {"model": UNKNOWN, "prompt": "hi"}),
     ("POST", "/v1/embeddings"): Surface("POST", "/v1/embeddings", "/v1", 404, {"model": UNKNOWN, "input": "hi"}),
     ("POST", "/v1/responses"): Surface("POST", "/v1/responses", "/v1", 404, {"model": UNKNOWN, "input": "hi"}),
+    ("POST", "/v1/messages"): Surface("POST", "/v1/messages", "/v1", 404, {**CHAT, "model": UNKNOWN}),
+    ("POST", "/v1/messages/count_tokens"): Surface(
+        "POST", "/v1/messages/count_tokens", "/v1", 404, {"model": UNKNOWN, "messages": CHAT["messages"]}
+    ),
     ("GET", "/v1/models"): Surface("GET", "/v1/models", "/v1"),
     ("GET", "/admin/providers"): Surface("GET", "/admin/providers", "/admin"),
     ("POST", "/admin/providers/{name}/drain"): Surface("POST", "/admin/providers/nope/drain", "/admin", 404),

@@ -497,7 +497,8 @@ async def test_client_disconnect(
         assert [t.status for t in up.truth.records()] == [499]
         async with session.get(f"{gw.root_url}/metrics") as r:
             text = await r.text()
-    assert 'tailgate_requests_total{alias="deepseek-v3.2",outcome="client_closed",provider="primary"} 1.0' in text
+    series = 'tailgate_requests_total{alias="deepseek-v3.2",api="openai",outcome="client_closed",provider="primary"}'
+    assert f"{series} 1.0" in text
     ledger = gw.gateway.ledger
     assert ledger is not None
     await ledger.flush()

@@ -28,7 +28,7 @@ from tailgate.monitor.board import leaderboard_table, pick_columns
 def _at_version_5(target: str) -> None:
     """A store as tailgate wrote it before cached tokens: the migrations up to 5 only, one row rolled up and one
     raw row above the watermark."""
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
     old_columns = (
         "ts, request_id, alias, endpoint, stream, status, outcome, attempts, prompt_tokens, tokens_estimated, cost"
     )
@@ -78,7 +78,7 @@ def test_migration_from_version_5_keeps_old_rows_as_not_reported(store_target: s
     _at_version_5(store_target)
     with open_store(store_target) as conn:
         versions = [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()]
-        assert versions == [1, 2, 3, 4, 5, 6]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
         assert conn.execute("SELECT request_id, prompt_tokens, cached_tokens FROM requests ORDER BY id").fetchall() == [
             ("old-rolled", 1000, None),
             ("old-raw", 500, None),

@@ -50,6 +50,8 @@ PHASE_KEYS = {
     "upstream_rate_limited",
     "upstream_rate_limited_ratio",
     "extra_upstream_ratio",
+    "cache_hit_rate",
+    "cost_per_1k",
 }
 
 

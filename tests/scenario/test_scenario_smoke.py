@@ -102,3 +102,41 @@ async def test_healthy_split_serves_each_class_its_configured_share(tmp_path: Pa
         assert served[cls]["requests"] >= 40
         for provider, share in want.items():
             assert abs(served[cls][provider] - share) <= 0.03, (cls, served[cls])
+
+
+# Anthropic-protocol load (issue 32): the native endpoint (passthrough) dies before the first byte, the route that
+# only speaks OpenAI chat (translation) takes every request.
+ANTHROPIC = """
+name: anthropic-failover-smoke
+seed: 32
+time_scale: 0.1
+providers:
+  native: {preset: provider-a}
+  chat-only: {preset: provider-a}
+gateway:
+  providers:
+    native: {anthropic_base_url: simulator}
+  models:
+    claude:
+      routes:
+        - {provider: native, model: m, weight: 80}
+        - {provider: chat-only, model: m, weight: 20}
+  routing: {slo: {ttft_p90: 1s, e2e_p90: 3s}}
+timeline:
+  - {at: 2s, phase: outage, provider: native, set: {outage: true, outage_mode: "503"}}
+load: {api: anthropic, rate: 30, arrival: constant, duration: 5s, max_tokens: 16, input_tokens: 32}
+policies: [weighted]
+"""
+
+
+async def test_anthropic_load_fails_over_from_passthrough_to_translation(tmp_path: Path) -> None:
+    """Every Anthropic-protocol request is served (0 errors); while the native endpoint is down none is served by
+    it (the translation route takes them all), before it both served."""
+    runs = await _run(tmp_path, ANTHROPIC)
+    run = runs["weighted"]
+    assert run["overall"]["requests"] == 150
+    assert run["overall"]["errors"] == 0
+    phases = {p["name"]: p for p in run["phases"]}
+    assert phases["healthy"]["share"]["native"] > 0.5
+    assert phases["outage"]["share"]["native"] == 0.0
+    assert phases["outage"]["share"]["chat-only"] == 1.0

@@ -47,6 +47,8 @@ class BenchOptions:
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = None
+    api: str = "openai"
+    """The targets' protocol: ``openai`` or ``anthropic`` (Anthropic's Messages API; docs/bench.md)."""
     targets: tuple[str, ...] = ()
     provider: str | None = None
     config: Path | None = None
@@ -105,7 +107,9 @@ def _targets(o: BenchOptions) -> list[TargetSpec]:
     if o.base_url:
         if not o.model:
             raise UsageError("--base-url needs --model")
-        specs.append(TargetSpec("target", o.base_url.rstrip("/"), o.model, _key(o.api_key_env, "--api-key-env")))
+        specs.append(
+            TargetSpec("target", o.base_url.rstrip("/"), o.model, _key(o.api_key_env, "--api-key-env"), api=o.api)
+        )
     for text in o.targets:
         name, sep, rest = text.partition("=")
         if not sep or not name or not rest:
@@ -120,7 +124,9 @@ def _targets(o: BenchOptions) -> list[TargetSpec]:
         model = fields.get("model") or o.model
         if not model:
             raise UsageError(f"--target {text!r}: give model=… or --model")
-        specs.append(TargetSpec(name, url.rstrip("/"), model, _key(fields.get("key-env"), f"--target {name}")))
+        specs.append(
+            TargetSpec(name, url.rstrip("/"), model, _key(fields.get("key-env"), f"--target {name}"), api=o.api)
+        )
     if o.provider or o.config:
         specs.append(_provider_target(o))
     if not specs:
@@ -151,8 +157,13 @@ def _provider_target(o: BenchOptions) -> TargetSpec:
         raise UsageError(f"--provider {o.provider!r}: no route uses it; give --model")
     t = p.timeouts
     timeouts = Timeouts(connect=t.connect, headers=t.headers, first_token=t.first_token, idle=t.idle, total=t.total)
+    base_url = p.base_url
+    if o.api == "anthropic":  # the provider's native Anthropic endpoint, as the gateway's passthrough calls it
+        if p.anthropic_base_url is None:
+            raise UsageError(f"--api anthropic: provider {o.provider!r} has no anthropic_base_url in {o.config}")
+        base_url = p.anthropic_base_url
     return TargetSpec(
-        p.name, p.base_url, model, p.api_keys[0] if p.api_keys else None, timeouts, tuple(p.headers.items())
+        p.name, base_url, model, p.api_keys[0] if p.api_keys else None, timeouts, tuple(p.headers.items()), o.api
     )
 
 

@@ -40,6 +40,7 @@ from tailgate.bench.goodput import SLO
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
 from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
+from tailgate.wire.anthropic import API_VERSION
 from tailgate.wire.sse import content_text
 
 
@@ -50,9 +51,21 @@ class Target:
     name: str
     client: UpstreamClient
     model: str
+    api: str = "openai"
+    """The protocol spoken to it: ``openai`` (``/chat/completions``) or ``anthropic`` (``/v1/messages``)."""
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "base_url": self.client.endpoint.base_url, "model": self.model}
+        out = {"name": self.name, "base_url": self.client.endpoint.base_url, "model": self.model}
+        return out if self.api == "openai" else {**out, "api": self.api}
+
+    @property
+    def path(self) -> str:
+        """Where requests go under the base URL. An Anthropic base URL is the API root (what the SDK and
+        ``ANTHROPIC_BASE_URL`` take: ``https://api.deepseek.com/anthropic``, a gateway's root); one that ends in
+        ``/v1`` (a gateway's OpenAI base URL) gets ``/messages``."""
+        if self.api != "anthropic":
+            return "/chat/completions"
+        return "/messages" if self.client.endpoint.base_url.endswith("/v1") else "/v1/messages"
 
 
 @dataclass
@@ -105,8 +118,32 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
     """Build one request of ``spec`` for ``target`` without sending it (nothing is sent until executed)."""
     body = {**spec.body, "model": target.model}
     headers = {"x-tailgate-class": spec.traffic_class} if spec.traffic_class else None
-    c = call(target.client, "/chat/completions", body, stream=spec.stream, client_wants_usage=True, headers=headers)
+    if target.api == "anthropic":
+        body = anthropic_body(body)
+        headers = {**(headers or {}), "anthropic-version": API_VERSION}
+    c = call(target.client, target.path, body, stream=spec.stream, client_wants_usage=True, headers=headers)
     return Prepared(idx, c, spec.task, spec.intended_tokens)
+
+
+def anthropic_body(chat: dict[str, Any]) -> dict[str, Any]:
+    """A workload's chat body said in Anthropic's Messages API: system messages → ``system``, the turns as they
+    are (text content), ``max_tokens`` (required there; the workload's, else 1024), ``stream``,
+    ``temperature``. Nothing else a workload sets has a place there."""
+    system = [m["content"] for m in chat.get("messages", ()) if m.get("role") == "system"]
+    messages = [
+        {"role": m["role"], "content": m["content"]} for m in chat.get("messages", ()) if m.get("role") != "system"
+    ]
+    body: dict[str, Any] = {
+        "model": chat["model"],
+        "max_tokens": chat.get("max_tokens") or chat.get("max_completion_tokens") or 1024,
+        "messages": messages,
+    }
+    if system:
+        body["system"] = "\n".join(str(s) for s in system)
+    for name in ("stream", "temperature"):
+        if chat.get(name) is not None:
+            body[name] = chat[name]
+    return body
 
 
 async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:

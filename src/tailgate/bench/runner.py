@@ -16,11 +16,12 @@ from rich.live import Live
 from rich.text import Text
 
 from tailgate.bench.goodput import SLO
-from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
+from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target, anthropic_body
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import TraceEntry, Workload
 from tailgate.config.units import DURATION_FORMS, parse_duration
 from tailgate.upstream import Endpoint, Timeouts, UpstreamClient, call
+from tailgate.wire.anthropic import API_VERSION
 
 
 class PlanError(ValueError):
@@ -37,6 +38,8 @@ class TargetSpec:
     api_key: str | None = field(default=None, repr=False)
     timeouts: Timeouts = field(default_factory=Timeouts)
     headers: tuple[tuple[str, str], ...] = ()
+    api: str = "openai"
+    """``openai`` or ``anthropic`` (``--api``): the protocol of ``base_url`` (loadgen.Target.path)."""
 
     def build(self, max_connections: int) -> Target:
         endpoint = Endpoint(
@@ -47,7 +50,7 @@ class TargetSpec:
             max_connections=max_connections,
             headers=dict(self.headers),
         )
-        return Target(self.name, UpstreamClient(endpoint), self.model)
+        return Target(self.name, UpstreamClient(endpoint), self.model, self.api)
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,12 @@ async def preflight(specs: list[TargetSpec]) -> list[str]:
     problems = []
     for spec in specs:
         target = spec.build(2)
-        body = {"model": spec.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        body: dict[str, Any] = {"model": spec.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        headers = None
+        if spec.api == "anthropic":
+            body, headers = anthropic_body(body), {"anthropic-version": API_VERSION}
         try:
-            result = await call(target.client, "/chat/completions", body, stream=False).collect()
+            result = await call(target.client, target.path, body, stream=False, headers=headers).collect()
         finally:
             await target.client.close()
         if result.error_class == "connect":
@@ -181,7 +187,8 @@ async def preflight(specs: list[TargetSpec]) -> list[str]:
         elif result.status == 404:
             problems.append(f"target {spec.name!r} answered 404 for model {spec.model!r}: {result.error}")
         elif result.error_class == "malformed":
-            problems.append(f"target {spec.name!r} does not answer like an OpenAI API (malformed): {result.detail}")
+            kind = "Anthropic's Messages API" if spec.api == "anthropic" else "an OpenAI API"
+            problems.append(f"target {spec.name!r} does not answer like {kind} (malformed): {result.detail}")
     return problems
 
 

@@ -34,10 +34,15 @@ class ProviderPreset:
     limits_scope: Literal["key", "account"] = "account"
     """``key``: ``rpm``/``tpm`` hold per API key, so N keys give N times the rate; ``account``: keys share it."""
     max_output_tokens: int | None = None
+    thinking_switch: str = "thinking"
+    """How its chat API switches reasoning (``providers.NAME.thinking_switch``'s default; config/schema.py)."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (what the Anthropic SDK takes as ``base_url``; requests
     go to ``{it}/v1/messages``), where it serves one; None: OpenAI chat only."""
     currency: str = "CNY"
+    cache_min_tokens: int | None = None
+    """The shortest prompt the provider's prompt cache serves, where its docs say (the source is in
+    ``sources``); None: 64 tokens (DeepSeek's unit, the simulator's block). Conversation affinity applies from there."""
     cached_input_ratio: float | None = None
     """What a cache-hit prompt token costs as a share of the input price, where the provider publishes it:
     ``price.cached_input`` defaults to ``price.input`` × this (the source is in ``sources``)."""
@@ -79,6 +84,7 @@ PRESETS: dict[str, ProviderPreset] = {
                 "late 2025); the ratio changes with the model, so set price.cached_input from the current page."
             ),
             cached_input_ratio=0.1,
+            cache_min_tokens=64,
             sources=(
                 "https://api-docs.deepseek.com/",
                 "https://api-docs.deepseek.com/zh-cn/",
@@ -90,6 +96,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="siliconflow",
+            thinking_switch="enable_thinking",
             title="SiliconFlow",
             base_url="https://api.siliconflow.cn/v1",
             example_model="deepseek-ai/DeepSeek-V3.2",
@@ -115,6 +122,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="bailian",
+            thinking_switch="enable_thinking",
             title="Alibaba Cloud Bailian (DashScope compatible mode)",
             base_url="https://dashscope.aliyuncs.com/compatible-mode/v1",
             example_model="deepseek-v3.2",
@@ -135,6 +143,7 @@ PRESETS: dict[str, ProviderPreset] = {
                 "https://dashscope-intl.aliyuncs.com/apps/anthropic."
             ),
             cached_input_ratio=0.2,
+            cache_min_tokens=256,
             sources=(
                 "https://help.aliyun.com/zh/model-studio/rate-limit",
                 "https://www.alibabacloud.com/help/en/document_detail/2840182.html",
@@ -213,6 +222,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="openai",
+            thinking_switch="reasoning_effort",
             title="OpenAI",
             base_url="https://api.openai.com/v1",
             example_model=None,
@@ -224,8 +234,13 @@ PRESETS: dict[str, ProviderPreset] = {
                 "503 means overloaded."
             ),
             currency="USD",
-            notes="Serves OpenAI models, not DeepSeek. Limits are per organization/project, not per key.",
+            cache_min_tokens=1024,
+            notes=(
+                "Serves OpenAI models, not DeepSeek. Limits are per organization/project, not per key. Prompt "
+                "caching applies to prompts of 1024 tokens or more (prompt_cache_key steers it)."
+            ),
             sources=(
+                "https://platform.openai.com/docs/guides/prompt-caching",
                 "https://developers.openai.com/docs/guides/error-codes",
                 "https://learn.microsoft.com/zh-cn/microsoft-cloud/dev/dev-proxy/concepts/openai-insufficient-quota",
                 "https://community.openai.com/t/how-to-get-rate-limit-reset-time-for-response-api/1268905",
@@ -233,6 +248,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="vllm",
+            thinking_switch="chat_template_kwargs",
             title="vLLM (self-hosted)",
             base_url=None,
             example_model="deepseek-ai/DeepSeek-V3.2",
@@ -250,6 +266,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ),
         ProviderPreset(
             name="sglang",
+            thinking_switch="chat_template_kwargs",
             title="SGLang (self-hosted)",
             base_url=None,
             example_model="deepseek-ai/DeepSeek-V3.2",
@@ -300,8 +317,8 @@ def presets_markdown() -> str:
     """The preset table of docs/config.md, generated so the page cannot drift from :data:`PRESETS`."""
     rows = [
         "| preset | base_url | Anthropic endpoint | DeepSeek-V3.2 id | rate-limit headers | 429 and friends "
-        "| default limits | cached input | notes | sources |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| default limits | cached input | cache minimum | notes | sources |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in PRESETS.values():
         name = f"`{p.name}`" + "".join(f" (`{a}`)" for a in _aliases_of(p.name))
@@ -315,6 +332,8 @@ def presets_markdown() -> str:
         native = f"`{p.anthropic_base_url}`" if p.anthropic_base_url else "–"
         rows.append(
             f"| {name}: {_cell(p.title)} | {url} | {native} | {model} | {_cell(p.rate_limit_headers)} | "
-            f"{_cell(p.status_429)} | {limits or '–'} | {_cached(p)} | {_cell(p.notes) or '–'} | {sources} |"
+            f"{_cell(p.status_429)} | {limits or '–'} | {_cached(p)} | "
+            f"{f'{p.cache_min_tokens} tokens' if p.cache_min_tokens is not None else '64 (default)'} | "
+            f"{_cell(p.notes) or '–'} | {sources} |"
         )
     return "\n".join(rows) + "\n"

@@ -51,6 +51,10 @@ class ResolvedProvider:
     """Extra request headers (a private copy; treat as read-only). Values may be secrets."""
     anthropic_base_url: str | None = None
     """The provider's Anthropic Messages API root (user's, else the preset's); None: OpenAI chat only."""
+    thinking_switch: str = "thinking"
+    """How its chat API switches reasoning, for translated ``/v1/messages`` requests (user's, else the preset's)."""
+    cache_min_tokens: int = 64
+    """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
@@ -207,6 +211,12 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
             ),
             headers=dict(pc.headers),
             anthropic_base_url=anthropic_url,
+            thinking_switch=pc.thinking_switch or (preset.thinking_switch if preset is not None else "thinking"),
+            cache_min_tokens=(
+                pc.cache_min_tokens
+                if pc.cache_min_tokens is not None
+                else (preset.cache_min_tokens if preset is not None and preset.cache_min_tokens is not None else 64)
+            ),
         ),
         [],
     )

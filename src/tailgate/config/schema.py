@@ -96,7 +96,17 @@ class ProviderConfig(_Strict):
     """Extra request headers sent to this provider (never logged)."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (the Anthropic SDK's ``base_url``); the preset's for
-    DeepSeek and Bailian. For the Anthropic passthrough mode (issue 32; the gateway route comes next)."""
+    DeepSeek and Bailian. ``/v1/messages`` requests routed here are passed through to it (issue 32)."""
+    thinking_switch: (
+        Literal["thinking", "enable_thinking", "chat_template_kwargs", "reasoning_effort", "none"] | None
+    ) = None
+    """How this provider's OpenAI chat API turns reasoning on or off, for ``/v1/messages`` requests translated to
+    it (their ``thinking``): ``thinking: {type, budget_tokens}`` (the default; DeepSeek, Volcengine, Zhipu),
+    ``enable_thinking`` (DashScope, SiliconFlow), ``chat_template_kwargs.enable_thinking`` (vLLM / SGLang serving
+    Qwen3), ``reasoning_effort`` (OpenAI), ``none`` (never sent). Unset: the preset's."""
+    cache_min_tokens: Annotated[int, Field(ge=0)] | None = None
+    """The shortest prompt this provider's prompt cache serves (its documented minimum); unset: the preset's,
+    else 64. Conversation affinity applies from the smallest minimum among an alias's routes."""
 
 
 class RouteConfig(_Strict):
@@ -217,6 +227,50 @@ class AdaptiveSettings(_Strict):
     """A re-admitted route's factor climbs linearly, 0 → 1 in this long."""
 
 
+AffinitySource = Literal["header", "prompt_cache_key", "user", "prefix"]
+AFFINITY_SOURCES: tuple[AffinitySource, ...] = ("header", "prompt_cache_key", "user", "prefix")
+
+
+class AffinityConfig(_Strict):
+    """Conversation affinity (docs/routing.md, promise 7): a conversation's requests go to one route (weighted
+    rendezvous over the routes the policy admits), so the provider's prompt cache stays warm."""
+
+    enabled: bool = True
+    sources: list[AffinitySource] = Field(default_factory=lambda: list(AFFINITY_SOURCES))
+    """Where the key comes from, first that has one: ``header`` (``x-session-id``), ``prompt_cache_key``,
+    ``user`` (Anthropic: ``metadata.user_id``), ``prefix`` (a hash of the system prompt + first user message)."""
+    prefix_chars: Annotated[int, Field(ge=16, le=1_000_000)] = 512
+    """Characters of each stable-prefix part hashed (its head and tail halves and its length beyond that)."""
+    epsilon: Annotated[float, Field(gt=0, le=1)] = 0.1
+    """Hot-key bound: a route carries at most its share + epsilon of the alias's affinity assignments."""
+    window: Annotated[int, Field(ge=4, le=1_000_000)] = 1000
+    """Recent affinity assignments (per alias, per process) the bound is measured over."""
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("give at least one source (header, prompt_cache_key, user, prefix), or enabled: false")
+        if len(set(v)) != len(v):
+            raise ValueError(f"each source at most once, got {v}")
+        return v
+
+
+class AffinityOverride(_Strict):
+    """``models.<alias>.affinity``: the fields given replace ``routing.affinity``'s for this alias."""
+
+    enabled: bool | None = None
+    sources: list[AffinitySource] | None = None
+    prefix_chars: Annotated[int, Field(ge=16, le=1_000_000)] | None = None
+    epsilon: Annotated[float, Field(gt=0, le=1)] | None = None
+    window: Annotated[int, Field(ge=4, le=1_000_000)] | None = None
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else AffinityConfig._sources(v)
+
+
 class RoutingConfig(_Strict):
     policy: PolicyName = "adaptive"
     adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
@@ -228,6 +282,7 @@ class RoutingConfig(_Strict):
     probes: ProbesConfig = Field(default_factory=ProbesConfig)
     pacing: PacingConfig = Field(default_factory=PacingConfig)
     shed: ShedConfig = Field(default_factory=ShedConfig)
+    affinity: AffinityConfig = Field(default_factory=AffinityConfig)
 
 
 class ModelConfig(_Strict):
@@ -240,6 +295,8 @@ class ModelConfig(_Strict):
     """This alias's latency objective; unset fields: ``routing.slo``'s."""
     hedge: HedgeConfig | None = None
     """Hedge this alias's requests; unset: ``routing.hedge`` (off when that is unset too)."""
+    affinity: AffinityOverride | None = None
+    """This alias's conversation affinity: the fields given replace ``routing.affinity``'s."""
 
     @model_validator(mode="after")
     def _some_weight(self) -> ModelConfig:

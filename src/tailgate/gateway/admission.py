@@ -40,6 +40,7 @@ from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend
 from tailgate.state import Adjustment, Admission, Claim, Lease, LocalState, Reservation, SharedState, Slot
+from tailgate.state.allowance import Allowances
 from tailgate.wire.errors import WireError
 
 __all__ = [
@@ -144,8 +145,12 @@ class KeyAdmission:
         *,
         store: str | Path | None = None,
         clock: Callable[[], float] = time.time,
+        allowances: bool = True,
     ) -> None:
         self.directory = directory
+        self._allowances = allowances
+        """Admit from allowances held (``state/allowance.py``) with a backend that has round trips; False:
+        every request reserves and settles in the backend (the exhausted-allowance path, for benchmarks)."""
         self._fleet = state
         self._own = LocalState()  # until (or unless) the gateway has a fleet state
         self._store = store
@@ -154,6 +159,8 @@ class KeyAdmission:
         self._plans: dict[str, _Plan] = {}
         self._seed_lock = asyncio.Lock()
         self._pending: set[asyncio.Task[None]] = set()
+        self._allow: Allowances | None = None
+        """Allowances held with a fleet state (``state/allowance.py``): most requests make no Redis call."""
         self._calendar = (0.0, 0.0, 0.0, 0.0)  # (UTC day start, next day, month start, next month)
         self.refusals = Counter(
             "tailgate_key_refusals",
@@ -191,8 +198,12 @@ class KeyAdmission:
         try:
             if isinstance(state, LocalState):
                 res = state.reserve_now(claims, plan.slot)
-            else:
+            elif not self._allowances or state.backend == "local":  # no round trips to save
                 res = await state.reserve(claims, plan.slot)
+            else:
+                allow = self.allowances(state)
+                now_res = allow.reserve_now(claims, plan.slot)
+                res = now_res if now_res is not None else await allow.reserve(claims, plan.slot)
             self._book(limits, plan, ticket, claims, res)
         except BaseException:
             await self._undo(state, ticket)
@@ -224,6 +235,18 @@ class KeyAdmission:
 
     def _state(self) -> SharedState:
         return self._fleet() or self._own
+
+    def allowances(self, state: SharedState) -> Allowances:
+        """The allowances held from ``state`` (a fleet state; made, and its ticks started, on first use)."""
+        allow = self._allow
+        if allow is None or allow.state is not state:
+            allow = self._allow = Allowances(state)
+            allow.start()
+        return allow
+
+    def _held(self, state: SharedState) -> Allowances | None:
+        allow = self._allow
+        return allow if allow is not None and allow.state is state else None
 
     def _refuse(self, key_id: str, reason: Reason, error: WireError) -> KeyRefused:
         return KeyRefused(self.refused(key_id, reason), error)
@@ -355,6 +378,13 @@ class KeyAdmission:
         lease, ticket.lease = ticket.lease, None
         ticket.takes.clear()
         ticket.settled = True
+        allow = self._held(state)
+        if allow is not None:  # back into the allowances (no round trip); counters decided per request: now
+            refunds = allow.settle_now(refunds)
+            if lease is not None and allow.release_now(*lease):
+                lease = None
+            if lease is None and not refunds:
+                return
         await state.settle(refunds, lease)
 
     # -- x-ratelimit-* ---------------------------------------------------------------------------------
@@ -395,6 +425,10 @@ class KeyAdmission:
             return True
         state = self._state()
         if not isinstance(state, LocalState):
+            allow = self._held(state)
+            if allow is not None and allow.release_now(*ticket.lease):
+                ticket.lease = None
+                return True
             return False
         state.release_now(*ticket.lease)
         ticket.lease = None
@@ -409,14 +443,20 @@ class KeyAdmission:
         if isinstance(state, LocalState):  # never waits: no task per request
             state.settle_now(self._fixes(ticket, prompt_tokens, output_tokens, cost), ticket.lease)
             return
-        task = asyncio.get_running_loop().create_task(self._settle(ticket, prompt_tokens, output_tokens, cost))
+        fixes = self._fixes(ticket, prompt_tokens, output_tokens, cost)
+        allow = self._held(state)
+        if allow is not None:  # into the allowances; counters decided per request are settled now, as before
+            fixes = allow.settle_now(fixes)
+            if ticket.lease is not None and allow.release_now(*ticket.lease):
+                ticket.lease = None
+            if ticket.lease is None and not fixes:
+                return
+        task = asyncio.get_running_loop().create_task(self._settle(fixes, ticket.lease))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _settle(
-        self, ticket: Ticket, prompt_tokens: int | None, output_tokens: int | None, cost: float | None
-    ) -> None:
-        await self._state().settle(self._fixes(ticket, prompt_tokens, output_tokens, cost), ticket.lease)
+    async def _settle(self, fixes: list[Adjustment], lease: tuple[str, str] | None) -> None:
+        await self._state().settle(fixes, lease)
 
     @staticmethod
     def _fixes(
@@ -432,10 +472,14 @@ class KeyAdmission:
         ]
 
     async def close(self) -> None:
-        """Wait for settlements in flight (the gateway closes this after draining its requests)."""
+        """Wait for settlements in flight, then give back the allowances (the gateway closes this after
+        draining its requests, before the fleet state)."""
         if self._pending:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._allow is not None:
+            with contextlib.suppress(Exception):
+                await self._allow.close()
 
 
 def ratelimit_headers(

@@ -377,7 +377,7 @@ class Gateway:
 
     async def _close_clients(self) -> None:
         for p in self.providers.values():
-            await p.client.close()
+            await p.close()
 
     def app(self) -> web.Application:
         middlewares = [

@@ -87,10 +87,12 @@ class KeyRing:
         """The key id of the caller; raises a 401 as a WireError."""
         if self.open:
             return None
-        token = bearer(request)
+        # /v1 only: Anthropic's SDK sends its api_key (ANTHROPIC_API_KEY) as x-api-key (its auth_token is a bearer)
+        token = bearer(request) or request.headers.get("x-api-key")
         if not token:
             raise wire_errors.authentication_error(
-                "Missing API key. Send it as 'Authorization: Bearer <key>' (the key the gateway issued you)."
+                "Missing API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>' "
+                "(the key the gateway issued you)."
             )
         digest = _digest(token)
         found: _Key | None = None

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from tailgate.wire.anthropic import error_body as anthropic_error_body
+from tailgate.wire.anthropic import error_event as anthropic_error_event
 from tailgate.wire.errors import WireError
 
 __all__ = [
@@ -46,9 +48,24 @@ class Reply:
     content_type: str = "application/json"
 
 
-def error_reply(err: WireError, headers: Mapping[str, str] | None = None) -> Reply:
-    """``err`` in the OpenAI shape, with the headers it carries (``Retry-After``) and ``headers`` on top."""
-    return Reply(err.status, {**(err.headers or {}), **(headers or {})}, err.body())
+def error_reply(err: WireError, headers: Mapping[str, str] | None = None, path: str | None = None) -> Reply:
+    """``err`` in the OpenAI shape — Anthropic's for a ``path`` under ``/v1/messages`` — with the headers it
+    carries (``Retry-After``) and ``headers`` on top."""
+    return Reply(err.status, {**(err.headers or {}), **(headers or {})}, error_body(err, path))
+
+
+ANTHROPIC_PATH = "/v1/messages"
+"""Requests under it speak Anthropic's Messages API: every error they get is in its shape (gateway/anthropic.py)."""
+
+
+def error_body(err: WireError, path: str | None) -> bytes:
+    """An error response's body in the shape of the API ``path`` belongs to."""
+    return anthropic_error_body(err) if path is not None and path.startswith(ANTHROPIC_PATH) else err.body()
+
+
+def error_frame(err: WireError, path: str | None) -> bytes:
+    """The SSE ``error`` event that ends a stream of ``path``'s API after its first byte."""
+    return anthropic_error_event(err) if path is not None and path.startswith(ANTHROPIC_PATH) else err.sse_frame()
 
 
 class Stream(Protocol):

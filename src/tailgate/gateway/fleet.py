@@ -186,7 +186,13 @@ class Fleet:
             ["where"],
             registry=registry,
         )
-        self._counted = {"fallbacks": 0, "local": 0, "backend": 0}
+        self._m_calls = Counter(
+            "tailgate_state_calls",
+            "Calls this replica made to the state backend (Redis round trips) for requests and their background "
+            "work (allowances, settlements); the sync loop's one per tick is not counted. 0 for state: local.",
+            registry=registry,
+        )
+        self._counted = {"fallbacks": 0, "local": 0, "backend": 0, "calls": 0}
 
     @property
     def replica_label(self) -> str | None:
@@ -203,7 +209,9 @@ class Fleet:
             "fallbacks": int(getattr(self.state, "fallbacks", 0)),
             "local": self.limiter.local_takes,
             "backend": self.limiter.remote_takes,
+            "calls": int(getattr(self.state, "calls", 0)),
         }
+        self._m_calls.inc(now["calls"] - self._counted["calls"])
         self._m_fallbacks.inc(now["fallbacks"] - self._counted["fallbacks"])
         self._m_leases.labels("local").inc(now["local"] - self._counted["local"])
         self._m_leases.labels("backend").inc(now["backend"] - self._counted["backend"])

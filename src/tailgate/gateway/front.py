@@ -41,7 +41,7 @@ from multidict import CIMultiDict
 
 from tailgate._aiohttp import BodyLimits, is_json_type, too_large
 from tailgate.config.schema import ServerConfig
-from tailgate.gateway.exchange import Handle, Reply, Stream, error_reply
+from tailgate.gateway.exchange import Handle, Reply, Stream, error_frame, error_reply
 from tailgate.gateway.front_reply import FrontExchange, Message, WriteBatch, reply_bytes
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
@@ -298,12 +298,13 @@ class Front(asyncio.Protocol):
                         type="invalid_request_error",
                         param="Content-Type",
                         code="unsupported_media_type",
-                    )
+                    ),
+                    path.decode("latin-1"),
                 )
                 raise _Stop
         length = headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > limits.max_bytes:
-            self._refuse(too_large(limits.max_bytes))
+            self._refuse(too_large(limits.max_bytes), path.decode("latin-1"))
             raise _Stop
         if headers.get("Expect", "").lower() == "100-continue":
             self.send(_CONTINUE)
@@ -317,7 +318,7 @@ class Front(asyncio.Protocol):
         self._body.append(body)
         self._body_size += len(body)
         if self._body_size > self._limits.max_bytes:
-            self._refuse(too_large(self._limits.max_bytes))
+            self._refuse(too_large(self._limits.max_bytes), self._message.path)
             raise _Stop
 
     def on_message_complete(self) -> None:
@@ -352,25 +353,28 @@ class Front(asyncio.Protocol):
 
     # -- serving ----------------------------------------------------------------------------------
 
-    def _refuse(self, err: WireError) -> None:
-        """Answer ``err`` after whatever is queued, then close; nothing more is read."""
+    def _refuse(self, err: WireError, path: str | None = None) -> None:
+        """Answer ``err`` (in the shape of ``path``'s API) after whatever is queued, then close; nothing more is
+        read."""
         self._ignore_input = True
         self._message = None
         self._stop_reason = self._stop_reason or "refused"
         self._cancel_timers()
-        self._queue.append(error_reply(err))
+        self._queue.append(error_reply(err, path=path))
         if self._task is None:
             self._next()
 
     def _body_late(self) -> None:
         self._body_timer = None
+        path = self._message.path if self._message is not None else None
         self._refuse(
             WireError(
                 408,
                 f"The request body did not arrive within {self._limits.read_timeout_s:g}s (limits.body_read_timeout).",
                 type="invalid_request_error",
                 code="request_timeout",
-            )
+            ),
+            path,
         )
 
     def _next(self) -> None:
@@ -425,7 +429,7 @@ class Front(asyncio.Protocol):
             task = asyncio.current_task(self._loop)
             assert task is not None
             task.uncancel()
-            out = await self._deadline_answer(exchange)
+            out = await self._deadline_answer(exchange, message.path)
         except ConnectionError:
             if exchange.detached:
                 return  # the connection serves another request now
@@ -434,7 +438,7 @@ class Front(asyncio.Protocol):
             return
         except Exception:
             log.exception("unhandled error in POST %s", message.path)
-            out = None if exchange.stream is not None else error_reply(wire_errors.server_error())
+            out = None if exchange.stream is not None else error_reply(wire_errors.server_error(), path=message.path)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -465,16 +469,16 @@ class Front(asyncio.Protocol):
         if task is not None:
             task.cancel()
 
-    async def _deadline_answer(self, exchange: FrontExchange) -> Reply | None:
+    async def _deadline_answer(self, exchange: FrontExchange, path: str) -> Reply | None:
         err = wire_errors.timeout(
             f"The request passed its deadline of {self._deadline_s:g}s (server.request_deadline)."
         )
         err.code = "deadline_exceeded"
         stream = exchange.stream
         if stream is None:
-            return error_reply(err)
+            return error_reply(err, path=path)
         with contextlib.suppress(ConnectionError, RuntimeError):
-            await stream.write(err.sse_frame())
+            await stream.write(error_frame(err, path))
             await stream.write_eof()
         return None
 

@@ -56,8 +56,8 @@ class GatewayMetrics:
         self._local: LocalSeries | None = None if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else LocalSeries(r)
         self.requests = self._counter(
             "tailgate_requests",
-            "Client requests by alias, serving provider and outcome.",
-            ("alias", "provider", "outcome"),
+            "Client requests by alias, serving provider, outcome and the client's API (openai, anthropic).",
+            ("alias", "provider", "outcome", "api"),
         )
         self.attempts = self._counter(
             "tailgate_upstream_attempts",
@@ -107,7 +107,7 @@ class GatewayMetrics:
             registry=r,
         )
 
-        self._requests: dict[tuple[str, str, str], Incrementable] = {}
+        self._requests: dict[tuple[str, str, str, str], Incrementable] = {}
         self._attempts: dict[tuple[str, str], Incrementable] = {}
         self._served: dict[tuple[str, str, str], Served] = {}
 
@@ -121,12 +121,12 @@ class GatewayMetrics:
             return self._local.histogram(name, doc, labels, buckets)
         return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
 
-    def request(self, alias: str, provider: str, outcome: str) -> Incrementable:
-        """``requests.labels(alias, provider, outcome)``, cached."""
-        key = (alias, provider, outcome)
+    def request(self, alias: str, provider: str, outcome: str, api: str = "openai") -> Incrementable:
+        """``requests.labels(alias, provider, outcome, api)``, cached."""
+        key = (alias, provider, outcome, api)
         child = self._requests.get(key)
         if child is None:
-            child = self.requests.labels(alias, provider, outcome)
+            child = self.requests.labels(alias, provider, outcome, api)
             if len(self._requests) < MAX_CACHED:
                 self._requests[key] = child
         return child

@@ -7,6 +7,7 @@ Named ``providers`` (it was ``gateway/state.py``, a name that clashed with the `
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,15 @@ class ProviderState:
     """The fleet's state (``state: redis``): pauses are fleet-wide (docs/fleet.md); None alone."""
     on_pause: Callable[[str, float], None] | None = None
     """Tells the fleet about a pause (set by ``gateway.fleet``)."""
+    anthropic_client: UpstreamClient | None = None
+    """A pool to the provider's native Anthropic endpoint (``anthropic_base_url``): ``/v1/messages`` requests
+    routed here pass through to it (gateway/anthropic.py); None: they are translated to OpenAI chat."""
+
+    async def close(self) -> None:
+        """Close the provider's connection pools."""
+        await self.client.close()
+        if self.anthropic_client is not None:
+            await self.anthropic_client.close()
 
     @property
     def name(self) -> str:
@@ -100,6 +110,9 @@ class ProviderState:
             self.e2e.incr(f"error:{result.error_class}")
         if result.status == 429:
             self.e2e.incr("429")
+        if result.cached_tokens is not None and result.prompt_tokens:  # the provider says what it cached
+            self.e2e.incr("cache:prompt", result.prompt_tokens)
+            self.e2e.incr("cache:cached", min(result.cached_tokens, result.prompt_tokens))
 
     def cost(
         self, prompt_tokens: int | None, output_tokens: int | None, cached_tokens: int | None = None
@@ -134,13 +147,28 @@ class ProviderState:
             "errors": {k.removeprefix("error:"): v for k, v in self.e2e.counters().items() if k.startswith("error:")},
             "ttft_ms": _pcts(ttft) if ttft.count else None,
             "e2e_ms": _pcts(e2e) if e2e.count else None,
+            "cache": self.cache_snapshot(),
+        }
+
+    def cache_snapshot(self) -> dict[str, Any]:
+        """The prompt cache over the window: prompt tokens of the answers whose usage said what was cached, the
+        cached ones, and their ratio (None when none said: not reported, never 0 %)."""
+        prompt, cached = self.e2e.counter("cache:prompt"), self.e2e.counter("cache:cached")
+        return {
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "hit_rate": round(cached / prompt, 4) if prompt else None,
         }
 
 
 def provider_state(resolved: ResolvedProvider, pacing: PacingConfig) -> ProviderState:
-    """A provider's fresh state: its own client pool and pacer."""
+    """A provider's fresh state: its own client pool (two with an ``anthropic_base_url``) and pacer."""
+    endpoint = endpoint_for(resolved)
+    native = None
+    if resolved.anthropic_base_url is not None:
+        native = UpstreamClient(dataclasses.replace(endpoint, base_url=resolved.anthropic_base_url))
     return ProviderState(
-        config=resolved, client=UpstreamClient(endpoint_for(resolved)), pacer=pacer_for(resolved, pacing)
+        config=resolved, client=UpstreamClient(endpoint), pacer=pacer_for(resolved, pacing), anthropic_client=native
     )
 
 

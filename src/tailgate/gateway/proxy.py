@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from tailgate.gateway import refusals, responses
+from tailgate.gateway import anthropic, refusals, responses
 from tailgate.gateway.admission import KeyRefused
 from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
@@ -34,15 +34,17 @@ from tailgate.gateway.hedging import Race
 from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
-from tailgate.routing import Route, should_shed
-from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, call
+from tailgate.routing import Route, Sticky, should_shed
+from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UpstreamClient, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
+from tailgate.wire.anthropic import decode_count_tokens
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
 
 if TYPE_CHECKING:
+    from tailgate.gateway.anthropic import Translated
     from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
     from tailgate.gateway.providers import ProviderState
@@ -79,7 +81,60 @@ class Proxy:
     def routes(self) -> dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]]:
         """The ``/v1`` POST endpoints this proxy serves, by path (``/v1/responses`` is routed like chat:
         gateway/responses.py). Partials, not wrapper coroutines: one frame fewer on every resumption."""
-        return {f"/v1{path}": functools.partial(self.handle, endpoint=endpoint) for endpoint, path in PATHS.items()}
+        out: dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]] = {
+            f"/v1{path}": functools.partial(self.handle, endpoint=endpoint) for endpoint, path in PATHS.items()
+        }
+        out[f"/v1{anthropic.COUNT_PATH}"] = self.count_tokens
+        return out
+
+    async def count_tokens(self, request: Exchange) -> Reply:
+        """``POST /v1/messages/count_tokens``: the caller's key, the alias, then the first route in the policy's
+        order whose provider has a native Anthropic endpoint answers (the request forwarded, ``model`` replaced).
+        No provider of the alias has one: a 404 saying so (a translation has no way to count). Not a generation:
+        no key admission, no ledger row; errors in Anthropic's shape."""
+        rid = request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}"
+        headers = {"x-request-id": rid}
+        try:
+            self.core.keys.identify(request)
+            obj = parse_json(request.body)
+            if not isinstance(obj, dict):
+                raise wire_errors.invalid_request("The request body must be a JSON object.")
+            model = decode_count_tokens(request.body, strict=False).model
+            table = self.core.routes
+            routes = table.aliases.get(model)
+            if routes is None:
+                raise wire_errors.model_not_found(model)
+            now = time.monotonic()
+            exclude = {name for name, p in self.core.providers.items() if p.drained or p.paused(now)}
+            order = table.policy_for(model).order(routes, request.headers.get("x-tailgate-class") or None, exclude)
+            native = [(r, p) for r in order if (p := self.core.providers[r.provider]).anthropic_client is not None]
+            if not native:
+                raise WireError(
+                    404,
+                    f"No provider of '{model}' serves count_tokens: it needs a native Anthropic endpoint "
+                    "(anthropic_base_url); the others are reached by translation to OpenAI chat.",
+                    type="not_found_error",
+                )
+            route, provider = native[0]
+            client = provider.anthropic_client
+            assert client is not None
+            payload = {**obj, "model": route.model}
+            async with call(
+                client,
+                anthropic.UPSTREAM_PATH + "/count_tokens",
+                payload,
+                stream=False,
+                request_id=rid,
+                headers=anthropic.forward_headers(request.headers),
+            ) as c:
+                async for event in c:
+                    if isinstance(event, Body):
+                        return Reply(200, {**headers, "x-tailgate-provider": provider.name}, event.raw)
+            result = c.result
+            assert result is not None
+            raise result.error or WireError(502, f"count_tokens at {provider.name} failed ({result.error_class}).")
+        except WireError as err:
+            return Reply(err.status, {**(err.headers or {}), **headers}, anthropic.error_body(err, rid))
 
     # -- the request ------------------------------------------------------------------------------
 
@@ -126,10 +181,18 @@ class Proxy:
             ctx.key_id = refused.key_id
             ctx.outcome = core.admission.refused(refused.key_id, "key_revoked")
             with contextlib.suppress(WireError):
-                ctx.alias = decode_request(ctx.endpoint, request.body, strict=False).model
+                ctx.alias = _model(ctx.endpoint, request.body)
             raise
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
-        req = decode_request(ctx.endpoint, body, strict=False)
+        obj: dict[str, Any]
+        if ctx.endpoint == "messages":  # Anthropic's Messages API (gateway/anthropic.py)
+            obj = parse_json(body)
+            if not isinstance(obj, dict):
+                raise wire_errors.invalid_request("The request body must be a JSON object.")
+            messages = ctx.messages = anthropic.Messages(body, obj, request.headers)
+            req: Any = messages.head
+        else:
+            req = decode_request(ctx.endpoint, body, strict=False)
         ctx.alias = req.model
         routes = table.aliases.get(req.model)
         if routes is None:
@@ -137,7 +200,8 @@ class Proxy:
             raise wire_errors.model_not_found(req.model)
         if ctx.key_id is not None:
             self._check_key(ctx)  # expired, model not allowed; the key's default class
-        obj: dict[str, Any] = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
+        if ctx.messages is None:
+            obj = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
         prompt, output = responses.token_estimate(obj, len(body), ctx.endpoint, table.pacing.default_max_tokens)
         ctx.prompt_estimate = prompt
         shed = table.shed
@@ -157,10 +221,15 @@ class Proxy:
                 ctx.ratelimit = core.admission.headers(ctx.key_id, rpm, ctx.rpm_taken, ctx.ticket)
         ctx.stream = bool(getattr(req, "stream", False))
         options = getattr(req, "stream_options", None)
-        wants_usage = bool(getattr(options, "include_usage", False))  # Responses: a dict, never injected
+        # Responses: a dict, never injected; Messages: usage is always part of the stream, never dropped
+        wants_usage = ctx.messages is not None or bool(getattr(options, "include_usage", False))
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
-        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude)
+        sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
+        affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
+        if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
+            sticky, ctx.affinity_key = Sticky(affinity, key), key
+        order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
             raise refusals.no_route(core.providers, routes, now, ctx)
         tokens = prompt + output
@@ -255,12 +324,21 @@ class Proxy:
         # server.max_upstream_in_flight: a 503 + Retry-After, never a queue
         check_upstream_capacity(core.providers, ctx.table.max_upstream_in_flight)
         provider = core.providers[route.provider]
+        payload: bytes | Mapping[str, Any]
+        if ctx.messages is not None:  # passthrough or translation, by the provider (a 400 if untranslatable)
+            plan = ctx.messages.attempt(
+                provider.client, provider.anthropic_client, route.model, provider.config.thinking_switch
+            )
+            upstream = _Upstream(plan.client, plan.path, plan.headers, plan.translated)
+            payload = plan.payload
+        else:
+            upstream = _Upstream(provider.client, PATHS[ctx.endpoint], None, None)
+            payload = {**obj, "model": route.model}
         health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
         if ctx.race is None:
             ctx.provider, ctx.route = provider, route
-        payload = {**obj, "model": route.model}
         resp: Reply | Stream | None
         try:
             if ctx.stream:
@@ -269,10 +347,10 @@ class Proxy:
                 # task of its own for the relay only cost a task and a loop turn before the upstream request
                 # went out (~85 µs at one connection; docs/benchmarks.md, "Run Q").
                 resp, result = await self._attempt_stream(
-                    request, ctx, provider, payload, wants_usage, lambda: health.first_token(handle)
+                    request, ctx, provider, payload, wants_usage, lambda: health.first_token(handle), upstream
                 )
             else:
-                resp, result = await self._attempt_unary(request, ctx, provider, payload)
+                resp, result = await self._attempt_unary(request, ctx, provider, payload, upstream)
         except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
@@ -369,7 +447,12 @@ class Proxy:
     # -- attempts ---------------------------------------------------------------------------------
 
     async def _attempt_unary(
-        self, request: Exchange, ctx: Ctx, provider: ProviderState, payload: Mapping[str, Any]
+        self,
+        request: Exchange,
+        ctx: Ctx,
+        provider: ProviderState,
+        payload: bytes | Mapping[str, Any],
+        upstream: _Upstream,
     ) -> tuple[Reply | None, CallResult]:
         """A non-streamed attempt. The answer leaves as soon as the measurement core has checked it (its
         ``Body`` event: a 200 whose JSON is an OpenAI answer); the call's end, the attempt's health,
@@ -379,7 +462,13 @@ class Proxy:
         provider.in_flight += 1
         try:
             async with call(
-                provider.client, PATHS[ctx.endpoint], payload, stream=False, request_id=ctx.request_id
+                upstream.client,
+                upstream.path,
+                payload,
+                stream=False,
+                request_id=ctx.request_id,
+                headers=upstream.headers,
+                key_hash=ctx.affinity_key,
             ) as c:
                 async for event in c:
                     if isinstance(event, Sent):
@@ -392,7 +481,14 @@ class Proxy:
                             raise asyncio.CancelledError  # another attempt won the race (it cancels this one)
                         ctx.status = 200
                         ctx.first_token_at = now
-                        reply = Reply(200, self._headers(ctx, now), event.raw)
+                        body = event.raw
+                        if upstream.translated is not None:  # a chat completion → an Anthropic message
+                            try:
+                                body = upstream.translated.message(body)
+                            except WireError as err:
+                                ctx.status, ctx.outcome = err.status, "malformed"
+                                body = anthropic.error_body(err, ctx.request_id)
+                        reply = Reply(ctx.status, self._headers(ctx, now), body)
                         request.send(reply)
                         await self._after_answer(request, ctx)
         finally:
@@ -410,10 +506,12 @@ class Proxy:
         request: Exchange,
         ctx: Ctx,
         provider: ProviderState,
-        payload: Mapping[str, Any],
+        payload: bytes | Mapping[str, Any],
         wants_usage: bool,
         on_first_token: Callable[[], None],
+        upstream: _Upstream,
     ) -> tuple[Stream | None, CallResult]:
+        translated = upstream.translated  # None: frames are relayed as they came
         held: list[bytes] = []
         resp: Stream | None = None
         tap: Tap | None = None
@@ -422,17 +520,19 @@ class Proxy:
         provider.in_flight += 1
         try:
             async with call(
-                provider.client,
-                PATHS[ctx.endpoint],
+                upstream.client,
+                upstream.path,
                 payload,
                 stream=True,
                 client_wants_usage=wants_usage,
                 request_id=ctx.request_id,
+                headers=upstream.headers,
+                key_hash=ctx.affinity_key,
             ) as c:
                 async for event in c:
                     if isinstance(event, Chunk):
                         # Frames of one upstream read leave in one write (one syscall, not one each).
-                        held.append(event.raw)
+                        held.append(event.raw if translated is None else translated.chunk(event.raw))
                         if resp is not None:
                             if event.last:
                                 await resp.write(b"".join(held))
@@ -451,7 +551,8 @@ class Proxy:
                             # Everything so far is written: the rest of the stream can be pushed to the
                             # client from the upstream connection's callback (Call._pump), where the front
                             # door's stream takes it (an aiohttp response cannot: it stays pulled).
-                            tap = resp if isinstance(resp, Tap) else None
+                            # A translated stream stays pulled: each frame is rewritten (gateway/anthropic.py).
+                            tap = resp if isinstance(resp, Tap) and translated is None else None
                             c.tap = tap
                     elif isinstance(event, Sent):
                         sent = event.t
@@ -461,7 +562,7 @@ class Proxy:
                                 raise asyncio.CancelledError  # another attempt won the race
                             resp = await self._commit(request, ctx, held, first or time.perf_counter(), sent)
                             held.clear()
-                        held.append(event.raw or DONE_FRAME)
+                        held.append((event.raw or DONE_FRAME) if translated is None else translated.done())
                         # The stream is complete: the last frames and the end of the chunked body
                         # leave in one write.
                         await resp.write_eof(b"".join(held))
@@ -495,7 +596,13 @@ class Proxy:
                 type="server_error",
                 code=result.error_class,
             )
-            frame = responses.error_frame(err) if ctx.endpoint == "responses" else err.sse_frame()
+            if translated is not None:
+                frame = translated.fail(err)  # nothing when the upstream's own error already ended it
+            elif ctx.endpoint == "messages":
+                # A passthrough: the upstream's own error event, already relayed, is the stream's last frame.
+                frame = b"" if result.error_class == "stream_error" else anthropic.error_event(err)
+            else:
+                frame = responses.error_frame(err) if ctx.endpoint == "responses" else err.sse_frame()
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
                 await resp.write(frame)
         if resp is not None:
@@ -521,6 +628,10 @@ class Proxy:
         }
         if ctx.hedged:
             headers["x-tailgate-hedged"] = "1"
+        if ctx.messages is not None and ctx.provider is not None:  # how this provider was spoken to
+            headers["x-tailgate-upstream-api"] = (
+                "anthropic" if anthropic.mode(ctx.provider.anthropic_client) == "passthrough" else "openai"
+            )
         if ctx.ratelimit:
             headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
@@ -554,7 +665,29 @@ class Proxy:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name
+        if ctx.endpoint == "messages":  # Anthropic's shape, whoever refused (gateway/anthropic.py)
+            return Reply(err.status, {**(err.headers or {}), **headers}, anthropic.error_body(err, ctx.request_id))
         return error_reply(err, headers)
+
+
+class _Upstream:
+    """Where an attempt goes: the client pool, the path under its base URL, extra headers, and the
+    translation of its answer (None: relayed as it came)."""
+
+    __slots__ = ("client", "headers", "path", "translated")
+
+    def __init__(
+        self, client: UpstreamClient, path: str, headers: dict[str, str] | None, translated: Translated | None
+    ) -> None:
+        self.client, self.path, self.headers, self.translated = client, path, headers, translated
+
+
+def _model(endpoint: Endpoint, body: bytes) -> str:
+    """The model a body asks for (a refused request's ledger row)."""
+    if endpoint == "messages":
+        model = parse_json(body).get("model")
+        return model if isinstance(model, str) else "-"
+    return decode_request(endpoint, body, strict=False).model
 
 
 def _drain(queue: deque[Route]) -> Iterator[Route]:

@@ -191,7 +191,7 @@ async def close_when_idle(p: ProviderState, limit_s: float = 600.0) -> None:
     deadline = time.monotonic() + limit_s
     while p.in_flight > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - a count, polled twice a second
         await asyncio.sleep(0.5)
-    await p.client.close()
+    await p.close()
 
 
 def _model_version(config: GatewayConfig) -> str:

@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from tailgate.gateway import responses
+from tailgate.gateway import anthropic, responses
 
 if TYPE_CHECKING:
     from tailgate.gateway.admission import Ticket
+    from tailgate.gateway.anthropic import Messages
     from tailgate.gateway.hedging import Race
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
@@ -25,13 +26,16 @@ if TYPE_CHECKING:
 
 __all__ = ["PATHS", "Ctx", "Endpoint"]
 
-Endpoint = Literal["chat", "completions", "embeddings", "responses"]
+Endpoint = Literal["chat", "completions", "embeddings", "responses", "messages"]
 PATHS: dict[Endpoint, str] = {
     "chat": "/chat/completions",
     "completions": "/completions",
     "embeddings": "/embeddings",
     "responses": responses.PATH,
+    "messages": anthropic.PATH,
 }
+"""The client-facing paths under ``/v1``; an attempt's upstream path is the same, except for ``messages``
+(gateway/anthropic.py: the native endpoint's, or chat's when translated)."""
 
 
 @dataclass(slots=True)
@@ -67,9 +71,20 @@ class Ctx:
     """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
     ratelimit: dict[str, str] | None = None
     """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
+    affinity_key: int | None = None
+    """The conversation's affinity key (routing/affinity.py), when the route was chosen by it: the provider's
+    API key is picked by it too (``KeyPool.pick``)."""
     prompt_estimate: float | None = None
     """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
     provider never said (bookkeeping.py)."""
+
+    messages: Messages | None = None
+    """An Anthropic Messages API request (``endpoint == "messages"``): its head, and its translation once made."""
+
+    @property
+    def api(self) -> str:
+        """The client's protocol: ``anthropic`` (``/v1/messages``) or ``openai`` (everything else)."""
+        return "anthropic" if self.endpoint == "messages" else "openai"
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)

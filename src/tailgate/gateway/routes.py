@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
@@ -27,6 +27,8 @@ from tailgate.gateway.providers import ProviderState
 from tailgate.routing import (
     SLO,
     AdaptivePolicy,
+    Affinity,
+    AffinitySettings,
     BreakerRegistry,
     CostPolicy,
     HealthRegistry,
@@ -37,7 +39,7 @@ from tailgate.routing import (
     WeightedPolicy,
 )
 
-__all__ = ["RouteTable", "build_routes", "make_policy", "slo_for", "unchanged_aliases"]
+__all__ = ["RouteTable", "affinity_settings", "build_routes", "make_policy", "slo_for", "unchanged_aliases"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -57,6 +59,9 @@ class RouteTable:
     pacing: PacingConfig
     max_upstream_in_flight: int | None
     """``server.max_upstream_in_flight``: attempts out across providers beyond which one is refused (503)."""
+    affinity: Mapping[str, Affinity] = field(default_factory=dict)
+    """alias → its conversation affinity (``routing.affinity`` + ``models.<alias>.affinity``); only aliases
+    with it enabled (docs/routing.md, promise 7)."""
 
     def policy_for(self, alias: str) -> Policy:
         """The routing policy of an alias (``models.<alias>.policy`` or ``routing.policy``)."""
@@ -87,6 +92,25 @@ def slo_for(config: GatewayConfig, alias: str) -> SLO:
     ttft = (own.ttft_p90 if own is not None else None) or base.ttft_p90 or default.ttft_p90
     e2e = (own.e2e_p90 if own is not None else None) or base.e2e_p90 or default.e2e_p90
     return SLO(ttft_p90=ttft, e2e_p90=e2e)
+
+
+def affinity_settings(config: GatewayConfig, alias: str, providers: Mapping[str, ProviderState]) -> AffinitySettings:
+    """The alias's affinity: ``routing.affinity`` with ``models.<alias>.affinity``'s given fields on top; its cache
+    minimum is the smallest ``cache_min_tokens`` among the alias's providers (a cache that can pay somewhere)."""
+    merged = config.routing.affinity.model_dump()
+    own = config.models[alias].affinity
+    if own is not None:
+        merged.update(own.model_dump(exclude_none=True))
+    routes = config.models[alias].routes
+    mins = [providers[r.provider].config.cache_min_tokens for r in routes if r.provider in providers]
+    return AffinitySettings(
+        enabled=merged["enabled"],
+        sources=tuple(merged["sources"]),
+        prefix_chars=merged["prefix_chars"],
+        epsilon=merged["epsilon"],
+        window=merged["window"],
+        min_tokens=float(min(mins, default=64)),
+    )
 
 
 def make_policy(
@@ -142,8 +166,13 @@ def build_routes(
     policies: dict[str, Policy] = {}
     hedgers: dict[str, Hedger] = {}
     slos: dict[str, SLO] = {}
+    affinity: dict[str, Affinity] = {}
     for alias, model in config.models.items():
         slos[alias] = slo = slo_for(config, alias)
+        settings = affinity_settings(config, alias, providers)
+        if settings.enabled:
+            old = previous.affinity.get(alias) if previous is not None else None
+            affinity[alias] = old if old is not None and old.settings == settings else Affinity(settings)
         keep = previous is not None and alias in kept
         if keep and previous is not None and alias in previous.policies:
             policies[alias] = previous.policies[alias]
@@ -170,6 +199,7 @@ def build_routes(
         shed=config.routing.shed,
         pacing=config.routing.pacing,
         max_upstream_in_flight=config.server.max_upstream_in_flight,
+        affinity=affinity,
     )
 
 

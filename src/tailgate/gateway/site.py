@@ -30,7 +30,7 @@ from aiohttp.typedefs import Handler
 
 from tailgate._aiohttp import BodyLimits, HardenedSite, error_response
 from tailgate.config.schema import GatewayConfig, ServerConfig
-from tailgate.gateway.exchange import DEADLINE_HIT, STREAM_RESPONSE
+from tailgate.gateway.exchange import DEADLINE_HIT, STREAM_RESPONSE, error_frame
 from tailgate.gateway.front import FRONT_KEY, Front
 from tailgate.gateway.front_reply import WriteBatch
 from tailgate.wire import errors as wire_errors
@@ -117,9 +117,9 @@ def deadline_middleware(deadline_s: float | None, prefix: str = "/v1/") -> Calla
             err.code = "deadline_exceeded"
             stream: web.StreamResponse | None = request.get(STREAM_RESPONSE)
             if stream is None or not stream.prepared:
-                return error_response(err)
+                return error_response(err, path=request.path)
             with contextlib.suppress(ConnectionError, aiohttp.ClientConnectionResetError, RuntimeError):
-                await stream.write(err.sse_frame())
+                await stream.write(error_frame(err, request.path))
                 await stream.write_eof()
             return stream
         finally:

@@ -211,6 +211,11 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE usage_hourly ADD COLUMN reported_prompt_tokens BIGINT NOT NULL DEFAULT 0",
         ),
     ),
+    Migration(
+        7,
+        "requests: the client's API (openai | anthropic)",
+        ("ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

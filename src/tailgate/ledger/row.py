@@ -26,7 +26,7 @@ class LedgerRow(msgspec.Struct, frozen=True):
     upstream_model: str | None
     """The model name sent upstream."""
     endpoint: str
-    """``"chat"``, ``"completions"`` or ``"embeddings"``."""
+    """``"chat"``, ``"completions"``, ``"embeddings"``, ``"responses"`` or ``"messages"``."""
     stream: bool
     traffic_class: str | None
     status: int
@@ -51,6 +51,8 @@ class LedgerRow(msgspec.Struct, frozen=True):
     cached_tokens: int | None = None
     """Of ``prompt_tokens``, those the provider served from its prompt cache (``CallResult.cached_tokens``:
     ``prompt_tokens_details.cached_tokens`` or ``prompt_cache_hit_tokens``); None when the provider did not say."""
+    api: str = "openai"
+    """The client's protocol: ``"openai"`` or ``"anthropic"`` (``/v1/messages``, passthrough or translated)."""
 
 
 COLUMNS: tuple[str, ...] = LedgerRow.__struct_fields__

@@ -36,6 +36,9 @@ NULL when the provider did not say) and, to ``usage_hourly``, ``cached_tokens`` 
 (the prompt tokens of the rows whose provider said, the hit rate's denominator), both ``NOT NULL DEFAULT 0``:
 hours rolled up before version 6 read as "not reported".
 
+Schema version 7 adds ``requests.api TEXT NOT NULL DEFAULT 'openai'``: the protocol the client spoke,
+``openai`` or ``anthropic`` (``/v1/messages``, issue 32); rows written before read as ``openai``.
+
 Schema version 2 adds the monitor's tables (docs/monitor.md)::
 
     samples                       one row per monitor probe (source = probe)
@@ -279,6 +282,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE usage_hourly ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0",
             "ALTER TABLE usage_hourly ADD COLUMN reported_prompt_tokens INTEGER NOT NULL DEFAULT 0",
         ),
+    ),
+    Migration(
+        7,
+        "requests: the client's API (openai | anthropic)",
+        ("ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.
 )

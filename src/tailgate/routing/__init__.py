@@ -4,6 +4,7 @@ Every time source is an injected ``clock`` (monotonic seconds); every random cho
 ``random.Random``. See docs/routing.md for the policies, formulas, defaults and how the gateway wires them.
 """
 
+from tailgate.routing.affinity import Affinity, AffinitySettings, Sticky, affinity_key
 from tailgate.routing.breaker import BreakerConfig, BreakerRegistry, CircuitBreaker, Transition
 from tailgate.routing.health import HealthRegistry, ProviderHealth
 from tailgate.routing.hedge import HedgeBudget, hedge_delay
@@ -24,6 +25,8 @@ from tailgate.routing.route import Route
 __all__ = [
     "SLO",
     "AdaptivePolicy",
+    "Affinity",
+    "AffinitySettings",
     "BreakerConfig",
     "BreakerRegistry",
     "CircuitBreaker",
@@ -36,9 +39,11 @@ __all__ = [
     "Price",
     "ProviderHealth",
     "Route",
+    "Sticky",
     "TokenBucket",
     "Transition",
     "WeightedPolicy",
+    "affinity_key",
     "hedge_delay",
     "retry_after_s",
     "should_shed",

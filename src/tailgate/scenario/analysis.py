@@ -77,8 +77,12 @@ def _client(samples: Sequence[Sample]) -> dict[str, Any]:
     ttft, e2e = LatencyHistogram(), LatencyHistogram()
     errors: dict[str, int] = {}
     before = after = 0
+    prompt = cached = 0
     for s in samples:
         r = s.result
+        if r.ok and r.cached_tokens is not None and r.prompt_tokens:  # the provider said what it cached
+            prompt += r.prompt_tokens
+            cached += min(r.cached_tokens, r.prompt_tokens)
         if r.ok:
             if r.ttft_ms is not None:
                 ttft.record(r.ttft_ms + s.lag_ms)
@@ -99,6 +103,7 @@ def _client(samples: Sequence[Sample]) -> dict[str, Any]:
         "errors_by_class": dict(sorted(errors.items())),
         "ttft_ms": _summary(ttft),
         "e2e_ms": _summary(e2e),
+        "cache_hit_rate": round(cached / prompt, 4) if prompt else None,
     }
 
 
@@ -130,6 +135,7 @@ def _served(rows: Sequence[LedgerRow], providers: Sequence[str]) -> dict[str, An
         },
         "no_provider": none,
         "multi_attempt": fallbacks,
+        "cost_per_1k": round(sum(r.cost or 0.0 for r in rows) / total * 1000, 6) if total else None,
         "provider_e2e_ms": {p: _summary(h) for p, h in e2e.items()},
     }
 
@@ -289,6 +295,7 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
         "configured_by_class": configured,
         "hedge": None,
         "pacing": record.run.pacing if record.run.pacing is not None else cfg.gateway.routing.pacing.enabled,
+        "affinity": record.run.affinity if record.run.affinity is not None else cfg.gateway.routing.affinity.enabled,
         "stopped_early": record.stopped,
         "overall": overall,
         "phases": phases,

@@ -99,6 +99,12 @@ class LoadConfig(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=100_000)] = 64
     input_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 128
     max_in_flight: Annotated[int, Field(ge=1)] = 10_000
+    api: Literal["openai", "anthropic"] = "openai"
+    """The protocol the load speaks to the gateway: OpenAI chat, or Anthropic's Messages API (``/v1/messages``)."""
+    workload: Literal["synthetic", "multi-turn"] = "synthetic"
+    """``multi-turn``: conversations of ``turns`` turns that grow (bench's ``multi-turn`` shape: each turn resends
+    the conversation so far; ``input_tokens`` per user turn, ``max_tokens`` per answer), sent in order."""
+    turns: Annotated[int, Field(ge=1, le=1000)] = 6
 
     @model_validator(mode="after")
     def _one_mode(self) -> LoadConfig:
@@ -120,6 +126,8 @@ class PolicyRun(_Strict):
     unset: whatever the gateway section says."""
     pacing: bool | None = None
     """``routing.pacing.enabled`` for this run (``false``: no pacing below known limits, only pauses on 429s)."""
+    affinity: bool | None = None
+    """``routing.affinity.enabled`` for this run (conversation affinity, docs/routing.md promise 7)."""
 
     @property
     def label(self) -> str:

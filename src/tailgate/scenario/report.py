@@ -47,7 +47,7 @@ def _providers(doc: Doc) -> list[str]:
 def comparison_head(doc: Doc) -> list[str]:
     head = ["policy", "phase", "req", "TTFT P50", "P90", "P99", "E2E P50", "P90", "P99", "errors (pre/post 1st tok)"]
     head += [f"→{p}" for p in _providers(doc)]
-    return [*head, "upstream 429", "extra upstream"]
+    return [*head, "upstream 429", "extra upstream", "cache hit", "cost /1k req"]
 
 
 def _sections(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -74,6 +74,8 @@ def comparison_rows(doc: Doc) -> list[list[str]]:
                     *[_pct(share.get(p)) for p in providers],
                     str(ph["upstream_rate_limited"]),
                     _pct(ph["extra_upstream_ratio"]),
+                    _pct(ph.get("cache_hit_rate")),
+                    "-" if ph.get("cost_per_1k") is None else f"{ph['cost_per_1k']:.4f}",
                 ]
             )
     return rows
@@ -139,7 +141,7 @@ def rich_tables(doc: Doc) -> list[Grid]:
     title = f"scenario {scenario.get('name', '?')}: client latency (ms) per phase, share served per provider"
     head = comparison_head(doc)
     # Narrow terminals lose the P50s and the upstream extras first; policy, phase, P99s and shares stay.
-    keep = [0, 0, 1, 3, 2, 1, 3, 2, 1, 2, *([1] * len(_providers(doc))), 4, 4]
+    keep = [0, 0, 1, 3, 2, 1, 3, 2, 1, 2, *([1] * len(_providers(doc))), 4, 4, 3, 4]
     out = [Grid(_cols(head, 2, keep), tuple(tuple(r) for r in comparison_rows(doc)), title=title)]
     events = event_rows(doc)
     if events:

@@ -26,6 +26,7 @@ from pydantic import SecretStr
 
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.shapes import ShapedWorkload
 from tailgate.bench.workload import LengthDist, RequestSpec, Workload
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig, LedgerConfig
@@ -101,26 +102,45 @@ UNTAGGED = "untagged"
 """The class name in ``load.classes`` for requests sent without an ``x-tailgate-class`` header."""
 
 
+def _draw_class(classes: list[tuple[str, float]], rng: random.Random, spec: RequestSpec) -> RequestSpec:
+    if not classes:
+        return spec
+    u, acc = rng.random(), 0.0
+    for name, share in classes:
+        acc += share
+        if u < acc:
+            return replace(spec, traffic_class=None if name == UNTAGGED else name)
+    last = classes[-1][0]
+    return replace(spec, traffic_class=None if last == UNTAGGED else last)
+
+
+def _shares(classes: dict[str, float]) -> list[tuple[str, float]]:
+    total = sum(classes.values())
+    return [(name, share / total) for name, share in classes.items() if share > 0]
+
+
 class _ClassMixWorkload(Workload):
     """The bench workload, with each request's traffic class drawn from the scenario's mix."""
 
     def __init__(self, classes: dict[str, float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        total = sum(classes.values())
-        self._classes = [(name, share / total) for name, share in classes.items() if share > 0]
+        self._classes = _shares(classes)
         self._class_rng = random.Random(self.seed + 1)
 
     def next(self) -> RequestSpec:
-        spec = super().next()
-        if not self._classes:
-            return spec
-        u, acc = self._class_rng.random(), 0.0
-        for name, share in self._classes:
-            acc += share
-            if u < acc:
-                return replace(spec, traffic_class=None if name == UNTAGGED else name)
-        last = self._classes[-1][0]
-        return replace(spec, traffic_class=None if last == UNTAGGED else last)
+        return _draw_class(self._classes, self._class_rng, super().next())
+
+
+class _ClassMixShaped(ShapedWorkload):
+    """A bench shape (``multi-turn``), with each request's traffic class drawn from the scenario's mix."""
+
+    def __init__(self, classes: dict[str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._classes = _shares(classes)
+        self._class_rng = random.Random(self.seed + 1)
+
+    def next(self) -> RequestSpec:
+        return _draw_class(self._classes, self._class_rng, super().next())
 
 
 class _Capture(RunRecorder):
@@ -175,7 +195,10 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
     for name, pc in gw.providers.items():
         sim = cluster.providers[name]
         keys = list(pc.api_keys) or [SecretStr(k) for k in sim.spec.api_keys[:1]] or [SecretStr(f"sk-scenario-{name}")]
-        providers[name] = pc.model_copy(update={"base_url": sim.url, "api_keys": keys})
+        update: dict[str, Any] = {"base_url": sim.url, "api_keys": keys}
+        if pc.anthropic_base_url is not None:  # any value: the simulator's Anthropic endpoint (its API root)
+            update["anthropic_base_url"] = sim.url.removesuffix("/v1")
+        providers[name] = pc.model_copy(update=update)
     hedge = cfg.hedge_of(run)
     models = {
         alias: m.model_copy(update={"policy": run.policy, **({"hedge": hedge} if alias == cfg.alias else {})})
@@ -184,6 +207,9 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
     routing = gw.routing.model_copy(update={"policy": run.policy})
     if run.pacing is not None:
         routing = routing.model_copy(update={"pacing": routing.pacing.model_copy(update={"enabled": run.pacing})})
+    if run.affinity is not None:
+        affinity = routing.affinity.model_copy(update={"enabled": run.affinity})
+        routing = routing.model_copy(update={"affinity": affinity})
     return gw.model_copy(
         update={
             "providers": providers,
@@ -247,14 +273,26 @@ async def run_policy(
                     max_connections=100_000,
                 )
                 client = UpstreamClient(endpoint)
-                workload = _ClassMixWorkload(
-                    load.classes,
-                    input_tokens=LengthDist(load.input_tokens),
-                    max_tokens=load.max_tokens,
-                    stream=load.stream,
-                    seed=cfg.seed,
-                )
-                gen = LoadGenerator([Target(run.label, client, cfg.alias)], workload, stop=stop)
+                workload: Workload
+                if load.workload == "multi-turn":
+                    workload = _ClassMixShaped(
+                        load.classes,
+                        input_tokens=LengthDist(load.input_tokens),
+                        max_tokens=load.max_tokens,
+                        stream=load.stream,
+                        seed=cfg.seed,
+                        shape="multi-turn",
+                        turns=load.turns,
+                    )
+                else:
+                    workload = _ClassMixWorkload(
+                        load.classes,
+                        input_tokens=LengthDist(load.input_tokens),
+                        max_tokens=load.max_tokens,
+                        stream=load.stream,
+                        seed=cfg.seed,
+                    )
+                gen = LoadGenerator([Target(run.label, client, cfg.alias, load.api)], workload, stop=stop)
 
                 def on_phase(phase: Phase) -> None:
                     phase.recorders[:] = [_Capture(r, captured) for r in phase.recorders]

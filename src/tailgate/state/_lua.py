@@ -151,15 +151,21 @@ return tostring(math.max(0, used))
 """
 )
 
-# acquire(key, token, limit, ttl) -> {ok, in_use}
+# acquire(key, token, limit, ttl, count) -> {ok, in_use}: ``count`` slots at once, all or nothing (a replica's
+# leased slots, state/allowance.py): one member ``token`` when count is 1, else ``token:1`` .. ``token:count``.
 _ACQUIRE_FN = """
-local function acquire(key, token, limit, ttl)
+local function acquire(key, token, limit, ttl, count)
+  count = count or 1
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   local n = redis.call('ZCARD', key)
-  if n >= limit then return {0, n} end
-  redis.call('ZADD', key, now + ttl, token)
+  if n + count > limit then return {0, n} end
+  if count == 1 then
+    redis.call('ZADD', key, now + ttl, token)
+  else
+    for i = 1, count do redis.call('ZADD', key, now + ttl, token .. ':' .. i) end
+  end
   redis.call('PEXPIRE', key, math.ceil(ttl * 1000) + 1000)
-  return {1, n + 1}
+  return {1, n + count}
 end
 """
 
@@ -174,7 +180,7 @@ return acquire(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 
 # Requests' admissions in one call, each atomic and all or nothing: take every claim, then the slot.
 # ARGV: m reservations, then for each: n claims, 1 when it asks a slot (else 0), amount, limit, window per
-# claim, then the slot's token, limit, ttl. KEYS, in the same order: each reservation's counter hashes, then
+# claim, then the slot's token, limit, ttl, count. KEYS, in the same order: each reservation's counter hashes, then
 # its gauge zset when it asks a slot.
 # -> one reply per reservation: {ok, refused part (1-based; n + 1 is the slot; 0 when ok), slots in use, then
 #    take()'s five fields for each claim decided}. A refusal gives back, in the same call, what the claims
@@ -207,7 +213,7 @@ local function reserve(k, a)
     k, a = k + 1, a + 3
   end
   if slot then
-    local r = acquire(KEYS[k], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+    local r = acquire(KEYS[k], ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]))
     out[3] = r[2]
     if r[1] == 0 then undo(n + 1) end
   end
@@ -217,7 +223,7 @@ local replies, k, a = {}, 1, 2
 for j = 1, tonumber(ARGV[1]) do
   local n, slot = tonumber(ARGV[a]), ARGV[a + 1] == '1'
   local next_k = k + n + (slot and 1 or 0)
-  local next_a = a + 2 + 3 * n + (slot and 3 or 0)
+  local next_a = a + 2 + 3 * n + (slot and 4 or 0)
   replies[j] = reserve(k, a)
   k, a = next_k, next_a
 end

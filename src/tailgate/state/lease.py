@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from tailgate._runtime import stop_task
 from tailgate.state.protocol import Adjustment, Admission, SharedState
@@ -40,6 +42,8 @@ class _Slice:
     remaining: float
     """The counter's room left when the slice was taken (for x-ratelimit-remaining)."""
     used: bool = True
+    renewing: bool = False
+    spent: float = 0.0
 
 
 class LeasedLimiter:
@@ -66,6 +70,7 @@ class LeasedLimiter:
         """name → units per second this replica spent from its last slice (sizes the next one)."""
         """name → (monotonic time, limit): a refusal Redis gave, valid until enough of the window rolls off."""
         self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.local_takes = 0
         """Takes answered from a slice (no round trip)."""
         self.remote_takes = 0
@@ -84,6 +89,8 @@ class LeasedLimiter:
         if self._task is not None:
             await stop_task(self._task)
             self._task = None
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
         for name in list(self._slices):
             await self._give_back(name)
 
@@ -120,7 +127,7 @@ class LeasedLimiter:
                 self.local_takes += 1
                 wait = refused[0] - time.monotonic()
                 return Admission(False, wait, 0.0, limit, wait)
-            await self._give_back(name)
+            self._spawn(self._give_back(name))  # a refund: no request waits on it
             # Sized to what this replica spent per max_age last time (x2), so a huge limit is not leased in
             # huge slices that mostly go back: fewer units in flight, less lost if a replica dies holding one.
             size = min(cap, max(self.min_slice, math.ceil(2 * self._rate.get(name, 0.0) * self.max_age_s)))
@@ -150,10 +157,43 @@ class LeasedLimiter:
         s = self._slices.get(name)
         if s is not None and s.limit == limit and s.window_s == window_s and s.balance >= amount:
             s.balance -= amount
+            s.spent += amount
             s.used = True
             self.local_takes += 1
+            if s.balance < s.size / 2 and not s.renewing:
+                # Renewed ahead of need (issue 31): the next slice is taken in the background while this one
+                # lasts, so a steady key's requests never wait for Redis.
+                s.renewing = True
+                self._spawn(self._renew(name, s))
             return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)
         return None
+
+    async def _renew(self, name: str, s: _Slice) -> None:
+        try:
+            size = min(
+                math.floor(s.limit * self.slice_fraction / max(1, self.state.replicas())),
+                max(self.min_slice, math.ceil(2 * s.spent / max(1e-3, time.monotonic() - s.taken_at) * self.max_age_s)),
+            )
+            if size < self.min_slice:
+                return
+            self.remote_takes += 1
+            adm = await self.state.take(name, size, s.limit, s.window_s)
+            if not adm.ok:
+                return
+            if self._slices.get(name) is not s:  # given back meanwhile: not wanted
+                await self.state.adjust(name, -size, s.window_s, adm.bucket)
+                return
+            # The balance left moves to the new slice (refunds of it go to the newer bucket: at most one slice
+            # early, within the bound of the module docstring).
+            s.balance += size
+            s.size, s.bucket, s.remaining, s.taken_at, s.spent = size, adm.bucket, adm.remaining, time.monotonic(), 0.0
+        finally:
+            s.renewing = False
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _direct(self, name: str, amount: float, limit: float, window_s: float) -> Admission:
         self.remote_takes += 1

@@ -90,6 +90,10 @@ class Slot(msgspec.Struct, frozen=True):
     name: str
     limit: int
     ttl_s: float = 600.0
+    count: int = 1
+    """Slots held at once, all or nothing (a replica's leased slots, ``state/allowance.py``); with Redis each
+    is its own member (``token:1`` .. ``token:count`` when more than one), released one by one. The in-process
+    backends hold one."""
 
 
 class Reservation(msgspec.Struct, frozen=True):

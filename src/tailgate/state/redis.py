@@ -51,7 +51,7 @@ from tailgate.state.protocol import (
 )
 from tailgate.state.views import FleetViews
 
-__all__ = ["RedisState"]
+__all__ = ["RedisState", "slot_members"]
 
 log = logging.getLogger("tailgate.state")
 
@@ -306,7 +306,7 @@ class RedisState(SharedState):
         client hung up) leaves nothing held."""
         for c in claims:
             check_take(c.amount, c.limit, c.window_s)
-        if len(claims) + (slot is not None) < 2:
+        if len(claims) + (slot is not None) < 2 and (slot is None or slot.count == 1):
             return await super().reserve(claims, slot)  # one part: its own call is as cheap
         token = ""
         if slot is not None:
@@ -335,7 +335,7 @@ class RedisState(SharedState):
                 args += [c.amount, c.limit, c.window_s or 0]
             if e.slot is not None:
                 keys.append(f"{self._p}g:{e.slot.name}")
-                args += [e.token, e.slot.limit, e.slot.ttl_s]
+                args += [e.token, e.slot.limit, e.slot.ttl_s, e.slot.count]
         try:
             try:
                 replies = await self._link.call(
@@ -393,6 +393,10 @@ class RedisState(SharedState):
             for c, a in zip(e.claims, res.admissions, strict=True)
             if c.amount
         ]
+        if e.slot is not None and e.slot.count > 1 and lease is not None:
+            for member in slot_members(lease[1], e.slot.count):
+                self._link.spawn(self.release(e.slot.name, member))
+            lease = None
         self._link.spawn(self.settle(refunds, lease))
 
     def _reserve_late(
@@ -407,7 +411,8 @@ class RedisState(SharedState):
             here = bool(decided) and decided[0]
             granted = result is not None and bool(result[0])
             if granted and slot is not None:
-                self._link.spawn(self.release(slot.name, token))
+                for member in slot_members(token, slot.count):
+                    self._link.spawn(self.release(slot.name, member))
             if granted and not here:
                 for c, i in zip(claims, range(3, len(result), 5), strict=False):
                     bucket = result[i + 4]
@@ -566,6 +571,11 @@ class RedisState(SharedState):
         mono = self._views.apply(out, channels)
         self.last_sync = mono
         self._link.answered(mono)
+
+
+def slot_members(token: str, count: int) -> list[str]:
+    """The members a grant of ``count`` slots under ``token`` holds (``ACQUIRE`` in ``_lua.py``)."""
+    return [token] if count == 1 else [f"{token}:{i}" for i in range(1, count + 1)]
 
 
 @dataclass(slots=True)

@@ -88,10 +88,19 @@ class _Usage(msgspec.Struct):
     output_tokens: int | None = None
     output_tokens_details: _Details | None = None
     input_tokens_details: _PromptDetails | None = None
+    # Anthropic's Messages API: ``input_tokens`` excludes the cache's reads and writes, named apart
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
 
     @property
     def prompt(self) -> int | None:
-        return self.prompt_tokens if self.prompt_tokens is not None else self.input_tokens
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        if self.input_tokens is not None and (
+            self.cache_read_input_tokens is not None or self.cache_creation_input_tokens is not None
+        ):  # Anthropic's three parts add up to the prompt
+            return self.input_tokens + (self.cache_read_input_tokens or 0) + (self.cache_creation_input_tokens or 0)
+        return self.input_tokens
 
     @property
     def completion(self) -> int | None:
@@ -111,6 +120,8 @@ class _Usage(msgspec.Struct):
         details = self.prompt_tokens_details or self.input_tokens_details
         openai = details.cached_tokens if details is not None else None
         deepseek = self.prompt_cache_hit_tokens
+        if openai is None and deepseek is None:
+            return self.cache_read_input_tokens  # Anthropic's
         if openai is None:
             return deepseek
         return openai if deepseek is None else max(openai, deepseek)
@@ -118,6 +129,7 @@ class _Usage(msgspec.Struct):
 
 class _ResponseObject(msgspec.Struct):
     usage: _Usage | None = None
+    """Also ``message_start``'s ``message`` (Anthropic): its usage holds the input tokens."""
 
 
 class StreamFrame(msgspec.Struct):
@@ -135,6 +147,12 @@ class EventFrame(msgspec.Struct):
     """``response.output_text.delta``, ``response.completed`` …"""
     response: _ResponseObject | None = None
     """The response object of ``response.completed`` (its usage)."""
+    message: _ResponseObject | None = None
+    """Anthropic's ``message_start``: the message with its usage so far (input tokens)."""
+    delta: Any = None
+    """Anthropic's ``content_block_delta`` delta (an object with a ``type``); the Responses API's text."""
+    usage: _Usage | None = None
+    """Anthropic's ``message_delta`` usage (output tokens, sometimes input)."""
 
 
 class _Message(msgspec.Struct):
@@ -154,6 +172,10 @@ class BodyFrame(msgspec.Struct):
     """Embeddings answer with ``data`` instead of ``choices``."""
     output: list[Any] | None = None
     """The Responses API answers with ``output``."""
+    content: list[Any] | None = None
+    """Anthropic's Messages API answers with a message's ``content`` blocks."""
+    input_tokens: int | None = None
+    """Anthropic's ``/v1/messages/count_tokens`` answers with only this."""
     usage: _Usage | None = None
 
 

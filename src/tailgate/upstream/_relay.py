@@ -26,6 +26,8 @@ from tailgate.upstream._frames import (
 from tailgate.upstream._request import _Failed
 from tailgate.upstream.events import ErrorClass
 from tailgate.upstream.http import Response
+from tailgate.wire.anthropic import ANSWER_DELTAS as ANTHROPIC_ANSWER_DELTAS
+from tailgate.wire.anthropic import TOKEN_DELTAS as ANTHROPIC_TOKEN_DELTAS
 from tailgate.wire.responses import ANSWER_EVENTS, ERROR_EVENTS, FIRST_TOKEN_EVENTS, TERMINAL_EVENTS
 from tailgate.wire.sse import SSEDecoder, SSEProtocolError
 
@@ -39,6 +41,19 @@ _END = -2
 """``[DONE]`` or a terminal Responses API event: the stream is complete."""
 _ERROR = -3
 """An error event: forwarded, then the call fails as ``stream_error``."""
+_ANTHROPIC = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+    }
+)
+"""Anthropic's Messages API stream events (a passthrough's; ``error`` is every protocol's error event)."""
+_ANTHROPIC_NAMES = frozenset(name.encode() for name in _ANTHROPIC)
 _PAUSED = object()
 """The pump's wake-up when the tap's client is slow."""
 
@@ -85,6 +100,21 @@ class StreamRelay:
         event_name: str | None = None
         if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2 and b"\r" not in raw:
             payload = raw[6:-2]  # the common case, one "data: {...}" line: no need for the full SSE field parser
+        elif (
+            raw.startswith(b"event: ")
+            and raw.endswith(b"\n\n")
+            and raw.count(b"\n") == 3
+            and b"\r" not in raw
+            and (name := raw[7 : raw.index(b"\n")]) in _ANTHROPIC_NAMES
+            and raw.startswith(b"data: ", 8 + len(name))
+        ):
+            # Anthropic's common case (a passthrough): "event: <type>" and one data line; its type is one of the
+            # Messages API's, so the frame is read as an event at once (not first as a chat chunk).
+            try:
+                anthropic_event = decode_event(raw[14 + len(name) : -2])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                raise _Failed("malformed", "a stream event is not valid JSON") from None
+            return self._anthropic(anthropic_event, name.decode(), now)
         else:
             try:
                 sse_events = self._decoder.feed(raw)
@@ -109,6 +139,8 @@ class StreamRelay:
             kind = event.type
         if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
             return _ERROR
+        if event is not None and kind in _ANTHROPIC:
+            return self._anthropic(event, kind, now)
         if event is not None and kind in TERMINAL_EVENTS:  # the Responses API ends so, with no [DONE]
             if event.response is not None and event.response.usage is not None:
                 self._take_usage(event.response.usage)
@@ -119,18 +151,51 @@ class StreamRelay:
                 return _DROP  # the usage chunk we asked for on the client's behalf
         n = token_count(frame) if kind is None else int(kind in FIRST_TOKEN_EVENTS)
         if n:
-            self._token_chunks += 1
-            if self._last_token is None:
-                self._first = now
-            else:
-                self._itl.append((now - self._last_token) * 1000.0)
-            self._last_token = now
-            if self._answer is None:
-                if has_answer(frame) if kind is None else kind in ANSWER_EVENTS:
-                    self._answer = now
-                else:
-                    self._reasoning_chunks += 1
+            self._token(now, has_answer(frame) if kind is None else kind in ANSWER_EVENTS)
         return n
+
+    def _token(self, now: float, answer: bool) -> None:
+        """A token-carrying frame arrived at ``now`` (``answer``: not reasoning)."""
+        self._token_chunks += 1
+        if self._last_token is None:
+            self._first = now
+        else:
+            self._itl.append((now - self._last_token) * 1000.0)
+        self._last_token = now
+        if self._answer is None:
+            if answer:
+                self._answer = now
+            else:
+                self._reasoning_chunks += 1
+
+    def _anthropic(self, event: EventFrame, kind: str, now: float) -> int:
+        """One event of Anthropic's Messages API stream (a passthrough): a ``content_block_delta`` of text,
+        thinking or tool input is a token (thinking is not an answer token; a ``signature_delta`` is
+        neither), usage comes from ``message_start`` (input) and ``message_delta`` (output), and
+        ``message_stop`` ends the stream. (``error`` was handled by the caller.)"""
+        if kind == "content_block_delta":
+            delta = event.delta
+            dtype = delta.get("type") if isinstance(delta, dict) else None
+            if dtype in ANTHROPIC_TOKEN_DELTAS:
+                self._token(now, dtype in ANTHROPIC_ANSWER_DELTAS)
+                return 1
+            return 0
+        if kind == "message_stop":
+            return _END
+        usage = event.message.usage if kind == "message_start" and event.message is not None else event.usage
+        if usage is not None:
+            self._merge_usage(usage)
+        return 0
+
+    def _merge_usage(self, usage: Any) -> None:
+        """Anthropic's usage comes in parts (``message_start``, then ``message_delta``): a count it leaves out
+        keeps what an earlier event said."""
+        if (prompt := usage.prompt) is not None:
+            self._prompt_tokens = prompt
+        if (completion := usage.completion) is not None:
+            self._completion_tokens = completion
+        if (cached := usage.cached) is not None:
+            self._cached_tokens = cached
 
     async def _pump(
         self, resp: Response, splitter: FrameSplitter, idle: float | None, total_at: float | None

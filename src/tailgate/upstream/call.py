@@ -55,14 +55,19 @@ class Call(StreamRelay):
         client_wants_usage: bool | None = None,
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
+        key_hash: int | None = None,
     ) -> None:
         self.client = client
+        self._key_hash = key_hash
         self.path = path
         self.stream = stream
         self.request_id = request_id
-        inject = not path.rstrip("/").endswith("/responses")
+        # The Responses API and Anthropic's Messages API always send usage (and a strict upstream refuses
+        # stream_options): their bodies go as they are.
+        inject = not path.rstrip("/").endswith(("/responses", "/messages"))
         self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage, inject=inject)
         self._extra_headers = headers
+        self._native_anthropic = "/messages" in path
         self.result: CallResult | None = None
         self.tap: Tap | None = None
         """Set by a caller that relays the stream and has written every frame it was given: the rest of the
@@ -180,9 +185,12 @@ class Call(StreamRelay):
         }
         if self._extra_headers:
             headers.update(self._extra_headers)
-        if (picked := self.client.keys.next()) is not None:
+        keys = self.client.keys
+        if (picked := keys.next() if self._key_hash is None else keys.pick(self._key_hash)) is not None:
             self._key_index, key = picked
             headers["Authorization"] = f"Bearer {key}"
+            if self._native_anthropic:  # Anthropic-protocol endpoints read x-api-key (some only that; both are sent)
+                headers["x-api-key"] = key
         if self.request_id is not None:
             headers["x-request-id"] = self.request_id
         return headers
@@ -336,7 +344,13 @@ class Call(StreamRelay):
                     parsed = decode_body(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     raise _Failed("malformed", f"the response body is not valid JSON ({len(raw)} bytes)") from None
-                if parsed.choices is None and parsed.data is None and parsed.output is None:
+                if (
+                    parsed.choices is None
+                    and parsed.data is None
+                    and parsed.output is None
+                    and parsed.content is None
+                    and parsed.input_tokens is None
+                ):
                     # A 200 whose JSON is not an OpenAI answer (no "choices", no "data"): count it as
                     # malformed, with the start of the body as the example.
                     example = raw[:120].decode("utf-8", "replace")
@@ -462,11 +476,14 @@ def call(
     client_wants_usage: bool | None = None,
     request_id: str | None = None,
     headers: Mapping[str, str] | None = None,
+    key_hash: int | None = None,
 ) -> Call:
     """Prepare one measured call of ``POST {base_url}/{path}``; iterate the returned :class:`Call`.
 
     ``client_wants_usage=None`` reads it from the body's ``stream_options.include_usage``.
     ``headers`` are added to the request (e.g. a provider's own tracing header).
+    ``key_hash``: a conversation's affinity key; the provider's API key is then ``KeyPool.pick(key_hash)``
+    (the same account for the whole conversation) instead of the next in turn.
     """
     return Call(
         client,
@@ -476,4 +493,5 @@ def call(
         client_wants_usage=client_wants_usage,
         request_id=request_id,
         headers=headers,
+        key_hash=key_hash,
     )

@@ -7,6 +7,23 @@ from collections.abc import Sequence
 __all__ = ["KeyPool"]
 
 
+_MASK = (1 << 64) - 1
+
+
+def _salt(index: int) -> int:
+    x = ((index + 1) * 0x9E3779B97F4A7C15) & _MASK  # splitmix64 of the key's index: fixed, the same everywhere
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
+
+
+_SALTS = tuple(_salt(i) for i in range(64))
+
+
+def _salts(pool: KeyPool) -> list[int]:
+    return [_salt(i) for i in range(len(pool))]
+
+
 class KeyPool:
     """Hands out a provider's keys in turn, so load (and per-key rate limits) spread evenly.
 
@@ -44,6 +61,21 @@ class KeyPool:
             return False
         self._revoked.add(index)
         return True
+
+    def pick(self, key: int) -> tuple[int, str] | None:
+        """The key a conversation with affinity key ``key`` (64 bits) uses: rendezvous hashing over the keys in
+        rotation, so the same conversation reaches the same account (its prompt cache) from every replica, and
+        a revoked key moves only its own conversations. None for a keyless provider."""
+        if not self._keys:
+            return None
+        best, best_score, revoked = 0, -1, self._revoked
+        for index, salt in enumerate(_SALTS[: len(self._keys)] if len(self._keys) <= len(_SALTS) else _salts(self)):
+            if revoked and index in revoked:
+                continue
+            x = ((key ^ salt) * 0xBF58476D1CE4E5B9 & _MASK) >> 11  # the product's high bits: spread by the key
+            if x > best_score:
+                best, best_score = index, x
+        return best, self._keys[best]
 
     def next(self) -> tuple[int, str] | None:
         """The next key in turn with its index (revoked keys skipped), or None for a keyless provider."""

@@ -27,8 +27,10 @@ from tailgate.wire._decode import RequestDecoder, json_error, nested_too_deeply,
 from tailgate.wire.errors import WireError, invalid_request
 
 __all__ = [
+    "ANSWER_DELTAS",
     "API_VERSION",
     "BLOCK_TYPES",
+    "TOKEN_DELTAS",
     "ContentBlockDeltaEvent",
     "ContentBlockStartEvent",
     "ContentBlockStopEvent",
@@ -74,6 +76,10 @@ __all__ = [
 
 API_VERSION = "2023-06-01"
 """The ``anthropic-version`` header every current SDK sends (the API's only stable version)."""
+TOKEN_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
+"""``content_block_delta`` types that carry output tokens (a ``signature_delta`` carries none)."""
+ANSWER_DELTAS = frozenset({"text_delta", "input_json_delta"})
+"""Of those, the answer's (not thinking): the first of them is the first answer token."""
 
 # ---- content blocks (requests and responses) -----------------------------------------------------
 

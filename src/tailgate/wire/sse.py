@@ -272,8 +272,9 @@ class SSEDecoder:
 
 def content_text(raw: bytes) -> str:
     """The assistant text in raw SSE frames (``data: {...}`` lines) or a whole JSON body: every
-    ``choices[].delta.content`` / ``choices[].message.content``, joined. Tolerant: lines that are not JSON
-    objects are skipped. For grading accuracy answers (bench, monitor), not for relaying."""
+    ``choices[].delta.content`` / ``choices[].message.content``, and Anthropic's ``text_delta`` events or a
+    message's text blocks, joined. Tolerant: lines that are not JSON objects are skipped. For grading accuracy
+    answers (bench, monitor), not for relaying."""
     out: list[str] = []
     for line in raw.split(b"\n"):
         data = line[5:].strip() if line.startswith(b"data:") else (line if line.startswith(b"{") else b"")
@@ -291,4 +292,16 @@ def content_text(raw: bytes) -> str:
             part = (choice.get("delta") or choice.get("message") or {}).get("content")
             if isinstance(part, str):
                 out.append(part)
+        kind = obj.get("type")  # Anthropic's Messages API: text deltas, or a whole message's text blocks
+        if kind == "content_block_delta" and isinstance(delta := obj.get("delta"), dict):
+            if delta.get("type") == "text_delta" and isinstance(text := delta.get("text"), str):
+                out.append(text)
+        elif kind == "message":
+            for block in obj.get("content") or []:
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") == "text"
+                    and isinstance(text := block.get("text"), str)
+                ):
+                    out.append(text)
     return "".join(out)

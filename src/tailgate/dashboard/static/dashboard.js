@@ -519,8 +519,8 @@
       el(
         "tr",
         {},
-        ...["provider", "state", "effective weight", "routing: promise in force", "breaker", "in flight", "attempts", "error rate", "TTFT P90", "E2E P90", "controls"].map(
-          (t, i) => el("th", { class: i < 5 || i === 10 ? "text" : null, text: t }),
+        ...["provider", "state", "effective weight", "routing: promise in force", "breaker", "in flight", "attempts", "error rate", "TTFT P90", "E2E P90", "cache hit", "controls"].map(
+          (t, i) => el("th", { class: i < 5 || i === 11 ? "text" : null, text: t }),
         ),
       ),
     );
@@ -552,6 +552,12 @@
         el("td", { text: fmtRate(p.error_rate) }),
         el("td", { text: fmtMs(p.ttft_ms && p.ttft_ms.p90) }),
         el("td", { text: fmtMs(p.e2e_ms && p.e2e_ms.p90) }),
+        el("td", {
+          text: fmtRate(p.cache && p.cache.hit_rate),
+          title: p.cache && p.cache.prompt_tokens
+            ? `${p.cache.cached_tokens} of ${p.cache.prompt_tokens} prompt tokens cached (window)`
+            : "the provider reported no cached tokens in the window",
+        }),
         el("td", { class: "text" }, btn),
       );
     });

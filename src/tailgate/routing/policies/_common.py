@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tailgate.routing.affinity import Sticky
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.route import Route, weighted_order
 
@@ -21,13 +22,18 @@ class SLO:
 
 
 class Policy(Protocol):
-    """What the gateway calls for each request (``order``), and what ``/admin/providers``, ``/metrics`` and the
+    """What the gateway calls for each request (``order``; ``sticky``: the request's conversation affinity,
+    which a policy applies among the routes it admits, or ignores), and what ``/admin/providers``, ``/metrics`` and the
     dashboard show of it (``explain``: provider → configured and effective weight, factor, reason)."""
 
     name: str
 
     def order(
-        self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
+        self,
+        routes: Sequence[Route],
+        traffic_class: str | None = None,
+        exclude: Collection[str] = (),
+        sticky: Sticky | None = None,
     ) -> list[Route]: ...
 
     def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]: ...

@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tailgate.routing.affinity import Sticky
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import SLO, eligible, split_by_class, weighted_order
@@ -342,10 +343,15 @@ class AdaptivePolicy:
         return out
 
     def order(
-        self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
+        self,
+        routes: Sequence[Route],
+        traffic_class: str | None = None,
+        exclude: Collection[str] = (),
+        sticky: Sticky | None = None,
     ) -> list[Route]:
         """Routes to try, best first: the first by the exact split, the other routes with weight as
-        fallbacks (class preference first), then the zero-weight ones (demoted, weight 0)."""
+        fallbacks (class preference first), then the zero-weight ones (demoted, weight 0). With ``sticky``
+        (a conversation's affinity key), the live routes go in its weighted rendezvous order instead."""
         now = self._clock()
         key = (id(routes), traffic_class, frozenset(exclude) if exclude else None)
         plan = self._plans.get(key)
@@ -355,13 +361,20 @@ class AdaptivePolicy:
                 if len(self._plans) >= MAX_PLANS:
                     self._plans.clear()
                 self._plans[key] = plan
+        weight = plan.weight
+        if sticky is not None and plan.live_pref:
+            # Promise 7: the conversation's route by weighted rendezvous over the same admitted routes and
+            # effective weights the split would use; the fallbacks in the same key's order.
+            def w(r: Route) -> float:
+                return weight[id(r)]
+
+            return sticky.first(plan.live_pref, w) + sticky.rest(plan.live_rest, w) + plan.dead
         out: list[Route] = []
         live_pref = list(plan.live_pref)
         if live_pref:
             pick = self._split.pick(plan.group, plan.keys, overflow=(plan.group[0], None))
             if pick is not None:
                 out.append(live_pref.pop(pick))
-        weight = plan.weight
         out += weighted_order(live_pref, lambda r: weight[id(r)], self._rng)
         out += weighted_order(plan.live_rest, lambda r: weight[id(r)], self._rng)
         return out + plan.dead

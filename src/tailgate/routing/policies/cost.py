@@ -16,6 +16,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from tailgate.routing.affinity import Sticky
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import SLO, eligible, split_by_class
@@ -86,9 +87,14 @@ class CostPolicy:
         return ok + slow + [r for r in routes if r.weight <= 0]
 
     def order(
-        self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
+        self,
+        routes: Sequence[Route],
+        traffic_class: str | None = None,
+        exclude: Collection[str] = (),
+        sticky: Sticky | None = None,
     ) -> list[Route]:
-        """Routes to try, best first (see the module docstring)."""
+        """Routes to try, best first (see the module docstring). ``sticky`` is not used: the cheapest route that
+        meets its SLO is one route for every conversation already (docs/routing.md, promise 7)."""
         for r in routes:
             self._seen[(r.alias, r.provider, r.model)] = r
         preferred, rest = split_by_class(eligible(routes, exclude, self.breakers), traffic_class)

@@ -25,6 +25,7 @@ import random
 from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
+from tailgate.routing.affinity import Sticky
 from tailgate.routing.breaker import BreakerRegistry
 from tailgate.routing.health import HealthRegistry
 from tailgate.routing.policies._common import eligible, split_by_class
@@ -88,9 +89,14 @@ class LeastLatencyPolicy:
         return [first, *rest, *zero]
 
     def order(
-        self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
+        self,
+        routes: Sequence[Route],
+        traffic_class: str | None = None,
+        exclude: Collection[str] = (),
+        sticky: Sticky | None = None,
     ) -> list[Route]:
-        """Routes to try, best first (see the module docstring)."""
+        """Routes to try, best first (see the module docstring). ``sticky`` is not used: this policy picks the
+        lowest latency per request, which no conversation affinity may override (docs/routing.md, promise 7)."""
         for r in routes:
             self._seen[(r.alias, r.provider, r.model)] = r
         preferred, rest = split_by_class(eligible(routes, exclude, self.breakers), traffic_class)

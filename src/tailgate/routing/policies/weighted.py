@@ -15,6 +15,7 @@ import random
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from tailgate.routing.affinity import Sticky
 from tailgate.routing.route import Route, weighted_order
 
 __all__ = ["WeightedPolicy"]
@@ -33,15 +34,24 @@ class WeightedPolicy:
         self._rng = rng or random.Random()
 
     def order(
-        self, routes: Sequence[Route], traffic_class: str | None = None, exclude: Collection[str] = ()
+        self,
+        routes: Sequence[Route],
+        traffic_class: str | None = None,
+        exclude: Collection[str] = (),
+        sticky: Sticky | None = None,
     ) -> list[Route]:
-        """Routes to try, best first; providers in ``exclude`` are skipped."""
+        """Routes to try, best first; providers in ``exclude`` are skipped. With ``sticky`` (a conversation's
+        affinity key) the order is weighted rendezvous over the same routes and weights (routing/affinity.py)."""
         usable = [r for r in routes if r.provider not in exclude]
         if traffic_class:
             preferred = [r for r in usable if traffic_class in r.classes]
             if preferred:
                 rest = [r for r in usable if traffic_class not in r.classes]
+                if sticky is not None:
+                    return sticky.first(preferred, _weight) + sticky.rest(rest, _weight)
                 return weighted_order(preferred, _weight, self._rng) + weighted_order(rest, _weight, self._rng)
+        if sticky is not None:
+            return sticky.first(usable, _weight)
         return weighted_order(usable, _weight, self._rng)
 
     def explain(self, routes: Sequence[Route] | None = None) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,116 @@
+"""What conversation affinity adds to a request's routing decision (issue 28): the affinity key of an 8k-token
+prompt (the stable prefix hashed, not tokenized) + weighted rendezvous + the bound, beside the routing decision
+without it (the adaptive policy's ``order``), in the same process and interleaved rounds.
+
+    .venv/bin/python benchmarks/affinity_cost.py [--quick] [--rounds N]
+
+Prints µs per request (median of the rounds) and the added cost; the target is ≤ 5 µs added at 8k tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tailgate.routing import AdaptivePolicy, Affinity, AffinitySettings, HealthRegistry, Sticky
+from tailgate.routing.route import Route
+from tailgate.upstream import KeyPool
+
+SYSTEM = "You are a writing assistant. Keep the author's voice; answer with the revised paragraph only. " * 4
+
+
+def _body(chars_per_token: float, text: str) -> dict[str, Any]:
+    """A writing assistant's turn with ~8,000 prompt tokens: system, the document, a history of six turns."""
+    doc = (text * (int(8000 * chars_per_token) // len(text) + 1))[: int(7000 * chars_per_token)]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": doc}]
+    for t in range(6):
+        messages += [
+            {"role": "assistant", "content": f"Revised paragraph {t}. " + text[: int(80 * chars_per_token)]},
+            {"role": "user", "content": f"Now tighten paragraph {t + 1}, keep the imagery."},
+        ]
+    return {"model": "writer", "messages": messages, "max_tokens": 512, "stream": True}
+
+
+def _per_call(fn: Callable[[], object], n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=None)
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 9)
+    n = 2000 if args.quick else 20000
+
+    routes = (Route("writer", "primary", "up-a", 80.0), Route("writer", "secondary", "up-b", 20.0))
+    policy = AdaptivePolicy(HealthRegistry())
+    aff = Affinity(AffinitySettings())
+    pool = KeyPool([f"sk-{i:04d}" for i in range(4)])
+    bodies = {
+        "ascii": _body(4.0, "The harbour town wakes before dawn; gulls argue over the nets. "),
+        "chinese": _body(1.0, "港口小镇在黎明前醒来，海鸥在渔网上争吵。作者希望保留原有的语气。"),
+    }
+    # 64 conversations of each (their documents' first line differs), taken in turn: ordinary traffic, no hot key
+    variants: dict[str, list[dict[str, Any]]] = {}
+    for name, body in bodies.items():
+        variants[name] = []
+        for v in range(64):
+            msgs = [dict(m) for m in body["messages"]]
+            msgs[1]["content"] = f"Conversation {v}. " + msgs[1]["content"]
+            variants[name].append({**body, "messages": msgs})
+    header: dict[str, str] = {}
+    session = {"x-session-id": "conversation-42"}
+
+    def baseline() -> object:
+        return policy.order(routes, None, ())
+
+    cases: dict[str, Callable[[], object]] = {"routing baseline (adaptive order)": baseline}
+    for name, body in bodies.items():
+        chars = sum(len(m["content"]) for m in body["messages"])
+
+        turn = itertools.cycle(variants[name])
+
+        def with_affinity(turn: Iterator[dict[str, Any]] = turn, chars: int = chars) -> object:
+            key = aff.key(header, next(turn), chars / 4)
+            assert key is not None
+            order = policy.order(routes, None, (), Sticky(aff, key))
+            return order, pool.pick(key)
+
+        def key_only(turn: Iterator[dict[str, Any]] = turn, chars: int = chars) -> object:
+            return aff.key(header, next(turn), chars / 4)
+
+        cases[f"+ affinity, 8k-token {name} prompt (key + HRW + bound + upstream key)"] = with_affinity
+        cases[f"  the key alone, {name}"] = key_only
+    body0 = bodies["ascii"]
+    cases["+ affinity, x-session-id header"] = lambda: policy.order(
+        routes, None, (), Sticky(aff, aff.key(session, body0, 8000) or 0)
+    )
+
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):  # interleaved: each round runs every case once
+        for name, fn in cases.items():
+            fn()
+            samples[name].append(_per_call(fn, n))
+    base = statistics.median(samples["routing baseline (adaptive order)"])
+    print(f"affinity cost per request, median of {rounds} rounds x {n} calls (python {sys.version.split()[0]})")
+    print(f"{'case':<78} {'us/request':>10} {'added us':>9}")
+    for name, vals in samples.items():
+        med = statistics.median(vals)
+        added = "" if name.startswith(("routing", "  ")) else f"{med - base:9.2f}"
+        print(f"{name:<78} {med:10.2f} {added:>9}")
+    sizes = {k: sum(len(m["content"]) for m in b["messages"]) for k, b in bodies.items()}
+    print(f"prompt sizes: {', '.join(f'{k} {v:,} characters' for k, v in sizes.items())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""The gateway's Anthropic Messages API route (``POST /v1/messages``): what differs from chat, in one place.
+
+It is routed like chat, through the same ``Proxy.handle`` (same keys, aliases, policies, breakers, pacing,
+retries before the first token, key admission, books). Per attempt, the route's provider decides the mode:
+
+* **passthrough** — the provider has a native Anthropic endpoint (``anthropic_base_url``, its own pool:
+  ``ProviderState.anthropic_client``): the client's body goes to ``<anthropic_base_url>/v1/messages`` with
+  only ``model`` replaced by the route's, ``anthropic-version`` / ``anthropic-beta`` passed on, and the answer
+  (body or event stream) comes back as the provider sent it. Thinking blocks, signatures, ``cache_control``
+  and tool-use blocks are untouched. The measurement core reads Anthropic's events (upstream/_relay.py).
+* **translation** — any other provider: the request is decoded strictly (an unknown or untranslatable field
+  is a 400 naming it) and translated to OpenAI chat (``wire.anthropic_translate``), sent to
+  ``/chat/completions``, and the answer translated back: a whole message, or the event sequence built one
+  chunk at a time (``wire.anthropic_stream.StreamTranslator``), pulled, not pushed, since every frame is
+  rewritten.
+
+Errors are in Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``), the gateway's own
+refusals included, with the status kept (a 503 — the upstream attempt cap, every provider drained — is
+``overloaded_error`` with its Retry-After, which the SDK retries like a 529; shedding is a 429
+``rate_limit_error``). A failure after the first byte ends the stream with an ``error`` event (an upstream's
+own error event in a passthrough is the last frame: nothing follows it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import msgspec
+
+from tailgate.wire import anthropic as wire
+from tailgate.wire.anthropic_stream import StreamTranslator
+from tailgate.wire.anthropic_translate import THINKING_SWITCHES, ThinkingSwitch, to_chat_request, to_message
+from tailgate.wire.errors import WireError
+from tailgate.wire.types import encode
+
+if TYPE_CHECKING:
+    from tailgate.upstream import UpstreamClient
+    from tailgate.wire.anthropic import MessagesRequest
+
+__all__ = [
+    "COUNT_PATH",
+    "PATH",
+    "Attempt",
+    "Messages",
+    "Translated",
+    "error_body",
+    "error_event",
+    "forward_headers",
+    "mode",
+]
+
+PATH = "/messages"
+"""Under ``/v1``, as the SDK and Claude Code call it."""
+COUNT_PATH = "/messages/count_tokens"
+"""Under ``/v1``: served by forwarding to a native endpoint of the alias (``Proxy.count_tokens``)."""
+UPSTREAM_PATH = "/v1/messages"
+"""Under a provider's ``anthropic_base_url`` (DeepSeek's ``…/anthropic``, Bailian's ``…/apps/anthropic``)."""
+_FORWARD_HEADERS = ("anthropic-version", "anthropic-beta")
+
+Mode = Literal["passthrough", "translation"]
+
+
+def mode(anthropic_client: UpstreamClient | None) -> Mode:
+    """A provider with a native endpoint is passed through to; any other is translated to."""
+    return "passthrough" if anthropic_client is not None else "translation"
+
+
+def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's ``anthropic-version`` (else the API's only one) and ``anthropic-beta``, for a native endpoint."""
+    out = {name: v for name in _FORWARD_HEADERS if (v := headers.get(name))}
+    out.setdefault("anthropic-version", wire.API_VERSION)
+    return out
+
+
+def error_body(err: WireError, request_id: str | None = None) -> bytes:
+    return wire.error_body(err, request_id)
+
+
+def error_event(err: WireError) -> bytes:
+    return wire.error_event(err)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """What one attempt sends, where, and how its answer is turned back (``translated`` None: as it is)."""
+
+    client: UpstreamClient
+    path: str
+    payload: bytes | Mapping[str, Any]
+    headers: dict[str, str] | None
+    translated: Translated | None
+
+
+class Messages:
+    """One ``/v1/messages`` request as the proxy holds it: its head (model, max_tokens, stream), checked on
+    arrival; its full decoding and translation, made once on the first attempt that needs them."""
+
+    __slots__ = ("_chat", "_request", "body", "forward", "head", "obj")
+
+    def __init__(self, body: bytes, obj: dict[str, Any], headers: Mapping[str, str]) -> None:
+        self.body = body
+        self.obj = obj
+        self.head = wire.decode_head(body)  # 400 naming model / max_tokens when missing
+        self.forward = forward_headers(headers)
+        self._request: MessagesRequest | None = None
+        self._chat: dict[str, dict[str, Any]] = {}  # by thinking switch
+
+    def request(self) -> MessagesRequest:
+        """The request decoded strictly: a translation cannot pass on a field it does not know."""
+        if self._request is None:
+            self._request = wire.decode_messages(self.body, strict=True)
+        return self._request
+
+    def attempt(
+        self, client: UpstreamClient, native: UpstreamClient | None, model: str, thinking_switch: str = "thinking"
+    ) -> Attempt:
+        """The attempt at a route whose upstream model is ``model``: to ``native`` (passthrough) when the
+        provider has one, else to ``client`` translated (its reasoning switched by ``thinking_switch``: the
+        provider's ``thinking_switch``). A 400 ``WireError`` naming the field when the request cannot be
+        translated."""
+        if native is not None:
+            payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
+            return Attempt(native, UPSTREAM_PATH, payload, self.forward, None)
+        req = self.request()
+        switch = cast("ThinkingSwitch", thinking_switch if thinking_switch in THINKING_SWITCHES else "thinking")
+        made = self._chat.get(switch)
+        if made is None:
+            made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
+        chat = {**made, "model": model}
+        return Attempt(client, "/chat/completions", chat, None, Translated(model, req.stop_sequences))
+
+
+class Translated:
+    """A translated attempt's answer back into Anthropic's shape: a whole message (``message``), or the stream
+    one chat frame at a time (``chunk``), its end (``done``) and a failure after it began (``fail``)."""
+
+    __slots__ = ("_stream", "model", "stop_sequences")
+
+    def __init__(self, model: str, stop_sequences: list[str] | None) -> None:
+        self.model = model
+        self.stop_sequences = stop_sequences
+        self._stream = StreamTranslator(model=model, stop_sequences=stop_sequences)
+
+    def message(self, raw: bytes) -> bytes:
+        """A chat completion's body → the message's (a 502 ``WireError`` when it cannot be translated)."""
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise WireError(502, "The upstream answer is not JSON.", type="api_error") from None
+        if not isinstance(body, dict):
+            raise WireError(502, "The upstream answer is not a chat completion.", type="api_error")
+        return encode(to_message(body, model=self.model, stop_sequences=self.stop_sequences))
+
+    def chunk(self, raw: bytes) -> bytes:
+        """One SSE frame of the chat stream → the Anthropic events it makes (often none, or several)."""
+        payload = _data(raw)
+        if payload is None:
+            return b""
+        try:
+            obj = msgspec.json.decode(payload)
+        except msgspec.DecodeError:
+            return b""  # the measurement core already failed the call on a malformed frame
+        if not isinstance(obj, dict):
+            return b""
+        return b"".join(self._stream.feed(obj))
+
+    def done(self) -> bytes:
+        return b"".join(self._stream.finish())
+
+    def fail(self, err: WireError) -> bytes:
+        return b"".join(self._stream.fail(err))
+
+
+def _data(raw: bytes) -> bytes | None:
+    """The ``data`` of one SSE frame (several ``data:`` lines joined by a newline); None for a comment."""
+    if raw.startswith(b"data: ") and raw.count(b"\n") == 2 and b"\r" not in raw:
+        return raw[6:-2]
+    lines = [
+        line[5:].removeprefix(b" ")
+        for line in raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        if line.startswith(b"data:")
+    ]
+    return b"\n".join(lines) if lines else None

@@ -1,0 +1,56 @@
+"""The client's API in the store (schema v7, issue 32), on a real SQLite file and a real PostgreSQL: the migration
+from version 6 keeps every old row and reads it as ``openai``; new rows carry ``anthropic`` or ``openai``."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import psycopg
+from ledger_support import BASE_TS, insert_rows, make_row
+
+from tailgate.ledger.pg import PG_MIGRATIONS
+from tailgate.ledger.schema import MIGRATIONS, SCHEMA_VERSION
+from tailgate.ledger.store import open_store
+
+DDL = "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
+OLD = "ts, request_id, alias, endpoint, stream, status, outcome, attempts, prompt_tokens, tokens_estimated, cost"
+ROW = (BASE_TS, "old", "chat", "chat", 1, 200, "ok", 1, 1000, 0, 0.002)
+
+
+def _at_version_6(target: str) -> None:
+    """A store as tailgate wrote it before the api column: the migrations up to 6, one row."""
+    if target.startswith("postgresql://"):
+        with psycopg.connect(target, autocommit=True) as pg:
+            pg.execute(DDL)
+            for step in PG_MIGRATIONS[:6]:
+                for statement in step.statements:
+                    pg.execute(statement)
+                pg.execute("INSERT INTO schema_version VALUES (%s, 0, %s)", (step.version, step.description))
+            pg.execute(f"INSERT INTO requests ({OLD}) VALUES ({', '.join(['%s'] * 11)})", ROW)  # noqa: S608
+        return
+    conn = sqlite3.connect(target, isolation_level=None)
+    try:
+        conn.execute(DDL)
+        for step in MIGRATIONS[:6]:
+            for statement in step.statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?, 0, ?)", (step.version, step.description))
+        conn.execute(f"INSERT INTO requests ({OLD}) VALUES ({', '.join('?' * 11)})", ROW)  # noqa: S608
+    finally:
+        conn.close()
+
+
+def test_migration_to_version_7_reads_old_rows_as_openai(store_target: str) -> None:
+    """Opening a version-6 store applies version 7 once; the old row reads ``api = 'openai'`` with its other
+    values kept; new rows keep the api they were written with."""
+    assert SCHEMA_VERSION == 7
+    _at_version_6(store_target)
+    with open_store(store_target) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()]
+        assert versions == [1, 2, 3, 4, 5, 6, 7]
+        insert_rows(conn, [make_row(1, request_id="ant", api="anthropic"), make_row(2, request_id="oai")])
+        got = conn.execute("SELECT request_id, api, prompt_tokens FROM requests ORDER BY id").fetchall()
+    assert [tuple(r) for r in got] == [("old", "openai", 1000), ("ant", "anthropic", 123), ("oai", "openai", 123)]
+    with open_store(store_target) as conn:  # reopened: nothing applied twice
+        (count,) = conn.execute("SELECT COUNT(*) FROM schema_version WHERE version = 7").fetchone()
+    assert count == 1

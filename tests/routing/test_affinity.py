@@ -1,0 +1,236 @@
+"""Conversation affinity as pure functions: the key from each body shape, weighted rendezvous hashing's split
+and its minimal moves, the hot-key bound, the policies' use of it, the upstream key by the same hash."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from tailgate.routing import AdaptivePolicy, Affinity, AffinitySettings, HealthRegistry, Sticky, WeightedPolicy
+from tailgate.routing.affinity import affinity_key, hrw_order, stable_prefix
+from tailgate.routing.route import Route
+from tailgate.upstream import KeyPool
+
+A = Route("m", "primary", "up-a", 80.0)
+B = Route("m", "secondary", "up-b", 20.0)
+DOC = "A long document the writing assistant resends every turn. " * 300  # ~17k characters
+
+
+def _w(r: Route) -> float:
+    return r.weight
+
+
+def _chat(turns: int, system: str = "You are a careful editor.") -> dict[str, object]:
+    messages: list[dict[str, object]] = [{"role": "system", "content": system}, {"role": "user", "content": DOC}]
+    for i in range(turns):
+        messages += [{"role": "assistant", "content": f"answer {i}"}, {"role": "user", "content": f"turn {i}"}]
+    return {"model": "m", "messages": messages}
+
+
+# -- the key -----------------------------------------------------------------------------------------------
+
+
+def test_key_sources_in_order() -> None:
+    body = {**_chat(0), "prompt_cache_key": "pck", "user": "u1"}
+    k_header = affinity_key({"x-session-id": "s1"}, body)
+    k_pck = affinity_key({}, body)
+    k_user = affinity_key({}, {**_chat(0), "user": "u1"})
+    k_prefix = affinity_key({}, _chat(0))
+    assert [k[1] for k in (k_header, k_pck, k_user, k_prefix) if k] == ["header", "prompt_cache_key", "user", "prefix"]
+    assert len({k[0] for k in (k_header, k_pck, k_user, k_prefix) if k}) == 4
+    # only the configured sources, in the configured order
+    only_prefix = affinity_key({"x-session-id": "s1"}, body, sources=("prefix",))
+    assert only_prefix == k_prefix
+    assert affinity_key({}, {"model": "m"}, sources=("header", "user")) is None
+    # an empty or non-string value is not a key
+    assert affinity_key({"x-session-id": ""}, {"user": 7}, sources=("header", "user")) is None
+
+
+def test_prefix_key_is_stable_across_turns_and_differs_between_conversations() -> None:
+    keys = {affinity_key({}, _chat(t)) for t in range(6)}
+    assert len(keys) == 1  # the history grows, the system prompt and first user message stay
+    other = affinity_key({}, {"messages": [{"role": "user", "content": DOC + " (a different tail)"}]})
+    same_system_other_doc = affinity_key({}, _chat(0, system="You are a careful editor.") | {"messages": []})
+    assert other not in keys
+    assert same_system_other_doc not in keys
+    # a long part is hashed by head, tail and length: a change in its middle is the same key (bounded cost),
+    # a change at either end or of its length is another
+    mid = DOC[:8000] + "X" + DOC[8001:]
+    end = DOC[:-1] + "X"
+    longer = DOC + "."
+
+    def as_key(doc: str) -> tuple[int, str] | None:
+        return affinity_key({}, {"messages": [{"role": "user", "content": doc}]})
+
+    assert as_key(mid) == as_key(DOC)
+    assert as_key(end) != as_key(DOC)
+    assert as_key(longer) != as_key(DOC)
+
+
+def test_prefix_of_every_body_shape() -> None:
+    # OpenAI content parts = the same text as a string
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": DOC}]}]}
+    assert stable_prefix(parts, 2048) == stable_prefix({"messages": [{"role": "user", "content": DOC}]}, 2048)
+    # Anthropic Messages: top-level system (string or blocks), content blocks, metadata.user_id as the user
+    anth = {"system": "be brief", "messages": [{"role": "user", "content": [{"type": "text", "text": DOC}]}]}
+    anth_blocks = {**anth, "system": [{"type": "text", "text": "be brief"}]}
+    openai_same = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": DOC}]}
+    assert stable_prefix(anth, 2048) == stable_prefix(anth_blocks, 2048) == stable_prefix(openai_same, 2048)
+    assert affinity_key({}, {**anth, "metadata": {"user_id": "u-9"}}) == affinity_key({}, {"user": "u-9"})
+    # Responses: instructions + input (items or a string)
+    resp_items = {"instructions": "be brief", "input": [{"role": "user", "content": DOC}]}
+    assert stable_prefix(resp_items, 2048) == stable_prefix(openai_same, 2048)
+    grown = {"instructions": "be brief", "input": [{"role": "user", "content": DOC}, {"role": "user", "content": "x"}]}
+    assert stable_prefix(grown, 2048) == stable_prefix(resp_items, 2048)
+    assert stable_prefix({"input": DOC}, 64) == stable_prefix({"input": DOC + " more turns"}, 64)
+    # completions: the prompt's head
+    assert stable_prefix({"prompt": DOC}, 64) == stable_prefix({"prompt": [DOC + " and more"]}, 64)
+    assert stable_prefix({"model": "m"}, 64) is None
+
+
+# -- weighted rendezvous --------------------------------------------------------------------------------------
+
+
+def test_hrw_splits_the_population_by_weight() -> None:
+    rng = random.Random(1)
+    firsts = Counter(hrw_order(rng.getrandbits(64), [A, B], _w)[0].provider for _ in range(40_000))
+    assert abs(firsts["primary"] / 40_000 - 0.8) < 0.01
+    three = [A, B, Route("m", "third", "up-c", 50.0)]
+    firsts3 = Counter(hrw_order(rng.getrandbits(64), three, _w)[0].provider for _ in range(40_000))
+    for r in three:
+        assert abs(firsts3[r.provider] / 40_000 - r.weight / 150) < 0.01, firsts3
+
+
+def test_hrw_moves_only_what_must_move() -> None:
+    rng = random.Random(2)
+    c = Route("m", "third", "up-c", 50.0)
+    keys = [rng.getrandbits(64) for _ in range(5000)]
+    before = {k: hrw_order(k, [A, B, c], _w)[0] for k in keys}
+    # a route leaves: only its conversations move, to their second choice
+    after = {k: hrw_order(k, [A, c], _w)[0] for k in keys}
+    for k in keys:
+        if before[k] is not B:
+            assert after[k] is before[k]
+        else:
+            assert after[k] is hrw_order(k, [A, B, c], _w)[1]
+    # a weight change (B 20 → 30): conversations move only onto B (the one whose weight grew)
+    b30 = Route("m", "secondary", "up-b", 30.0)
+    moved = {k for k in keys if hrw_order(k, [A, b30, c], _w)[0].provider != before[k].provider}
+    assert moved
+    assert all(hrw_order(k, [A, b30, c], _w)[0] is b30 for k in moved)
+    assert 0.02 < len(moved) / len(keys) < 0.10  # 30/160 − 20/150 ≈ 5.4 % must move
+    # weight 0 goes last
+    assert hrw_order(keys[0], [Route("m", "z", "z", 0.0), A], _w)[-1].provider == "z"
+
+
+def test_hot_key_is_bounded_by_share_plus_epsilon() -> None:
+    aff = Affinity(AffinitySettings(epsilon=0.1, window=200))
+    hot = 12345
+    winner = hrw_order(hot, [A, B], _w)[0]
+    share = winner.weight / 100
+    firsts = [aff.order(hot, [A, B], _w)[0] for _ in range(2000)]
+    late = Counter(r.provider for r in firsts[-1000:])
+    assert late[winner.provider] / 1000 <= share + 0.1 + 0.01
+    assert late[winner.provider] / 1000 >= share + 0.1 - 0.02  # it spills only what is over the bound
+    assert aff.moved > 0
+    loads = aff.loads()
+    assert loads[(winner.provider, winner.model)] <= share + 0.1 + 1 / 200
+
+
+def test_bound_leaves_a_spread_population_alone() -> None:
+    aff = Affinity(AffinitySettings(epsilon=0.1, window=1000))
+    rng = random.Random(3)
+    keys = [rng.getrandbits(64) for _ in range(3000)]
+    for k in keys:
+        assert aff.order(k, [A, B], _w)[0] is hrw_order(k, [A, B], _w)[0]
+    assert aff.moved == 0
+
+
+def test_key_below_the_cache_minimum_or_disabled_is_none() -> None:
+    aff = Affinity(AffinitySettings(min_tokens=64))
+    assert aff.key({}, _chat(0), prompt_tokens=63) is None
+    assert aff.key({}, _chat(0), prompt_tokens=64) is not None
+    assert Affinity(AffinitySettings(enabled=False)).key({"x-session-id": "s"}, {}, 1e6) is None
+
+
+# -- the policies apply it among the routes they admit ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda: WeightedPolicy(), lambda: AdaptivePolicy(HealthRegistry())])
+def test_policies_order_by_the_conversation_and_keep_exclusions(make: object) -> None:
+    policy = make()  # type: ignore[operator]
+    aff = Affinity(AffinitySettings())
+    rng = random.Random(4)
+    routes = (A, B)
+    for _ in range(200):
+        key = rng.getrandbits(64)
+        want = hrw_order(key, routes, _w)
+        got = policy.order(routes, None, (), Sticky(aff, key))
+        assert [r.provider for r in got] == [r.provider for r in want]
+        assert policy.order(routes, None, (), Sticky(aff, key))[0] is got[0]  # the same each turn
+        # a drained (excluded) route is never chosen, affinity or not
+        assert [r.provider for r in policy.order(routes, None, {"primary"}, Sticky(aff, key))] == ["secondary"]
+    # class preference still first: a batch request goes to the batch route whatever its key
+    batch = (A, Route("m", "secondary", "up-b", 20.0, frozenset({"batch"})))
+    for _ in range(50):
+        assert policy.order(batch, "batch", (), Sticky(aff, rng.getrandbits(64)))[0].provider == "secondary"
+
+
+# -- the upstream key ---------------------------------------------------------------------------------------
+
+
+def test_upstream_key_by_the_same_hash() -> None:
+    pool = KeyPool(["k0", "k1", "k2", "k3"])
+    rng = random.Random(5)
+    keys = [rng.getrandbits(64) for _ in range(4000)]
+    picks = {k: pool.pick(k) for k in keys}
+    assert all(pool.pick(k) == picks[k] for k in keys[:200])  # stable
+    spread = Counter(p[0] for p in picks.values() if p)
+    assert all(800 < n < 1200 for n in spread.values()), spread
+    assert KeyPool(["k0", "k1", "k2", "k3"]).pick(keys[0]) == picks[keys[0]]  # no state: every replica agrees
+    assert pool.revoke(2)
+    for k in keys:
+        before = picks[k]
+        assert before is not None
+        after = pool.pick(k)
+        assert after is not None
+        assert after[0] != 2
+        if before[0] != 2:
+            assert after == before  # only the revoked key's conversations move
+    assert KeyPool([]).pick(1) is None
+
+
+def test_only_hot_keys_are_passed_on() -> None:
+    """Ordinary conversations keep their route even when chance puts a route over its bound; the hot key carries
+    the spill. Here the bound's window is short (40) so chance alone crosses it often."""
+    aff = Affinity(AffinitySettings(epsilon=0.1, window=40))
+    rng = random.Random(6)
+    hot = 99
+    hot_winner = hrw_order(hot, [A, B], _w)[0]
+    moved_ordinary = 0
+    hot_firsts: list[str] = []
+    for i in range(6000):
+        if i % 3 == 0:
+            hot_firsts.append(aff.order(hot, [A, B], _w)[0].provider)
+        else:
+            k = rng.getrandbits(64)
+            moved_ordinary += aff.order(k, [A, B], _w)[0] is not hrw_order(k, [A, B], _w)[0]
+    assert moved_ordinary == 0
+    assert aff.moved > 0  # the hot key was passed on
+    assert hot_firsts.count(hot_winner.provider) < len(hot_firsts)
+
+
+def test_the_cache_minimum_counts_the_prompt_text_not_the_json_around_it() -> None:
+    """The gateway's estimate (body bytes / 4) counts the JSON too: a 40-token prompt in a body of 90 estimated
+    tokens is still split per request; a prompt of 70 tokens of text gets affinity."""
+    aff = Affinity(AffinitySettings(min_tokens=64))
+    short = {"model": "m", "messages": [{"role": "user", "content": "x" * 160}], "stream_options": {"a": "b" * 150}}
+    assert aff.key({}, short, prompt_tokens=90) is None
+    long = {"model": "m", "messages": [{"role": "system", "content": "s" * 80}, {"role": "user", "content": "x" * 200}]}
+    assert aff.key({}, long, prompt_tokens=90) is not None
+    anthropic = {"system": [{"type": "text", "text": "s" * 200}], "messages": [{"role": "user", "content": "hi"}]}
+    assert aff.key({}, anthropic, prompt_tokens=80) is None  # 202 bytes of text: 50.5 tokens
+    responses = {"instructions": "i" * 100, "input": "x" * 200}
+    assert aff.key({}, responses, prompt_tokens=100) is not None  # 300 bytes: 75 tokens
