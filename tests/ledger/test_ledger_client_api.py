@@ -70,11 +70,11 @@ def test_migration_to_version_8_reads_old_samples_as_openai(store_target: str) -
         with psycopg.connect(store_target, autocommit=True) as pg:
             pg.execute(f"INSERT INTO samples ({SAMPLE_COLS}) VALUES ({', '.join(['%s'] * 8)})", old)  # noqa: S608
     else:
-        conn = sqlite3.connect(store_target, isolation_level=None)
+        raw = sqlite3.connect(store_target, isolation_level=None)
         try:
-            conn.execute(f"INSERT INTO samples ({SAMPLE_COLS}) VALUES ({', '.join('?' * 8)})", old)  # noqa: S608
+            raw.execute(f"INSERT INTO samples ({SAMPLE_COLS}) VALUES ({', '.join('?' * 8)})", old)  # noqa: S608
         finally:
-            conn.close()
+            raw.close()
     with open_store(store_target) as conn:
         versions = [v for (v,) in conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()]
         assert versions == list(range(1, 9))
