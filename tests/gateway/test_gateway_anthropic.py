@@ -553,3 +553,25 @@ async def test_a_hedge_across_protocols(
     assert status == 200
     assert check_stream(body).events[-1] == "message_stop"
     assert await truth_apis(chat) == ["openai", "openai"]
+
+
+async def test_top_k_reaches_a_translated_provider_only_when_its_preset_takes_it(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """A strict OpenAI-dialect upstream (the simulator's ``openai`` preset refuses ``top_k`` like api.openai.com):
+    a translated request with ``top_k`` is answered, because the gateway leaves ``top_k`` out for a provider whose
+    preset does not take it. The same upstream configured as ``preset: vllm`` (which takes it) gets ``top_k``, and
+    its own 400 naming the field reaches the client — the field is really sent where declared."""
+    strict = await sim("openai", models=("up",), engine=FAST)
+    gw = await gateway(config((strict, "translation")))
+    msg = await ant(gw).messages.create(model="claude", max_tokens=8, messages=HI, extra_body={"top_k": 5})
+    assert msg.content
+    assert [r["status"] for r in await truth(strict)] == [200]
+
+    cfg = config((strict, "translation"))
+    cfg["providers"]["p0"]["preset"] = "vllm"
+    gw2 = await gateway(cfg)
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        await ant(gw2).messages.create(model="claude", max_tokens=8, messages=HI, extra_body={"top_k": 5})
+    assert "top_k" in exc.value.message
+    assert [r["status"] for r in await truth(strict)] == [200, 400]

@@ -327,7 +327,11 @@ class Proxy:
         payload: bytes | Mapping[str, Any]
         if ctx.messages is not None:  # passthrough or translation, by the provider (a 400 if untranslatable)
             plan = ctx.messages.attempt(
-                provider.client, provider.anthropic_client, route.model, provider.config.thinking_switch
+                provider.client,
+                provider.anthropic_client,
+                route.model,
+                provider.config.thinking_switch,
+                provider.config.top_k,
             )
             upstream = _Upstream(plan.client, plan.path, plan.headers, plan.translated)
             payload = plan.payload
