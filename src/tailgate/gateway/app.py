@@ -186,6 +186,12 @@ class Gateway:
             registry=registry,
         )
         keys_revoked = revoked_counter(registry)
+        count_tokens_total = Counter(
+            "tailgate_count_tokens",
+            "POST /v1/messages/count_tokens requests by alias, the provider that counted ('' when none) and status.",
+            ["alias", "provider", "status"],
+            registry=registry,
+        )
         register_runtime_metrics(registry)
         self.hedge_counter = hedge_counter(registry)
         routes = build_routes(
@@ -205,6 +211,7 @@ class Gateway:
             paced_total=paced_total,
             shed_total=shed_total,
             keys_revoked=keys_revoked,
+            count_tokens_total=count_tokens_total,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view
