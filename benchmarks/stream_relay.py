@@ -340,10 +340,14 @@ def show_run(r: dict[str, Any], label: str) -> None:
     )
 
 
-def check_run(checks: Checks, label: str, r: dict[str, Any]) -> None:
+def check_run(checks: Checks, label: str, r: dict[str, Any], *, quick: bool = False) -> None:
+    """Zero errors, every stream complete (all its chunks and ``[DONE]``), and chunks inside the measured window.
+    ``--quick`` judges correctness only: a starved machine may deliver no chunk inside its 0.8 s window (a rate,
+    left to the full benchmark), but every stream it started must still complete."""
+    in_window = r["chunks"] > 0 or quick
     checks.add(
         f"{label}: zero errors, every stream complete, chunks relayed",
-        r["errors"] == 0 and r["incomplete"] == 0 and r["chunks"] > 0 and r["completed"] > 0,
+        r["errors"] == 0 and r["incomplete"] == 0 and r["completed"] > 0 and in_window,
         f"{r['completed']} of {r['started']} streams complete, {r['chunks']} chunks in the window, errors "
         f"{r['error_kinds']} {r['first_error']}",
     )
@@ -367,7 +371,7 @@ def compare(
         for hop in order:
             res = run_load(hop, hops[hop], level, st, procs, workdir, f"{level}-{r}-{hop}")
             runs[hop].append(res)
-            check_run(checks, f"{level} streams round {r + 1} {hop}", res)
+            check_run(checks, f"{level} streams round {r + 1} {hop}", res, quick=st.quick)
             show_run(res, f"round {r + 1}")
     return summarize(level, runs)
 
@@ -509,7 +513,7 @@ def measured_step(
     res = {}
     for hop in order:
         res[hop] = run_load(hop, hops[hop], level, st, procs, workdir, f"cap-{level}-{hop}")
-        check_run(checks, f"capacity {level} streams {hop}", res[hop])
+        check_run(checks, f"capacity {level} streams {hop}", res[hop], quick=st.quick)
         show_run(res[hop], "capacity")
     gw = res["tailgate"]
     return {

@@ -28,6 +28,18 @@ T = TypeVar("T")
 SimFactory = Callable[..., Awaitable[SimProvider]]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The default store (``$XDG_DATA_HOME/tailgate/tailgate.db``) of every command a test runs without ``--db`` or
+    ``ledger.path`` is this session's own, never the user's: a file there written by another tailgate (a newer
+    schema, say) failed `serve` tests that had nothing to do with it. Tests of the default path set their own."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data-home")))
+    mp.delenv("TAILGATE_DB", raising=False)
+    yield
+    mp.undo()
+
+
 def make_spec(
     name: str = "instant",
     *,

@@ -73,7 +73,7 @@ def fleet_config(
 class Replica:
     """One ``tailgate serve`` process; its stderr goes to a file (a full pipe would block it)."""
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, *, drain_timeout: float = 10.0) -> None:
         self.config = config
         self.log_path = log
         self._log = log.open("w")
@@ -89,7 +89,7 @@ class Replica:
                 "--port",
                 "0",
                 "--drain-timeout",
-                "10",
+                f"{drain_timeout:g}",
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._log,

@@ -35,6 +35,14 @@ __all__ = ["leaderboard", "monitor"]
     type=click.Choice(["short", "long", "accuracy"]),
     help="Probe only these workloads (repeatable; default: all three).",
 )
+@click.option(
+    "--api",
+    "apis",
+    multiple=True,
+    type=click.Choice(["openai", "anthropic"]),
+    help="Probe with these protocols (repeatable; default: openai). anthropic: the providers with an "
+    "anthropic_base_url, at /v1/messages; kept apart on the leaderboard.",
+)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=2, show_default=True, help="Probes per provider.")
 @click.option("--serve", is_flag=True, help="Also serve the dashboard over the store.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="With --serve: listen address.")
@@ -51,6 +59,7 @@ def monitor(
     interval: str,
     retention: str,
     workloads: tuple[str, ...],
+    apis: tuple[str, ...],
     concurrency: int,
     serve: bool,
     host: str,
@@ -72,6 +81,7 @@ def monitor(
         retention_s=keep,
         concurrency=concurrency,
         workloads=workloads or ("short", "long", "accuracy"),
+        apis=tuple(dict.fromkeys(apis)) or ("openai",),
         serve=serve,
         host=host,
         port=port,

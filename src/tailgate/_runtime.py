@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
@@ -90,3 +91,39 @@ async def stop_task(task: asyncio.Task[object] | asyncio.Task[None], grace_s: fl
         await asyncio.wait({task}, timeout=grace_s)
     if not task.cancelled() and task.exception() is not None:
         logging.getLogger("tailgate").debug("background task %s ended with %r", task.get_name(), task.exception())
+
+
+async def bounded_step(what: str, step: Awaitable[object], limit_s: float, log: logging.Logger) -> bool:
+    """Await one step of a shutdown for at most ``limit_s`` seconds; True when it finished in time.
+
+    A step past its bound is logged by name ("stopping: <what> did not finish within N s; going on without
+    it") and cancelled without being waited for, so a component that stops answering (a paused Redis, a
+    PostgreSQL holding a lock) delays the stop by ``limit_s``, never for ever. A step that fails is logged
+    and the stop goes on too."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=limit_s)
+    if not done:
+        log.warning("stopping: %s did not finish within %gs; going on without it", what, limit_s)
+        task.cancel()
+        return False
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("stopping: %s failed (%s); going on", what, type(exc).__name__, exc_info=exc)
+    return True
+
+
+def exit_if_not_stopped_within(seconds: float, log: logging.Logger, code: int = 1) -> threading.Timer:
+    """Last resort of a stopping server process: if it has not exited ``seconds`` from now, log it and exit
+    with ``code`` at once (``os._exit``), whatever still hangs (an executor thread waiting on a store, a task
+    that ignores its cancellation). A daemon timer: a process that exits in time never sees it."""
+
+    def overran() -> None:
+        log.error("stopping: still not stopped %gs after the stop signal; exiting now (status %d)", seconds, code)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, overran)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -55,11 +55,11 @@ def test_parse_wrk_counts_every_error() -> None:
 
 
 @pytest.mark.bench
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_bench_sim_quick_run_is_correct(tmp_path: Path) -> None:
     require_wrk("bench_sim.py drives the load with it")
     out = tmp_path / "bench_sim.json"
-    run_quick("bench_sim.py", "--json", str(out), timeout=60)
+    run_quick("bench_sim.py", "--json", str(out), timeout=150)
     result = json.loads(out.read_text())
     assert result["correct"] is True
     scenarios = result["scenarios"]
@@ -68,11 +68,15 @@ def test_bench_sim_quick_run_is_correct(tmp_path: Path) -> None:
         failed = [c for c in sc["checks"] if not c["ok"]]
         assert not failed, f"{name}: {failed}"
         assert sc["errors"] == 0, name
-        assert sc["sim"]["rps"] > 0, name
-        assert sc["sim"]["requests"] > 0, name
+        # The lateness run's streams (100-400 tokens) may all end after its short quick window on a starved
+        # machine: how many is a rate, the full benchmark's; each one that did end was checked above.
+        assert (sc["sim"]["rps"] > 0) == (sc["sim"]["requests"] > 0), name
         if name != "lateness":
+            assert sc["sim"]["requests"] > 0, name
             assert sc["baseline"]["rps"] > 0, name
             assert sc["ratio"] > 0, name
     late = scenarios["lateness"]
     assert late["steps"] > 0
     assert late["lateness_ms"]["count"] == late["steps"]
+    names = [c["name"] for c in late["checks"]]
+    assert "sim (lateness): one stream request is well-formed" in names

@@ -1,6 +1,7 @@
 """Smoke test of benchmarks/stream_relay.py: a --quick run works and every number it needs exists.
 
-Only correctness and the presence of numbers are asserted; the CPU and ITL targets are the full
+Only correctness (every stream complete, no error, a ledger row for each) and numbers that are present and
+consistent are asserted; the CPU and ITL targets, and any rate inside the 0.8 s window, are the full
 benchmark's business (1-second windows of 20 streams on a shared machine are too noisy to judge them).
 """
 
@@ -18,12 +19,12 @@ HOPS = ("direct", "floor", "tailgate", "tailgate-w2")
 
 
 @pytest.mark.bench
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(230)
 def test_stream_relay_quick_run_is_correct(tmp_path: Path) -> None:
     """Every hop relays complete 300-token streams with zero errors, and every reported number exists."""
     require_redis_server()  # the gateways keep their fleet state in it
     out = tmp_path / "stream_relay.json"
-    run_quick("stream_relay.py", "--json", str(out), timeout=80)
+    run_quick("stream_relay.py", "--json", str(out), timeout=200)
     result = json.loads(out.read_text())
     assert result["correct"] is True
     failed = [c for c in result["checks"] if not c["ok"]]
@@ -31,28 +32,37 @@ def test_stream_relay_quick_run_is_correct(tmp_path: Path) -> None:
     (level,) = result["compare"].values()
     assert set(level["hops"]) == set(HOPS)
     for name, hop in level["hops"].items():
+        # Correct: every stream complete, no error. The rates inside the 0.8 s window are the full benchmark's:
+        # a starved machine may deliver no chunk inside it, so here they only have to be consistent.
         assert hop["errors"] == 0, name
         assert hop["incomplete"] == 0, name
         assert hop["completed"] > 0, name
-        assert hop["chunks"] > 0, name
-        assert hop["chunks_per_s"] > 0, name
-        assert hop["cpu_us_per_chunk"] > 0, name
-        assert 0 < hop["itl_p50_ms"] <= hop["itl_p99_ms"], name
-        assert hop["client_cores"] > 0, name
+        assert hop["chunks"] >= 0, name
+        assert (hop["chunks_per_s"] > 0) == (hop["chunks"] > 0), name
+        if hop["chunks"] > 0:
+            assert hop["cpu_us_per_chunk"] > 0, name
+        else:
+            assert hop["cpu_us_per_chunk"] is None, name
+        assert 0 <= hop["itl_p50_ms"] <= hop["itl_p99_ms"], name  # 0: chunks read together (coalesced)
+        assert 0 <= hop["coalesced"] <= 1, name
+        assert hop["client_cores"] >= 0, name
         for run in hop["rounds"]:
             assert run["incomplete"] == 0, name
-            assert run["completed"] == run["started"], name
-            assert run["completed_in_window"] > 0, name
+            assert run["completed"] == run["started"] > 0, name
+            assert 0 <= run["completed_in_window"] <= run["completed"], name
             assert run["errors"] == 0, (name, run["error_kinds"])
         if name != "direct":
             assert "added_itl_p99_ms" in hop, name
-    assert {"cpu_ratio"} <= set(level["targets"])
-    assert level["cpu_ratio"] > 0
+    measured = level["hops"]["tailgate"]["chunks"] > 0 and level["hops"]["floor"]["chunks"] > 0
+    assert ("cpu_ratio" in level["targets"]) == measured
+    if measured:
+        assert level["cpu_ratio"] > 0
     assert set(level["workers"]["cpu_us_per_chunk"]) == {"w1", "w2"}
     capacity = result["capacity"]
     assert [s["streams"] for s in capacity["steps"]][:1] == [20]
     assert all(s["errors"] == 0 for s in capacity["steps"])
-    assert result["projection"]["cores"] > 0
+    assert result["projection"]["measured_at_streams"] == 20
+    assert result["projection"]["cores"] >= 0
     for name in ("tailgate", "tailgate-w2"):
         ledger = result["ledger"][name]
         assert ledger["dropped"] == 0, name

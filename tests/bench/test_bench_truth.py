@@ -147,7 +147,12 @@ def test_open_loop_shows_a_server_stall_closed_loop_would_hide(mock_process: Cal
         assert e2e["p99"] > 1500.0, e2e
         assert e2e["p90"] > 500.0, e2e
         assert e2e["p50"] < 100.0 + late_ms, (e2e, late_ms)
-        # The generator itself stayed on schedule (as far as its loop let it): the latency was the server's.
-        assert run["metrics"]["schedule_lag_ms"]["p99"] < 50.0 + late_ms, (run["metrics"]["schedule_lag_ms"], late_ms)
+        # The generator itself stayed on schedule (as far as its loop let it): the latency was the server's. One
+        # stall of this loop delays every request due during it (at 50/s a 150 ms stall is 2 % of the run: the
+        # P99), so the bound is the loop's worst lateness, measured beside it; a generator that waited for the
+        # frozen server (closed-loop behaviour) lags by the 2 s freeze and still fails.
+        worst_ms = 1000.0 * loop_late.max_s
+        lag = run["metrics"]["schedule_lag_ms"]
+        assert lag["p99"] < 50.0 + worst_ms, (lag, worst_ms)
 
     on_uvloop(main)

@@ -79,7 +79,9 @@ async def test_dashboard_renders_in_headless_chromium(
             assert "cache hit" in (await page.locator("#live thead").text_content() or "")
             hit = page.locator('#live tr[data-provider="primary"] td').nth(10)
             assert await hit.text_content() == "0.0%"
-            assert "prompt tokens cached" in (await hit.get_attribute("title") or "")
+            title = await hit.get_attribute("title") or ""
+            assert "prompt tokens cached" in title
+            assert "up-primary: 0 of " in title  # and per route (provider x upstream model)
 
             canvases = page.locator("#charts .uplot canvas")
             assert await canvases.count() == 6  # 2 providers x (latency, tok/s, errors)

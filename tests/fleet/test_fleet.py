@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -195,29 +196,48 @@ async def test_pacing_is_global_and_a_429_pauses_the_whole_fleet(sim: SimFactory
                 break
         t_pause = time.monotonic()
         paused = await _watch(session, replicas[1:], lambda v: v["a"]["state"] == "paused")
-        assert max(paused) - t_pause <= 1.0, [t - t_pause for t in paused]
+        assert max(paused.at) - t_pause <= paused.within(1.0), ([t - t_pause for t in paused.at], paused.period_s)
         before = len(a.truth.records())
         await asyncio.gather(*(_chat(session, replicas[1 + i % 2], free) for i in range(10)))
         assert len(a.truth.records()) == before  # paused fleet-wide: nothing went to a
 
 
+@dataclass
+class Seen:
+    """When (monotonic) each replica first showed a state, and how coarse that observation was."""
+
+    at: list[float]
+    period_s: float
+    """The longest time between two polls of the watch: a state is seen up to this late. Each poll waits on every
+    replica's answer, so it also carries how late the replicas' event loops are (their sync loops run on them)."""
+
+    def within(self, promise_s: float) -> float:
+        """The allowance for a "within ``promise_s``" promise on this run: the promise, plus one poll period for
+        the observation and one for the replicas' lateness. On an idle machine a period is ~25 ms."""
+        return promise_s + 2 * self.period_s
+
+
 async def _watch(
     session: aiohttp.ClientSession, replicas: list[Replica], check: Callable[[dict[str, Any]], bool]
-) -> list[float]:
-    """When (monotonic) each replica's /admin/providers first satisfied ``check`` (polled every 20 ms, ≤ 10 s)."""
+) -> Seen:
+    """When each replica's /admin/providers first satisfied ``check`` (polled every 20 ms, ≤ 30 s)."""
     seen: list[float | None] = [None] * len(replicas)
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 30.0
+    last = time.monotonic()
+    period = 0.0
     while None in seen and time.monotonic() < deadline:
         views = await asyncio.gather(*(_providers(session, r) for r in replicas))
         now = time.monotonic()
+        period, last = max(period, now - last), now
         for i, v in enumerate(views):
             if seen[i] is None and check(v):
                 seen[i] = now
         await asyncio.sleep(0.02)
     assert None not in seen, seen
-    return [t for t in seen if t is not None]
+    return Seen([t for t in seen if t is not None], period)
 
 
+@pytest.mark.timeout(90)  # three replicas start inside the test: ~20 s of it on a starved machine
 async def test_a_breaker_opened_by_one_replica_opens_on_all_within_a_second(
     sim: SimFactory, fleet: FleetFactory
 ) -> None:
@@ -234,10 +254,19 @@ async def test_a_breaker_opened_by_one_replica_opens_on_all_within_a_second(
                 await _chat(session, replicas[0], free)
                 await asyncio.sleep(0.01)
 
+        def open_at(v: dict[str, Any]) -> float | None:
+            """When (the replica's CLOCK_MONOTONIC, the machine's) its breaker for a first opened, from its own
+            transition log: a replica whose short fleet-set open ended between two polls still shows it."""
+            return min((t["time"] for t in v["a"]["breaker"]["transitions"] if t["to"] == "open"), default=None)
+
         driver = asyncio.create_task(drive())
-        opened = await _watch(session, replicas, lambda v: v["a"]["breaker"]["state"] == "open")
+        seen = await _watch(session, replicas, lambda v: open_at(v) is not None)
         await driver
-        assert max(opened[1:]) - opened[0] <= 1.0, opened
+        found = [open_at(await _providers(session, r)) for r in replicas]
+        opened = [t for t in found if t is not None]
+        assert len(opened) == 3, found
+        # The replicas' own times: no polling in between; their loops' lateness is still in the period.
+        assert max(opened[1:]) - opened[0] <= seen.within(1.0), (opened, seen.period_s)
         for r in replicas[1:]:
             resp = await _chat(session, r, free)
             assert resp.status == 200
@@ -258,7 +287,7 @@ async def test_drain_on_one_replica_applies_to_all_within_a_second_and_survives_
             assert resp.status == 200
         t0 = time.monotonic()
         drained = await _watch(session, replicas, lambda v: v["a"]["state"] == "drained")
-        assert max(drained) - t0 <= 1.0, [t - t0 for t in drained]
+        assert max(drained.at) - t0 <= drained.within(1.0), ([t - t0 for t in drained.at], drained.period_s)
         before = len(a.truth.records())
         await asyncio.gather(*(_chat(session, replicas[i % 3], free) for i in range(30)))
         assert len(a.truth.records()) == before

@@ -553,3 +553,59 @@ async def test_a_hedge_across_protocols(
     assert status == 200
     assert check_stream(body).events[-1] == "message_stop"
     assert await truth_apis(chat) == ["openai", "openai"]
+
+
+async def test_top_k_reaches_a_translated_provider_only_when_its_preset_takes_it(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """A strict OpenAI-dialect upstream (the simulator's ``openai`` preset refuses ``top_k`` like api.openai.com):
+    a translated request with ``top_k`` is answered, because the gateway leaves ``top_k`` out for a provider whose
+    preset does not take it. The same upstream configured as ``preset: vllm`` (which takes it) gets ``top_k``, and
+    its own 400 naming the field reaches the client — the field is really sent where declared."""
+    strict = await sim("openai", models=("up",), engine=FAST)
+    gw = await gateway(config((strict, "translation")))
+    msg = await ant(gw).messages.create(model="claude", max_tokens=8, messages=HI, extra_body={"top_k": 5})
+    assert msg.content
+    assert [r["status"] for r in await truth(strict)] == [200]
+
+    cfg = config((strict, "translation"))
+    cfg["providers"]["p0"]["preset"] = "vllm"
+    gw2 = await gateway(cfg)
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        await ant(gw2).messages.create(model="claude", max_tokens=8, messages=HI, extra_body={"top_k": 5})
+    assert "top_k" in exc.value.message
+    assert [r["status"] for r in await truth(strict)] == [200, 400]
+
+
+async def test_count_tokens_applies_the_keys_standing_and_rpm_and_is_counted(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """count_tokens asks the key what a generation asks, short of reserving tokens: a key not allowed the alias
+    → 403 permission_error; a key over its rpm → 429 rate_limit_error with Retry-After (the count took its one
+    request a minute, so the generation after it is refused too). Every answer is counted in
+    ``tailgate_count_tokens_total`` by alias, the provider that counted, and status."""
+    native = await sim("instant", models=("up",), engine=FAST)
+    cfg = config((native, "passthrough"))
+    cfg["keys"].append({"id": "slow", "key": "tg-slow-key-0123456789", "rpm": 1})
+    cfg["keys"].append({"id": "other", "key": "tg-other-key-0123456789", "models": ["elsewhere"]})
+    cfg["models"]["elsewhere"] = {"routes": [{"provider": "p0", "model": "up"}]}
+    gw = await gateway(cfg)
+    slow = ant(gw, key="tg-slow-key-0123456789")
+    counted = await slow.messages.count_tokens(model="claude", messages=HI)
+    assert counted.input_tokens > 0
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        await slow.messages.count_tokens(model="claude", messages=HI)
+    assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert limited.value.response.headers.get("retry-after")
+    with pytest.raises(anthropic.RateLimitError):
+        await slow.messages.create(model="claude", max_tokens=8, messages=HI)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        await ant(gw, key="tg-other-key-0123456789").messages.count_tokens(model="claude", messages=HI)
+    with pytest.raises(anthropic.AuthenticationError):
+        await ant(gw, key="tg-wrong-0123456789").messages.count_tokens(model="claude", messages=HI)
+    async with aiohttp.ClientSession() as s, s.get(f"{gw.root_url}/metrics") as r:
+        metrics = await r.text()
+    assert 'tailgate_count_tokens_total{alias="claude",provider="p0",status="200"} 1.0' in metrics
+    assert 'tailgate_count_tokens_total{alias="claude",provider="",status="429"} 1.0' in metrics
+    assert 'tailgate_count_tokens_total{alias="claude",provider="",status="403"} 1.0' in metrics
+    assert 'tailgate_count_tokens_total{alias="claude",provider="",status="401"} 1.0' in metrics

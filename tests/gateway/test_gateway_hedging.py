@@ -78,7 +78,10 @@ async def test_hedge_wins_on_a_slow_provider_within_budget(sim: SimFactory, gate
             admin = await r.json()
     hedged = [o for o in out if o[1]]
     assert 1 <= len(hedged) <= 10  # ≤ 25 % of 40
-    assert all(p == "secondary" and ttfb < 0.45 for p, _, ttfb in hedged)  # won at ~0.1 s, not 0.6 s
+    # Won by the hedge: answered by the secondary while the primary's attempt was still stalled before its first
+    # token (cancelled, counted below). No "< 0.45 s": on a loaded machine the secondary may take longer and still
+    # win, since the primary's stall is a sleep that only ever ends later (the line after this one).
+    assert all(p == "secondary" for p, _, _ in hedged)
     assert all(p == "primary" and ttfb >= 0.55 for p, h, ttfb in out if not h)
     assert f'tailgate_hedges_total{{alias="m",outcome="won"}} {float(len(hedged))}' in metrics
     assert f'tailgate_hedges_total{{alias="m",outcome="fired"}} {float(len(hedged))}' in metrics

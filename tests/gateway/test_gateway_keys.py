@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 
 from conftest import GatewayHandle, SimFactory, eventually
+from loop_lateness import WAKEUPS, LoopLateness
 from tailgate.ledger import read_rows
 from tailgate.ledger.keys import create_key, revoke_key
 from tailgate.ledger.store import open_store
@@ -70,17 +71,21 @@ async def test_a_store_key_works_and_a_revoked_one_is_refused_within_a_second(
     _, gw, path = await _start(sim, gateway)
     with open_store(path) as conn:
         _, secret = create_key(conn, "team-a")
-    async with aiohttp.ClientSession() as session:
+    # "Within 1 s" is the promise; the gateway runs in this process, so its loop is late by what this ticker
+    # measures, and the allowance grows by that for each wake-up on the reload's path (loop_lateness.WAKEUPS).
+    async with aiohttp.ClientSession() as session, LoopLateness() as late:
         t0 = time.monotonic()
         while (await _chat(session, gw, secret))[0] != 200:
-            assert time.monotonic() - t0 < 1.0, "a new key did not work within 1 s"
+            waited = time.monotonic() - t0
+            assert waited < 1.0 + WAKEUPS * late.max_s, f"a new key did not work within 1 s ({waited:.2f} s)"
             await asyncio.sleep(0.02)
         assert (await _chat(session, gw, YAML_KEY))[0] == 200  # the YAML's keys still work
         with open_store(path) as conn:
             revoke_key(conn, "team-a")
         t0 = time.monotonic()
         while (status := (await _chat(session, gw, secret))[0]) == 200:
-            assert time.monotonic() - t0 < 1.0, "a revoked key was still served after 1 s"
+            waited = time.monotonic() - t0
+            assert waited < 1.0 + WAKEUPS * late.max_s, f"a revoked key was still served after 1 s ({waited:.2f} s)"
             await asyncio.sleep(0.02)
         assert status == 401
     await gw.gateway.ledger.flush()

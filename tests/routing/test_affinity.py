@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 from tailgate.routing import AdaptivePolicy, Affinity, AffinitySettings, HealthRegistry, Sticky, WeightedPolicy
-from tailgate.routing.affinity import affinity_key, hrw_order, stable_prefix
+from tailgate.routing.affinity import affinity_key, hrw_order, prefix_key, stable_prefix
 from tailgate.routing.route import Route
 from tailgate.upstream import KeyPool
 
@@ -69,28 +71,67 @@ def test_prefix_key_is_stable_across_turns_and_differs_between_conversations() -
     assert as_key(longer) != as_key(DOC)
 
 
+def _sp(body: Mapping[str, Any], prefix_chars: int) -> tuple[str | None, int | None]:
+    """The stable prefix as text and as the key the gateway uses (hashed from the same parts, no string)."""
+    return stable_prefix(body, prefix_chars), prefix_key(body, prefix_chars)
+
+
 def test_prefix_of_every_body_shape() -> None:
     # OpenAI content parts = the same text as a string
     parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": DOC}]}]}
-    assert stable_prefix(parts, 2048) == stable_prefix({"messages": [{"role": "user", "content": DOC}]}, 2048)
+    assert _sp(parts, 2048) == _sp({"messages": [{"role": "user", "content": DOC}]}, 2048)
     # Anthropic Messages: top-level system (string or blocks), content blocks, metadata.user_id as the user
     anth = {"system": "be brief", "messages": [{"role": "user", "content": [{"type": "text", "text": DOC}]}]}
     anth_blocks = {**anth, "system": [{"type": "text", "text": "be brief"}]}
     openai_same = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": DOC}]}
-    assert stable_prefix(anth, 2048) == stable_prefix(anth_blocks, 2048) == stable_prefix(openai_same, 2048)
+    assert _sp(anth, 2048) == _sp(anth_blocks, 2048) == _sp(openai_same, 2048)
     assert affinity_key({}, {**anth, "metadata": {"user_id": "u-9"}}) == affinity_key({}, {"user": "u-9"})
     # Responses: instructions + input (items or a string)
     resp_items = {"instructions": "be brief", "input": [{"role": "user", "content": DOC}]}
-    assert stable_prefix(resp_items, 2048) == stable_prefix(openai_same, 2048)
+    assert _sp(resp_items, 2048) == _sp(openai_same, 2048)
     grown = {"instructions": "be brief", "input": [{"role": "user", "content": DOC}, {"role": "user", "content": "x"}]}
-    assert stable_prefix(grown, 2048) == stable_prefix(resp_items, 2048)
-    assert stable_prefix({"input": DOC}, 64) == stable_prefix({"input": DOC + " more turns"}, 64)
+    assert _sp(grown, 2048) == _sp(resp_items, 2048)
+    assert _sp({"input": DOC}, 64) == _sp({"input": DOC + " more turns"}, 64)
     # completions: the prompt's head
-    assert stable_prefix({"prompt": DOC}, 64) == stable_prefix({"prompt": [DOC + " and more"]}, 64)
-    assert stable_prefix({"model": "m"}, 64) is None
+    assert _sp({"prompt": DOC}, 64) == _sp({"prompt": [DOC + " and more"]}, 64)
+    assert _sp({"model": "m"}, 64) == (None, None)
 
 
 # -- weighted rendezvous --------------------------------------------------------------------------------------
+
+
+def test_prefix_key_of_cjk_text_and_the_text_agree() -> None:
+    zh = "港口小镇在黎明前醒来，海鸥在渔网上争吵。" * 400  # 8,000 characters of CJK text (UTF-16 hashed)
+
+    def key(system: str, doc: str, turns: int = 0) -> int | None:
+        msgs: list[dict[str, object]] = [{"role": "system", "content": system}, {"role": "user", "content": doc}]
+        msgs += [{"role": "user", "content": f"第{i}轮"} for i in range(turns)]
+        return prefix_key({"messages": msgs}, 512)
+
+    k = key("你是编辑。", zh)
+    assert k is not None
+    assert all(key("你是编辑。", zh, t) == k for t in range(1, 4))
+    assert key("你是编辑。", zh[:3000] + "X" + zh[3001:]) == k  # the middle of a long part is not hashed
+    assert key("你是编辑。", zh[:-1] + "X") != k  # its tail is
+    assert key("你是编辑。", "X" + zh[1:]) != k  # its head is
+    assert key("你是编辑。", zh + "。") != k  # its length is
+    # a character moved between the parts (the same bytes hashed in turn): the parts' lengths tell them apart
+    assert key("你是编辑", "。短文") != key("你是编辑。", "短文")
+    # over many conversations the keys are distinct and the text form distinguishes exactly the same ones
+    bodies = [{"messages": [{"role": "user", "content": f"{i}" + zh}]} for i in range(2000)]
+    assert len({prefix_key(b, 512) for b in bodies}) == len({stable_prefix(b, 512) for b in bodies}) == 2000
+
+
+def test_order_of_two_routes_is_the_rendezvous_order() -> None:
+    """The two-route fast path of ``Affinity.order`` gives ``hrw_order``'s answer, zero weights included."""
+    rng = random.Random(11)
+    zero = Route("m", "zero", "up-z", 0.0)
+    for pair in ([A, B], [B, A], [A, zero], [zero, B], [zero, Route("m", "z2", "up-z2", 0.0)]):
+        aff = Affinity(AffinitySettings(window=100_000))  # no key is hot: the bound never applies
+        for _ in range(2000):
+            k = rng.getrandbits(64)
+            assert aff.order(k, pair, _w) == hrw_order(k, pair, _w)
+    assert aff.moved == 0
 
 
 def test_hrw_splits_the_population_by_weight() -> None:

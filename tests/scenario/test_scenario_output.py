@@ -82,7 +82,12 @@ def test_outputs_follow_the_documented_schema(tmp_path: Path) -> None:
     for run in doc["runs"]:
         assert run["policy"] in ("weighted", "adaptive")
         assert run["pacing"] is True
-        assert run["overall"]["requests"] == 150  # 50/s for 3 s, the same schedule for every policy
+        # 50/s for 3 s, the same schedule for every policy; what a starved loop could not send before the end is
+        # not sent (open loop), so the numbers must agree with each other, not reach 150.
+        overall = run["overall"]
+        assert 0 < overall["requests"] <= 150
+        assert overall["requests"] == sum(p["requests"] for p in run["phases"])
+        assert overall["gateway_requests"] == overall["requests"]  # the gateway's ledger has a row for each
         assert set(run["overall"]) == PHASE_KEYS - {"name", "start_s", "end_s"}
         for phase in run["phases"]:
             assert set(phase) == PHASE_KEYS

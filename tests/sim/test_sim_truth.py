@@ -71,6 +71,10 @@ async def test_stream_truth_matches_client_timing(mock_process: Callable[..., Mo
     # process's (the client reads late) and the simulator's own step lateness (a request waits unseen in
     # its socket). Both only make the client's number larger; on an idle machine both are ≈ 0.
     slack = loop_late.p99 + await sim_step_lateness_p99(url)
+    # The early side: the simulator stamps a request's end after its last write; when its process is starved
+    # between the two, its truth is late and the client's number smaller (9.6 ms under two burners). Its own
+    # worst step lateness bounds that; idle it is about a millisecond.
+    early = await sim_step_lateness_p99(url, "max")
     assert len(results) == 12
     diffs_ttft = [r["ttft_ms"] - truth[r["id"]]["ttft_ms"] for r in results]
     diffs_e2e = [r["e2e_ms"] - truth[r["id"]]["e2e_ms"] for r in results]
@@ -78,7 +82,7 @@ async def test_stream_truth_matches_client_timing(mock_process: Callable[..., Mo
     # the difference is loopback transfer plus parsing, and must stay within max(1 ms, 2%).
     for diffs, key in ((diffs_ttft, "ttft_ms"), (diffs_e2e, "e2e_ms")):
         typical = _median([truth[r["id"]][key] for r in results])
-        assert min(diffs) >= -max(1.0, 0.02 * typical), (key, diffs)  # the client never sees it early
+        assert min(diffs) >= -max(1.0, 0.02 * typical) - early, (key, diffs, early)  # never early beyond that
         assert _median([abs(d) for d in diffs]) <= max(1.0, 0.02 * typical) + slack, (key, diffs, slack)
         p90 = sorted(abs(d) for d in diffs)[int(0.9 * len(diffs)) - 1]
         assert p90 <= max(1.0, 0.02 * typical) + slack, (key, diffs, slack)
@@ -94,11 +98,12 @@ async def test_non_stream_truth_matches_client_e2e(mock_process: Callable[..., M
         async with session.get(f"{url.removesuffix('/v1')}/sim/truth") as resp:
             truth = {r["id"]: r for r in as_dicts(await resp.read())}
     slack = loop_late.p99 + await sim_step_lateness_p99(url)  # as in the stream test: measured in this run
+    early = await sim_step_lateness_p99(url, "max")  # as in the stream test: the truth's end stamped late
     signed = [r["e2e_ms"] - truth[r["id"]]["e2e_ms"] for r in results]
     diffs = sorted(abs(d) for d in signed)
     typical = _median([truth[r["id"]]["e2e_ms"] for r in results])
     tol = max(1.0, 0.02 * typical)
-    assert min(signed) >= -tol, signed  # the client never has the answer before the simulator sent it
+    assert min(signed) >= -tol - early, (signed, early)  # never before the simulator sent it, beyond its lateness
     assert diffs[len(diffs) // 2] <= tol + slack, (diffs, slack)  # the median request
     assert diffs[16] <= tol + slack, (diffs, slack)  # and 17 of 20 (a busy CI host stalls one now and then)
     assert all(truth[r["id"]]["output_tokens"] == 10 for r in results)

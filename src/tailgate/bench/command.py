@@ -167,6 +167,23 @@ def _provider_target(o: BenchOptions) -> TargetSpec:
     )
 
 
+def _cache_price(o: BenchOptions, price: PriceConfig | None) -> tuple[float, str]:
+    """A cached prompt token's price ÷ an uncached one's for the workload's ``input_cost_ratio_all_hits``, and
+    where it came from: ``--price``; else the ``--provider``'s ``price`` in ``--config`` (its preset's, unless the
+    config sets it) when it has both ``input`` and ``cached_input``; else ``CACHE_HIT_PRICE`` (``default``)."""
+    from tailgate.bench.shapes import CACHE_HIT_PRICE
+
+    if price is not None and price.input > 0:
+        return price.cached_rate / price.input, "--price"
+    if o.provider and o.config:
+        from tailgate.config.resolve import load_resolved
+
+        p = load_resolved(o.config)[1].get(o.provider)
+        if p is not None and p.price.input > 0 and p.price.cached_input is not None:
+            return p.price.cached_input / p.price.input, "provider"
+    return CACHE_HIT_PRICE, "default"
+
+
 _PRICE_FIELDS = ("input", "cached_input", "output", "currency")
 
 
@@ -381,7 +398,7 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
     doc = doc_mod.build_document(runs, command=o.command, started_at=started, thresholds=checks)
     describe = getattr(workload, "describe", None)
     if describe is not None:
-        extra["workload"] = describe()
+        extra["workload"] = describe(_cache_price(o, price))
     _add_findings(doc, extra)
     if o.workers == 1 and progress.phase is not None:
         progress.on_phase(progress.phase)  # reports the last phase as done

@@ -40,8 +40,12 @@ from tailgate.bench.goodput import SLO
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
 from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
-from tailgate.wire.anthropic import API_VERSION
+from tailgate.wire.anthropic import API_VERSION, from_chat_body
 from tailgate.wire.sse import content_text
+
+anthropic_body = from_chat_body
+"""The workload body in Anthropic's Messages API (:func:`tailgate.wire.anthropic.from_chat_body`, shared with
+the monitor)."""
 
 
 @dataclass
@@ -123,27 +127,6 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
         headers = {**(headers or {}), "anthropic-version": API_VERSION}
     c = call(target.client, target.path, body, stream=spec.stream, client_wants_usage=True, headers=headers)
     return Prepared(idx, c, spec.task, spec.intended_tokens)
-
-
-def anthropic_body(chat: dict[str, Any]) -> dict[str, Any]:
-    """A workload's chat body said in Anthropic's Messages API: system messages → ``system``, the turns as they
-    are (text content), ``max_tokens`` (required there; the workload's, else 1024), ``stream``,
-    ``temperature``. Nothing else a workload sets has a place there."""
-    system = [m["content"] for m in chat.get("messages", ()) if m.get("role") == "system"]
-    messages = [
-        {"role": m["role"], "content": m["content"]} for m in chat.get("messages", ()) if m.get("role") != "system"
-    ]
-    body: dict[str, Any] = {
-        "model": chat["model"],
-        "max_tokens": chat.get("max_tokens") or chat.get("max_completion_tokens") or 1024,
-        "messages": messages,
-    }
-    if system:
-        body["system"] = "\n".join(str(s) for s in system)
-    for name in ("stream", "temperature"):
-        if chat.get(name) is not None:
-            body[name] = chat[name]
-    return body
 
 
 async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:

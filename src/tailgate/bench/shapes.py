@@ -31,7 +31,8 @@ from tailgate.bench.workload import LengthDist, RequestSpec, Workload, WorkloadE
 WORKLOADS = ("synthetic", "shared-prefix", "long-context", "multi-turn", "writing")
 SYSTEM_LEAD = "You are the writing assistant of a busy editorial team. House rules and style guide follow:"
 CACHE_HIT_PRICE = 0.2
-"""Cache-hit input tokens cost 20 % of a miss (FIELD-NOTES.md: "cache hits −80%")."""
+"""Cache-hit input tokens cost 20 % of a miss (FIELD-NOTES.md: "cache hits −80%"): the ratio used when neither
+``--price`` nor the ``--provider``'s price (``price.cached_input`` ÷ ``price.input``) gives one."""
 
 
 def writing_prompts() -> list[dict[str, Any]]:
@@ -105,8 +106,9 @@ class ShapedWorkload(Workload):
         n = self.input_tokens.draw(self._rng)  # synthetic and long-context
         return self._body([{"role": "user", "content": self.text(n, self._rng)}], n)
 
-    def describe(self) -> dict[str, Any]:
-        """The ``workload`` section of the results document."""
+    def describe(self, cache_price: tuple[float, str] = (CACHE_HIT_PRICE, "default")) -> dict[str, Any]:
+        """The ``workload`` section of the results document; ``cache_price``: (a cached prompt token's price ÷ an
+        uncached one's, where that came from: ``--price``, ``provider`` or ``default``)."""
         out: dict[str, Any] = {
             "name": self.shape,
             "tokenizer": self.family,
@@ -120,7 +122,9 @@ class ShapedWorkload(Workload):
                 prefix_tokens=self.prefix_tokens,
                 unique_tokens_mean=unique,
                 prefix_share=round(share, 4),
-                input_cost_ratio_all_hits=round(share * CACHE_HIT_PRICE + (1 - share), 4),
+                input_cost_ratio_all_hits=round(share * cache_price[0] + (1 - share), 4),
+                cache_price_ratio=round(cache_price[0], 4),
+                cache_price_from=cache_price[1],
             )
         if self.shape == "multi-turn":
             out["turns"] = self.turns

@@ -36,6 +36,10 @@ class ProviderPreset:
     max_output_tokens: int | None = None
     thinking_switch: str = "thinking"
     """How its chat API switches reasoning (``providers.NAME.thinking_switch``'s default; config/schema.py)."""
+    top_k: bool = False
+    """Its chat API takes ``top_k`` (vLLM's and SGLang's sampling parameters): a translated ``/v1/messages``
+    request keeps the client's ``top_k`` only for such providers; the rest never see it (OpenAI's chat API has
+    no ``top_k``, and a strict upstream such as api.openai.com refuses it with a 400)."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (what the Anthropic SDK takes as ``base_url``; requests
     go to ``{it}/v1/messages``), where it serves one; None: OpenAI chat only."""
@@ -249,6 +253,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ProviderPreset(
             name="vllm",
             thinking_switch="chat_template_kwargs",
+            top_k=True,
             title="vLLM (self-hosted)",
             base_url=None,
             example_model="deepseek-ai/DeepSeek-V3.2",
@@ -267,6 +272,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ProviderPreset(
             name="sglang",
             thinking_switch="chat_template_kwargs",
+            top_k=True,
             title="SGLang (self-hosted)",
             base_url=None,
             example_model="deepseek-ai/DeepSeek-V3.2",

@@ -53,6 +53,9 @@ class ResolvedProvider:
     """The provider's Anthropic Messages API root (user's, else the preset's); None: OpenAI chat only."""
     thinking_switch: str = "thinking"
     """How its chat API switches reasoning, for translated ``/v1/messages`` requests (user's, else the preset's)."""
+    top_k: bool = False
+    """Its chat API takes ``top_k`` (the preset's ``top_k``): a translated ``/v1/messages`` request keeps the
+    client's ``top_k`` only then (gateway/anthropic.py)."""
     cache_min_tokens: int = 64
     """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
 
@@ -212,6 +215,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
             headers=dict(pc.headers),
             anthropic_base_url=anthropic_url,
             thinking_switch=pc.thinking_switch or (preset.thinking_switch if preset is not None else "thinking"),
+            top_k=preset.top_k if preset is not None else False,
             cache_min_tokens=(
                 pc.cache_min_tokens
                 if pc.cache_min_tokens is not None

@@ -114,12 +114,19 @@ class Messages:
         return self._request
 
     def attempt(
-        self, client: UpstreamClient, native: UpstreamClient | None, model: str, thinking_switch: str = "thinking"
+        self,
+        client: UpstreamClient,
+        native: UpstreamClient | None,
+        model: str,
+        thinking_switch: str = "thinking",
+        top_k: bool = False,
     ) -> Attempt:
         """The attempt at a route whose upstream model is ``model``: to ``native`` (passthrough) when the
         provider has one, else to ``client`` translated (its reasoning switched by ``thinking_switch``: the
         provider's ``thinking_switch``). A 400 ``WireError`` naming the field when the request cannot be
-        translated."""
+        translated. ``top_k``: whether the provider's chat API takes ``top_k`` (its preset says so); if not, a
+        translated request goes without it — OpenAI's chat API has no such field and a strict upstream refuses it
+        with a 400, while it is only a sampling hint (Claude Code does not send it)."""
         if native is not None:
             payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
             return Attempt(native, UPSTREAM_PATH, payload, self.forward, None)
@@ -129,6 +136,8 @@ class Messages:
         if made is None:
             made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
         chat = {**made, "model": model}
+        if not top_k:
+            chat.pop("top_k", None)
         return Attempt(client, "/chat/completions", chat, None, Translated(model, req.stop_sequences))
 
 

@@ -12,7 +12,7 @@ import asyncio
 import ipaddress
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from tailgate._aiohttp import BODY_LIMITS_KEY, openai_shaped_errors
+from tailgate._runtime import bounded_step
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.admin import add_admin_routes
@@ -66,6 +67,12 @@ from tailgate.routing import (
 )
 from tailgate.state import open_state
 from tailgate.wire.errors import WireError
+
+CLOSE_STEP_S = 5.0
+"""The most one step of :meth:`Gateway.close` may take (docs/gateway.md, "Stopping"); past it, it is logged by name
+and left behind. Each takes milliseconds while the stores answer."""
+LEDGER_CLOSE_S = 8.0
+"""The ledger's flush gets longer: the rows still in memory are written to its SQLite file then or never."""
 
 
 class BindRefused(Exception):
@@ -179,6 +186,12 @@ class Gateway:
             registry=registry,
         )
         keys_revoked = revoked_counter(registry)
+        count_tokens_total = Counter(
+            "tailgate_count_tokens",
+            "POST /v1/messages/count_tokens requests by alias, the provider that counted ('' when none) and status.",
+            ["alias", "provider", "status"],
+            registry=registry,
+        )
         register_runtime_metrics(registry)
         self.hedge_counter = hedge_counter(registry)
         routes = build_routes(
@@ -198,6 +211,7 @@ class Gateway:
             paced_total=paced_total,
             shed_total=shed_total,
             keys_revoked=keys_revoked,
+            count_tokens_total=count_tokens_total,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view
@@ -339,23 +353,38 @@ class Gateway:
         seed_priors(store, self.core.routes)  # promise 5: start from what the monitor measured (docs/routing.md)
         self.prober.start()
 
-    async def close(self) -> None:
-        await self.books.drain()  # the last requests' rows and settlements, before the stores close
-        await self.prober.close()
+    async def close(self) -> bool:
+        """Close every part, in this order, each bounded (docs/gateway.md, "Stopping"): a part that does not
+        finish within its bound (``CLOSE_STEP_S``; the ledger's flush ``LEDGER_CLOSE_S``) is logged by name
+        and left behind, so one component that stops answering delays the stop by its bound, never for ever.
+        True when every part finished in time (else a thread may still be blocked in a store call: the
+        ``tailgate serve`` process then exits without waiting for it)."""
+        steps: list[tuple[str, Callable[[], Awaitable[object]], float]] = [
+            # the last requests' rows and settlements, before the stores close
+            ("bookkeeping (books.drain)", self.books.drain, CLOSE_STEP_S),
+            ("health probes (prober.close)", self.prober.close, CLOSE_STEP_S),
+            ("upstream connection pools", self._close_clients, CLOSE_STEP_S),
+            ("traffic aggregates (traffic.close)", self.traffic.close, CLOSE_STEP_S),
+            ("key settlements (admission.close)", self.admission.close, CLOSE_STEP_S),
+        ]
+        if self.maintenance is not None:
+            steps.append(("store maintenance (maintenance.close)", self.maintenance.close, CLOSE_STEP_S))
+        steps.append(("store keys (key_directory.close)", self.key_directory.close, CLOSE_STEP_S))
+        if self.ledger is not None:
+            steps.append(("ledger flush (ledger.close)", self.ledger.close, LEDGER_CLOSE_S))
+        if self.shipper is not None:  # after the ledger: its last rows are in the spool now
+            steps.append(("ledger shipper (shipper.close)", self.shipper.close, CLOSE_STEP_S))
+        if (trace := self.trace) is not None:
+            steps.append(("trace (trace.close)", lambda: asyncio.to_thread(trace.close), CLOSE_STEP_S))
+        steps.append(("fleet state (fleet.close)", self.fleet.close, CLOSE_STEP_S))
+        clean = True
+        for what, step, limit in steps:
+            clean = await bounded_step(what, step(), limit, self.log) and clean
+        return clean
+
+    async def _close_clients(self) -> None:
         for p in self.providers.values():
             await p.close()
-        await self.traffic.close()
-        await self.admission.close()
-        if self.maintenance is not None:
-            await self.maintenance.close()
-        await self.key_directory.close()
-        if self.ledger is not None:
-            await self.ledger.close()
-        if self.shipper is not None:
-            await self.shipper.close()  # after the ledger: its last rows are in the spool now
-        if self.trace is not None:
-            self.trace.close()
-        await self.fleet.close()
 
     def app(self) -> web.Application:
         middlewares = [

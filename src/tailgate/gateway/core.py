@@ -54,3 +54,5 @@ class Core:
     """``tailgate_shed``: requests refused by load shedding."""
     keys_revoked: Counter
     """``tailgate_provider_keys_revoked``: provider keys out of rotation (revocation.py)."""
+    count_tokens_total: Counter
+    """``tailgate_count_tokens``: ``/v1/messages/count_tokens`` requests by alias, provider and status."""

@@ -97,8 +97,9 @@ class ProviderState:
         """Seconds until this provider could take a request of ``tokens`` (0.0: now)."""
         return max(0.0, self.paused_until - now, self.pacer.available_in(tokens), self.fleet_paused_for())
 
-    def observe(self, result: CallResult) -> None:
-        """Feed one finished attempt into the live windows (errors by class as counters)."""
+    def observe(self, result: CallResult, model: str | None = None) -> None:
+        """Feed one finished attempt into the live windows (errors by class as counters); ``model``: the route's
+        upstream model, for the prompt cache's hit rate per route (provider × model)."""
         self.e2e.incr("attempts")
         if result.ok:
             if result.ttft_ms is not None:
@@ -111,8 +112,12 @@ class ProviderState:
         if result.status == 429:
             self.e2e.incr("429")
         if result.cached_tokens is not None and result.prompt_tokens:  # the provider says what it cached
+            cached = min(result.cached_tokens, result.prompt_tokens)
             self.e2e.incr("cache:prompt", result.prompt_tokens)
-            self.e2e.incr("cache:cached", min(result.cached_tokens, result.prompt_tokens))
+            self.e2e.incr("cache:cached", cached)
+            if model is not None:
+                self.e2e.incr(f"route-cache:prompt:{model}", result.prompt_tokens)
+                self.e2e.incr(f"route-cache:cached:{model}", cached)
 
     def cost(
         self, prompt_tokens: int | None, output_tokens: int | None, cached_tokens: int | None = None
@@ -148,6 +153,7 @@ class ProviderState:
             "ttft_ms": _pcts(ttft) if ttft.count else None,
             "e2e_ms": _pcts(e2e) if e2e.count else None,
             "cache": self.cache_snapshot(),
+            "cache_routes": self.cache_routes(),
         }
 
     def cache_snapshot(self) -> dict[str, Any]:
@@ -159,6 +165,22 @@ class ProviderState:
             "cached_tokens": cached,
             "hit_rate": round(cached / prompt, 4) if prompt else None,
         }
+
+    def cache_routes(self) -> dict[str, dict[str, Any]]:
+        """The prompt cache over the window per route: upstream model → what :meth:`cache_snapshot` shows for the
+        provider, from that route's answers only (a model absent: none of its answers said what was cached)."""
+        counters = self.e2e.counters()
+        out: dict[str, dict[str, Any]] = {}
+        for name, prompt in counters.items():
+            if name.startswith("route-cache:prompt:") and prompt:
+                model = name.removeprefix("route-cache:prompt:")
+                cached = counters.get(f"route-cache:cached:{model}", 0)
+                out[model] = {
+                    "prompt_tokens": prompt,
+                    "cached_tokens": cached,
+                    "hit_rate": round(cached / prompt, 4),
+                }
+        return dict(sorted(out.items()))
 
 
 def provider_state(resolved: ResolvedProvider, pacing: PacingConfig) -> ProviderState:

@@ -23,14 +23,19 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tailgate._runtime import run, setup_logging
+from tailgate._runtime import bounded_step, exit_if_not_stopped_within, run, setup_logging
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway import site as http_site
-from tailgate.gateway.app import Gateway
+from tailgate.gateway.app import CLOSE_STEP_S, Gateway
 from tailgate.gateway.site import runner_kwargs
 from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
+
+STOP_GRACE_S = 10.0
+"""A ``tailgate serve`` process exits at the latest this long after its drain (``--drain-timeout``) ends: the
+closing steps take milliseconds while the stores answer, and each is bounded (``Gateway.close``); past it the
+process logs it and exits with status 1 (docs/gateway.md, "Stopping")."""
 
 
 class ListenError(OSError):
@@ -55,7 +60,13 @@ async def serve_gateway(
     ledger_path: Path | None = None,
     ready: asyncio.Event | None = None,
     on_hup: Callable[[], None] | None = None,
-) -> None:
+    exit_within: float | None = None,
+) -> bool:
+    """Serve until ``stop`` is set, then drain and close (each step bounded, ``Gateway.close``).
+
+    ``exit_within``: this process exits at the latest ``drain_timeout + exit_within`` seconds after ``stop`` is
+    set, whatever still hangs (for the ``tailgate serve`` process; never for a gateway embedded in a test).
+    True when every closing step finished within its bound."""
     config, providers = load_resolved(config_path)
     gateway = Gateway(config, providers, ledger_path=ledger_path, config_path=config_path)
     host = host or config.listen.host
@@ -101,14 +112,20 @@ async def serve_gateway(
         if ready is not None:
             ready.set()
         await stop.wait()
+        if exit_within is not None:  # the CLI's process: it exits by then whatever hangs (docs/gateway.md)
+            exit_if_not_stopped_within(drain_timeout + exit_within, log)
         log.info("stopping: no new connections; waiting up to %.0fs for requests in flight", drain_timeout)
     finally:
+        clean = True
         if metrics_runner is not None:
-            await metrics_runner.cleanup()
-        await runner.cleanup()
-        await gateway.close()
+            clean = await bounded_step("the metrics listener (cleanup)", metrics_runner.cleanup(), CLOSE_STEP_S, log)
+        # aiohttp waits up to drain_timeout for the requests in flight, then cancels them: a little more for that
+        cleanup = runner.cleanup()
+        clean = await bounded_step("requests in flight (runner.cleanup)", cleanup, drain_timeout + 2.0, log) and clean
+        clean = await gateway.close() and clean
         if gateway.ledger is not None:
             log.info("ledger flushed: %d rows written, %d dropped", gateway.ledger.written, gateway.ledger.dropped)
+    return clean
 
 
 def _on_sighup(gateway: Gateway, also: Callable[[], None] | None) -> None:
@@ -131,11 +148,29 @@ def _on_sighup(gateway: Gateway, also: Callable[[], None] | None) -> None:
 def _worker(config_path: Path, host: str | None, port: int | None, drain_timeout: float, verbose: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into SIGTERM for us
     setup_logging(verbose)
-    run(
+    clean = run(
         lambda stop: serve_gateway(
-            stop, config_path, host=host, port=port, reuse_port=True, drain_timeout=drain_timeout
+            stop,
+            config_path,
+            host=host,
+            port=port,
+            reuse_port=True,
+            drain_timeout=drain_timeout,
+            exit_within=STOP_GRACE_S,
         )
     )
+    if not clean:
+        _exit_now()
+
+
+def _exit_now() -> None:
+    """A closing step overran (logged by name): a thread may still be blocked in its store call, and the
+    interpreter would wait for it at exit. Leave now, with status 1."""
+    log.warning("stopping: exiting with status 1 without waiting for the step(s) named above")
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(1)
 
 
 def serve_forever(
@@ -156,8 +191,9 @@ def serve_forever(
             if child.pid is not None and child.is_alive():
                 os.kill(child.pid, signal.SIGHUP)
 
+    clean = False
     try:
-        run(
+        clean = run(
             lambda stop: serve_gateway(
                 stop,
                 config_path,
@@ -166,6 +202,8 @@ def serve_forever(
                 reuse_port=workers > 1,
                 drain_timeout=drain_timeout,
                 on_hup=forward_hup,
+                # with workers, they are told to stop once this process has (below): their bound comes on top
+                exit_within=STOP_GRACE_S if not children else drain_timeout + 2 * STOP_GRACE_S,
             )
         )
     finally:
@@ -173,6 +211,8 @@ def serve_forever(
             if child.pid is not None and child.is_alive():
                 child.terminate()  # SIGTERM: the child drains and flushes like we did
         for child in children:
-            child.join(timeout=drain_timeout + 10)
+            child.join(timeout=drain_timeout + STOP_GRACE_S)
             if child.pid is not None:
                 worker_gone(child.pid)
+    if not clean:
+        _exit_now()

@@ -89,7 +89,7 @@ class ProviderInfo:
 
 @dataclass(frozen=True, slots=True)
 class LeaderRow:
-    """One provider × model on the leaderboard; ``to_dict()`` is the JSON form (same keys)."""
+    """One provider × model × api on the leaderboard; ``to_dict()`` is the JSON form (same keys)."""
 
     provider: str
     model: str
@@ -133,6 +133,9 @@ class LeaderRow:
     traffic_ttft_p50_ms: float | None = None
     traffic_ttft_p90_ms: float | None = None
     traffic_ttft_p99_ms: float | None = None
+    api: str = "openai"
+    """The protocol the probes spoke: ``openai`` or ``anthropic`` (the provider's ``anthropic_base_url``); a
+    provider probed both ways has two rows. The gateway's traffic columns are on the ``openai`` row."""
     traffic_e2e_p50_ms: float | None = None
     traffic_e2e_p90_ms: float | None = None
     traffic_e2e_p99_ms: float | None = None
@@ -290,7 +293,7 @@ def build(
     sort: str = "p90",
     info: Mapping[str, ProviderInfo] | None = None,
     pairs: Iterable[tuple[str, str]] = (),
-    probes: Mapping[tuple[str, str], _Cells] | None = None,
+    probes: Mapping[tuple[str, str, str], _Cells] | None = None,
     cache_hit: Mapping[str, float] | None = None,
 ) -> list[LeaderRow]:
     """Leaderboard rows from rows already read; rows outside ``[now - window_s, now]`` are ignored.
@@ -305,30 +308,33 @@ def build(
     if window_s <= 0:
         raise ValueError(f"window must be > 0 seconds, got {window_s}")
     since = now - window_s
-    by_pair: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    by_pair: dict[tuple[str, str, str], list[Sample]] = defaultdict(list)
     for s in samples:
         if since <= s.ts <= now:
-            by_pair[(s.provider, s.model)].append(s)
+            by_pair[(s.provider, s.model, s.api)].append(s)
     traffic_by_pair: dict[tuple[str, str], list[TrafficMinute]] = defaultdict(list)
     for t in traffic:
         if since <= t.minute <= now:
             traffic_by_pair[(t.provider, t.model)].append(t)
-    keys = set(by_pair) | set(traffic_by_pair) | set(pairs) | set(probes or ())
+    openai = {(p, m, "openai") for p, m in (*traffic_by_pair, *pairs)}
+    keys = set(by_pair) | openai | set(probes or ())
     info = info or {}
     bucket_s = bucket_seconds(window_s)
     rows: list[LeaderRow] = []
-    for provider, model in keys:
+    for provider, model, api in keys:
         if probes is not None:
-            cells = probes.get((provider, model)) or _empty_probe_cells(since, bucket_s)
+            cells = probes.get((provider, model, api)) or _empty_probe_cells(since, bucket_s)
         else:
             cells = _Cells()
-            _probe_cells(cells, by_pair.get((provider, model), []), since, bucket_s)
-        _traffic_cells(cells, traffic_by_pair.get((provider, model), []))
+            _probe_cells(cells, by_pair.get((provider, model, api), []), since, bucket_s)
+        if api == "openai":  # the gateway's traffic minutes are chat traffic
+            _traffic_cells(cells, traffic_by_pair.get((provider, model), []))
         meta = info.get(provider, ProviderInfo())
         rows.append(
             LeaderRow(
                 provider=provider,
                 model=model,
+                api=api,
                 price_input=meta.price_input,
                 price_output=meta.price_output,
                 currency=meta.currency,
@@ -350,14 +356,16 @@ def _empty_probe_cells(since: float, bucket_s: float) -> _Cells:
     return cells
 
 
-def _probe_cells_sql(conn: Queryable, provider: str, model: str, since: float, until: float, bucket_s: float) -> _Cells:
+def _probe_cells_sql(
+    conn: Queryable, provider: str, model: str, since: float, until: float, bucket_s: float, api: str = "openai"
+) -> _Cells:
     """``_probe_cells`` computed by the store: aggregates in SQL, each percentile column fetched sorted.
 
     Same numbers as reading every sample (nearest-rank on the same values; means up to float rounding).
     """
     cells = _Cells()
-    base = "FROM samples WHERE provider = ? AND model = ? AND ts >= ? AND ts <= ?"
-    args = (provider, model, since, until)
+    base = "FROM samples WHERE provider = ? AND model = ? AND api = ? AND ts >= ? AND ts <= ?"
+    args = (provider, model, api, since, until)
     long_ok = f"{base} AND error_class IS NULL AND workload = '{THROUGHPUT_WORKLOAD}'"
     n, ok, graded, right = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(CASE WHEN error_class IS NULL THEN 1 ELSE 0 END), 0), "
@@ -444,11 +452,11 @@ def compute(
     traffic = read_window(conn, since=since, until=now, model=model)  # whole hours from the hourly roll-up
     clause, args = ("AND model = ? ", (since, now, model)) if model is not None else ("", (since, now))
     found = conn.execute(
-        f"SELECT DISTINCT provider, model FROM samples WHERE ts >= ? AND ts <= ? {clause}",  # noqa: S608
+        f"SELECT DISTINCT provider, model, api FROM samples WHERE ts >= ? AND ts <= ? {clause}",  # noqa: S608
         args,
     ).fetchall()
     bucket_s = bucket_seconds(window_s)
-    probes = {(p, m): _probe_cells_sql(conn, p, m, since, now, bucket_s) for p, m in found}
+    probes = {(p, m, a): _probe_cells_sql(conn, p, m, since, now, bucket_s, a) for p, m, a in found}
     wanted = [p for p in pairs if model is None or p[1] == model]
     hits = cache_hit_pct(conn, since=since, until=now)
     return build(
@@ -492,7 +500,8 @@ def recent_priors(conn: Queryable, window_s: float, now: float) -> dict[tuple[st
     """
     by_pair: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     for s in read_samples(conn, since=now - window_s, until=now):
-        by_pair[(s.provider, s.model)].append(s)
+        if s.api == "openai":  # the router's priors are for chat routes; Anthropic probes are a separate endpoint
+            by_pair[(s.provider, s.model)].append(s)
     minimum = MINIMUMS["p90"]
     out: dict[tuple[str, str], Prior] = {}
     for pair, group in sorted(by_pair.items()):

@@ -216,6 +216,11 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
         "requests: the client's API (openai | anthropic)",
         ("ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
     ),
+    Migration(
+        8,
+        "samples: the protocol the monitor probed with (openai | anthropic)",
+        ("ALTER TABLE samples ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

@@ -77,6 +77,9 @@ class Sample:
     ttft_answer_ms: float | None = None
     """Time to the first answer token (not reasoning); equals ``ttft_ms`` when the model did not think."""
     reasoning_tokens: int | None = None
+    api: str = "openai"
+    """The protocol probed: ``openai`` (``/chat/completions``) or ``anthropic`` (the provider's
+    ``anthropic_base_url``, ``/v1/messages``). The leaderboard keeps the two apart."""
 
     @property
     def ok(self) -> bool:

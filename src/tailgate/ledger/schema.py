@@ -288,6 +288,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "requests: the client's API (openai | anthropic)",
         ("ALTER TABLE requests ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
     ),
+    Migration(
+        8,
+        "samples: the protocol the monitor probed with (openai | anthropic)",
+        ("ALTER TABLE samples ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
+    ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.
 )
 

@@ -55,6 +55,11 @@ def _cell(row: LeaderRow, name: str, fmt: Callable[[Any], str]) -> str:
     return fmt(value)
 
 
+def _provider(row: LeaderRow) -> str:
+    """The provider cell: ``NAME`` for its chat endpoint, ``NAME (anthropic)`` for its Anthropic endpoint's row."""
+    return row.provider if row.api == "openai" else f"{row.provider} ({row.api})"
+
+
 def _s(ms: float) -> str:
     return f"{ms / 1000.0:.2f}"
 
@@ -126,7 +131,7 @@ def _min_max(row: LeaderRow) -> str:
 
 COLUMNS: tuple[tuple[Col, Callable[[LeaderRow], str], bool], ...] = (
     # (column, cell, in the compact default). ``keep``: the lower, the longer it stays on a narrow terminal.
-    (Col("provider", "provider", 0, left=True), lambda r: r.provider, True),
+    (Col("provider", "provider", 0, left=True), lambda r: _provider(r), True),
     (Col("model", "model", 0, left=True), lambda r: r.model, True),
     (Col("n", "n", 1), lambda r: str(r.samples), True),
     (Col("ttft_p50", "TTFT\nP50", 7), lambda r: _cell(r, "ttft_p50_ms", _s), False),
@@ -195,7 +200,7 @@ def pick_columns(spec: str | None, *, wide: bool) -> tuple[str, ...] | None:
 
 def _peak_cell(peak: Peak, key: str) -> Callable[[LeaderRow], str]:
     def cell(row: LeaderRow) -> str:
-        return peak_cells(peak.get((row.provider, row.model)))[key]
+        return peak_cells(peak.get((row.provider, row.model)) if row.api == "openai" else None)[key]
 
     return cell
 
@@ -254,7 +259,13 @@ def leaderboard_json(
         "model": model,
         "bucket_s": bucket_seconds(window_s),
         "minimums": dict(MINIMUMS),
-        "rows": [{**row.to_dict(), "peak": peak_json((peak or {}).get((row.provider, row.model)))} for row in rows],
+        "rows": [
+            {
+                **row.to_dict(),
+                "peak": peak_json((peak or {}).get((row.provider, row.model)) if row.api == "openai" else None),
+            }
+            for row in rows
+        ],
     }
 
 

@@ -47,6 +47,9 @@ class MonitorOptions:
     retention_s: float | None = 30 * 86400.0
     concurrency: int = 2
     workloads: tuple[str, ...] = WORKLOADS
+    apis: tuple[str, ...] = ("openai",)
+    """``--api``: the protocols to probe with; ``anthropic`` probes the providers that have an
+    ``anthropic_base_url`` at ``/v1/messages`` (their samples and leaderboard rows are kept apart)."""
     serve: bool = False
     host: str = "127.0.0.1"
     port: int = 8090
@@ -76,10 +79,12 @@ def store_path(db: Path | None, config: GatewayConfig | None) -> Path:
     return default_db_path()
 
 
-def load_targets(path: Path) -> tuple[GatewayConfig, dict[str, ResolvedProvider], list[Target]]:
-    """The config, its providers and the provider × model pairs to probe; raises ConfigError."""
+def load_targets(
+    path: Path, apis: tuple[str, ...] = ("openai",)
+) -> tuple[GatewayConfig, dict[str, ResolvedProvider], list[Target]]:
+    """The config, its providers and the provider × model × api targets to probe; raises ConfigError."""
     config, providers = load_resolved(path)
-    return config, providers, targets_from_config(config)
+    return config, providers, targets_from_config(config, providers, apis)
 
 
 def _fmt_ms(value: float | None) -> str:
@@ -90,14 +95,15 @@ def round_table(report: RoundReport, urls: Mapping[str, str] | None = None) -> l
     """The samples of one round as aligned text lines (for ``--once``); a failure names the URL it went to."""
     header = ("provider", "model", "workload", "result", "TTFT ms", "E2E ms", "tokens", "tok/s", "right")
     rows = [header]
-    for s in sorted(report.samples, key=lambda s: (s.provider, s.model, s.workload)):
+    for s in sorted(report.samples, key=lambda s: (s.provider, s.api, s.model, s.workload)):
         result = "ok" if s.ok else f"{s.error_class}" + (f" ({s.status})" if s.status else "")
-        if not s.ok and urls and s.provider in urls:
-            result += f" from {urls[s.provider]}"
+        where = s.provider if s.api == "openai" else f"{s.provider} ({s.api})"
+        if not s.ok and urls and where in urls:
+            result += f" from {urls[where]}"
         right = "-" if s.accuracy_ok is None else ("yes" if s.accuracy_ok else "no")
         rows.append(
             (
-                s.provider,
+                where,
                 s.model,
                 s.workload,
                 result,
@@ -109,7 +115,16 @@ def round_table(report: RoundReport, urls: Mapping[str, str] | None = None) -> l
             )
         )
     for skip in report.skipped:
-        rows.append((skip.target.provider, skip.target.model, skip.workload, f"skipped: {skip.reason}", *"-" * 5))
+        t = skip.target
+        rows.append(
+            (
+                t.provider if t.api == "openai" else f"{t.provider} ({t.api})",
+                t.model,
+                skip.workload,
+                f"skipped: {skip.reason}",
+                *"-" * 5,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
@@ -117,9 +132,12 @@ def round_table(report: RoundReport, urls: Mapping[str, str] | None = None) -> l
 async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo = print) -> int:
     """Run ``tailgate monitor`` until ``stop`` is set (or one round with ``--once``); return the exit code."""
     try:
-        config, providers, targets = load_targets(options.config)
+        config, providers, targets = load_targets(options.config, options.apis)
     except ConfigError as exc:
         echo("error: invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
+        return 2
+    if not targets and options.apis == ("anthropic",):
+        echo(f"error: {options.config}: --api anthropic: no routed provider has an anthropic_base_url to probe")
         return 2
     if not targets:  # pragma: no cover - the schema requires at least one model with one route
         echo(f"error: {options.config}: no provider × model pairs to probe (models.*.routes is empty)")

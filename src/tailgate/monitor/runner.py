@@ -3,13 +3,16 @@
 Providers are probed side by side; within a provider at most ``concurrency`` probes are in flight, and
 each waits for the provider's pacer (``limits.rpm`` / ``limits.tpm`` from the config, shared by all its
 keys) — a probe that would wait longer than ``max_pacing_wait_s`` is skipped and reported, not sent.
-A 429 pauses that provider's probes for its ``Retry-After``. Every probe that was sent becomes one
+A 429 pauses that provider's probes for its ``Retry-After``. A target with ``api = "anthropic"`` is probed at
+the provider's ``anthropic_base_url`` (``/v1/messages``, the same probe said in Anthropic's Messages API, its own
+connection pool, the provider's one pacer) and measured by the same core as chat. Every probe that was sent becomes one
 :class:`~tailgate.ledger.samples.Sample` (failures included: they are the reliability column).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -23,20 +26,26 @@ from tailgate.ledger.samples import Sample, SampleStore, tok_s
 from tailgate.monitor.workloads import WORKLOADS, build_probe, content_text
 from tailgate.routing import Pacer
 from tailgate.upstream import Body, Chunk, UpstreamClient, call, endpoint_for
+from tailgate.wire.anthropic import API_VERSION, from_chat_body
 
-__all__ = ["Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
+__all__ = ["APIS", "Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
 
 log = logging.getLogger("tailgate.monitor")
 
 MAX_PAUSE_S = 300.0
+APIS = ("openai", "anthropic")
+"""The protocols the monitor probes with: ``openai`` (``base_url`` + ``/chat/completions``) and ``anthropic``
+(``anthropic_base_url`` + ``/v1/messages``)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Target:
-    """One provider × upstream model to probe."""
+    """One provider × upstream model × protocol to probe."""
 
     provider: str
     model: str
+    api: str = "openai"
+    """``openai`` or ``anthropic`` (the provider's ``anthropic_base_url``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +98,26 @@ class RoundReport:
         return ", ".join(parts) + f" in {self.duration_s:.1f} s"
 
 
-def targets_from_config(config: GatewayConfig) -> list[Target]:
-    """Every distinct (provider, upstream model) pair the config's routes name, in config order."""
+def targets_from_config(
+    config: GatewayConfig,
+    providers: Mapping[str, ResolvedProvider] | None = None,
+    apis: Sequence[str] = ("openai",),
+) -> list[Target]:
+    """Every distinct (provider, upstream model) pair the config's routes name, in config order, once per api
+    in ``apis``. ``anthropic`` targets only the providers with an ``anthropic_base_url`` (from the config or
+    its preset, read from ``providers``); the others have no Anthropic endpoint to probe."""
+    bad = [a for a in apis if a not in APIS]
+    if bad or not apis:
+        raise ValueError(f"unknown api {bad}; known: {', '.join(APIS)}")
     seen: dict[Target, None] = {}
-    for model in config.models.values():
-        for route in model.routes:
-            seen.setdefault(Target(route.provider, route.model), None)
+    for api in apis:
+        for model in config.models.values():
+            for route in model.routes:
+                if api == "anthropic":
+                    resolved = (providers or {}).get(route.provider)
+                    if resolved is None or resolved.anthropic_base_url is None:
+                        continue
+                seen.setdefault(Target(route.provider, route.model, api), None)
     return list(seen)
 
 
@@ -128,6 +151,16 @@ class Monitor:
         unknown = [t.provider for t in targets if t.provider not in providers]
         if unknown:
             raise ValueError(f"targets name unknown providers: {', '.join(sorted(set(unknown)))}")
+        native = [
+            t.provider for t in targets if t.api == "anthropic" and providers[t.provider].anthropic_base_url is None
+        ]
+        if native:
+            raise ValueError(
+                f"anthropic targets name providers without anthropic_base_url: {', '.join(sorted(set(native)))}"
+            )
+        bad_api = [t.api for t in targets if t.api not in APIS]
+        if bad_api:
+            raise ValueError(f"unknown api {sorted(set(bad_api))}; known: {', '.join(APIS)}")
         bad = [w for w in workloads if w not in WORKLOADS]
         if bad or not workloads:
             raise ValueError(f"unknown workloads {bad}; known: {', '.join(WORKLOADS)}")
@@ -135,26 +168,42 @@ class Monitor:
             raise ValueError("concurrency must be >= 1")
         self.targets = list(targets)
         self.urls = {name: display_url(p.base_url) for name, p in providers.items()}
-        """Provider → its base URL as safe to print (a failed probe's line says where it went)."""
+        """Provider (``NAME (anthropic)`` for its Anthropic endpoint) → its base URL as safe to print (a failed
+        probe's line says where it went)."""
+        self.urls.update(
+            {
+                f"{n} (anthropic)": display_url(p.anthropic_base_url)
+                for n, p in providers.items()
+                if p.anthropic_base_url
+            }
+        )
         self.workloads = tuple(workloads)
         self.store = store
         self.max_pacing_wait_s = max_pacing_wait_s
         self.retention_s = retention_s
         self._wall = wall
         self._providers: dict[str, _Provider] = {}
+        self._anthropic: dict[str, UpstreamClient] = {}
+        """Provider → a pool to its ``anthropic_base_url`` (only for providers with anthropic targets)."""
         for target in self.targets:
-            if target.provider in self._providers:
-                continue
             resolved = providers[target.provider]
-            self._providers[target.provider] = _Provider(
-                client=UpstreamClient(endpoint_for(resolved, max_total_s=probe_timeout_s)),
-                pacer=Pacer(resolved.limits.rpm, resolved.limits.tpm),
-                slots=asyncio.Semaphore(concurrency),
-            )
+            endpoint = endpoint_for(resolved, max_total_s=probe_timeout_s)
+            if target.provider not in self._providers:
+                self._providers[target.provider] = _Provider(
+                    client=UpstreamClient(endpoint),
+                    pacer=Pacer(resolved.limits.rpm, resolved.limits.tpm),
+                    slots=asyncio.Semaphore(concurrency),
+                )
+            if target.api == "anthropic" and target.provider not in self._anthropic:
+                assert resolved.anthropic_base_url is not None  # checked above
+                messages_endpoint = dataclasses.replace(endpoint, base_url=resolved.anthropic_base_url)
+                self._anthropic[target.provider] = UpstreamClient(messages_endpoint)
 
     async def close(self) -> None:
         for p in self._providers.values():
             await p.client.close()
+        for client in self._anthropic.values():
+            await client.close()
 
     async def run_round(self, index: int) -> RoundReport:
         """Probe every target with every workload once, store the samples, apply retention."""
@@ -189,10 +238,18 @@ class Monitor:
                 await asyncio.sleep(wait)
                 waited += wait
             body = {**probe.body, "model": target.model}
+            client, path, headers = state.client, "/chat/completions", None
+            if target.api == "anthropic":  # the same probe, said in Anthropic's Messages API
+                body = from_chat_body(body)
+                client, path, headers = (
+                    self._anthropic[target.provider],
+                    "/v1/messages",
+                    {"anthropic-version": API_VERSION},
+                )
             text: list[str] = []
             request_id = f"tailgate-monitor-{index}-{workload}"
             async with call(
-                state.client, "/chat/completions", body, stream=True, client_wants_usage=True, request_id=request_id
+                client, path, body, stream=True, client_wants_usage=True, request_id=request_id, headers=headers
             ) as c:
                 async for event in c:
                     if probe.task is not None and isinstance(event, Chunk | Body):
@@ -216,4 +273,5 @@ class Monitor:
             accuracy_ok=grade(probe.task, "".join(text)) if probe.task is not None and ok else None,
             ttft_answer_ms=result.ttft_answer_ms,
             reasoning_tokens=result.reasoning_tokens,
+            api=target.api,
         )

@@ -6,10 +6,27 @@ A leaf of the routing package: every policy, the promises and the gateway take :
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Route", "weighted_order"]
+__all__ = ["Route", "route_hash", "weighted_order"]
+
+_MASK = (1 << 64) - 1
+
+
+def mix64(x: int) -> int:
+    """splitmix64's finalizer: a 64-bit integer → a well-spread 64-bit integer."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
+
+
+def route_hash(provider: str, model: str) -> int:
+    """A route's 64-bit identity, the same in every process (conversation affinity's rendezvous salt):
+    CRC-32 of ``provider NUL model`` and its length through splitmix64's finalizer."""
+    data = f"{provider}\x00{model}".encode("utf-8", "surrogatepass")
+    return mix64((zlib.crc32(data) << 32) | (len(data) & 0xFFFFFFFF))
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +38,11 @@ class Route:
     model: str
     weight: float
     classes: frozenset[str] = frozenset()
+    salt: int = field(init=False, repr=False, compare=False)
+    """:func:`route_hash` of (provider, model), computed once (affinity's rendezvous reads it per request)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "salt", route_hash(self.provider, self.model))
 
 
 def weighted_order(routes: Sequence[Route], weight: Callable[[Route], float], rng: random.Random) -> list[Route]:

@@ -20,10 +20,6 @@ def _salt(index: int) -> int:
 _SALTS = tuple(_salt(i) for i in range(64))
 
 
-def _salts(pool: KeyPool) -> list[int]:
-    return [_salt(i) for i in range(len(pool))]
-
-
 class KeyPool:
     """Hands out a provider's keys in turn, so load (and per-key rate limits) spread evenly.
 
@@ -31,10 +27,12 @@ class KeyPool:
     key, is what callers record. ``repr`` shows only how many keys there are.
     """
 
-    __slots__ = ("_keys", "_next", "_revoked")
+    __slots__ = ("_keys", "_next", "_revoked", "_salts")
 
     def __init__(self, keys: Sequence[str]) -> None:
         self._keys = tuple(keys)
+        n = len(self._keys)
+        self._salts = _SALTS[:n] if n <= len(_SALTS) else tuple(_salt(i) for i in range(n))
         self._next = 0
         self._revoked: set[int] = set()
 
@@ -66,13 +64,14 @@ class KeyPool:
         """The key a conversation with affinity key ``key`` (64 bits) uses: rendezvous hashing over the keys in
         rotation, so the same conversation reaches the same account (its prompt cache) from every replica, and
         a revoked key moves only its own conversations. None for a keyless provider."""
-        if not self._keys:
-            return None
+        keys = self._keys
+        if len(keys) < 2:
+            return (0, keys[0]) if keys else None
         best, best_score, revoked = 0, -1, self._revoked
-        for index, salt in enumerate(_SALTS[: len(self._keys)] if len(self._keys) <= len(_SALTS) else _salts(self)):
+        for index, salt in enumerate(self._salts):
             if revoked and index in revoked:
                 continue
-            x = ((key ^ salt) * 0xBF58476D1CE4E5B9 & _MASK) >> 11  # the product's high bits: spread by the key
+            x = (key ^ salt) * 0xBF58476D1CE4E5B9 & _MASK  # spread by the key (already well mixed)
             if x > best_score:
                 best, best_score = index, x
         return best, self._keys[best]

@@ -72,6 +72,7 @@ __all__ = [
     "error_event",
     "error_type",
     "event_frame",
+    "from_chat_body",
 ]
 
 API_VERSION = "2023-06-01"
@@ -481,3 +482,24 @@ def decode_head(body: bytes) -> MessagesHead:
         raise json_error(exc, body) from exc
     except RecursionError:
         raise nested_too_deeply() from None
+
+
+def from_chat_body(chat: dict[str, Any]) -> dict[str, Any]:
+    """A workload's or a probe's simple chat body (bench, monitor) said in Anthropic's Messages API: system
+    messages → ``system``, the turns as they are (text content), ``max_tokens`` (required there; the
+    workload's, else 1024), ``stream``, ``temperature``. Nothing else a workload sets has a place there."""
+    system = [m["content"] for m in chat.get("messages", ()) if m.get("role") == "system"]
+    messages = [
+        {"role": m["role"], "content": m["content"]} for m in chat.get("messages", ()) if m.get("role") != "system"
+    ]
+    body: dict[str, Any] = {
+        "model": chat["model"],
+        "max_tokens": chat.get("max_tokens") or chat.get("max_completion_tokens") or 1024,
+        "messages": messages,
+    }
+    if system:
+        body["system"] = "\n".join(str(s) for s in system)
+    for name in ("stream", "temperature"):
+        if chat.get(name) is not None:
+            body[name] = chat[name]
+    return body

@@ -511,6 +511,21 @@
     await loadLive();
   }
 
+  // The prompt cache's hit rate over the window: per route (upstream model) when the provider serves more than one,
+  // else the provider's; the title gives the token counts, per route.
+  function cacheCell(p) {
+    const routes = Object.entries(p.cache_routes || {});
+    const counts = (c) => `${c.cached_tokens} of ${c.prompt_tokens} prompt tokens cached`;
+    return {
+      text: routes.length > 1
+        ? routes.map(([model, c]) => `${model} ${fmtRate(c.hit_rate)}`).join(", ")
+        : fmtRate(p.cache && p.cache.hit_rate),
+      title: p.cache && p.cache.prompt_tokens
+        ? [`${counts(p.cache)} (window)`, ...routes.map(([model, c]) => `${model}: ${counts(c)}`)].join("\n")
+        : "the provider reported no cached tokens in the window",
+    };
+  }
+
   function renderLive(live) {
     const table = $("live");
     const head = el(
@@ -552,12 +567,7 @@
         el("td", { text: fmtRate(p.error_rate) }),
         el("td", { text: fmtMs(p.ttft_ms && p.ttft_ms.p90) }),
         el("td", { text: fmtMs(p.e2e_ms && p.e2e_ms.p90) }),
-        el("td", {
-          text: fmtRate(p.cache && p.cache.hit_rate),
-          title: p.cache && p.cache.prompt_tokens
-            ? `${p.cache.cached_tokens} of ${p.cache.prompt_tokens} prompt tokens cached (window)`
-            : "the provider reported no cached tokens in the window",
-        }),
+        el("td", cacheCell(p)),
         el("td", { class: "text" }, btn),
       );
     });
