@@ -609,3 +609,24 @@ async def test_count_tokens_applies_the_keys_standing_and_rpm_and_is_counted(
     assert 'tailgate_count_tokens_total{alias="claude",provider="",status="429"} 1.0' in metrics
     assert 'tailgate_count_tokens_total{alias="claude",provider="",status="403"} 1.0' in metrics
     assert 'tailgate_count_tokens_total{alias="claude",provider="",status="401"} 1.0' in metrics
+
+
+async def test_a_count_tokens_refused_for_want_of_a_native_endpoint_keeps_the_keys_rpm(
+    sim: SimFactory, gateway: GwFactory, ant: Callable[..., AsyncAnthropic]
+) -> None:
+    """A refusal of ours keeps nothing (docs/keys.md): an alias with no native endpoint answers count_tokens a 404
+    before the key's rpm is taken, so a key of ``rpm: 1`` still gets its one generation afterwards."""
+    native = await sim("instant", models=("up",), engine=FAST)
+    chat = await sim("instant", models=("up",), engine=FAST)
+    cfg = config((chat, "translation"), (native, "passthrough"))
+    cfg["models"]["chat-only"] = {"routes": [{"provider": "p0", "model": "up"}]}
+    cfg["keys"].append({"id": "one", "key": "tg-one-key-01234567890", "rpm": 1})
+    gw = await gateway(cfg)
+    one = ant(gw, key="tg-one-key-01234567890")
+    for _ in range(2):
+        with pytest.raises(anthropic.NotFoundError):
+            await one.messages.count_tokens(model="chat-only", messages=HI)
+    answer = await one.messages.create(model="chat-only", max_tokens=8, messages=HI)
+    assert answer.content  # the rpm's one request was still there
+    with pytest.raises(anthropic.RateLimitError):  # ... and now it is spent
+        await one.messages.create(model="chat-only", max_tokens=8, messages=HI)

@@ -128,8 +128,6 @@ class Proxy:
             check = Ctx(request_id=rid, endpoint="messages", table=table)
             check.key_id, check.alias = key_id, model
             self._check_key(check)  # expired, model not allowed
-            if (rpm := core.keys.rpm(key_id)) is not None:
-                await core.fleet.admit_key(key_id, rpm)  # 429 with Retry-After over the key's rpm
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
         order = table.policy_for(model).order(routes, request.headers.get("x-tailgate-class") or None, exclude)
@@ -141,6 +139,9 @@ class Proxy:
                 "(anthropic_base_url); the others are reached by translation to OpenAI chat.",
                 type="not_found_error",
             )
+        if key_id is not None and (rpm := core.keys.rpm(key_id)) is not None:
+            # after the checks that refuse it for good: a refusal of ours keeps nothing (docs/keys.md)
+            await core.fleet.admit_key(key_id, rpm)  # 429 with Retry-After over the key's rpm
         route, provider = native[0]
         client = provider.anthropic_client
         assert client is not None
