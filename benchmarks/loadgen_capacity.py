@@ -67,7 +67,7 @@ from bench_sim import (
     server,
     sim_argv,
 )
-from tailgate.bench.loadgen import Alarm
+from tailgate.bench.alarm import Alarm
 from tailgate.bench.workload import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -353,7 +353,7 @@ def empty_schedule(
     rate: float, duration_s: float, *, alarm: bool = True, rt: bool = False, pin: bool = False
 ) -> dict[str, Any]:
     """The baseline of claim 2: the open loop's own timing with no request sent, in this process, on
-    uvloop. ``alarm``: wait with the generator's own :class:`~tailgate.bench.loadgen.Alarm` (a timerfd,
+    uvloop. ``alarm``: wait with the generator's own :class:`~tailgate.bench.alarm.Alarm` (a timerfd,
     as ``LoadGenerator.open`` does); otherwise with ``asyncio.sleep`` (the loop's millisecond timers,
     what the generator used before). Its lag is what the machine's timers and CPU scheduler allow; the
     generator's lag above it is the generator's."""

@@ -16,8 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SimFactory, ThreadedSim
+from tailgate.bench import alarm as alarm_module
 from tailgate.bench import loadgen
-from tailgate.bench.loadgen import Alarm, Bounds
+from tailgate.bench.alarm import Alarm
+from tailgate.bench.loadgen import Bounds
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.runner import Plan, TargetSpec, apportion, parse_stages, run_plan, run_workers
 from tailgate.bench.workload import LengthDist, RequestSpec, Workload, load_prompts
@@ -417,9 +419,9 @@ async def test_open_loop_builds_each_request_after_the_previous_one_is_sent(
 async def test_alarm_never_fires_early(precise: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The open loop's alarm (timerfd, or the loop's timers where there is none) never wakes before its time."""
     if not precise:
-        monkeypatch.setattr(loadgen, "_libc_timerfd", lambda: None)
+        monkeypatch.setattr(alarm_module, "_libc_timerfd", lambda: None)
     alarm = Alarm()
-    assert alarm.precise == (precise and loadgen._libc_timerfd() is not None)
+    assert alarm.precise == (precise and alarm_module._libc_timerfd() is not None)
     fired: list[float] = []
     cb_alarm = Alarm(callback=lambda: fired.append(time.perf_counter()))
     try:
