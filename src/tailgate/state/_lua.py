@@ -302,3 +302,8 @@ end
 return out
 """
 )
+
+
+def slot_members(token: str, count: int) -> list[str]:
+    """The members a grant of ``count`` slots under ``token`` holds in the cap's set (``ACQUIRE`` names them so)."""
+    return [token] if count == 1 else [f"{token}:{i}" for i in range(1, count + 1)]

@@ -51,7 +51,7 @@ from tailgate.state.protocol import (
 )
 from tailgate.state.views import FleetViews
 
-__all__ = ["RedisState", "slot_members"]
+__all__ = ["RedisState"]
 
 log = logging.getLogger("tailgate.state")
 
@@ -395,7 +395,7 @@ class RedisState(SharedState):
             if c.amount
         ]
         if e.slot is not None and e.slot.count > 1 and lease is not None:
-            for member in slot_members(lease[1], e.slot.count):
+            for member in _lua.slot_members(lease[1], e.slot.count):
                 self._link.spawn(self.release(e.slot.name, member))
             lease = None
         self._link.spawn(self.settle(refunds, lease))
@@ -412,7 +412,7 @@ class RedisState(SharedState):
             here = bool(decided) and decided[0]
             granted = result is not None and bool(result[0])
             if granted and slot is not None:
-                for member in slot_members(token, slot.count):
+                for member in _lua.slot_members(token, slot.count):
                     self._link.spawn(self.release(slot.name, member))
             if granted and not here:
                 for c, i in zip(claims, range(3, len(result), 5), strict=False):
@@ -578,11 +578,6 @@ class RedisState(SharedState):
         mono = self._views.apply(out, channels)
         self.last_sync = mono
         self._link.answered(mono)
-
-
-def slot_members(token: str, count: int) -> list[str]:
-    """The members a grant of ``count`` slots under ``token`` holds (``ACQUIRE`` in ``_lua.py``)."""
-    return [token] if count == 1 else [f"{token}:{i}" for i in range(1, count + 1)]
 
 
 @dataclass(slots=True)
