@@ -404,6 +404,10 @@ class LedgerConfig(_Strict):
     """Raw request rows older than this are deleted once rolled up into ``usage_hourly``."""
     rollup_retention: PositiveSeconds = 400 * 86400.0
     """Hourly roll-ups older than this are deleted."""
+    rollup_interval: PositiveSeconds = 60.0
+    """How often the gateway's maintenance task rolls new request rows up into ``usage_hourly``."""
+    retention_interval: PositiveSeconds = 3600.0
+    """How often (at a roll-up tick, the first tick included) it applies ``retention`` and ``rollup_retention``."""
 
     @field_validator("url")
     @classmethod

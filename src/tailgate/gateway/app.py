@@ -134,7 +134,13 @@ class Gateway:
         self.maintenance: Maintenance | None = None  # roll-ups and retention of the store (docs/ledger.md)
         if self.ledger is not None and keys_at is not None:
             lc = config.ledger
-            self.maintenance = Maintenance(keys_at, raw_s=lc.retention, rollup_s=lc.rollup_retention)
+            self.maintenance = Maintenance(
+                keys_at,
+                raw_s=lc.retention,
+                rollup_s=lc.rollup_retention,
+                rollup_every=lc.rollup_interval,
+                retention_every=lc.retention_interval,
+            )
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
         self.admission = KeyAdmission(self.key_directory, lambda: state, registry, store=keys_at)
