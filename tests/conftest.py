@@ -40,6 +40,22 @@ def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     mp.undo()
 
 
+# -- the parallel schedule (CONTRIBUTING.md, "The CI budget") ------------------------------------------------
+
+TIMING_GROUP = "timing"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (what ``.ci/run`` runs), every test that judges wall time or CPU (the
+    ``bench`` smokes and the ``timing`` tests) joins one xdist group: they run one after another on one worker, never
+    beside each other, and the group is scheduled first (the longest unit of work, so it never becomes the tail).
+    Everything else is spread test by test. Without xdist the marks are inert."""
+    for item in items:
+        if item.get_closest_marker("bench") or item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+
+
 def make_spec(
     name: str = "instant",
     *,
