@@ -194,3 +194,18 @@ async def test_a_call_whose_budget_the_loop_spent_is_waited_for(replica: Replica
     assert (s.loop_waits, s.late_answers, s.timeouts) == (1, 0, 0)
     assert not s._late
     assert await _usages(s) == {**OTHERS, LATE: 1}
+
+
+async def test_a_call_waited_for_that_fails_is_decided_by_the_fallback(replica: Replica, gate: ReplyGate) -> None:
+    """As above, but the call waited for fails (its connection cut): the fallback decides (closed: refused) and
+    the caller never sees the connection's error; the next call gets its own answer."""
+    s = await replica()
+    call, held = await _stalled_past_the_budget(s, gate)
+    held.drop()
+    adm = await call
+    assert not adm.ok
+    assert adm.local
+    assert (s.loop_waits, s.timeouts) == (1, 0)
+    again = await s.take(LATE, 1, 10, 60.0)
+    assert again.ok
+    assert again.remaining == 8  # Redis ran the lost call's take; with its answer lost, no one can refund it
