@@ -8,7 +8,6 @@ apart from how a call is made here. ``RedisState`` exposes the counters below un
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -116,8 +115,9 @@ class Link:
         if lateness <= limit:
             return False  # the loop was on time: Redis was slow
         self.loop_waits += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), SYNC_TIMEOUT_S)
+        # asyncio.wait, not wait_for: a call that fails meanwhile must not raise its error here, past call()'s
+        # handlers, to the caller; call() reads it from the task and falls back. Neither cancels the call.
+        await asyncio.wait([task], timeout=SYNC_TIMEOUT_S)
         return task.done()
 
     def _orphan(self, task: asyncio.Future[Any], late: Callable[[Any], None] | None) -> None:
