@@ -20,6 +20,10 @@ from tailgate.state import Admission
 from tailgate.state.redis import RedisState
 from tailgate.state.server import RedisServer
 
+# A 0.3 s budget and stalls that must end inside the client's 1 s socket timeout: these judge time, so they run
+# on the timing worker, one at a time and untraced (tests/conftest.py).
+pytestmark = pytest.mark.timing
+
 BUDGET_S = 0.3
 """``state.timeout`` here: far above one scheduling delay of this process (so a held reply, not a busy machine,
 is what ends the budget), and small enough that a stall of twice it ends inside the client's 1 s socket timeout
