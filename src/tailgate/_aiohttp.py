@@ -194,7 +194,7 @@ def _too_many_headers(exc: BaseException | None) -> bool:
     return isinstance(exc, HttpProcessingError) and "Too many headers" in str(getattr(exc, "message", ""))
 
 
-_REQUEST_LINE = re.compile(rb"[A-Z]{3,10} (/[!-~]{0,200}?)[ ?]")
+_REQUEST_LINE = re.compile(rb"[A-Z]{3,10} (/[!->@-~]{0,200})")
 """The start of a request (method and path, no query): a refusal's shape follows its path."""
 
 
