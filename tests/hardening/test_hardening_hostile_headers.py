@@ -85,7 +85,7 @@ def failed_attempts(text: str) -> list[str]:
 def stack(tmp_path: Path) -> Iterator[Stack]:
     def configure(sim_url: str) -> dict[str, object]:
         config = gateway_config(sim_url)
-        config["providers"]["sim"]["anthropic_base_url"] = sim_url.removesuffix("/v1")  # type: ignore[index]
+        config["providers"]["sim"]["anthropic_base_url"] = sim_url.removesuffix("/v1")
         return config
 
     s = Stack(tmp_path, configure=configure)

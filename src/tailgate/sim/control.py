@@ -26,7 +26,6 @@ from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
 
-
 HEADERS_KEPT = 256
 """Requests whose headers ``/sim/headers`` keeps (the oldest go first)."""
 
