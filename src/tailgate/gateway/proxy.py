@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.anthropic import Translated
     from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
+    from tailgate.gateway.keys import KeyLimits
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
 
@@ -248,6 +249,13 @@ class Proxy:
         limits = core.key_directory.limits(key_id) if key_id is not None else None
         if key_id is None or limits is None or not limits.limited:
             return
+        if (cap := _never_admitted(limits, prompt + output)) is not None:  # a 400: retrying would never help
+            raise wire_errors.invalid_request(
+                f"This request may use {prompt + output:.0f} tokens (prompt + max_tokens), more than this key's "
+                f"{cap} allows in all: no window or period could ever admit it. Lower max_tokens.",
+                param="max_tokens",
+                code="max_tokens_too_large",
+            )
         prices = [core.providers[r.provider].config.price for r in routes if r.provider in core.providers]
         price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
         try:
@@ -635,6 +643,19 @@ class Proxy:
         if ctx.endpoint == "messages":  # Anthropic's shape, whoever refused (gateway/anthropic.py)
             return Reply(err.status, {**(err.headers or {}), **headers}, anthropic.error_body(err, ctx.request_id))
         return error_reply(err, headers)
+
+
+def _never_admitted(limits: KeyLimits, tokens: float) -> str | None:
+    """The key's token limit that ``tokens`` exceeds on its own (a tpm window or a token budget can never hold
+    more than its size), or None. Such a request is the client's 400, not a 429 to retry (RFC 9110 §15.5.1)."""
+    for name, cap in (
+        ("tpm", limits.tpm),
+        ("tokens_per_day", limits.tokens_per_day),
+        ("tokens_per_month", limits.tokens_per_month),
+    ):
+        if cap is not None and tokens > cap:
+            return f"{name} of {cap:g}"
+    return None
 
 
 class _Upstream:
