@@ -250,6 +250,7 @@ class Proxy:
         if key_id is None or limits is None or not limits.limited:
             return
         if (cap := _never_admitted(limits, prompt + output)) is not None:  # a 400: retrying would never help
+            ctx.outcome = core.admission.refused(key_id, "tpm_limited")  # refused by the tpm, counted per key
             raise wire_errors.invalid_request(
                 f"This request may use {prompt + output:.0f} tokens (prompt + max_tokens), more than this key's "
                 f"{cap} allows in all: no window or period could ever admit it. Lower max_tokens.",
@@ -646,15 +647,11 @@ class Proxy:
 
 
 def _never_admitted(limits: KeyLimits, tokens: float) -> str | None:
-    """The key's token limit that ``tokens`` exceeds on its own (a tpm window or a token budget can never hold
-    more than its size), or None. Such a request is the client's 400, not a 429 to retry (RFC 9110 §15.5.1)."""
-    for name, cap in (
-        ("tpm", limits.tpm),
-        ("tokens_per_day", limits.tokens_per_day),
-        ("tokens_per_month", limits.tokens_per_month),
-    ):
-        if cap is not None and tokens > cap:
-            return f"{name} of {cap:g}"
+    """The key's tpm when ``tokens`` exceed it on their own (the 60 s window never holds more than the tpm), or
+    None. Such a request is the client's 400, not a 429 whose Retry-After no retry could meet. A budget keeps
+    its 429 ``budget_exceeded`` (docs/keys.md): it is the key's spend, billed as OpenAI's quota is."""
+    if limits.tpm is not None and tokens > limits.tpm:
+        return f"tpm of {limits.tpm:g}"
     return None
 
 
