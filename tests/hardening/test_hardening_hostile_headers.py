@@ -203,3 +203,30 @@ def test_a_max_tokens_no_limit_could_admit_is_a_400(tmp_path: Path, path: str) -
         assert status == 200, raw
     finally:
         s.close()
+
+
+@pytest.mark.timeout(60)
+def test_everything_under_v1_messages_answers_in_anthropics_shape(stack: Stack) -> None:
+    """An unknown subpath, a wrong method, a CR in a header and too many headers under ``/v1/messages``: each
+    refusal is Anthropic's error object (with its status: 404, 405, 400, 431), never OpenAI's."""
+    got = [
+        raw_post(stack.port, "/v1/messages/nope", []),
+        parse_response(_send(stack.port, b"GET /v1/messages HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")),
+        raw_post(stack.port, MESSAGES, [b"x-api-key: tg-abc\rdef"]),
+        raw_post(stack.port, MESSAGES, [b"x-h%d: v" % i for i in range(200)]),
+    ]
+    assert [status for status, _, _ in got] == [404, 405, 400, 431], got
+    for _, _, raw in got:
+        body = json.loads(raw)
+        assert body["type"] == "error", raw
+        assert isinstance(body["error"]["message"], str), raw
+        assert b"tg-abc" not in raw
+
+
+def _send(port: int, data: bytes) -> bytes:
+    sock = raw_socket(port, timeout=15)
+    try:
+        sock.sendall(data)
+        return recv_all(sock)
+    finally:
+        sock.close()
