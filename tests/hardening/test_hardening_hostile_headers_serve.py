@@ -5,7 +5,8 @@ forwards — non-Latin-1, invalid UTF-8, CR/LF, NUL, 8 KB values, duplicates —
 What must hold: no 5xx; every refusal is a JSON 4xx in the path's shape; /metrics shows no failed upstream
 attempt and no breaker transition (no provider paid for what a client sent); the simulator's record of the
 headers it received (``GET /sim/headers``) holds only checked, printable-ASCII values of the allow-listed
-headers, and never a client header outside the list; the log holds no traceback.
+headers, never a client header outside the list (the client's credentials included: upstream sees only the
+provider's key); the log holds no traceback.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from conftest import ThreadedSim
 
 PASSTHROUGH, TRANSLATED = "native", "translated"
 CHECKED = ("x-request-id", "anthropic-version", "anthropic-beta", "x-tailgate-class")
-NOT_FORWARDED = ("x-tailgate-class", "x-hostile-extra", "x-evil")
+NOT_FORWARDED = ("x-tailgate-class", "x-session-id", "x-hostile-extra", "x-evil")
+READ_ONLY = ("x-session-id", "authorization", "x-api-key", "x-hostile-extra")
+"""Client headers the gateway reads (or ignores) but never forwards: the property sends hostile ones too."""
+UPSTREAM_CREDENTIALS = {"Bearer sk-up-1", "sk-up-1", "Bearer sk-up-2"}
 _PRINTABLE = re.compile(r"[\x20-\x7e]*")
 
 
@@ -98,7 +102,7 @@ _VALUES = st.one_of(
     st.sampled_from([b"a\rb", b"a\nb", b"a\r\nx-evil: 1", b"a\x00b", b"caf\xe9", "请求-1".encode()]),
     st.integers(7000, 8300).map(lambda n: b"v" * n),  # 8 KB, around the server's field limit
 )
-_HEADER = st.tuples(st.sampled_from((*CHECKED, "x-hostile-extra")), _VALUES, st.integers(1, 2))
+_HEADER = st.tuples(st.sampled_from((*CHECKED, *READ_ONLY)), _VALUES, st.integers(1, 2))
 _WHERE = st.sampled_from(
     [("/v1/chat/completions", PASSTHROUGH), ("/v1/messages", PASSTHROUGH), ("/v1/messages", TRANSLATED)]
 )
@@ -150,6 +154,8 @@ def test_hostile_headers_never_reach_a_provider_or_a_500(served: tuple[Serve, Th
         assert name.lower() not in NOT_FORWARDED, (name, value)
         if name.lower() in CHECKED:
             assert _PRINTABLE.fullmatch(value), (name, value)
+        if name.lower() in ("authorization", "x-api-key"):  # the provider's key, never the client's
+            assert value in UPSTREAM_CREDENTIALS, (name, value)
 
 
 def _sim_port(sim: ThreadedSim) -> int:

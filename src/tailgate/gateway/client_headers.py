@@ -7,14 +7,14 @@ value would otherwise fail the attempt as the provider's). The values kept are p
 §5.5: field values SHOULD be limited to it; obs-text, CR, LF and NUL are refused), so they encode to
 Latin-1 on the upstream connection, to UTF-8 in the ledger and the trace, and as Prometheus label values.
 
-=====================  =====================================  ===========================================
-header                 where it goes                          a value that fails
-=====================  =====================================  ===========================================
-``x-request-id``       upstream, reply, ledger                400; over 128 characters: cut to 128
-``anthropic-version``  upstream (passthrough ``/v1/messages``) 400; sent twice: 400
-``anthropic-beta``     upstream (passthrough ``/v1/messages``) 400; sent twice: joined with ``,``
-``x-tailgate-class``   routing, ledger, trace, metrics labels 400
-=====================  =====================================  ===========================================
+=====================  ========================================  ==========================================
+header                 where it goes                             a value that fails
+=====================  ========================================  ==========================================
+``x-request-id``       upstream, reply, ledger                   400; over 128 characters: cut to 128
+``anthropic-version``  upstream (passthrough ``/v1/messages``)   400; sent twice, different: 400
+``anthropic-beta``     upstream (passthrough ``/v1/messages``)   400; sent twice: joined with ``,``
+``x-tailgate-class``   routing, ledger, trace, metrics labels    400
+=====================  ========================================  ==========================================
 
 Every other client header stays at the gateway (``Authorization`` / ``x-api-key`` are read by the key
 check, ``x-session-id`` by affinity as a hash, ``Content-Type`` / ``Content-Length`` by the server).
