@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import LineTooLong
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Handler
 
 from tailgate.wire import errors as wire_errors
@@ -134,7 +135,7 @@ async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.St
         raise
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
-        return error_response(wire_errors.server_error())
+        return error_response(wire_errors.server_error(), path=request.path)
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> WireError:
@@ -162,27 +163,39 @@ def _allow(exc: web.HTTPException) -> dict[str, str] | None:
 # ---- the connection level: parse errors and a cap on open connections -----------------------------
 
 
-def _parse_error_response(status: int, exc: BaseException | None) -> web.Response:
-    """What aiohttp's ``RequestHandler.handle_error`` sends, in the OpenAI shape (always closes).
+def _parse_error_response(status: int, exc: BaseException | None, path: str | None = None) -> web.Response:
+    """What aiohttp's ``RequestHandler.handle_error`` sends, in the OpenAI shape — Anthropic's for a ``path``
+    under ``/v1/messages`` — (always closes).
 
     The parser's own message quotes the offending bytes (a header line may be a bearer token), so the
     text here is fixed per kind and never echoes the request.
     """
     if status >= 500:
         err = wire_errors.server_error()
-    elif isinstance(exc, LineTooLong):
+    elif isinstance(exc, LineTooLong) or _too_many_headers(exc):
         err = WireError(
             431,
-            "A request line or header field is longer than the gateway accepts (server.max_header_bytes).",
+            "A request line or header field is longer than the gateway accepts (server.max_header_bytes)."
+            if isinstance(exc, LineTooLong)
+            else "The request has more header fields than the gateway accepts.",
             type="invalid_request_error",
             code="header_too_large",
         )
     else:
         kind = type(exc).__name__ if exc is not None else "BadRequest"
         err = WireError(status, f"Malformed HTTP request ({kind}).", type="invalid_request_error", code="bad_request")
-    response = error_response(err)
+    response = error_response(err, path=path)
     response.force_close()
     return response
+
+
+def _too_many_headers(exc: BaseException | None) -> bool:
+    """aiohttp refuses more than ``max_headers`` fields with a plain 400; RFC 6585 §5 makes it a 431."""
+    return isinstance(exc, HttpProcessingError) and "Too many headers" in str(getattr(exc, "message", ""))
+
+
+_REQUEST_LINE = re.compile(rb"[A-Z]{3,10} (/[!->@-~]{0,200})")
+"""The start of a request (method and path, no query): a refusal's shape follows its path."""
 
 
 _OVER_CAPACITY = (
@@ -279,11 +292,17 @@ class _Handler(web.RequestHandler):
     def __init__(self, site: HardenedSite, manager: web.Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._site = site
+        self._path: str | None = None  # the path of the request being read, if its start was seen
         site.connections += 1
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._site.connections -= 1
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if (start := _REQUEST_LINE.match(data)) is not None:
+            self._path = start.group(1).decode("ascii")
+        super().data_received(data)
 
     def handle_error(
         self,
@@ -292,7 +311,15 @@ class _Handler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        # aiohttp's hook for a request its parser refused (bad request line, a header over the limit):
-        # it logs, and raises if a response already started; we only change the body's shape.
-        super().handle_error(request, status, exc, message)
-        return _parse_error_response(status, exc)
+        # aiohttp's hook for a request its parser refused (bad request line, a header over the limit, a
+        # line break in a value) and for a handler's escaped bug. Its own log of a refused request is a
+        # traceback whose exception quotes the raw header bytes (a key): one line of ours instead, naming
+        # the kind, never the bytes. A bug keeps aiohttp's traceback.
+        if isinstance(exc, HttpProcessingError):
+            remote = request.remote if request is not None else None
+            log.warning("refused a malformed HTTP request from %s: %s (%d)", remote, type(exc).__name__, status)
+            if request.writer.output_size > 0:
+                raise ConnectionError("the response had started; the connection is closed instead")
+        else:
+            super().handle_error(request, status, exc, message)
+        return _parse_error_response(status, exc, getattr(self, "_path", None))

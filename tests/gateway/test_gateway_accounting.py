@@ -137,9 +137,9 @@ async def test_usage_equals_ledger_equals_provider_truth_and_refusals_change_not
             await gw.gateway.books.drain()  # settled before the next: each sees what the last one really used
         assert statuses[0] == 200
         assert statuses[-3:] == [429, 429, 429]
-        # c: tpm 80 — one request fits, one asks for more than the whole minute.
+        # c: tpm 80 — one request fits, one asks for more than the whole minute (a 400: no minute could admit it).
         assert await run.chat(keys["c"], max_tokens=10) == 200
-        assert await run.chat(keys["c"], max_tokens=200) == 429
+        assert await run.chat(keys["c"], max_tokens=200) == 400
         # d: max_concurrency 1 against a slow provider: one served, two refused.
         got = await asyncio.gather(*(run.chat(keys["d"], "slow") for _ in range(3)))
         assert sorted(got) == [200, 429, 429]

@@ -116,10 +116,10 @@ async def test_refusals_take_nothing_from_the_keys_counters(
         await _settles_at(gw, "key:budget:rpm", 60.0, 0)
         await _settles_at(gw, f"key:budget:budget:tokens:daily:{day}", None, 0)
 
-        # tpm: a request over the key's tokens per minute.
+        # tpm: a request over the key's whole tokens per minute (a 400 since issue 37: no minute could admit it).
         for _ in range(4):
             status, body = await _chat(session, gw, keys["tpm"], max_tokens=500)
-            assert (status, body["error"]["type"]) == (429, "tokens")
+            assert (status, body["error"]["code"]) == (400, "max_tokens_too_large")
         await _settles_at(gw, "key:tpm:rpm", 60.0, 0)
         await _settles_at(gw, "key:tpm:tpm", 60.0, 0)
 

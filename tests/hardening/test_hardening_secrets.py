@@ -8,6 +8,7 @@ secret interpolated into a field whose errors quote the value.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -302,3 +303,71 @@ def test_serve_refuses_a_missing_role_or_database_without_a_secret(
     assert "docs/ledger.md" in done.stderr
     assert "Traceback" not in done.stderr
     assert _leaks(done.stdout, done.stderr) == []
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """``data`` sent as is on a fresh connection; everything the gateway answers until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _malformed(path: str, secret: str) -> list[bytes]:
+    """Requests the HTTP parser refuses, each carrying ``secret`` in a header: a CR (a key file with CRLF line
+    endings), a bare LF, an oversize header, too many headers, a bad request line."""
+    body = b'{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}'
+    key = secret.encode()
+    method = b"GET" if path.startswith("/admin") else b"POST"
+    start = method + b" " + path.encode() + b" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+    end = b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return [
+        start + b"Authorization: Bearer " + key + b"\r\r\n" + end,
+        start + b"x-api-key: " + key + b"\rx\r\n" + end,
+        start + b"Authorization: Bearer " + key + b"\nX-Other: 1\r\n" + end,
+        start + b"Authorization: Bearer " + key + b"x" * 9000 + b"\r\n" + end,
+        start + b"Authorization: Bearer " + key + b"\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(200)) + end,
+        method + b" " + path.encode() + b"\x00" + key + b" HTTP/1.1\r\nAuthorization: Bearer " + key + b"\r\n\r\n",
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_malformed_requests_log_one_line_without_a_secret(tmp_path: Path, env: dict[str, str]) -> None:
+    """Requests the parser refuses, with the client or admin key in a header, on chat, /v1/messages and /admin:
+    each a JSON 4xx (Anthropic's shape under /v1/messages, 431 for too many headers), and the log gets one
+    warning line per request — no traceback, no key."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    path = tmp_path / "gateway.yaml"
+    path.write_text(_config(ledger_url=None, redis_port=_closed_port(), port=port), "utf-8")
+    serve = _Serve(path, env)
+    answers: list[tuple[str, bytes]] = []
+    try:
+        assert serve.url, "".join(serve.err)
+        for where, secret in (
+            ("/v1/chat/completions", SECRETS["SWEEP_CLIENT_KEY"]),
+            ("/v1/messages", SECRETS["SWEEP_CLIENT_KEY"]),
+            ("/admin/providers", SECRETS["SWEEP_ADMIN_KEY"]),
+        ):
+            answers += [(where, _raw(port, data)) for data in _malformed(where, secret)]
+    finally:
+        out, err = serve.stop()
+    assert _leaks(out, err) == [], err
+    assert "Traceback" not in err, err
+    assert err.count("refused a malformed HTTP request") == len(answers), err
+    for where, raw in answers:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        status = int(head.split(b" ")[1])
+        assert status in (400, 431), (where, raw[:200])
+        obj = json.loads(body)
+        if where == "/v1/messages":
+            assert obj["type"] == "error", raw[:300]
+        else:
+            assert set(obj) == {"error"}, raw[:300]
+        assert _leaks(body.decode()) == [], body
+    too_many = [raw for where, raw in answers if b"header fields" in raw]
+    assert len(too_many) == 3, [a[1][:120] for a in answers]
+    assert [int(raw.split(b" ")[1]) for raw in too_many] == [431, 431, 431]

@@ -39,6 +39,7 @@ def test_public_api() -> None:
         "Sent",
         "Tap",
         "Timeouts",
+        "UnsendableHeader",
         "UpstreamClient",
         "call",
         "endpoint_for",
@@ -162,3 +163,20 @@ async def test_canary_key_not_in_connect_failure(clients: Clients) -> None:
     result = await call(c, "chat/completions", chat_body(), stream=True).collect()
     assert result.error_class == "connect"
     assert CANARY not in repr(result)
+
+
+@pytest.mark.parametrize("value", ["请求-1", "a\r\nx-evil: 1"])
+async def test_a_header_the_client_cannot_write_is_never_a_connect_failure(
+    sim: SimFactory, clients: Clients, value: str
+) -> None:
+    """A request header outside Latin-1 or with a line break: the call raises ``UnsendableHeader`` naming the
+    header (its value not quoted), before anything is sent — not a ``connect`` failure of the upstream's."""
+    p = await sim()
+    c = UpstreamClient(Endpoint("p", p.url, api_keys=(CANARY,)))
+    clients.made.append(c)
+    with pytest.raises(tailgate.upstream.UnsendableHeader) as raised:
+        await call(c, "chat/completions", chat_body(), stream=True, headers={"x-request-id": value}).collect()
+    assert raised.value.name == "x-request-id"
+    assert value not in str(raised.value)
+    assert CANARY not in str(raised.value)
+    assert p.truth.total == 0

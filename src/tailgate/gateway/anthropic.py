@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
 
+from tailgate.gateway import client_headers
 from tailgate.wire import anthropic as wire
 from tailgate.wire.anthropic_stream import StreamTranslator
 from tailgate.wire.anthropic_translate import THINKING_SWITCHES, ThinkingSwitch, to_chat_request, to_message
@@ -57,7 +58,6 @@ COUNT_PATH = "/messages/count_tokens"
 """Under ``/v1``: served by forwarding to a native endpoint of the alias (``Proxy.count_tokens``)."""
 UPSTREAM_PATH = "/v1/messages"
 """Under a provider's ``anthropic_base_url`` (DeepSeek's ``…/anthropic``, Bailian's ``…/apps/anthropic``)."""
-_FORWARD_HEADERS = ("anthropic-version", "anthropic-beta")
 
 Mode = Literal["passthrough", "translation"]
 
@@ -68,10 +68,9 @@ def mode(anthropic_client: UpstreamClient | None) -> Mode:
 
 
 def forward_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The client's ``anthropic-version`` (else the API's only one) and ``anthropic-beta``, for a native endpoint."""
-    out = {name: v for name in _FORWARD_HEADERS if (v := headers.get(name))}
-    out.setdefault("anthropic-version", wire.API_VERSION)
-    return out
+    """The client's ``anthropic-version`` (else the API's only one) and ``anthropic-beta``, for a native endpoint,
+    each checked (client_headers.py: a 400 naming a header that fails)."""
+    return client_headers.anthropic_forward(headers, wire.API_VERSION)
 
 
 def error_body(err: WireError, request_id: str | None = None) -> bytes:

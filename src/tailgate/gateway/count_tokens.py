@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tailgate.gateway import anthropic
+from tailgate.gateway import anthropic, client_headers
 from tailgate.gateway.exchange import Exchange, Reply
 from tailgate.gateway.request import Ctx
 from tailgate.upstream import Body, call
@@ -40,11 +40,17 @@ class CountTokens:
         valid, not revoked, not expired and allowed the alias, and the request counts against its ``rpm``; it
         reserves no tokens or budget and writes no ledger row (it generates nothing). Counted in
         ``tailgate_count_tokens_total``; errors in Anthropic's shape."""
-        rid = request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}"
+        refused: WireError | None = None
+        try:
+            rid = client_headers.request_id(request.headers) or f"{self._ids.getrandbits(128):032x}"
+        except WireError as err:  # a client header that fails its check (client_headers.py)
+            rid, refused = f"{self._ids.getrandbits(128):032x}", err
         headers = {"x-request-id": rid}
         alias, served_by = "", ""
         reply: Reply | None = None
         try:
+            if refused is not None:
+                raise refused
             reply = await self._count(request, rid, headers)
             served_by = reply.headers.get("x-tailgate-provider", "")
             return reply
@@ -76,7 +82,7 @@ class CountTokens:
             self._check_key(check)  # expired, model not allowed
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
-        order = table.policy_for(model).order(routes, request.headers.get("x-tailgate-class") or None, exclude)
+        order = table.policy_for(model).order(routes, client_headers.traffic_class(request.headers), exclude)
         native = [(r, p) for r in order if (p := core.providers[r.provider]).anthropic_client is not None]
         if not native:
             raise WireError(

@@ -243,7 +243,8 @@ class Front(asyncio.Protocol):
                     self._start_handover()  # aiohttp parses it again and answers in its own (OpenAI) shape
                 else:
                     self._refuse(
-                        WireError(400, "Malformed HTTP request.", type="invalid_request_error", code="bad_request")
+                        WireError(400, "Malformed HTTP request.", type="invalid_request_error", code="bad_request"),
+                        self._url_path(),
                     )
             return
         finally:
@@ -347,9 +348,13 @@ class Front(asyncio.Protocol):
                 else "Only /v1 POSTs may be pipelined behind a /v1 request: send this one on its own connection."
             )
             code = "header_too_large" if status == 431 else "bad_request"
-            self._refuse(WireError(status, message, type="invalid_request_error", code=code))
+            self._refuse(WireError(status, message, type="invalid_request_error", code=code), self._url_path())
         self._stop_reason = reason or "refused"
         raise _Stop
+
+    def _url_path(self) -> str | None:
+        """The path of the request being parsed (its refusal's shape follows it), if its URL was read."""
+        return self._url.partition(b"?")[0].decode("latin-1") or None
 
     # -- serving ----------------------------------------------------------------------------------
 

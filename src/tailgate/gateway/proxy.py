@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from tailgate.gateway import anthropic, refusals, responses
+from tailgate.gateway import anthropic, client_headers, refusals, responses
 from tailgate.gateway.admission import KeyRefused
 from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.count_tokens import CountTokens
@@ -36,7 +36,7 @@ from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, Sticky, should_shed
-from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UpstreamClient, call
+from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UnsendableHeader, UpstreamClient, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.anthropic import Translated
     from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
+    from tailgate.gateway.keys import KeyLimits
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
 
@@ -90,15 +91,21 @@ class Proxy:
     # -- the request ------------------------------------------------------------------------------
 
     async def handle(self, request: Exchange, endpoint: Endpoint) -> Reply | Stream:
+        refused: WireError | None = None  # a client header that fails its check (client_headers.py): a 400
+        try:
+            rid = client_headers.request_id(request.headers)
+            traffic_class = client_headers.traffic_class(request.headers)
+        except WireError as err:
+            rid, traffic_class, refused = None, None, err
         ctx = Ctx(
-            request_id=request.headers.get("x-request-id", "")[:128] or f"{self._ids.getrandbits(128):032x}",
+            request_id=rid or f"{self._ids.getrandbits(128):032x}",
             endpoint=endpoint,
             table=self.core.routes,  # read once: a reload swaps the table, never this request's (routes.py)
         )
-        ctx.traffic_class = request.headers.get("x-tailgate-class") or None
+        ctx.traffic_class = traffic_class
         self.in_flight += 1
         try:
-            response = await self._serve(request, ctx)
+            response = await self._serve(request, ctx, refused)
         except WireError as err:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
             if ctx.key_id is not None and ctx.outcome != "key_revoked":
@@ -119,7 +126,7 @@ class Proxy:
         self.core.books.add(ctx, time.perf_counter())
         return response
 
-    async def _serve(self, request: Exchange, ctx: Ctx) -> Reply | Stream:
+    async def _serve(self, request: Exchange, ctx: Ctx, refused: WireError | None = None) -> Reply | Stream:
         # The order of the checks (docs/keys.md, "The order of the checks"): who asks, what is asked, the key's
         # standing, load shedding — none of them counts anything — then the key's rpm, then its tpm, budgets
         # and concurrency (one reservation), then routing and pacing. A request refused at any step keeps
@@ -134,6 +141,8 @@ class Proxy:
             with contextlib.suppress(WireError):
                 ctx.alias = _model(ctx.endpoint, request.body)
             raise
+        if refused is not None:  # after the key: a known caller's bad header is on its row
+            raise refused
         body = request.body  # read within the limits by the server (front.py, or _aiohttp.py)
         obj: dict[str, Any]
         if ctx.endpoint == "messages":  # Anthropic's Messages API (gateway/anthropic.py)
@@ -182,7 +191,7 @@ class Proxy:
             sticky, ctx.affinity_key = Sticky(affinity, key), key
         order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
-            raise refusals.no_route(core.providers, routes, now, ctx)
+            raise refusals.no_route(core.providers, core.breakers, routes, now, ctx)
         tokens = prompt + output
         hedger = table.hedgers.get(req.model) if table.hedgers else None
         if hedger is not None:
@@ -211,6 +220,8 @@ class Proxy:
                 break
         if last is None and paced:
             raise refusals.paced_out(paced, tokens, ctx)
+        if last is None and time.perf_counter() < deadline:  # every breaker refused at the door: say so
+            raise refusals.no_route(core.providers, core.breakers, routes, time.monotonic(), ctx)
         raise refusals.final_error(last, ctx)
 
     def _check_key(self, ctx: Ctx) -> None:
@@ -238,6 +249,14 @@ class Proxy:
         limits = core.key_directory.limits(key_id) if key_id is not None else None
         if key_id is None or limits is None or not limits.limited:
             return
+        if (cap := _never_admitted(limits, prompt + output)) is not None:  # a 400: retrying would never help
+            ctx.outcome = core.admission.refused(key_id, "tpm_limited")  # refused by the tpm, counted per key
+            raise wire_errors.invalid_request(
+                f"This request may use {prompt + output:.0f} tokens (prompt + max_tokens), more than this key's "
+                f"{cap} allows in all: no window or period could ever admit it. Lower max_tokens.",
+                param="max_tokens",
+                code="max_tokens_too_large",
+            )
         prices = [core.providers[r.provider].config.price for r in routes if r.provider in core.providers]
         price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
         try:
@@ -306,10 +325,12 @@ class Proxy:
                 )
             else:
                 resp, result = await self._attempt_unary(request, ctx, provider, payload, upstream)
-        except BaseException:  # cancelled (client gone, race lost), or a bug: the attempt must still end
+        except BaseException as exc:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
             core.breakers.get(route.provider).record_result(result)
+            if isinstance(exc, UnsendableHeader):  # never sent: the client's (or our) error, not the provider's
+                raise client_headers.unsendable(exc.name) from None
             raise
         health.observe(result, handle=handle)
         core.breakers.get(route.provider).record_result(result)
@@ -623,6 +644,15 @@ class Proxy:
         if ctx.endpoint == "messages":  # Anthropic's shape, whoever refused (gateway/anthropic.py)
             return Reply(err.status, {**(err.headers or {}), **headers}, anthropic.error_body(err, ctx.request_id))
         return error_reply(err, headers)
+
+
+def _never_admitted(limits: KeyLimits, tokens: float) -> str | None:
+    """The key's tpm when ``tokens`` exceed it on their own (the 60 s window never holds more than the tpm), or
+    None. Such a request is the client's 400, not a 429 whose Retry-After no retry could meet. A budget keeps
+    its 429 ``budget_exceeded`` (docs/keys.md): it is the key's spend, billed as OpenAI's quota is."""
+    if limits.tpm is not None and tokens > limits.tpm:
+        return f"tpm of {limits.tpm:g}"
+    return None
 
 
 class _Upstream:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.request import Ctx
     from tailgate.routing import Route
+    from tailgate.routing.breaker import BreakerRegistry
     from tailgate.upstream import CallResult
 
 __all__ = ["error_outcome", "final_error", "no_route", "paced_out", "shed"]
@@ -34,9 +35,12 @@ def _retry_after(err: WireError, seconds: float) -> WireError:
     return err
 
 
-def no_route(providers: Mapping[str, ProviderState], routes: Sequence[Route], now: float, ctx: Ctx) -> WireError:
-    """The policy left no route: every provider drained, or paused by a 429 (then a 429 with Retry-After)."""
-    states = [providers[r.provider] for r in routes]
+def no_route(
+    providers: Mapping[str, ProviderState], breakers: BreakerRegistry, routes: Sequence[Route], now: float, ctx: Ctx
+) -> WireError:
+    """No route could take the request: every provider drained, paused by a 429, or behind a breaker that admits
+    nothing now. Paused ones make it a 429 with Retry-After; else a 503 that says, per provider, which it is."""
+    states = [providers[r.provider] for r in routes if r.provider in providers]
     paused = [p for p in states if p.paused(now) and not p.drained]
     ctx.outcome = "no_route"
     if paused:
@@ -47,7 +51,30 @@ def no_route(providers: Mapping[str, ProviderState], routes: Sequence[Route], no
             ),
             wait,
         )
-    return wire_errors.overloaded(f"No provider is available for '{ctx.alias}' (all are drained).")
+    why = ", ".join(f"{name}: {reason}" for name, reason in _unavailable(states, breakers))
+    err = wire_errors.overloaded(f"No provider is available for '{ctx.alias}' ({why or 'none is configured'}).")
+    retry = [breakers.get(p.name).retry_in() for p in states if not p.drained]
+    if retry:
+        _retry_after(err, min(retry))
+    return err
+
+
+def _unavailable(states: Sequence[ProviderState], breakers: BreakerRegistry) -> list[tuple[str, str]]:
+    """Why each provider cannot take a request now, once per provider, in route order."""
+    out: dict[str, str] = {}
+    for p in states:
+        if p.name in out:
+            continue
+        breaker = breakers.get(p.name)
+        if p.drained:
+            out[p.name] = "drained"
+        elif breaker.is_open:
+            out[p.name] = f"circuit breaker open for {breaker.retry_in():.0f}s more"
+        elif not breaker.can_admit():
+            out[p.name] = "circuit breaker half-open, its trial requests in flight"
+        else:
+            out[p.name] = "its attempts could not start"
+    return list(out.items())
 
 
 def shed(counter: Counter, ctx: Ctx, pressure: float, others_in_flight: int) -> WireError:
@@ -99,9 +126,8 @@ def final_error(last: CallResult | None, ctx: Ctx) -> WireError:
         return wire_errors.timeout(
             f"The upstream did not answer in time ({last.error_class}) after {ctx.attempts} attempt(s)."
         )
-    return wire_errors.bad_gateway(
-        f"The upstream failed ({last.error_class}: {last.detail or 'no detail'}) after {ctx.attempts} attempt(s)."
-    )
+    # The class names what failed; its detail (an exception's text, an address) stays in the log and the ledger.
+    return wire_errors.bad_gateway(f"The upstream failed ({last.error_class}) after {ctx.attempts} attempt(s).")
 
 
 def error_outcome(err: WireError) -> str:

@@ -6,11 +6,16 @@ clears every fault. ``GET /sim/truth[?limit=N]`` returns recent requests as the 
 ``DELETE /sim/truth`` forgets them. ``GET /sim/state`` shows slots, queue, steps and step lateness;
 ``DELETE /sim/state`` resets the lateness histogram and the step/token counters (discard a warm-up).
 ``DELETE /sim/cache`` empties the provider's prefix cache (a cold start without a restart).
+``GET /sim/headers`` lists the headers of the last :data:`HEADERS_KEPT` ``/v1`` requests as received (what a
+gateway forwarded), ``DELETE /sim/headers`` forgets them.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import ValidationError
 
 from tailgate._aiohttp import error_response
@@ -20,6 +25,9 @@ from tailgate.sim.request import Model
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
+
+HEADERS_KEPT = 256
+"""Requests whose headers ``/sim/headers`` keeps (the oldest go first)."""
 
 
 def _faults_json(faults: Faults) -> web.Response:
@@ -93,6 +101,24 @@ def add_control_routes(app: web.Application, provider: Model, *, prefix: str) ->
             cache.clear()
         return web.json_response({"cleared": cache is not None})
 
+    seen: deque[list[list[str]]] = deque(maxlen=HEADERS_KEPT)
+
+    @web.middleware
+    async def record_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1/"):
+            seen.append([[name, value] for name, value in request.headers.items()])
+        return await handler(request)
+
+    async def get_headers(_request: web.Request) -> web.Response:
+        return web.json_response({"requests": [{"headers": h} for h in seen]})  # bad bytes as \udcXX escapes
+
+    async def delete_headers(_request: web.Request) -> web.Response:
+        seen.clear()
+        return web.json_response({"cleared": True})
+
+    app.middlewares.append(record_headers)
+    app.router.add_get(f"{prefix}/headers", get_headers)
+    app.router.add_delete(f"{prefix}/headers", delete_headers)
     app.router.add_get(f"{prefix}/faults", get_faults)
     app.router.add_post(f"{prefix}/faults", post_faults)
     app.router.add_delete(f"{prefix}/faults", delete_faults)

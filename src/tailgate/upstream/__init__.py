@@ -8,6 +8,7 @@ from tailgate.upstream.call import Call, Tap, call
 from tailgate.upstream.client import UpstreamClient
 from tailgate.upstream.endpoint import Endpoint, Timeouts, endpoint_for
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
+from tailgate.upstream.http import UnsendableHeader
 from tailgate.upstream.keys import KeyPool
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Sent",
     "Tap",
     "Timeouts",
+    "UnsendableHeader",
     "UpstreamClient",
     "call",
     "endpoint_for",

@@ -312,8 +312,8 @@ class Call(StreamRelay):
                 raise _Failed("connect", f"connect timed out ({type(exc).__name__})") from None
             except OSError as exc:
                 raise _Failed("connect", f"{type(exc).__name__}: {exc}") from None
-            except ValueError as exc:  # a header with a line break (request_head refuses to send it)
-                raise _Failed("connect", str(exc)) from None
+            # An UnsendableHeader (request_head refuses a header it cannot write) is raised to the caller as it
+            # is: the request was never sent, so it is no failure of the upstream's (no error class, no result).
             client.in_flight += 1
             t_headers = _perf()
             self._status = status = resp.status

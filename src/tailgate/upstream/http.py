@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["Pool", "Response", "UpstreamDisconnected", "request_head"]
+__all__ = ["Pool", "Response", "UnsendableHeader", "UpstreamDisconnected", "request_head"]
 
 HIGH_WATER = 1 << 20
 """Buffered, unread body bytes at which the socket stops being read (resumed once they are read)."""
@@ -48,11 +48,21 @@ class UpstreamDisconnected(ConnectionError):
     """The upstream closed or reset the connection, or sent something that is not HTTP."""
 
 
+class UnsendableHeader(ValueError):
+    """A request header that HTTP/1.1 cannot carry (a line break, a character outside Latin-1): the request is
+    never sent. It is the caller's error, never the upstream's; ``name`` says which header (its value is not
+    kept: it may be a key)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"the request header {name!r} {why}")
+        self.name = name
+
+
 def request_head(method: str, target: str, host: str, headers: dict[str, str], length: int) -> bytes:
     """The request line and headers of one request, ``Content-Length`` last.
 
-    A name or value with a CR or LF would let one header smuggle others (or a second request): refused
-    with ``ValueError`` naming the header, never sent.
+    A name or value with a CR or LF would let one header smuggle others (or a second request), and one
+    outside Latin-1 cannot be written: refused with :class:`UnsendableHeader` naming the header, never sent.
     """
     lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
     for name, value in headers.items():
@@ -61,9 +71,21 @@ def request_head(method: str, target: str, host: str, headers: dict[str, str], l
     head = "".join(lines)
     lines_expected = len(headers) + 4  # request line, Host, the headers, Content-Length, the blank line
     if head.count("\n") != lines_expected or head.count("\r") != lines_expected:
-        bad = next((repr(n) for n, v in headers.items() if any(c in n or c in v for c in "\r\n")), None)
-        raise ValueError(f"the request header {bad or 'line'} contains a line break")
-    return head.encode("latin-1")
+        bad = next((n for n, v in headers.items() if any(c in n or c in v for c in "\r\n")), "request line")
+        raise UnsendableHeader(bad, "contains a line break")
+    try:
+        return head.encode("latin-1")
+    except UnicodeEncodeError:
+        bad = next((n for n, v in headers.items() if not _latin1(n) or not _latin1(v)), "request line")
+        raise UnsendableHeader(bad, "has a character outside Latin-1") from None
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Response:
