@@ -1,5 +1,6 @@
 """What conversation affinity adds to a request's routing decision (issue 28): the affinity key of an 8k-token
-prompt (the stable prefix hashed, not tokenized) + weighted rendezvous + the bound, beside the routing decision
+prompt (the stable prefix hashed, not tokenized) + weighted rendezvous + the bounds (a hot key's; a tenant key's
+share, issue 37), beside the routing decision
 without it (the adaptive policy's ``order``), in the same process and interleaved rounds.
 
     .venv/bin/python benchmarks/affinity_cost.py [--quick] [--rounds N]
@@ -95,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     cases["+ affinity, x-session-id header"] = lambda: policy.order(
         routes, None, (), Sticky(aff, aff.key(session, body0, 8000) or 0)
     )
+    # The tenant's share bound on top (issue 37): 64 tenants in turn, each 64 sessions hashed to both routes
+    tenants = itertools.cycle([(f"tenant-{t}", {"x-session-id": f"t{t}-s{s}"}) for s in range(64) for t in range(64)])
+    tenant_aff = Affinity(AffinitySettings())
+
+    def with_tenant() -> object:
+        tenant, headers = next(tenants)
+        return policy.order(routes, None, (), Sticky(tenant_aff, tenant_aff.key(headers, body0, 8000) or 0, tenant))
+
+    cases["+ affinity, x-session-id header, a tenant key (+ its share bound)"] = with_tenant
 
     samples: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(rounds):  # interleaved: each round runs every case once
