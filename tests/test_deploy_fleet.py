@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import os
 import re
@@ -476,3 +477,93 @@ def _exercise(
     for gone in replicas[:2]:
         assert f"127.0.0.1:{gone.port}" in nginx_log
     assert _status(f"http://127.0.0.1:{lb_port}", team_key) == 200  # the last replica carries the fleet
+
+
+def _admin_status(lb_port: int, source: str, path: str, key: str, forwarded_for: str | None = None) -> int:
+    """GET ``path`` through nginx from client address ``source`` (a loopback address of its own: nginx sees
+    distinct clients), with ``key`` as the bearer and, when given, a forged ``X-Forwarded-For``."""
+    conn = http.client.HTTPConnection("127.0.0.1", lb_port, timeout=10, source_address=(source, 0))
+    headers = {"Authorization": f"Bearer {key}"}
+    if forwarded_for is not None:
+        headers["X-Forwarded-For"] = forwarded_for
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return int(response.status)
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(240)
+def test_wrong_keys_through_nginx_lock_out_only_their_sender(tmp_path: Path) -> None:
+    """Behind the recipe's nginx (deploy/gateway.yaml's server.trusted_proxies), 100 wrong admin keys from one
+    client — some with a forged X-Forwarded-For — throttle that client's wrong keys only: the admin key from
+    another client and from the guesser itself gets 200 on /admin and the dashboard on every replica."""
+    nginx = _need(
+        "nginx", shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None), "nginx"
+    )
+    _need("redis-server", find_redis_server(), "redis-server")
+    redis = RedisServer()
+    sim: MockProcess | None = None
+    replicas: list[Replica] = []
+    try:
+        redis.start()
+        sim = MockProcess(["--preset", "instant", "--port", "0"])
+        config = tmp_path / "etc" / "gateway.yaml"
+        config.parent.mkdir()
+        shipped = (DEPLOY / "gateway.yaml").read_text(encoding="utf-8")
+        templated = re.sub(r"preset: (lanyun|bailian),", f'base_url: "{sim.url}",', shipped)
+        # The store stays each replica's own SQLite spool here: this test is about the front door, not the ledger.
+        templated = re.sub(r"^  url: \"postgresql://.*\n", "", templated, flags=re.MULTILINE)
+        assert "postgresql://" not in templated
+        config.write_text(templated, encoding="utf-8")
+        env = {
+            **os.environ,
+            "TG_CLIENT_KEY": CLIENT_KEY,
+            "TG_ADMIN_KEY": ADMIN_KEY,
+            "LANYUN_KEY": "sk-lanyun-deploy-test",
+            "BAILIAN_KEY": "sk-bailian-deploy-test",
+            "TG_REDIS_URL": redis.url,
+            "TG_LISTEN_HOST": "127.0.0.1",
+        }
+        env.pop("TAILGATE_DB", None)
+        env.pop("TG_TRUSTED_PROXIES", None)  # the recipe's default: nginx on this host
+        ports = [_free_port() for _ in range(3)]
+        replicas = [_start_replica(p, config, tmp_path / "var", env) for p in ports]
+        lb_port = _free_port()
+        nginx_conf = _nginx_conf(tmp_path, lb_port, ports)
+        with _process([nginx, "-c", str(nginx_conf)], tmp_path / "nginx.out") as lb:
+            _wait_port(lb_port, lb, "nginx")
+            guesser, admin = "127.0.0.2", "127.0.0.3"
+            wrong = [
+                _admin_status(
+                    lb_port, guesser, "/admin/providers", f"guess-{i}", f"127.0.0.{50 + i % 3}" if i % 2 else None
+                )
+                for i in range(100)
+            ]
+            assert set(wrong) <= {401, 429}, wrong
+            # Each replica answers at most admin_max_failures (10) wrong keys with a 401, then 429s: the guesser is
+            # throttled however nginx spread them, and the forged X-Forwarded-For entries did not help it.
+            assert wrong.count(401) <= 3 * 10, wrong
+            assert _admin_status(lb_port, guesser, "/admin/providers", "guess-again") == 429
+            for _ in range(6):  # nginx's round robin: every replica is asked twice
+                assert _admin_status(lb_port, admin, "/admin/providers", ADMIN_KEY) == 200
+                assert _admin_status(lb_port, admin, "/dashboard/api/leaderboard", ADMIN_KEY) == 200
+                assert _admin_status(lb_port, guesser, "/admin/providers", ADMIN_KEY) == 200
+            # Another client's first wrong key is its own first failure: a 401, not the guesser's 429.
+            assert _admin_status(lb_port, "127.0.0.4", "/admin/providers", "one-typo") == 401
+    finally:
+        for r in replicas:
+            if r.proc.poll() is None:
+                r.proc.terminate()
+        for r in replicas:
+            try:
+                r.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait(timeout=10)
+            _drain_log(r)
+        if sim is not None:
+            sim.stop()
+        redis.close()

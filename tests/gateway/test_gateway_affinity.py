@@ -7,6 +7,7 @@ stays within its bound."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,8 @@ import aiohttp
 import pytest
 
 from conftest import GatewayHandle, SimFactory
+from tailgate.routing.affinity import TENANT_SLACK, affinity_key, hrw_order
+from tailgate.routing.route import Route
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
 ADMIN = "admin-secret-0123456789"
@@ -261,3 +264,34 @@ async def test_admin_providers_shows_the_hit_rate_per_route(
     assert 0.0 < whole["hit_rate"] < routes["m"]["hit_rate"]  # the provider's rate mixes both routes
     for k in ("prompt_tokens", "cached_tokens"):
         assert routes["m"][k] + routes["m2"][k] == whole[k]
+
+
+async def test_a_tenant_cannot_mine_session_ids_onto_one_route(
+    sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]
+) -> None:
+    """Issue 37, defect 7: one client key cycling 40 x-session-id values that all hash to the 20 % route (found
+    offline, as an attacker's probes would) gets at most 20 % + ε of its requests there (+ the tenant slack),
+    not all of them; its first request still goes to the route its session hashes to."""
+    a, b = await _sims(sim)
+    config = {**_config(a.url, b.url, epsilon=0.1, window=1000), "keys": [{"id": "tenant", "key": "tg-tenant-0123"}]}
+    gw = await gateway(config)
+    client = oai(gw.url, key="tg-tenant-0123")
+    routes = [Route("writer", "primary", "m", 80.0), Route("writer", "secondary", "m", 20.0)]
+    mined = []
+    for i in itertools.count():
+        got = affinity_key({"x-session-id": f"s-{i}"}, {})
+        assert got is not None
+        if hrw_order(got[0], routes, lambda r: r.weight)[0].provider == "secondary":
+            mined.append(f"s-{i}")
+            if len(mined) == 40:
+                break
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": _doc(3)}]
+    first = await _ask(client, messages, extra_headers={"x-session-id": mined[0]})
+    assert first[0] == "secondary"  # the mining is real: alone, its session goes there
+    n = 400
+    served = await _gather(
+        n - 1, lambda i: _ask(client, messages, extra_headers={"x-session-id": mined[(i + 1) % 40]}), width=8
+    )
+    on_secondary = 1 + sum(1 for provider, _ in served if provider == "secondary")
+    assert on_secondary <= (0.2 + 0.1) * n + TENANT_SLACK, on_secondary
+    assert on_secondary >= 0.2 * n - TENANT_SLACK  # what is over the bound moves; the rest keeps its route

@@ -144,8 +144,9 @@ def test_closed_dashboard_without_a_reading_key_says_which_to_set(tmp_path: Path
 
 
 def test_wrong_keys_lock_the_address_out(tmp_path: Path) -> None:
-    """server.admin_max_failures 3: after three wrong admin keys the address gets a 429 with Retry-After —
-    even with the right key — on /admin, the dashboard API and /metrics alike."""
+    """server.admin_max_failures 3: after three wrong admin keys the address's wrong keys get a 429 with
+    Retry-After on /admin, the dashboard API and /metrics alike; its right keys still pass (nobody can lock
+    the admin out)."""
     s = Stack(
         tmp_path,
         keys=[{"id": "app", "key": CLIENT}],
@@ -157,12 +158,15 @@ def test_wrong_keys_lock_the_address_out(tmp_path: Path) -> None:
         assert _get(s, "/admin/providers", ADMIN) == 200
         for _ in range(3):
             assert _get(s, "/admin/providers", "guess") == 401
-        status, headers, raw = request(s.port, "GET", "/admin/providers", headers=_bearer(ADMIN))
+        status, headers, raw = request(s.port, "GET", "/admin/providers", headers=_bearer("guess"))
         assert status == 429
         assert 1 <= int(headers["retry-after"]) <= 60
         assert "failed key checks" in assert_openai_error(status, raw)["message"]
-        assert _get(s, "/dashboard/api/leaderboard", ADMIN) == 429
-        assert _get(s, "/metrics", METRICS) == 429
+        assert _get(s, "/dashboard/api/leaderboard", "guess") == 429
+        assert _get(s, "/metrics", "guess") == 429
+        assert _get(s, "/admin/providers", ADMIN) == 200
+        assert _get(s, "/dashboard/api/leaderboard", ADMIN) == 200
+        assert _get(s, "/metrics", METRICS) == 200
         status, _, _ = post_json(
             s.port,
             "/v1/chat/completions",
@@ -172,3 +176,27 @@ def test_wrong_keys_lock_the_address_out(tmp_path: Path) -> None:
         assert status == 200  # client traffic is not locked out by admin guessing
     finally:
         s.close()
+
+
+def test_forwarded_for_counts_only_from_a_trusted_proxy(tmp_path: Path) -> None:
+    """Without server.trusted_proxies a client's X-Forwarded-For is ignored (rotating it does not escape the
+    lockout); with the peer trusted, each forwarded address has its own count."""
+    for trusted, escapes in (([], False), (["127.0.0.0/8"], True)):
+        s = Stack(
+            tmp_path / str(escapes),
+            keys=[{"id": "app", "key": CLIENT}],
+            admin_key=ADMIN,
+            server={"admin_max_failures": 2, "trusted_proxies": trusted},
+        )
+        try:
+            for i in range(4):
+                status, _, _ = request(
+                    s.port, "GET", "/admin/providers", headers={**_bearer("guess"), "X-Forwarded-For": "198.51.100.7"}
+                )
+                assert status == (401 if i < 2 else 429)
+            status, _, _ = request(
+                s.port, "GET", "/admin/providers", headers={**_bearer("guess"), "X-Forwarded-For": "198.51.100.8"}
+            )
+            assert status == (401 if escapes else 429)
+        finally:
+            s.close()

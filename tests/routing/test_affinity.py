@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tailgate.routing import AdaptivePolicy, Affinity, AffinitySettings, HealthRegistry, Sticky, WeightedPolicy
-from tailgate.routing.affinity import affinity_key, hrw_order, prefix_key, stable_prefix
+from tailgate.routing.affinity import TENANT_SLACK, affinity_key, hrw_order, prefix_key, stable_prefix
 from tailgate.routing.route import Route
 from tailgate.upstream import KeyPool
 
@@ -275,3 +275,48 @@ def test_the_cache_minimum_counts_the_prompt_text_not_the_json_around_it() -> No
     assert aff.key({}, anthropic, prompt_tokens=80) is None  # 202 bytes of text: 50.5 tokens
     responses = {"instructions": "i" * 100, "input": "x" * 200}
     assert aff.key({}, responses, prompt_tokens=100) is not None  # 300 bytes: 75 tokens
+
+
+# -- a tenant's share (issue 37) ---------------------------------------------------------------------------
+
+
+def _mined(count: int, route: Route) -> list[int]:
+    """Keys whose rendezvous winner is ``route``: what a tenant finds by probing session ids."""
+    rng = random.Random(37)
+    found: list[int] = []
+    while len(found) < count:
+        k = rng.getrandbits(64)
+        if hrw_order(k, [A, B], _w)[0] is route:
+            found.append(k)
+    return found
+
+
+def test_a_tenant_cannot_concentrate_mined_keys_on_one_route() -> None:
+    """40 keys that all hash to the 20 % route, cycled by one tenant: in every stretch of its last ``window``
+    placements that route has at most (0.2 + ε) × n + TENANT_SLACK; without a tenant (an open gateway) they
+    all go there as before."""
+    window = 200
+    aff = Affinity(AffinitySettings(epsilon=0.1, window=window))
+    mined = _mined(40, B)
+    placed = [aff.order(mined[i % 40], [A, B], _w, "tenant-a")[0] is B for i in range(2000)]
+    for t in range(1, len(placed) + 1):
+        last = placed[max(0, t - window) : t]
+        assert sum(last) <= (0.2 + 0.1) * len(last) + TENANT_SLACK, t
+    assert sum(placed[-window:]) >= 0.2 * window  # only the excess moved
+    assert aff.moved_tenant > 0
+    open_gateway = Affinity(AffinitySettings(epsilon=0.1, window=window))
+    assert all(open_gateway.order(mined[i % 40], [A, B], _w)[0] is B for i in range(2000))
+
+
+def test_a_tenant_of_ordinary_conversations_is_never_moved() -> None:
+    """A tenant with 3,000 conversations of 1–8 turns, interleaved: every turn goes to its key's rendezvous
+    winner (the bound never binds by chance), and a mined tenant beside it moves nothing of this one's."""
+    aff = Affinity(AffinitySettings(epsilon=0.1, window=1000))
+    rng = random.Random(5)
+    turns = [k for k in (rng.getrandbits(64) for _ in range(3000)) for _ in range(rng.randint(1, 8))]
+    rng.shuffle(turns)
+    mined = _mined(10, B)
+    for i, k in enumerate(turns):
+        assert aff.order(k, [A, B], _w, "tenant-b")[0] is hrw_order(k, [A, B], _w)[0]
+        aff.order(mined[i % 10], [A, B], _w, "tenant-a")
+    assert aff.moved_tenant > 0  # tenant-a was bounded, tenant-b never

@@ -7,6 +7,7 @@ add fields freely, rename none. Unknown keys are errors. See docs/config.md for 
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -366,9 +367,26 @@ class ServerConfig(_Strict):
     """Failed admin/dashboard/metrics key checks per client address within ``admin_failure_window``
     before that address gets a 429 for the rest of the window."""
     admin_failure_window: PositiveSeconds = 60.0
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """CIDRs of the reverse proxies in front of the gateway (``["127.0.0.1/32"]`` for the deploy recipe's
+    nginx): from a peer in one of them the client's address is the right-most ``X-Forwarded-For`` entry
+    outside them (gateway/forwarded.py). Empty: the socket's peer is the client; the header is never read.
+    An entry may hold several CIDRs, comma-separated."""
     http_front: Literal["lean", "aiohttp"] = "lean"
     """Who parses the ``/v1`` POSTs: ``lean`` (the gateway's own HTTP/1.1 front door, the hot path's speed;
     every other route still goes to aiohttp on the same port) or ``aiohttp`` (everything through aiohttp)."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        """Each entry one CIDR, or several comma-separated (one environment variable can carry a list)."""
+        cidrs = [c.strip() for entry in value for c in entry.split(",") if c.strip()]
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an IP network (CIDR, e.g. 10.0.0.0/8 or 127.0.0.1)") from None
+        return cidrs
 
 
 class MetricsConfig(_Strict):

@@ -112,6 +112,7 @@ class Gateway:
             dashboard_key=config.dashboard_key,
             metrics_key=config.metrics.key,
             lockout=SourceLockout(server.admin_max_failures, server.admin_failure_window),
+            trusted_proxies=server.trusted_proxies,
         )
         provider_states = Providers(
             {  # a reload swaps it (gateway/reload.py)
@@ -289,7 +290,12 @@ class Gateway:
         self.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
         core.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
         # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
-        self.guard.configure(core.keys, dashboard_key=config.dashboard_key, metrics_key=config.metrics.key)
+        self.guard.configure(
+            core.keys,
+            dashboard_key=config.dashboard_key,
+            metrics_key=config.metrics.key,
+            trusted_proxies=config.server.trusted_proxies,
+        )
         core.routes = build_routes(
             config,
             providers,

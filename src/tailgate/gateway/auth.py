@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,6 +13,7 @@ from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
 from tailgate.gateway.exchange import HasHeaders
+from tailgate.gateway.forwarded import TrustedProxies
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.lockout import SourceLockout
 from tailgate.wire import errors as wire_errors
@@ -134,21 +136,38 @@ class AccessGuard:
     Decided per request from the keys in force *now*: a key created or revoked at runtime (the store's
     keys, polled by :class:`KeyDirectory`) moves the decision at once, and a config reload hands the new
     key ring, ``dashboard_key`` and ``metrics.key`` to :meth:`configure`. Every comparison is constant-time
-    over digests, and a client address with too many wrong keys is locked out for a while
-    (:class:`SourceLockout`)."""
+    over digests, and a client address with too many wrong keys gets 429s for its wrong keys for a while
+    (:class:`SourceLockout`); a right key always passes, so nobody can lock the admin out. The client address
+    is the socket's peer, or behind ``server.trusted_proxies`` the one ``X-Forwarded-For`` names
+    (:class:`TrustedProxies`)."""
 
     def __init__(
-        self, keys: KeyRing, *, dashboard_key: SecretStr | None, metrics_key: SecretStr | None, lockout: SourceLockout
+        self,
+        keys: KeyRing,
+        *,
+        dashboard_key: SecretStr | None,
+        metrics_key: SecretStr | None,
+        lockout: SourceLockout,
+        trusted_proxies: Sequence[str] = (),
     ) -> None:
         self.lockout = lockout
         self.keys = keys
+        self.proxies = TrustedProxies()
         self._dashboard: bytes | None = None
         self._metrics: bytes | None = None
-        self.configure(keys, dashboard_key=dashboard_key, metrics_key=metrics_key)
+        self.configure(keys, dashboard_key=dashboard_key, metrics_key=metrics_key, trusted_proxies=trusted_proxies)
 
-    def configure(self, keys: KeyRing, *, dashboard_key: SecretStr | None, metrics_key: SecretStr | None) -> None:
+    def configure(
+        self,
+        keys: KeyRing,
+        *,
+        dashboard_key: SecretStr | None,
+        metrics_key: SecretStr | None,
+        trusted_proxies: Sequence[str] = (),
+    ) -> None:
         """The keys of a (re)loaded config: from the next request on, every area decides with these."""
         self.keys = keys
+        self.proxies = TrustedProxies(trusted_proxies)
         self._dashboard = _digest(dashboard_key.get_secret_value()) if dashboard_key is not None else None
         self._metrics = _digest(metrics_key.get_secret_value()) if metrics_key is not None else None
 
@@ -175,6 +194,10 @@ class AccessGuard:
         own = {"admin": None, "dashboard": self._dashboard, "metrics": self._metrics}[area]
         return digests + ([own] if own is not None else [])
 
+    def client(self, request: web.Request) -> str | None:
+        """The request's client address: its peer, or through a trusted proxy the one it forwarded."""
+        return self.proxies.client(request.remote, request.headers.getall("X-Forwarded-For", ()))
+
     def check(self, request: web.Request, area: Area) -> WireError | None:
         """None when the request may pass; else the error to send (401, 403, or 429 when locked out)."""
         if not self.required(area):
@@ -188,8 +211,6 @@ class AccessGuard:
                 "set dashboard_key (read-only) or admin_key in the config."
             )
             return WireError(403, what, type="request_forbidden")
-        if (locked := self.lockout.refusal(request.remote)) is not None:
-            return locked
         token = bearer(request)
         if token:
             digest = _digest(token)
@@ -197,8 +218,12 @@ class AccessGuard:
             for want in accepted:  # no early exit: timing does not say which key matched
                 ok |= hmac.compare_digest(want, digest)
             if ok:
-                return None
-            self.lockout.failed(request.remote)
+                return None  # a right key is never locked out: only wrong attempts are throttled
+        source = self.client(request)
+        if (locked := self.lockout.refusal(source)) is not None:
+            return locked
+        if token:
+            self.lockout.failed(source)
         names = {
             "admin": "the admin key",
             "dashboard": "the admin key or the dashboard key",

@@ -1,5 +1,6 @@
 """The per-address lockout of the access guard (``server.admin_max_failures`` per ``admin_failure_window``):
-an address with too many failed key checks is refused (429 + Retry-After) for a while (docs/reliability.md)."""
+an address with too many failed key checks gets a 429 + Retry-After for its wrong keys for a while
+(docs/reliability.md). The guard asks only after a key failed: a right key is never refused here."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ __all__ = ["SourceLockout"]
 
 
 class SourceLockout:
-    """Failed key checks per client address: past ``max_failures`` within ``window_s`` that address is
-    refused (429 + Retry-After) until the window since its first failure ends — even with the right key,
-    so guessing stays slow. Memory is bounded: at most ``max_sources`` addresses are remembered."""
+    """Failed key checks per client address: past ``max_failures`` within ``window_s`` that address's wrong
+    keys are refused (429 + Retry-After) until the window since its first failure ends. Memory is bounded: at
+    most ``max_sources`` addresses are remembered."""
 
     def __init__(
         self,

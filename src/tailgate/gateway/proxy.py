@@ -188,7 +188,7 @@ class Proxy:
         sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
         affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
         if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
-            sticky, ctx.affinity_key = Sticky(affinity, key), key
+            sticky, ctx.affinity_key = Sticky(affinity, key, ctx.key_id), key  # the tenant's share is bounded too
         order = table.policy_for(req.model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
             raise refusals.no_route(core.providers, core.breakers, routes, now, ctx)

@@ -27,6 +27,15 @@ turn of a conversation to the other route 1 − Σ share² of the time (32 % at 
   its cache for nothing, and the split of ordinary conversations is right in expectation already. The bound
   applies once ``window // 4`` assignments are counted.
   The window is per gateway process: replicas agree on every key except while one of them passes a hot key on.
+- A tenant's share (:class:`_Share`): per tenant key, its last ``window`` affinity placements among the same
+  candidate routes (a byte each). A request whose first route would put the tenant above
+  ``(share + epsilon) × n + TENANT_SLACK`` of them there goes to the first route in its HRW order still under
+  its share (with two routes one always is). So a tenant cannot concentrate its traffic on one route by
+  choosing session ids that hash there; a tenant with many ordinary conversations is within the bound by chance
+  and nothing of it moves. The cost falls on a tenant whose heavy traffic is one or two conversations: its
+  excess turns go cold elsewhere.
+  Per process, no Redis call: the bound is additive, so across N replicas the tenant's fleet-wide count on a
+  route stays within ``(share + epsilon) × n + N × TENANT_SLACK``.
 
 The upstream key within a provider is picked by the same key (``KeyPool.pick``: caches are per account).
 """
@@ -60,6 +69,11 @@ HEADER: Final = "x-session-id"
 _MASK: Final = (1 << 64) - 1
 _TWO64: Final = float(1 << 64)
 _GOLDEN: Final = 0x9E3779B97F4A7C15
+TENANT_SLACK: Final = 8
+"""Placements a tenant may have on a route beyond ``(share + epsilon) × n``: its first few requests go by their
+key alone (a new tenant, a handful of requests, is not bounded)."""
+_TENANTS: Final = 10_000
+"""Tenants remembered per set of candidate routes; past it the table starts over (the bound starts afresh)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +85,8 @@ class AffinitySettings:
     prefix_chars: int = 512
     """Characters of each stable-prefix part hashed; a longer part: half from its head, half from its tail."""
     epsilon: float = 0.1
-    """Hot-key bound: a route carries at most its share + epsilon of the alias's affinity assignments."""
+    """Hot-key bound: a route carries at most its share + epsilon of the alias's affinity assignments; and of
+    each tenant key's (:class:`_Share`)."""
     window: int = 1000
     """Recent affinity assignments (per alias, per process) the bound is measured over."""
     min_tokens: float = 64.0
@@ -279,11 +294,44 @@ def hrw_order(key: int, routes: Sequence[Route], weight: Callable[[Route], float
     return [r for _, _, r in scored]
 
 
+class _Share:
+    """One tenant's last ``size`` placements among a set of candidate routes: a ring of route indices (a byte
+    each: ``size`` bytes a tenant) and each route's count among them. :meth:`Affinity.order` counts a
+    placement inline (the hot path)."""
+
+    __slots__ = ("counts", "index", "n", "pos", "ring", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ring = bytearray(size)
+        self.pos = 0
+        self.n = 0
+        self.index: dict[int, int] = {}
+        """A route's salt → its index in ``counts`` and the ring (at most 256 routes are told apart)."""
+        self.counts: list[int] = []
+
+    def count(self, salt: int) -> int:
+        i = self.index.get(salt)
+        return 0 if i is None else self.counts[i]
+
+    def evicts(self, salt: int) -> bool:
+        """Would the next placement push one on ``salt``'s route out of the window?"""
+        i = self.index.get(salt)
+        return self.n == self.size and i is not None and self.ring[self.pos] == i
+
+    def slot(self, salt: int) -> int:
+        """``salt``'s index, given it on its first placement."""
+        i = self.index[salt] = len(self.counts) & 0xFF
+        if i == len(self.counts):
+            self.counts.append(0)
+        return i
+
+
 class _Load:
     """The last ``size`` affinity assignments of a set of candidate routes (two rings: the route's salt, the
-    key), each route's and each key's count among them."""
+    key), each route's and each key's count among them; and each tenant's share (:class:`_Share`)."""
 
-    __slots__ = ("counts", "keys", "n", "names", "pos", "ring_key", "ring_route", "size")
+    __slots__ = ("counts", "keys", "n", "names", "pos", "ring_key", "ring_route", "size", "tenants")
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -295,6 +343,7 @@ class _Load:
         self.keys: dict[int, int] = {}
         self.names: dict[int, tuple[str, str]] = {}
         """A route's salt → (provider, model), for :meth:`Affinity.loads`."""
+        self.tenants: dict[str, _Share] = {}
 
     def add(self, route: Route, key: int) -> None:
         counts, keys, pos, salt = self.counts, self.keys, self.pos, route.salt
@@ -325,7 +374,7 @@ class Affinity:
     """One alias's affinity: its settings and the bounded-load windows (per process, one per set of candidate
     routes: assignments made while a route was drained or failing do not count against the split afterwards)."""
 
-    __slots__ = ("_loads", "moved", "settings")
+    __slots__ = ("_loads", "moved", "moved_tenant", "settings")
 
     def __init__(self, settings: AffinitySettings) -> None:
         self.settings = settings
@@ -333,6 +382,8 @@ class Affinity:
         """The windows by candidate set (the XOR of its routes' salts)."""
         self.moved = 0
         """Assignments passed on from their HRW winner by the bound (a hot key), since start."""
+        self.moved_tenant = 0
+        """Assignments passed on because their tenant was above its share + epsilon on the route, since start."""
 
     def key(self, headers: Mapping[str, str], body: Mapping[str, Any], prompt_tokens: float | None) -> int | None:
         """The request's affinity key, or None: affinity off, a prompt below the cache minimum (split per
@@ -356,9 +407,12 @@ class Affinity:
         got = affinity_key(headers, body, s.sources, s.prefix_chars)
         return got[0] if got is not None else None
 
-    def order(self, key: int, routes: Sequence[Route], weight: Callable[[Route], float]) -> list[Route]:
+    def order(
+        self, key: int, routes: Sequence[Route], weight: Callable[[Route], float], tenant: str | None = None
+    ) -> list[Route]:
         """``routes`` in HRW order for ``key``, the first passed over while it is above its bound (then the
-        next in HRW order); the route put first is counted in the window of this set of candidates."""
+        next in HRW order), or while ``tenant`` is above its share + epsilon there (then the first route under
+        its share); the route put first is counted in the window of this set of candidates."""
         if len(routes) == 2:  # the common split: two scores, one comparison, no sort
             a, b = routes
             wa, wb = weight(a), weight(b)
@@ -368,14 +422,19 @@ class Affinity:
             sb = wb / math.log(((((key ^ b.salt) * _GOLDEN) & _MASK) + 0.5) / _TWO64)
             ranked = [a, b] if sa <= sb else [b, a]
             cid = a.salt ^ b.salt
+            total = wa + wb
             scored = None
+            w_a: float | None = wa  # the first route's weight is a's or b's: no call for the tenant bound
         else:
             scored = []
             cid = 0
+            total = 0.0
+            w_a = None
             for i, r in enumerate(routes):
                 w = weight(r)
                 cid ^= r.salt
                 if w > 0:
+                    total += w
                     scored.append(
                         (w / math.log(((((key ^ r.salt) * _GOLDEN) & _MASK) + 0.5) / _TWO64), i, r, w)
                     )  # -score
@@ -396,7 +455,58 @@ class Affinity:
         eps = self.settings.epsilon
         if n >= load.size // 4 and load.keys.get(key, 0) * 2 >= eps * n:  # a hot key (see the module docstring)
             ranked = self._bound(load, ranked, weight, eps)
+        if tenant is not None:
+            share = load.tenants.get(tenant)
+            if share is None:
+                if len(load.tenants) >= _TENANTS:
+                    load.tenants.clear()
+                share = load.tenants[tenant] = _Share(load.size)
+            first = ranked[0]
+            salt = first.salt
+            slot = share.index.get(salt)
+            counts, ring, pos, size, placed = share.counts, share.ring, share.pos, share.size, share.n
+            full = placed == size
+            # within the bound with this placement counted (slack first: most small tenants stop there)
+            if slot is not None and (after := counts[slot] + 1 - (full and ring[pos] == slot)) > TENANT_SLACK:
+                w_first = weight(first) if w_a is None else (w_a if first is routes[0] else total - w_a)
+                bound = (w_first / total + eps) * (size if full else placed + 1) + TENANT_SLACK
+                if after > bound:
+                    ranked = self._tenant_bound(share, ranked, weight, eps)
+                    salt = ranked[0].salt
+                    slot = share.index.get(salt)
+            if slot is None:
+                slot = share.slot(salt)
+            # share.add, inlined (every request of a tenant key with affinity passes here)
+            if full:
+                counts[ring[pos]] -= 1
+            else:
+                share.n = placed + 1
+            ring[pos] = slot
+            counts[slot] += 1
+            share.pos = pos + 1 if pos + 1 < size else 0
         load.add(ranked[0], key)
+        return ranked
+
+    def _tenant_bound(
+        self, share: _Share, ranked: list[Route], weight: Callable[[Route], float], eps: float
+    ) -> list[Route]:
+        """``ranked`` with the first route still under its share with this placement counted put first (n: the
+        window's placements then); the caller found its first route over (share + epsilon) × n + slack."""
+        weights = [weight(r) for r in ranked]
+        total = sum(w for w in weights if w > 0)
+        n = min(share.n + 1, share.size)
+
+        def after(r: Route) -> int:  # the route's count with this placement on it
+            return share.count(r.salt) + 1 - share.evicts(r.salt)
+
+        for i in range(1, len(ranked)):
+            w = weights[i]
+            if w <= 0:
+                break
+            if after(ranked[i]) <= w / total * n:
+                ranked.insert(0, ranked.pop(i))
+                self.moved_tenant += 1
+                break
         return ranked
 
     def _bound(self, load: _Load, ranked: list[Route], weight: Callable[[Route], float], eps: float) -> list[Route]:
@@ -428,18 +538,20 @@ class Affinity:
 class Sticky:
     """What a policy's ``order`` gets for a request with an affinity key: the alias's :class:`Affinity` and
     the key. The policy narrows the routes (class, SLO, breakers, exclusions) and weighs them; this orders.
+    ``tenant``: the client key's id, whose share is bounded (None: an open gateway, no tenant bound).
     A plain slotted class, not a frozen dataclass: one is made per request, and a frozen one's ``__init__``
     costs a microsecond."""
 
-    __slots__ = ("affinity", "key")
+    __slots__ = ("affinity", "key", "tenant")
 
-    def __init__(self, affinity: Affinity, key: int) -> None:
+    def __init__(self, affinity: Affinity, key: int, tenant: str | None = None) -> None:
         self.affinity = affinity
         self.key = key
+        self.tenant = tenant
 
     def first(self, routes: Sequence[Route], weight: Callable[[Route], float]) -> list[Route]:
-        """The admitted routes of the request's first choice, in HRW order with the bound (counted)."""
-        return self.affinity.order(self.key, routes, weight)
+        """The admitted routes of the request's first choice, in HRW order with the bounds (counted)."""
+        return self.affinity.order(self.key, routes, weight, self.tenant)
 
     def rest(self, routes: Sequence[Route], weight: Callable[[Route], float]) -> list[Route]:
         """Fallback routes in HRW order (not counted): a conversation's fallback is the same every time."""
