@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -43,6 +44,15 @@ def _own_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 # -- the parallel schedule (CONTRIBUTING.md, "The CI budget") ------------------------------------------------
 
 TIMING_GROUP = "timing"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker starts with ``COLUMNS=80`` and ``LINES=24`` in its environment, which a serial run never has:
+    the CLI's piped output (tables, error lines) would wrap at 80 columns in a worker and not in a serial run. The
+    tests that are about ``COLUMNS`` set it themselves, so every worker gets the environment a serial run has."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
 
 
 @pytest.hookimpl(tryfirst=True)
