@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from conftest import StateFactory
 from tailgate.state import LocalState
@@ -41,6 +42,36 @@ async def test_a_small_limit_is_decided_per_request(replicas: StateFactory) -> N
     results = await asyncio.gather(*(lim.take("key:small:rpm", 1, 60, 60.0) for lim in limiters for _ in range(40)))
     assert sum(r.ok for r in results) == 60
     assert all(lim.local_takes == 0 for lim in limiters)
+
+
+async def test_rpm_60_admits_60_per_window_over_two_windows_across_three_replicas(replicas: StateFactory) -> None:
+    """A gateway key's rpm (``admit_key``: take 1 of 60 in a 60 s window) at a tenth of its time: 2x the limit
+    offered for two 6 s windows over three replicas admits 120 +- 4, and no window (60 consecutive buckets on
+    Redis's clock) holds more than 60."""
+    # The minute-scale version of tests/fleet/test_fleet.py's rpm smoke. The window is a parameter of the take and
+    # its buckets are 1/60 of it, so 6 s is the same computation as 60 s, ten times sooner; counting on Redis's
+    # buckets (the clock the limit is kept on) instead of the client's clock makes the window check exact.
+    window = 6.0
+    limiters = [LeasedLimiter(await replicas()) for _ in range(3)]
+    admitted: list[int] = []
+
+    async def one(i: int) -> None:
+        adm = await limiters[i % 3].take("key:team:rpm", 1, 60, window)
+        if adm.ok:
+            assert adm.bucket is not None
+            admitted.append(adm.bucket)
+
+    t0 = time.monotonic()
+    tasks = []
+    for i in range(240):  # 20 per second: 2x the limit of 60 per 6 s
+        await asyncio.sleep(max(0.0, t0 + i * window / 120 - time.monotonic()))
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    for lim in limiters:
+        await lim.close()
+    assert 116 <= len(admitted) <= 124, len(admitted)
+    worst = max(sum(1 for b in admitted if start <= b < start + 60) for start in set(admitted))
+    assert worst <= 60, worst
 
 
 async def test_the_local_backend_is_not_sliced() -> None:
