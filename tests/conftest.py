@@ -70,7 +70,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _untraced_when_timing(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that judges time or CPU runs untraced when the suite is measured for coverage (CI measures it in the
     same run as the verdict): line tracing slows Python two- to three-fold, which such a test must not pass or fail
-    on. Its lines are covered by the rest of the suite; the other tests stay traced."""
+    on, and so do the child processes it starts. Its lines are covered by the rest of the suite; the other tests
+    stay traced."""
     if not (request.node.get_closest_marker("bench") or request.node.get_closest_marker("timing")):
         yield
         return
@@ -84,9 +85,14 @@ def _untraced_when_timing(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     cov.stop()
+    # coverage's `patch = subprocess` measures child Pythons through this variable: the servers such a test starts
+    # run untraced too.
+    child_config = os.environ.pop("COVERAGE_PROCESS_CONFIG", None)
     try:
         yield
     finally:
+        if child_config is not None:
+            os.environ["COVERAGE_PROCESS_CONFIG"] = child_config
         cov.start()
 
 

@@ -28,6 +28,10 @@ from conftest import SimFactory
 from tailgate.sim.faults import Faults
 from tailgate.state.server import RedisServer
 
+# Rates, windows and "within a second" across three real replicas: these judge time, so they run on the timing
+# worker, one at a time and untraced with their replicas (tests/conftest.py).
+pytestmark = pytest.mark.timing
+
 ADMIN = {"Authorization": "Bearer admin-key-0123456789"}
 TEAM = {"Authorization": "Bearer tg-team-key-0123"}
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
