@@ -64,6 +64,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("bench") or item.get_closest_marker("timing"):
             item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
+    # The long tests start first, so none of them is the tail of a parallel run: the `slow` ones, then the
+    # end-to-end files at the top of tests/ (packaging, the deploy recipe, the demo, the docs' command flows).
+    # A stable sort: the rest keep pytest's order.
+    top = Path(__file__).parent
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.path.parent != top))
 
 
 @pytest.fixture(autouse=True)

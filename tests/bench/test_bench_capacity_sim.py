@@ -96,6 +96,7 @@ async def test_finder_answer_is_the_slot_count_of_a_small_engine(threaded_sim: C
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # P99 TTFT against a threshold with ~150 ms of room: one at a time, untraced
 @pytest.mark.timeout(300)
 async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callable[..., ThreadedSim]) -> None:
     """aggregator: 16 tenant-wide slots. P99 TTFT holds while no request queues (c ≤ 16) and breaks once
@@ -123,6 +124,7 @@ async def test_finder_says_the_aggregator_collapses_past_16(threaded_sim: Callab
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # mean E2E against Little's law on a quarter-speed simulator: one at a time, untraced
 @pytest.mark.timeout(400)
 async def test_finder_answer_for_provider_a_matches_littles_law(threaded_sim: Callable[..., ThreadedSim]) -> None:
     """provider-a: 256 slots. A saturated closed loop's mean E2E is c · T_eng / slots, so the largest c with
