@@ -119,13 +119,15 @@ class Messages:
         model: str,
         thinking_switch: str = "thinking",
         top_k: bool = False,
+        drop_fields: frozenset[str] = frozenset(),
     ) -> Attempt:
         """The attempt at a route whose upstream model is ``model``: to ``native`` (passthrough) when the
         provider has one, else to ``client`` translated (its reasoning switched by ``thinking_switch``: the
         provider's ``thinking_switch``). A 400 ``WireError`` naming the field when the request cannot be
         translated. ``top_k``: whether the provider's chat API takes ``top_k`` (its preset says so); if not, a
         translated request goes without it — OpenAI's chat API has no such field and a strict upstream refuses it
-        with a 400, while it is only a sampling hint (Claude Code does not send it)."""
+        with a 400, while it is only a sampling hint (Claude Code does not send it). ``drop_fields``: the chat fields
+        the provider refuses (``providers.NAME.drop_fields``), left out too."""
         if native is not None:
             payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
             return Attempt(native, UPSTREAM_PATH, payload, self.forward, None)
@@ -137,6 +139,8 @@ class Messages:
         chat = {**made, "model": model}
         if not top_k:
             chat.pop("top_k", None)
+        for name in drop_fields & chat.keys():  # the provider refuses them (providers.NAME.drop_fields)
+            del chat[name]
         return Attempt(client, "/chat/completions", chat, None, Translated(model, req.stop_sequences))
 
 

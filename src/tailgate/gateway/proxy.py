@@ -302,12 +302,16 @@ class Proxy:
                 route.model,
                 provider.config.thinking_switch,
                 provider.config.top_k,
+                provider.config.drop_fields,
             )
             upstream = _Upstream(plan.client, plan.path, plan.headers, plan.translated)
             payload = plan.payload
         else:
             upstream = _Upstream(provider.client, PATHS[ctx.endpoint], None, None)
-            payload = {**obj, "model": route.model}
+            # Fields the gateway does not know go as sent: they are the provider's business; those the provider
+            # is known to refuse (``drop_fields``) stay here (docs/gateway.md, "Fields the gateway does not know").
+            drop = provider.config.drop_fields
+            payload = {**obj, "model": route.model} if not drop else _without(obj, drop, route.model)
         health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
@@ -665,6 +669,13 @@ class _Upstream:
         self, client: UpstreamClient, path: str, headers: dict[str, str] | None, translated: Translated | None
     ) -> None:
         self.client, self.path, self.headers, self.translated = client, path, headers, translated
+
+
+def _without(obj: Mapping[str, Any], drop: frozenset[str], model: str) -> dict[str, Any]:
+    """``obj`` with ``model`` replaced and the fields in ``drop`` left out."""
+    out = {k: v for k, v in obj.items() if k not in drop}
+    out["model"] = model
+    return out
 
 
 def _model(endpoint: Endpoint, body: bytes) -> str:
