@@ -73,27 +73,23 @@ async def test_codex_responses_body_reaches_a_strict_provider(
         assert resp.usage.output_tokens > 0
 
 
-async def test_an_unknown_field_is_passed_on_as_sent(sim: SimFactory, gateway: GwFactory) -> None:
+async def test_an_unknown_field_is_passed_on_as_sent(
+    sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]
+) -> None:
     """A top-level field the gateway does not know goes to the provider as sent: a strict provider's own 400 names
     it (the gateway did not), and the same body to a provider that drops it by ``drop_fields`` is served."""
-    body = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "x_vendor_hint": 7}
-    passed = await _gateway(sim, gateway)
-    client = openai.AsyncOpenAI(base_url=passed.url, api_key="anything", max_retries=0)
+    msgs: Any = [{"role": "user", "content": "hi"}]
+    client = oai((await _gateway(sim, gateway)).url, "anything")
     with pytest.raises(openai.BadRequestError) as refused:
-        await client.chat.completions.create(
-            **{k: v for k, v in body.items() if k != "x_vendor_hint"}, extra_body={"x_vendor_hint": 7}
-        )
+        await client.chat.completions.create(model="gpt", messages=msgs, max_tokens=3, extra_body={"x_vendor_hint": 7})
     assert refused.value.response.headers["x-tailgate-attempts"] == "1"  # the provider refused it, not the gateway
     assert "x_vendor_hint" in str(refused.value)
-    dropped = await _gateway(sim, gateway, drop_fields=["x_vendor_hint"])
-    client2 = openai.AsyncOpenAI(base_url=dropped.url, api_key="anything", max_retries=0)
-    ok = await client2.chat.completions.create(
-        **{k: v for k, v in body.items() if k != "x_vendor_hint"}, extra_body={"x_vendor_hint": 7}
+    dropping = oai((await _gateway(sim, gateway, drop_fields=["x_vendor_hint"])).url, "anything")
+    ok = await dropping.chat.completions.create(
+        model="gpt", messages=msgs, max_tokens=3, extra_body={"x_vendor_hint": 7}
     )
     assert ok.usage is not None
     assert ok.usage.completion_tokens == 3
-    await client.close()
-    await client2.close()
 
 
 async def test_the_openai_preset_drops_the_vendor_fields_openai_refuses(

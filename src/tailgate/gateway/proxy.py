@@ -185,6 +185,8 @@ class Proxy:
         wants_usage = ctx.messages is not None or bool(getattr(options, "include_usage", False))
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
+        if ctx.messages is not None:  # a route that cannot carry the request is never ordered (the 400: none can)
+            exclude |= self._uncarried(ctx.messages, routes)
         sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
         affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
         if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
@@ -223,6 +225,26 @@ class Proxy:
         if last is None and time.perf_counter() < deadline:  # every breaker refused at the door: say so
             raise refusals.no_route(core.providers, core.breakers, routes, time.monotonic(), ctx)
         raise refusals.final_error(last, ctx)
+
+    def _uncarried(self, messages: anthropic.Messages, routes: Sequence[Route]) -> set[str]:
+        """The providers among ``routes`` that cannot carry this request (a translation cannot say a field or block
+        of it), learnt before the routes are ordered: the request goes to a route that can. When no route of the
+        alias can, the 400 of the first that cannot (it names the field). By provider, as ``exclude`` is: whether a
+        route can carry a request depends on its provider (native endpoint, thinking switch), not its model."""
+        uncarried: dict[str, WireError] = {}
+        carried = False
+        for route in routes:
+            provider = self.core.providers.get(route.provider)
+            if provider is None or route.provider in uncarried:
+                continue
+            err = messages.uncarried(provider.anthropic_client, provider.config.thinking_switch)
+            if err is None:
+                carried = True
+            else:
+                uncarried[route.provider] = err
+        if uncarried and not carried:
+            raise next(iter(uncarried.values()))
+        return set(uncarried)
 
     def _check_key(self, ctx: Ctx) -> None:
         """The key's default traffic class, then its standing for ``ctx.alias`` (expired, model not allowed): the
