@@ -160,3 +160,20 @@ async def test_a_400_only_when_no_route_of_the_alias_can_carry_it(
     assert "mcp_servers" in bad.value.message
     assert await _apis(a) == []
     assert await _apis(b) == []
+
+
+def test_a_translated_attempt_leaves_out_the_providers_drop_fields() -> None:
+    """``providers.NAME.drop_fields`` holds for a translated ``/v1/messages`` attempt too: Claude Code's
+    ``metadata.user_id`` becomes the chat ``user``, and a provider that drops ``user`` never gets it."""
+    from tailgate.gateway.anthropic import Messages
+
+    body = json.dumps(RECORDED["body"]).encode()
+    messages = Messages(body, json.loads(body), RECORDED["headers"])
+    upstream: Any = object()  # where the attempt would go: only carried along here
+    kept = messages.attempt(upstream, None, "up", "thinking")
+    dropped = messages.attempt(upstream, None, "up", "thinking", drop_fields=frozenset({"user", "thinking"}))
+    assert isinstance(kept.payload, dict)
+    assert isinstance(dropped.payload, dict)
+    assert kept.payload["user"] == RECORDED["body"]["metadata"]["user_id"]
+    assert kept.payload["thinking"] == {"type": "enabled"}
+    assert set(kept.payload) - set(dropped.payload) == {"user", "thinking"}
