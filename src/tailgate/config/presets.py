@@ -12,6 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+OPENAI_REFUSED_FIELDS = (
+    "top_k",
+    "repetition_penalty",
+    "min_p",
+    "ignore_eos",
+    "min_tokens",
+    "enable_thinking",
+    "thinking_budget",
+    "thinking",
+    "chat_template_kwargs",
+)
+"""Vendor fields of vLLM, SGLang and the MaaS platforms that api.openai.com refuses (``Unrecognized request argument
+supplied``): the ``openai`` preset drops them, so an alias mixing providers serves a request that carries them on
+every route (the simulator's ``openai`` dialect refuses the same list; a test keeps the two in step)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ProviderPreset:
@@ -40,6 +55,10 @@ class ProviderPreset:
     """Its chat API takes ``top_k`` (vLLM's and SGLang's sampling parameters): a translated ``/v1/messages``
     request keeps the client's ``top_k`` only for such providers; the rest never see it (OpenAI's chat API has
     no ``top_k``, and a strict upstream such as api.openai.com refuses it with a 400)."""
+    drop_fields: tuple[str, ...] = ()
+    """Top-level request fields the provider refuses with a 400, left out of what goes to it
+    (``providers.NAME.drop_fields``' default): a field a client sends for another route of the same alias must
+    not make this one fail."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (what the Anthropic SDK takes as ``base_url``; requests
     go to ``{it}/v1/messages``), where it serves one; None: OpenAI chat only."""
@@ -227,6 +246,7 @@ PRESETS: dict[str, ProviderPreset] = {
         ProviderPreset(
             name="openai",
             thinking_switch="reasoning_effort",
+            drop_fields=OPENAI_REFUSED_FIELDS,
             title="OpenAI",
             base_url="https://api.openai.com/v1",
             example_model=None,

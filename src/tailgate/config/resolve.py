@@ -58,6 +58,8 @@ class ResolvedProvider:
     client's ``top_k`` only then (gateway/anthropic.py)."""
     cache_min_tokens: int = 64
     """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
+    drop_fields: frozenset[str] = frozenset()
+    """Top-level request fields left out of what goes to it (the user's ``drop_fields``, else the preset's)."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
@@ -216,6 +218,9 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
             anthropic_base_url=anthropic_url,
             thinking_switch=pc.thinking_switch or (preset.thinking_switch if preset is not None else "thinking"),
             top_k=preset.top_k if preset is not None else False,
+            drop_fields=frozenset(
+                pc.drop_fields if pc.drop_fields is not None else (preset.drop_fields if preset is not None else ())
+            ),
             cache_min_tokens=(
                 pc.cache_min_tokens
                 if pc.cache_min_tokens is not None

@@ -108,6 +108,10 @@ class ProviderConfig(_Strict):
     cache_min_tokens: Annotated[int, Field(ge=0)] | None = None
     """The shortest prompt this provider's prompt cache serves (its documented minimum); unset: the preset's,
     else 64. Conversation affinity applies from the smallest minimum among an alias's routes."""
+    drop_fields: list[Annotated[str, Field(min_length=1)]] | None = None
+    """Top-level request fields left out of every OpenAI-shaped request (chat, completions, embeddings, responses,
+    a translated ``/v1/messages``) before it goes to this provider, because the provider refuses them; every other
+    field the client sent goes as sent. Unset: the preset's (``openai``: the vendor fields api.openai.com refuses)."""
 
 
 class RouteConfig(_Strict):

@@ -8,8 +8,8 @@ retries before the first token, key admission, books). Per attempt, the route's 
   only ``model`` replaced by the route's, ``anthropic-version`` / ``anthropic-beta`` passed on, and the answer
   (body or event stream) comes back as the provider sent it. Thinking blocks, signatures, ``cache_control``
   and tool-use blocks are untouched. The measurement core reads Anthropic's events (upstream/_relay.py).
-* **translation** — any other provider: the request is decoded strictly (an unknown or untranslatable field
-  is a 400 naming it) and translated to OpenAI chat (``wire.anthropic_translate``), sent to
+* **translation** — any other provider: the request is decoded (a field the gateway does not know is dropped;
+  each field's fate: ``wire.anthropic_fates``) and translated to OpenAI chat (``wire.anthropic_translate``), sent to
   ``/chat/completions``, and the answer translated back: a whole message, or the event sequence built one
   chunk at a time (``wire.anthropic_stream.StreamTranslator``), pulled, not pushed, since every frame is
   rewritten.
@@ -107,10 +107,31 @@ class Messages:
         self._chat: dict[str, dict[str, Any]] = {}  # by thinking switch
 
     def request(self) -> MessagesRequest:
-        """The request decoded strictly: a translation cannot pass on a field it does not know."""
+        """The request decoded for a translation: a field the gateway does not know is dropped there (it cannot be
+        said in chat; wire/anthropic_fates.py), never a 400 — a passthrough route carries it as sent."""
         if self._request is None:
-            self._request = wire.decode_messages(self.body, strict=True)
+            self._request = wire.decode_messages(self.body, strict=False)
         return self._request
+
+    def uncarried(self, native: UpstreamClient | None, thinking_switch: str = "thinking") -> WireError | None:
+        """Why a route to a provider (``native``: its Anthropic endpoint, if any) cannot carry this request, or None
+        when it can: a passthrough carries anything; a translation cannot carry a ``refused`` field or block (the
+        400 it would answer). The translation is made here once and kept for the attempt (no second decode)."""
+        if native is not None:
+            return None
+        try:
+            self._translation(thinking_switch)
+        except WireError as err:
+            return err
+        return None
+
+    def _translation(self, thinking_switch: str) -> tuple[MessagesRequest, dict[str, Any]]:
+        req = self.request()
+        switch = cast("ThinkingSwitch", thinking_switch if thinking_switch in THINKING_SWITCHES else "thinking")
+        made = self._chat.get(switch)
+        if made is None:
+            made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
+        return req, made
 
     def attempt(
         self,
@@ -119,24 +140,24 @@ class Messages:
         model: str,
         thinking_switch: str = "thinking",
         top_k: bool = False,
+        drop_fields: frozenset[str] = frozenset(),
     ) -> Attempt:
         """The attempt at a route whose upstream model is ``model``: to ``native`` (passthrough) when the
         provider has one, else to ``client`` translated (its reasoning switched by ``thinking_switch``: the
         provider's ``thinking_switch``). A 400 ``WireError`` naming the field when the request cannot be
         translated. ``top_k``: whether the provider's chat API takes ``top_k`` (its preset says so); if not, a
         translated request goes without it — OpenAI's chat API has no such field and a strict upstream refuses it
-        with a 400, while it is only a sampling hint (Claude Code does not send it)."""
+        with a 400, while it is only a sampling hint (Claude Code does not send it). ``drop_fields``: the chat fields
+        the provider refuses (``providers.NAME.drop_fields``), left out too."""
         if native is not None:
             payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
             return Attempt(native, UPSTREAM_PATH, payload, self.forward, None)
-        req = self.request()
-        switch = cast("ThinkingSwitch", thinking_switch if thinking_switch in THINKING_SWITCHES else "thinking")
-        made = self._chat.get(switch)
-        if made is None:
-            made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
+        req, made = self._translation(thinking_switch)
         chat = {**made, "model": model}
         if not top_k:
             chat.pop("top_k", None)
+        for name in drop_fields & chat.keys():  # the provider refuses them (providers.NAME.drop_fields)
+            del chat[name]
         return Attempt(client, "/chat/completions", chat, None, Translated(model, req.stop_sequences))
 
 

@@ -185,6 +185,8 @@ class Proxy:
         wants_usage = ctx.messages is not None or bool(getattr(options, "include_usage", False))
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
+        if ctx.messages is not None:  # a route that cannot carry the request is never ordered (the 400: none can)
+            exclude |= self._uncarried(ctx.messages, routes)
         sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
         affinity = table.affinity.get(req.model) if ctx.endpoint != "embeddings" else None  # no prompt cache there
         if affinity is not None and (key := affinity.key(request.headers, obj, prompt)) is not None:
@@ -223,6 +225,26 @@ class Proxy:
         if last is None and time.perf_counter() < deadline:  # every breaker refused at the door: say so
             raise refusals.no_route(core.providers, core.breakers, routes, time.monotonic(), ctx)
         raise refusals.final_error(last, ctx)
+
+    def _uncarried(self, messages: anthropic.Messages, routes: Sequence[Route]) -> set[str]:
+        """The providers among ``routes`` that cannot carry this request (a translation cannot say a field or block
+        of it), learnt before the routes are ordered: the request goes to a route that can. When no route of the
+        alias can, the 400 of the first that cannot (it names the field). By provider, as ``exclude`` is: whether a
+        route can carry a request depends on its provider (native endpoint, thinking switch), not its model."""
+        uncarried: dict[str, WireError] = {}
+        carried = False
+        for route in routes:
+            provider = self.core.providers.get(route.provider)
+            if provider is None or route.provider in uncarried:
+                continue
+            err = messages.uncarried(provider.anthropic_client, provider.config.thinking_switch)
+            if err is None:
+                carried = True
+            else:
+                uncarried[route.provider] = err
+        if uncarried and not carried:
+            raise next(iter(uncarried.values()))
+        return set(uncarried)
 
     def _check_key(self, ctx: Ctx) -> None:
         """The key's default traffic class, then its standing for ``ctx.alias`` (expired, model not allowed): the
@@ -302,12 +324,16 @@ class Proxy:
                 route.model,
                 provider.config.thinking_switch,
                 provider.config.top_k,
+                provider.config.drop_fields,
             )
             upstream = _Upstream(plan.client, plan.path, plan.headers, plan.translated)
             payload = plan.payload
         else:
             upstream = _Upstream(provider.client, PATHS[ctx.endpoint], None, None)
-            payload = {**obj, "model": route.model}
+            # Fields the gateway does not know go as sent: they are the provider's business; those the provider
+            # is known to refuse (``drop_fields``) stay here (docs/gateway.md, "Fields the gateway does not know").
+            drop = provider.config.drop_fields
+            payload = {**obj, "model": route.model} if not drop else _without(obj, drop, route.model)
         health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
@@ -665,6 +691,13 @@ class _Upstream:
         self, client: UpstreamClient, path: str, headers: dict[str, str] | None, translated: Translated | None
     ) -> None:
         self.client, self.path, self.headers, self.translated = client, path, headers, translated
+
+
+def _without(obj: Mapping[str, Any], drop: frozenset[str], model: str) -> dict[str, Any]:
+    """``obj`` with ``model`` replaced and the fields in ``drop`` left out."""
+    out = {k: v for k, v in obj.items() if k not in drop}
+    out["model"] = model
+    return out
 
 
 def _model(endpoint: Endpoint, body: bytes) -> str:

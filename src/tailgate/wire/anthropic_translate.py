@@ -22,8 +22,11 @@ What is chosen where Anthropic and OpenAI differ (docs/architecture.md, "Anthrop
   ``cache_control`` is dropped: OpenAI-compatible providers cache prefixes by themselves.
 * ``thinking`` switches the provider's reasoning on or off by the provider's own field
   (:data:`THINKING_SWITCHES`, ``thinking: {type, budget_tokens}`` by default — DeepSeek, Volcengine, Zhipu).
-* Refused with a 400 naming the field: ``document`` blocks, server tools (a versioned ``type``),
-  ``mcp_servers``, ``container``, ``context_management``, ``output_format`` / ``output_config.format``.
+* ``output_config.effort`` becomes ``reasoning_effort`` where that is the provider's switch.
+* Every top-level field's fate (carried, mapped, dropped, refused) is one table,
+  :data:`~tailgate.wire.anthropic_fates.FIELD_FATES`; a field the gateway does not know is dropped.
+  Refused with a 400 naming the field (this route cannot carry the request): ``document`` blocks, server tools
+  (a versioned ``type``), ``mcp_servers``, ``container``, ``output_format`` / ``output_config.format``.
 * Usage: OpenAI's ``prompt_tokens`` include cached ones; Anthropic's ``input_tokens`` do not, so
   ``input_tokens = prompt_tokens − cached`` and ``cache_read_input_tokens = cached``.
 * A translated thinking block has no signature from the upstream: it starts with ``signature: ""``
@@ -51,6 +54,7 @@ from tailgate.wire.anthropic import (
     ToolUseBlock,
     Usage,
 )
+from tailgate.wire.anthropic_fates import REFUSED_FIELDS
 from tailgate.wire.errors import bad_gateway, invalid_request
 from tailgate.wire.types import ChatCompletionRequest, ChatMessage, FunctionCall, StreamOptions, ToolCall
 
@@ -75,7 +79,8 @@ THINKING_SWITCHES: tuple[str, ...] = ("thinking", "enable_thinking", "chat_templ
 (vLLM / SGLang serving Qwen3 or DeepSeek), ``reasoning_effort`` (OpenAI's o-series: ``none`` / ``medium``),
 or ``none`` (the model thinks or not by itself; the request's choice is not sent)."""
 
-_REFUSED_FIELDS = ("mcp_servers", "container", "context_management", "output_format")
+_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+"""Anthropic's ``output_config.effort`` as OpenAI's ``reasoning_effort`` (OpenAI's highest is ``high``)."""
 
 
 # ---- request -------------------------------------------------------------------------------------
@@ -253,7 +258,14 @@ def tool_choice_to_openai(choice: ToolChoice | None) -> tuple[str | dict[str, An
 
 
 def _thinking_fields(req: MessagesRequest, switch: ThinkingSwitch) -> dict[str, Any]:
+    """The provider's thinking switch for ``thinking`` (adaptive and between_tools turn it on, as enabled does);
+    with the ``reasoning_effort`` switch, ``output_config.effort`` sets its level (alone, too: Claude Code sends
+    effort with adaptive thinking, and effort without thinking still says how hard to try)."""
     config = req.thinking
+    effort = (req.output_config or {}).get("effort")
+    on = config is None or config.type != "disabled"
+    if switch == "reasoning_effort" and on and isinstance(effort, str) and effort in _EFFORT:
+        return {"reasoning_effort": _EFFORT[effort]}
     if config is None or switch == "none":
         return {}
     on = config.type != "disabled"
@@ -280,7 +292,7 @@ def to_chat_request(
     naming the field for anything that cannot be said in OpenAI chat. ``model`` replaces the request's
     (the route's upstream id). A stream asks for ``stream_options.include_usage``: ``message_delta``
     carries the usage."""
-    for name in _REFUSED_FIELDS:
+    for name in REFUSED_FIELDS:
         if getattr(req, name) is not None:
             raise invalid_request(f"{name} cannot be translated to OpenAI chat.", name)
     if req.output_config is not None and "format" in req.output_config:

@@ -74,6 +74,8 @@ class ResponseRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    client_metadata: dict[str, Any] | None = None
+    """Codex CLI sends it (its installation id) on every turn; api.openai.com accepts it."""
 
 
 def input_text(req: ResponseRequest) -> str:
