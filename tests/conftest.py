@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from _require import require_postgres, require_redis_server
-from pg_cluster import PostgresCluster
+from pg_cluster import PostgresCluster, running_cluster
 from tailgate.config.schema import StateConfig
 from tailgate.ledger.store import StoreConn, open_store
 from tailgate.sim.faults import Faults
@@ -346,6 +346,15 @@ def pg_cluster() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.remove()
+
+
+@pytest.fixture
+def own_pg_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of this test alone, for outage drills that stop and start it: a failure between the
+    two leaves the session's shared ``pg_cluster`` running for every other test."""
+    require_postgres()
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -77,9 +77,7 @@ def test_promtool_accepts_both_prometheus_files() -> None:
 
 def test_systemd_units_verify_clean(tmp_path: Path) -> None:
     """``systemd-analyze verify`` finds nothing to say about the units (the binary path made one that exists)."""
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze not installed (Debian package 'systemd')")
+    analyze = _need("systemd-analyze", shutil.which("systemd-analyze"), "systemd")
     tailgate = str(Path(sys.executable).with_name("tailgate"))
     units = []
     for src, name in (("tailgate@.service", "tailgate@8081.service"), ("tailgate-monitor.service", None)):

@@ -7,6 +7,7 @@ and ``TAILGATE_TEST_HIDE`` for a component that PATH cannot hide (redis-server i
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,20 @@ def test_a_hidden_redis_server_skips_or_fails(
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rsf", "-k", "needs_redis_server")
     result.assert_outcomes(**{outcome: 1, "deselected": 1})
     result.stdout.fnmatch_lines(["*redis-server is missing (apt-get install redis-server*"])
+
+
+_OWN_SKIP = re.compile(r"pytest\.skip\(|skipif\(|importorskip\(|pytest\.mark\.skip\b")
+
+
+def test_no_test_skips_around_require() -> None:
+    """No test file skips by itself (``pytest.skip``, ``skipif``, ``importorskip``) except for the platform: a
+    missing component goes through tests/_require.py, so under CI=true it fails instead of staying green."""
+    tests = Path(__file__).resolve().parent
+    own = [
+        f"{path.relative_to(tests)}:{n}: {line.strip()}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.name != "_require.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _OWN_SKIP.search(line) and "sys.platform" not in line
+    ]
+    assert own == []

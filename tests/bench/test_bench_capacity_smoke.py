@@ -45,7 +45,8 @@ def test_loadgen_capacity_quick_run_is_correct(tmp_path: Path) -> None:
     lag = open_loop["schedule_lag_ms"]
     assert lag["count"] > 0
     assert lag["p99"] is not None
-    assert lag["p99"] >= 0
+    assert 0 <= lag["p50"] <= lag["p90"] <= lag["p95"] <= lag["p99"] <= lag["max"], lag  # late sends, ordered
+    assert lag["mean"] <= lag["max"], lag
     assert open_loop["empty_schedule_lag_ms"]["count"] > 0
     assert open_loop["empty_schedule_timer_lag_ms"]["count"] > 0
     assert open_loop["achieved_rps"] > 0

@@ -18,6 +18,8 @@ from conftest import GatewayHandle, SimFactory, eventually
 from tailgate.ledger.keys import create_key
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start
+from tailgate.sim.faults import Faults
+from tailgate.sim.provider import SimProvider
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
 MSG = [{"role": "user", "content": "hello"}]
@@ -33,9 +35,10 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any
     yield {"state": {"backend": "redis", "url": server.url, "namespace": f"t{uuid.uuid4().hex[:12]}"}}
 
 
-async def _gateway(sim: SimFactory, gateway: GwFactory, state: dict[str, Any]) -> GatewayHandle:
+async def _gateway(sim: SimFactory, gateway: GwFactory, state: dict[str, Any]) -> tuple[GatewayHandle, SimProvider]:
+    """The gateway, and the provider behind the ``slow`` model (its ``hold`` fault keeps requests in flight)."""
     fast = await sim("instant", models=("m",))
-    slow = await sim("instant", models=("m",), faults={"stall_first_token_s": 0.6})
+    slow = await sim("instant", models=("m",))
     paced = await sim("instant", models=("m",))
     config = {
         "admin_key": "admin-0123456789abcdef",
@@ -54,7 +57,7 @@ async def _gateway(sim: SimFactory, gateway: GwFactory, state: dict[str, Any]) -
         "routing": {"probes": {"enabled": False}, "shed": {"max_in_flight": 2, "thresholds": {"batch": 0.5}}},
         **state,
     }
-    return await gateway(config)
+    return await gateway(config), slow
 
 
 async def _chat(
@@ -85,7 +88,7 @@ async def test_refusals_take_nothing_from_the_keys_counters(
 ) -> None:
     """rpm 5 + models [chat]: five 403s, then five 200s for its own model (the sixth is the rpm's 429); budget,
     tpm, concurrency, shed and pacing refusals leave rpm, tpm and budget where the admitted requests put them."""
-    gw = await _gateway(sim, gateway, backend)
+    gw, slow = await _gateway(sim, gateway, backend)
     assert gw.gateway.ledger is not None
     with open_store(gw.gateway.ledger.path) as conn:
         keys = {
@@ -123,18 +126,26 @@ async def test_refusals_take_nothing_from_the_keys_counters(
         await _settles_at(gw, "key:tpm:rpm", 60.0, 0)
         await _settles_at(gw, "key:tpm:tpm", 60.0, 0)
 
-        # concurrency: one served, two refused; only the served one is counted.
-        results = await asyncio.gather(*(_chat(session, gw, keys["conc"], model="slow") for _ in range(3)))
-        assert sorted(r[0] for r in results) == [200, 429, 429]
+        # concurrency: one served (held upstream until the other two were answered), two refused; only the
+        # served one is counted.
+        slow.set_faults(Faults(hold=True))
+        conc = [asyncio.ensure_future(_chat(session, gw, keys["conc"], model="slow")) for _ in range(3)]
+        await eventually(lambda: slow.held == 1 and sum(t.done() for t in conc) == 2, 10.0)
+        slow.set_faults(Faults(hold=False))
+        assert sorted(r[0] for r in await asyncio.gather(*conc)) == [200, 429, 429]
         await _settles_at(gw, "key:conc:rpm", 60.0, 1)
 
-        # load shedding: a batch key's requests while another request holds half of max_in_flight.
+        # load shedding: a batch key's requests while another request, held upstream until they were
+        # answered, holds half of max_in_flight.
+        slow.set_faults(Faults(hold=True))
         filler = asyncio.ensure_future(_chat(session, gw, "sk-filler-0123456789", model="slow"))
-        await eventually(lambda: _in_flight(gw) >= 1, 3.0)
+        await eventually(lambda: slow.held == 1 and _in_flight(gw) == 1, 10.0)
         for _ in range(3):
             status, body = await _chat(session, gw, keys["batch"])
             assert status == 429, body
             assert "shedding" in body["error"]["message"]
+        assert not filler.done()
+        slow.set_faults(Faults(hold=False))
         assert (await filler)[0] == 200
         await _settles_at(gw, "key:batch:rpm", 60.0, 0)
 

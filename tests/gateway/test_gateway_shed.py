@@ -10,9 +10,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from conftest import GatewayHandle, SimFactory, two_provider_config
+from conftest import GatewayHandle, SimFactory, eventually, two_provider_config
 from tailgate.ledger import read_rows
 from tailgate.routing import SLO, AdaptivePolicy, BreakerConfig, BreakerRegistry, HealthRegistry, Route
+from tailgate.sim.faults import Faults
 from tailgate.upstream.events import CallResult
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -22,10 +23,11 @@ MSG = [{"role": "user", "content": "hi"}]
 async def test_batch_is_shed_first_and_other_classes_only_at_capacity(
     sim: SimFactory, gateway: GwFactory, oai: Callable[..., Any]
 ) -> None:
-    """max_in_flight 4, batch at 50 %: with two slow streams in flight a batch request gets a 429 with
-    Retry-After (and a ledger row with outcome 'shed'), an untagged one is served; at 4 in flight both shed."""
-    a = await sim("instant", models=("up-primary",), faults={"slow_drip_s": 0.4})
-    b = await sim("instant", models=("up-secondary",), faults={"slow_drip_s": 0.4})
+    """max_in_flight 4, batch at 50 %: with two streams in flight a batch request gets a 429 with Retry-After
+    (and a ledger row with outcome 'shed'), an untagged one is admitted; at 4 in flight both shed. The requests
+    in flight are held by the simulators' ``hold`` fault until the test releases them."""
+    a = await sim("instant", models=("up-primary",), faults={"hold": True})
+    b = await sim("instant", models=("up-secondary",), faults={"hold": True})
     config = two_provider_config(a.url, b.url, routing={"shed": {"max_in_flight": 4, "thresholds": {"batch": 0.5}}})
     gw = await gateway(config)
     client = oai(gw.url)
@@ -44,18 +46,22 @@ async def test_batch_is_shed_first_and_other_classes_only_at_capacity(
                 return resp.status, dict(resp.headers), await resp.read()
 
         holders = [asyncio.create_task(slow()) for _ in range(2)]
-        await asyncio.sleep(0.2)  # both streams are in flight (each takes > 1 s)
+        await eventually(lambda: a.held + b.held == 2, 10.0)  # both streams are in flight
         status, headers, body = await post("batch")
         assert status == 429, body
         assert headers["Retry-After"] == "1"
         assert b"shedding 'batch' traffic" in body
         assert b"routing.shed.max_in_flight" in body
-        status, _, body = await post(None)
-        assert status == 200, body
-        holders += [asyncio.create_task(slow()) for _ in range(2)]
-        await asyncio.sleep(0.2)  # four in flight: pressure 1.0
+        admitted = asyncio.create_task(post(None))  # untagged at 50 %: admitted, the third in flight
+        await eventually(lambda: a.held + b.held == 3, 10.0)
+        holders.append(asyncio.create_task(slow()))
+        await eventually(lambda: a.held + b.held == 4, 10.0)  # four in flight: pressure 1.0
         status, _, body = await post(None)
         assert status == 429, body
+        a.set_faults(Faults(hold=False))
+        b.set_faults(Faults(hold=False))
+        status, _, body = await admitted
+        assert status == 200, body
         await asyncio.gather(*holders)
         status, _, body = await post("batch")  # pressure gone: served again
         assert status == 200, body

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_soak_smoke(tmp_path: Path) -> None:
-    """40 s of mixed load through every fault phase (4 s each): no undocumented client error, fds and tasks flat."""
+    """40 s of mixed load through every fault phase (4 s each): the soak's verdict passes — RSS growth under
+    5 %, fds and tasks flat, no undocumented client error — and its exit status says so."""
     out = tmp_path / "soak.json"
     proc = subprocess.run(
         [
@@ -35,9 +36,22 @@ def test_soak_smoke(tmp_path: Path) -> None:
         timeout=170,
         check=False,
     )
+    assert out.exists(), f"the soak wrote no verdict (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     result = json.loads(out.read_text())
     checks = result["checks"]
-    assert checks["no_undocumented_client_errors"], result["client_errors"]
+    # The soak's verdict is its exit status: 0 exactly when every one of its checks holds (benchmarks/soak.py).
+    assert set(checks) == {"rss_growth_below_5pct", "fds_flat", "tasks_flat", "no_undocumented_client_errors"}
+    assert (proc.returncode == 0) == all(checks.values()), (proc.returncode, checks)
+    assert checks["no_undocumented_client_errors"], (result["client_errors"], result["error_examples"])
+    assert checks["rss_growth_below_5pct"], (result["rss_kb"], [(s["t"], s["rss_kb"]) for s in result["samples"]])
     assert checks["fds_flat"], result["fds"]
     assert checks["tasks_flat"], result["tasks"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The checks compared real samples: some taken in the warm-up, some in the last third, of a live gateway.
+    samples = result["samples"]
+    assert [s for s in samples if s["t"] <= 12], samples
+    assert [s for s in samples if s["t"] >= 40 * 2 / 3], samples
+    rss = result["rss_kb"]
+    assert rss["after_warmup"] > 0
+    assert rss["growth"] == round((rss["end"] - rss["after_warmup"]) / rss["after_warmup"], 4)
     assert result["requests_ok"] > 100, proc.stderr[-2000:]

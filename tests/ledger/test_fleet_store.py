@@ -48,8 +48,10 @@ async def _rows_reach(pg_url: str, want: int, within_s: float) -> tuple[int, set
     [pytest.param(3.0, 0.02, id="outage-3s"), pytest.param(20.0, 0.02, id="outage-20s", marks=pytest.mark.slow)],
 )
 async def test_postgres_outage_mid_run_loses_and_duplicates_nothing(
-    tmp_path: Path, sim: SimFactory, pg_cluster: PostgresCluster, outage_s: float, pace_s: float
+    tmp_path: Path, sim: SimFactory, own_pg_cluster: PostgresCluster, outage_s: float, pace_s: float
 ) -> None:
+    """PostgreSQL stopped under load (on a cluster of this test's own): no client request fails, exactly N rows."""
+    pg_cluster = own_pg_cluster  # stopped and restarted below: never the session's shared cluster
     pg_url = pg_cluster.fresh_database(f"fleet_outage_{int(outage_s)}")
     provider = await sim("instant", models=("m",))
     replicas = await _fleet(tmp_path, provider.url, pg_url)

@@ -34,7 +34,9 @@ async def _until(check: object, within: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_outage_loses_nothing_and_duplicates_nothing(tmp_path: Path, pg_cluster: PostgresCluster) -> None:
+async def test_outage_loses_nothing_and_duplicates_nothing(tmp_path: Path, own_pg_cluster: PostgresCluster) -> None:
+    """PostgreSQL stopped mid-shipping (a cluster of this test's own): every row arrives once, in order."""
+    pg_cluster = own_pg_cluster  # stopped and restarted below: never the session's shared cluster
     url = pg_cluster.fresh_database("spool_outage")
     spool = tmp_path / "spool.db"
     async with SQLiteLedger(spool, flush_interval=0.05) as ledger:

@@ -22,6 +22,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from conftest import eventually
 from loop_lateness import LoopLateness
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.provider import SimProvider
@@ -344,6 +345,40 @@ async def test_stall_headers_holds_back_the_response_headers(sim: SimFactory, se
     assert stalled.headers_at >= 0.3
     assert stalled.done
     assert [r["fault"] for r in await truth(session, p)] == [None, "stall_headers"]
+
+
+async def test_hold_keeps_requests_in_flight_until_released(sim: SimFactory, session: aiohttp.ClientSession) -> None:
+    """hold: requests wait before their headers (counted in /sim/state's ``held``) until ``hold`` is set false,
+    then all complete; DELETE /sim/faults releases too, a held client that leaves is no longer held, and
+    stopping the provider drops the connections it holds."""
+    p = await sim()
+    assert (await control(session, p, "POST", "faults", {"hold": True}))[0] == 200
+    held = [asyncio.ensure_future(post_chat(session, p, chat_body(5, stream=s))) for s in (False, True)]
+    await eventually(lambda: p.held == 2, 10.0)
+    assert (await control(session, p, "GET", "state"))[1]["held"] == 2
+    assert not any(t.done() for t in held)
+    assert p.engine.tokens_emitted == 0
+    assert (await control(session, p, "POST", "faults", {"hold": False}))[0] == 200
+    assert [(await t)[0] for t in held] == [200, 200]
+    assert p.held == 0
+    assert [r["fault"] for r in await truth(session, p)] == ["hold", "hold"]
+
+    p.set_faults(Faults(hold=True))
+    leaver = asyncio.ensure_future(post_chat(session, p))
+    await eventually(lambda: p.held == 1, 10.0)
+    leaver.cancel()
+    await eventually(lambda: p.held == 0, 10.0)
+    cleared = asyncio.ensure_future(post_chat(session, p))
+    await eventually(lambda: p.held == 1, 10.0)
+    assert (await control(session, p, "DELETE", "faults"))[0] == 200
+    assert (await cleared)[0] == 200
+
+    p.set_faults(Faults(hold=True))
+    dropped = asyncio.ensure_future(post_chat(session, p))
+    await eventually(lambda: p.held == 1, 10.0)
+    await asyncio.wait_for(p.stop(), 10.0)  # stopping drops what it holds instead of waiting on it
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await dropped
 
 
 async def test_stall_first_token_sends_headers_early_and_content_late(

@@ -3,8 +3,9 @@
 ``GET /sim/faults`` shows the active set, ``POST`` merges the JSON object it is given (fields of
 :class:`~tailgate.sim.faults.Faults`; unknown or invalid fields are a 400 naming the field), ``DELETE``
 clears every fault. ``GET /sim/truth[?limit=N]`` returns recent requests as the simulator timed them;
-``DELETE /sim/truth`` forgets them. ``GET /sim/state`` shows slots, queue, steps and step lateness;
-``DELETE /sim/state`` resets the lateness histogram and the step/token counters (discard a warm-up).
+``DELETE /sim/truth`` forgets them. ``GET /sim/state`` shows slots, queue, steps, step lateness and the
+requests the ``hold`` fault holds; ``DELETE /sim/state`` resets the lateness histogram and the step/token
+counters (discard a warm-up).
 ``DELETE /sim/cache`` empties the provider's prefix cache (a cold start without a restart).
 ``GET /sim/headers`` lists the headers of the last :data:`HEADERS_KEPT` ``/v1`` requests as received (what a
 gateway forwarded), ``DELETE /sim/headers`` forgets them.
@@ -88,6 +89,7 @@ def add_control_routes(app: web.Application, provider: Model, *, prefix: str) ->
                 "prefix_cache": cache.snapshot() if (cache := provider.prefix_cache) is not None else None,
                 "faults": provider.faults.model_dump(exclude_defaults=True),
                 "requests": provider.truth.total,
+                "held": provider.held,
             }
         )
 

@@ -39,6 +39,9 @@ class Faults(BaseModel):
     spike_rate: Fraction = 0.0
     """Share of requests that wait an extra ``spike_s`` before reaching the engine."""
     spike_s: Seconds = 0.0
+    hold: bool = False
+    """Hold every request before its response headers until ``hold`` is set false again (or the faults are
+    cleared): a request kept in flight for exactly as long as a test wants, by an event, not a duration."""
     stall_headers_s: Seconds = 0.0
     """Wait this long before sending any response headers."""
     stall_first_token_s: Seconds = 0.0

@@ -15,6 +15,7 @@ from tailgate._aiohttp import HardenedSite
 from tailgate.sim.engine import Engine
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.prefix_cache import PrefixCache
+from tailgate.sim.request import Abort
 from tailgate.sim.server import build_app
 from tailgate.sim.spec import ProviderSpec
 from tailgate.sim.text import text_seed, token_at
@@ -65,6 +66,12 @@ class SimProvider:
         self._listening = False
         self._timeline_handles: list[asyncio.TimerHandle] = []
         self._listener_lock = asyncio.Lock()
+        self._released = asyncio.Event()
+        """Set while the ``hold`` fault is off: held requests wait on it."""
+        self.held = 0
+        self._stopping = False
+        """Requests waiting now under the ``hold`` fault (``/sim/state``'s ``held``)."""
+        self._sync_hold()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -92,6 +99,8 @@ class SimProvider:
             await self._sync_listener()
 
     async def stop(self) -> None:
+        self._stopping = True
+        self._released.set()  # held requests wake and drop their connections (wait_while_held)
         for handle in self._timeline_handles:
             handle.cancel()
         self._timeline_handles.clear()
@@ -146,8 +155,26 @@ class SimProvider:
 
     def _after_fault_change(self) -> None:
         log.info("%s: faults now %s", self.name, self.faults.model_dump(exclude_defaults=True) or "healthy")
+        self._sync_hold()
         if self._runner is not None:
             asyncio.get_running_loop().create_task(self._sync_listener())
+
+    def _sync_hold(self) -> None:
+        if self.faults.hold:
+            self._released.clear()
+        else:
+            self._released.set()  # wakes every held request at once
+
+    async def wait_while_held(self) -> None:
+        """Return once the ``hold`` fault is off (set false, or every fault cleared); raise :class:`Abort` (drop
+        the connection) when the provider stops instead."""
+        self.held += 1
+        try:
+            await self._released.wait()
+        finally:
+            self.held -= 1
+        if self._stopping:
+            raise Abort
 
     def _apply_timeline(self, entry: TimelineEntry) -> None:
         if entry.clear:

@@ -68,6 +68,7 @@ class Model(Protocol):
     engine: Engine
     started_at_wall: float
     prefix_cache: PrefixCache | None
+    held: int
 
     @property
     def url(self) -> str: ...
@@ -75,6 +76,8 @@ class Model(Protocol):
     def set_faults(self, update: Faults) -> Faults: ...
 
     def clear_faults(self) -> Faults: ...
+
+    async def wait_while_held(self) -> None: ...
 
     def multiplier(self, now: float) -> float: ...
 

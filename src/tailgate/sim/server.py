@@ -1,6 +1,6 @@
 """The simulated provider's HTTP face: OpenAI endpoints plus ``/sim/*`` control and truth.
 
-Request path, in the order a real provider applies it: outage → stall before headers → auth → rate
+Request path, in the order a real provider applies it: outage → hold → stall before headers → auth → rate
 limit → quota → body validation → injected errors → pre-queue latency → engine queue (overflow answers
 ``overflow_status``) → prefill → decode steps → response. Every request, success or not, leaves a
 :class:`~tailgate.sim.truth.TruthRecord`.
@@ -60,6 +60,10 @@ class SimHandlers:
                 if f.outage_mode != "503":
                     raise Abort
                 return error_response(wire_errors.overloaded("Service unavailable (simulated outage)."))
+            if f.hold:
+                ctx.fault = "hold"
+                await p.wait_while_held()
+                f = p.faults  # released: what follows sees the faults of now, not of the arrival
             if f.stall_headers_s:
                 ctx.fault = "stall_headers"
                 await asyncio.sleep(f.stall_headers_s)
