@@ -13,19 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)  # RSS fills for ~50 s after start (measured: docs/benchmarks.md, soak): 100 s, 60 warm-up
 def test_soak_smoke(tmp_path: Path) -> None:
-    """40 s of mixed load through every fault phase (4 s each): the soak's verdict passes — RSS growth under
-    5 %, fds and tasks flat, no undocumented client error — and its exit status says so."""
+    """100 s of mixed load through every fault phase (4 s each): the soak's verdict passes — RSS growth under
+    5 % after a 60 s warm-up, fds and tasks flat, no undocumented client error — and its exit status says so."""
     out = tmp_path / "soak.json"
     proc = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "soak.py"),
             "--duration",
-            "40",
+            "100",
             "--warmup",
-            "12",
+            "60",
             "--phase",
             "4",
             "--json",
@@ -33,7 +33,7 @@ def test_soak_smoke(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=230,
         check=False,
     )
     assert out.exists(), f"the soak wrote no verdict (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
@@ -49,8 +49,8 @@ def test_soak_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     # The checks compared real samples: some taken in the warm-up, some in the last third, of a live gateway.
     samples = result["samples"]
-    assert [s for s in samples if s["t"] <= 12], samples
-    assert [s for s in samples if s["t"] >= 40 * 2 / 3], samples
+    assert [s for s in samples if s["t"] <= 60], samples
+    assert [s for s in samples if s["t"] >= 100 * 2 / 3], samples
     rss = result["rss_kb"]
     assert rss["after_warmup"] > 0
     assert rss["growth"] == round((rss["end"] - rss["after_warmup"]) / rss["after_warmup"], 4)
