@@ -16,7 +16,7 @@ from typing import Any
 
 from tailgate.config.presets import PRESETS
 from tailgate.config.resolve import ResolvedProvider, display_url, load_resolved, mask_key
-from tailgate.config.schema import GatewayConfig
+from tailgate.config.schema import GatewayConfig, PriceConfig
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,14 @@ def _num(x: float | None) -> str:
 
 def _secs(x: float | None) -> str:
     return "off" if x is None else f"{x:g}s"
+
+
+def _price(p: PriceConfig) -> str:
+    """A provider's price; without one (input and output 0) it has no cost: its ledger rows record NULL."""
+    if not (p.input or p.output):
+        return "no price (its requests are recorded without a cost)"
+    cached = f" ({_num(p.cached_input)} cached)" if p.cached_input is not None else ""
+    return f"{_num(p.input)} in{cached} / {_num(p.output)} out {p.currency} per 1M tokens"
 
 
 def _shares(weights: list[float]) -> list[float]:
@@ -250,12 +258,7 @@ def to_text(report: CheckReport) -> str:
                 f"idle {_secs(t.idle)}, total {_secs(t.total)}",
             ],
             ["limits", f"rpm {_num(lim.rpm)}, tpm {_num(lim.tpm)}, max_connections {lim.max_connections}"],
-            [
-                "price",
-                f"{_num(p.input)} in"
-                + (f" ({_num(p.cached_input)} cached)" if p.cached_input is not None else "")
-                + f" / {_num(p.output)} out {p.currency} per 1M tokens",
-            ],
+            ["price", _price(p)],
             ["max_output", _num(rp.max_output_tokens)],
         ]
         if rp.headers:
