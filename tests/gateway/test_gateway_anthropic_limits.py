@@ -145,7 +145,10 @@ async def test_tpm_on_messages_admits_exactly_what_fits_the_settled_minute(
         assert status == 429, refusal
         assert refusal["type"] == "error"
         assert refusal["error"]["type"] == "rate_limit_error"
-        assert refusal["error"]["message"].startswith("Token rate limit of this key reached"), refusal
+        assert refusal["error"]["message"].startswith(
+            f"Token rate limit of this key reached: this request reserves {_reservation(fit + 1):.0f} tokens "
+            f"(prompt + max_tokens), more than the {TPM - used:.0f} of its {TPM} per minute free now. Retry after "
+        ), refusal
         assert 1 <= int(headers["Retry-After"]) <= 60
         assert await _used(gw, counter, 60.0) == used  # the refusal kept nothing
 

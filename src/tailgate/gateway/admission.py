@@ -376,9 +376,9 @@ class KeyAdmission:
             wait = refused.retry_after_s if math.isfinite(refused.retry_after_s) else 60.0
             err = _error(
                 429,
-                f"Token rate limit of this key reached: this request may use {ticket.tokens:.0f} tokens "
-                f"(prompt + max_tokens), {max(0.0, refused.remaining):.0f} of {limits.tpm:g} per minute are left. "
-                f"Retry after {wait:.1f}s.",
+                f"Token rate limit of this key reached: this request reserves {ticket.tokens:.0f} tokens "
+                f"(prompt + max_tokens), more than the {max(0.0, refused.remaining):.0f} of its {limits.tpm:g} "
+                f"per minute free now. Retry after {wait:.1f}s.",
                 "rate_limit_exceeded",
                 "tokens",
                 wait,
