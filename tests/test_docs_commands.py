@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from tailgate.cli import main
 
@@ -254,3 +255,23 @@ def test_every_relative_link_resolves() -> None:
             if not (path.parent / link).resolve().exists():
                 broken.append(f"{path.relative_to(ROOT)}: {link}")
     assert broken == []
+
+
+_KEY_PLACEHOLDER = re.compile(r"(?:ANTHROPIC_AUTH_TOKEN|ANTHROPIC_API_KEY)=(\S+)")
+
+
+def test_the_docs_key_placeholders_have_the_prefix_keys_create_prints(tmp_path: Path) -> None:
+    """Every tailgate key shown in the docs (`ANTHROPIC_AUTH_TOKEN=…`) starts as `tailgate keys create`'s key
+    does (the README showed `tg-...` while the command prints `sk-…`)."""
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        "providers:\n  p:\n    base_url: http://127.0.0.1:9/v1\n"
+        f"models:\n  chat:\n    routes: [{{provider: p, model: m}}]\nledger:\n  path: '{tmp_path / 't.db'}'\n"
+    )
+    result = CliRunner().invoke(main, ["keys", "create", "--config", str(config), "--id", "a"])
+    assert result.exit_code == 0, result.output
+    secret = next(line for line in result.stdout.splitlines() if re.fullmatch(r"[a-z]+-\S{20,}", line))
+    prefix = secret.split("-", 1)[0] + "-"
+    shown = [(doc.name, m.group(1)) for doc in DOCS for m in _KEY_PLACEHOLDER.finditer(doc.read_text())]
+    assert len(shown) >= 4  # README, README.zh-CN, docs/gateway.md (both variables)
+    assert [s for s in shown if not s[1].startswith(prefix)] == []

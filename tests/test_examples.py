@@ -7,6 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tailgate.cli import main
+from tailgate.config.check import placeholder
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
@@ -41,3 +42,24 @@ def test_example_gateway_config_is_valid() -> None:
         ["0", "primary", "-", "http://127.0.0.1:9311/v1", "deepseek-v3.2", "80", "80.0%", "all"],
         ["1", "secondary", "-", "http://127.0.0.1:9312/v1", "deepseek-v3.2", "20", "20.0%", "batch"],
     ]
+
+
+def test_the_example_admin_key_is_warned_about() -> None:
+    """examples/gateway.yaml falls back to the admin key `change-me-admin`: `config check` warns that it is an
+    example value; with TG_ADMIN_KEY set to a real key the warning is gone."""
+    path = str(EXAMPLES / "gateway.yaml")
+    fallback = CliRunner().invoke(main, ["config", "check", path], env={"TG_ADMIN_KEY": None})
+    assert fallback.exit_code == 0, fallback.output
+    assert "admin_key: an example value ('change-me…'), not a secret" in fallback.output
+    own = CliRunner().invoke(main, ["config", "check", path], env={"TG_ADMIN_KEY": "tg-admin-9c1f27ab40e6d3b8"})
+    assert own.exit_code == 0, own.output
+    assert "example value" not in own.output
+
+
+def test_known_placeholders_are_told_from_real_keys() -> None:
+    """change-me*, sk-xxx…, your-key… and friends are placeholders; generated-looking keys are not."""
+    for value in ("change-me-admin", "changeme", "sk-xxxxxxxx", "your-key-here", "sk-your-api-key", "<api key>",
+                  "sk-...", "secret", "REPLACE_ME"):  # fmt: skip
+        assert placeholder(value) is not None, value
+    for value in ("sk-3f9a1c0e7b2d4a6f8e0c1b3d5f7a9c2e", "tg-admin-9c1f27ab40e6d3b8", "sk-demo-primary-0000"):
+        assert placeholder(value) is None, value

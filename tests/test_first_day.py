@@ -4,15 +4,21 @@ hide what a flag does."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 from click.testing import CliRunner
 
 from conftest import GatewayHandle, SimFactory
+from serve_process import ServeProcess
 from tailgate.cli import main
 
 _CONFIG = """\
@@ -130,3 +136,67 @@ def test_a_config_for_a_newer_tailgate_says_which_version_reads_it(tmp_path: Pat
     assert result.exit_code == 2
     assert f"{config}:7: routing.future_knob: unknown field" in result.stderr
     assert f"this is tailgate {__version__}: a field documented for a newer version is unknown here" in result.stderr
+
+
+def _wait_for_line(serve: ServeProcess, text: str, what: str) -> str:
+    """The first log line of ``serve`` containing ``text`` (the reader thread appends; 20 s at most)."""
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
+        found = [line for line in list(serve.log) if text in line]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: no {text!r} in the log:\n" + "".join(serve.log))
+
+
+def _status(url: str, bearer: str) -> int:
+    request = urllib.request.Request(url + "/models", headers={"Authorization": f"Bearer {bearer}"})  # noqa: S310 - 127.0.0.1 only
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 - 127.0.0.1 only
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.timeout(60)
+def test_the_log_says_when_the_first_key_closes_the_gateway(tmp_path: Path) -> None:
+    """`tailgate keys create` while `serve` runs open: the log says the gateway is now closed, and any bearer
+    then gets 401 (the log said nothing: the demo's clients got 401 from an "any bearer" gateway)."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(_CONFIG, encoding="utf-8")
+    serve = ServeProcess(config)
+    try:
+        assert "any bearer is accepted" in "".join(serve.log)
+        assert _status(serve.url, "any") == 200
+        created = subprocess.run(
+            [sys.executable, "-m", "tailgate", "keys", "create", "--config", str(config), "--id", "a"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert created.returncode == 0, created.stdout + created.stderr
+        line = _wait_for_line(serve, "gateway closed", "after keys create")
+        assert "requests without a valid key get 401" in line
+        assert _status(serve.url, "any") == 401
+    finally:
+        serve.stop()
+
+
+@pytest.mark.timeout(60)
+def test_the_log_says_when_the_last_key_opens_the_gateway(tmp_path: Path) -> None:
+    """A reload that removes the config's last key (no store keys): the log says any bearer is accepted again."""
+    config = tmp_path / "gateway.yaml"
+    keyed = _CONFIG + "keys: [{id: a, key: sk-first-day-0123456789abcdef}]\n"
+    config.write_text(keyed, encoding="utf-8")
+    serve = ServeProcess(config)
+    try:
+        assert "any bearer is accepted" not in "".join(serve.log)
+        assert _status(serve.url, "any") == 401
+        config.write_text(_CONFIG, encoding="utf-8")
+        serve.proc.send_signal(signal.SIGHUP)
+        line = _wait_for_line(serve, "gateway open", "after a reload without keys")
+        assert "any bearer is accepted again" in line
+        assert _status(serve.url, "any") == 200
+    finally:
+        serve.stop()

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tailgate.bench.document import build_document, decay_table, load_document, write_csv, write_json
@@ -80,6 +81,22 @@ def test_percentiles_match_sorted_lists() -> None:
         small.add(ok(v, v + 0.001, tokens=1), t_done=0.0)
     m = small.to_dict()["metrics"]["ttft_ms"]
     assert [m["p50"], m["p90"], m["p99"]] == [nearest_rank(vals, 50), nearest_rank(vals, 90), nearest_rank(vals, 99)]
+
+
+def test_a_non_streamed_answer_gives_no_tpot_and_no_tok_s() -> None:
+    """A non-streamed body arrives whole (E2E − TTFT ≈ 0.05 ms): no per-request tpot / tok/s (it would read
+    2.5 million tok/s), but it counts as a success with its tokens and E2E."""
+    rec = RunRecorder(TARGET, CLOSED)
+    rec.start(0.0)
+    rec.add(ok(100.0, 1100.0, tokens=11), t_done=0.5)  # streamed: 10 tok/s
+    rec.add(msgspec.structs.replace(ok(999.95, 1000.0, tokens=128), stream=False), t_done=1.0)
+    rec.stop(2.0)
+    d = rec.to_dict()
+    assert d["metrics"]["output_tokens_per_s"]["count"] == 1
+    assert d["metrics"]["output_tokens_per_s"]["max"] == 10.0
+    assert d["metrics"]["tpot_ms"]["count"] == 1
+    assert d["metrics"]["e2e_ms"]["count"] == 2
+    assert d["tokens"]["output"] == 139
 
 
 def test_tpot_tok_s_tokens_and_throughput() -> None:

@@ -141,7 +141,8 @@ def test_unknown_provider_in_route_is_located(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_anywhere_are_errors(tmp_path: Path) -> None:
-    """Misspelt keys at the top, in a provider and in a route are all reported, each at its own line."""
+    """Misspelt keys at the top, in a provider and in a route are all reported, each at its own line, with the
+    closest field of that place (difflib)."""
     text = (
         EXAMPLE.replace("routing:", "routnig:")
         .replace("limits: {rpm: 1200}", "limit: {rpm: 1200}")
@@ -149,9 +150,41 @@ def test_unknown_keys_anywhere_are_errors(tmp_path: Path) -> None:
     )
     path = _write(tmp_path, text)
     problems = _problems(path)
-    assert f"{path}:10: routnig: unknown field (check the spelling; unknown keys are errors, not ignored)" in problems
-    assert any(p.startswith(f"{path}:2: providers.lanyun.limit: unknown field") for p in problems)
-    assert any(p.startswith(f"{path}:8: models.deepseek-v3.2.routes[0].clases: unknown field") for p in problems)
+    tail = "(unknown keys are errors, not ignored)"
+    assert f"{path}:10: routnig: unknown field: did you mean 'routing'? {tail}" in problems
+    assert f"{path}:2: providers.lanyun.limit: unknown field: did you mean 'limits'? {tail}" in problems
+    assert f"{path}:8: models.deepseek-v3.2.routes[0].clases: unknown field: did you mean 'classes'? {tail}" in problems
+
+
+def test_an_unknown_field_far_from_any_known_one_says_check_the_spelling(tmp_path: Path) -> None:
+    """No close field: no guess, and the line that a newer tailgate may know the field."""
+    path = _write(tmp_path, EXAMPLE.replace("routing:", "zzqx: 1\nrouting:"))
+    problems = _problems(path)
+    assert f"{path}:10: zzqx: unknown field (check the spelling; unknown keys are errors, not ignored)" in problems
+    assert any("a field documented for a newer version" in p for p in problems)
+
+
+def test_every_problem_comes_in_one_run(tmp_path: Path) -> None:
+    """Five typos of different rounds — an unset variable, two unknown fields, a route's unknown provider and an
+    unknown preset — are all reported at once (they took three runs), each with its closest spelling."""
+    text = (
+        "providers:\n"
+        "  lanyun: {preset: lanyn, api_keys: ['${NOPE_KEY}']}\n"
+        "models:\n"
+        "  chat: {routes: [{provider: lanyn, model: m, wieght: 3}]}\n"
+        "routnig: {policy: adaptive}\n"
+    )
+    path = _write(tmp_path, text)
+    problems = _problems(path, env={})
+    assert problems == [
+        f"{path}:2: providers.lanyun.api_keys[0]: environment variable NOPE_KEY is not set",
+        f"{path}:4: models.chat.routes[0].wieght: unknown field: did you mean 'weight'? "
+        "(unknown keys are errors, not ignored)",
+        f"{path}:5: routnig: unknown field: did you mean 'routing'? (unknown keys are errors, not ignored)",
+        f"{path}:4: models.chat.routes[0].provider: no provider of this name under 'providers' "
+        "(known: lanyun; did you mean 'lanyun'?) (got 'lanyn')",
+        f"{path}:2: providers.lanyun.preset: unknown preset 'lanyn' (did you mean 'lanyun'? known: {known_presets()})",
+    ]
 
 
 def test_missing_env_vars_are_all_reported_with_their_lines(tmp_path: Path) -> None:
@@ -174,10 +207,12 @@ def test_empty_env_value_is_an_empty_key_error(tmp_path: Path) -> None:
 
 
 def test_unknown_preset_lists_known_presets(tmp_path: Path) -> None:
-    """An unknown preset names providers.NAME.preset and lists every known preset."""
+    """An unknown preset names providers.NAME.preset, the closest known one and every known preset."""
     path = _write(tmp_path, "providers:\n  p:\n    preset: lanyn\n" + MINIMAL_MODELS)
     problems = _problems(path)
-    assert problems[0] == f"{path}:3: providers.p.preset: unknown preset 'lanyn' (known: {known_presets()})"
+    assert problems[0] == (
+        f"{path}:3: providers.p.preset: unknown preset 'lanyn' (did you mean 'lanyun'? known: {known_presets()})"
+    )
     assert "lanyun" in problems[0]
     assert "dashscope" in problems[0]
 

@@ -61,6 +61,9 @@ def test_check_prints_routes_shares_and_providers(tmp_path: Path) -> None:
     assert mask_key(CANARY) in out
     assert "rpm 1200" in out
     assert "2 in / 3 out CNY per 1M tokens" in out
+    # bailian and local have no price: no cost (NULL, docs/keys.md), not "0 in / 0 out"
+    assert out.count("no price (its requests are recorded without a cost)") == 2
+    assert "0 in" not in out
     assert "Request rate increased too quickly" in out  # bailian's 429 notes
     assert "routing.policy: adaptive   retry: 3 attempts" in out
     assert "not implemented" not in out

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tailgate.gateway.admission import KeyAdmission, KeyRefused
+from tailgate.gateway.admission import KeyAdmission, KeyRefused, budget_refusal, duration_words
 from tailgate.gateway.keys import KeyDirectory, KeyLimits
 from tailgate.ledger.usage import day_start
 from tailgate.state import LocalState
@@ -50,7 +50,10 @@ def test_a_new_utc_day_starts_new_budget_counters_and_the_refusal_says_when_it_r
             await admission.admit("team", "chat", 40, 40, (1.0, 1.0))
         assert refused.value.error.code == "budget_exceeded"
         assert refused.value.error.headers == {"Retry-After": "30"}  # midnight is 30 s away
-        assert "resets in 30s" in refused.value.error.message
+        assert refused.value.error.message == (
+            "The daily budget of this key cannot cover this request: it reserves 80 tokens (prompt + max_tokens), "
+            "and 20 of 100 tokens are left. It resets at 00:00 UTC, in 30 s."
+        )
         clock.t += 31.0  # past midnight: a new day's counter, from zero
         second = await admission.admit("team", "chat", 40, 40, (1.0, 1.0))
         assert second is not None
@@ -86,3 +89,23 @@ def test_changed_limits_apply_to_the_next_request() -> None:
         assert refused.value.error.code == "rate_limit_exceeded"
 
     asyncio.run(run())
+
+
+def test_the_budget_refusal_says_what_is_true_in_words() -> None:
+    """Not "exhausted" beside "434 of 2000 are left", nor "resets in 27210s": the reservation that does not fit,
+    what is left, and when the budget resets as a time and a wait; a spent budget says so."""
+    ends = datetime(2026, 12, 4, tzinfo=UTC).timestamp()
+    assert budget_refusal("daily", "tokens", 1200.0, 434.0, 2000.0, ends, 27210.0) == (
+        "The daily budget of this key cannot cover this request: it reserves 1200 tokens (prompt + max_tokens), "
+        "and 434 of 2000 tokens are left. It resets at 00:00 UTC, in 7 h 34 min."
+    )
+    assert budget_refusal("daily", "tokens", 1200.0, -3.0, 2000.0, ends, 59.0) == (
+        "The daily budget of this key is used up (0 of 2000 tokens left). It resets at 00:00 UTC, in 59 s."
+    )
+    month_end = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
+    assert budget_refusal("monthly", "cost", 0.0125, 0.01, 5.0, month_end, 2_100_000.0) == (
+        "The monthly budget of this key cannot cover this request: it reserves up to 0.0125 of spend "
+        "(prompt + max_tokens at the dearest route's price), and 0.01 of 5 are left. "
+        "It resets at 00:00 UTC on 2027-01-01, in 24 d 7 h."
+    )
+    assert [duration_words(s) for s in (0.2, 90.0, 3600.0, 86400.0)] == ["1 s", "2 min", "1 h 0 min", "1 d 0 h"]

@@ -145,7 +145,10 @@ async def test_tpm_on_messages_admits_exactly_what_fits_the_settled_minute(
         assert status == 429, refusal
         assert refusal["type"] == "error"
         assert refusal["error"]["type"] == "rate_limit_error"
-        assert refusal["error"]["message"].startswith("Token rate limit of this key reached"), refusal
+        assert refusal["error"]["message"].startswith(
+            f"Token rate limit of this key reached: this request reserves {_reservation(fit + 1):.0f} tokens "
+            f"(prompt + max_tokens), more than the {TPM - used:.0f} of its {TPM} per minute free now. Retry after "
+        ), refusal
         assert 1 <= int(headers["Retry-After"]) <= 60
         assert await _used(gw, counter, 60.0) == used  # the refusal kept nothing
 
@@ -194,12 +197,17 @@ async def test_a_daily_token_budget_on_messages_admits_until_spent(
         refusal = answers.pop(rid)
         assert BUDGET - reserve < spent <= BUDGET  # docs/keys.md: ends between X − one reservation and X
         assert refusal["error"]["type"] == "billing_error"  # docs/gateway.md: a spent budget, status 429 kept
-        assert refusal["error"]["message"].startswith("The daily budget of this key is exhausted"), refusal
+        # What is true: this request's reservation does not fit in what is left of the day's budget.
+        assert refusal["error"]["message"].startswith(
+            f"The daily budget of this key cannot cover this request: it reserves {reserve:.0f} tokens "
+            f"(prompt + max_tokens), and {BUDGET - spent:.0f} of {BUDGET} tokens are left. It resets at 00:00 UTC, in "
+        ), (spent, refusal)
         assert 1 <= int(headers["Retry-After"]) <= math.ceil(next_day(time.time()) - time.time()) + 1
         status, _, again = await _post(session, gw, max_tokens, "retry")
         assert status == 429
         assert again["error"]["type"] == "billing_error"
-        assert again["error"]["message"].startswith("The daily budget of this key is exhausted")
+        assert again["error"]["message"].startswith("The daily budget of this key "), again
+        assert "It resets at 00:00 UTC, in " in again["error"]["message"]
         served = await _truth(p)
         assert sorted(served) == sorted(answers)  # the refusals never went upstream
         assert spent == sum(t["prompt_tokens"] + t["output_tokens"] for t in served.values())

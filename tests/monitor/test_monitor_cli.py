@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from click.testing import CliRunner
 
 from conftest import ThreadedSim
 from tailgate.cli import main
 from tailgate.ledger import open_db
 from tailgate.ledger.samples import read_samples
+from tailgate.monitor.command import MonitorOptions, monitor_main
 
 
 def _write_config(tmp_path: Path, url: str, *, extra: str = "") -> Path:
@@ -69,8 +73,9 @@ def test_once_with_nothing_reachable_exits_1(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["monitor", "--config", str(config), "--once", "--db", str(db)])
     assert result.exit_code == 1, result.output
     assert "nothing could be probed" in result.output
-    assert "connect from http://127.0.0.1:9/v1" in result.output  # where it failed, not just how
-    failed = next(line for line in result.output.splitlines() if "connect from" in line)
+    # where it failed and why, in words (it read "connect from http://…")
+    assert "could not connect to http://127.0.0.1:9/v1 (connection refused)" in result.output
+    failed = next(line for line in result.output.splitlines() if "could not connect" in line)
     assert " 0 " not in failed  # no E2E of 0 ms for a call that never connected
     with closing(open_db(db)) as conn:
         assert {s.error_class for s in read_samples(conn)} == {"connect"}
@@ -176,3 +181,38 @@ def test_public_api() -> None:
         "monitor_main",
         "targets_from_config",
     ]
+
+
+async def test_once_says_which_provider_it_waits_for_while_one_hangs(tmp_path: Path) -> None:
+    """`monitor --once` with a provider that does not answer prints a progress line every `progress_s` naming
+    the provider, its workload and how long it has waited (it said nothing for 60 s)."""
+    release = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({"error": {"message": "released", "type": "server_error"}}, status=503)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", hang)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    lines: list[str] = []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if line.startswith("waiting for"):
+            release.set()  # the round ends only after a progress line was printed
+
+    config = _write_config(tmp_path, f"http://127.0.0.1:{port}/v1")
+    options = MonitorOptions(config, db=tmp_path / "m.db", once=True, workloads=("short",), progress_s=0.05)
+    try:
+        code = await monitor_main(asyncio.Event(), options, echo)
+    finally:
+        await runner.cleanup()
+    assert code == 1, lines
+    waiting = [line for line in lines if line.startswith("waiting for")]
+    assert re.fullmatch(r"waiting for fast \(short\) \d+ s", waiting[0]), waiting
+    assert any(f"http_5xx (503) from http://127.0.0.1:{port}/v1" in line for line in lines), lines

@@ -24,7 +24,8 @@ async def test_gateway_traffic_and_probes_side_by_side(
     sim: SimFactory, gateway: Callable[..., Awaitable[GatewayHandle]], tmp_path: Path
 ) -> None:
     """Requests through the gateway are aggregated per minute into its ledger file; a monitor round into the
-    same file adds probes; the leaderboard row carries both, counted separately."""
+    same file adds probes; the leaderboard row carries both, counted separately. TTFT and tok/s come from the
+    streamed requests only (a non-streamed answer arrives whole: no first token, no generation time)."""
     upstream = await sim("instant")
     config: dict[str, Any] = {
         "providers": {"p": {"base_url": upstream.url}},
@@ -33,7 +34,7 @@ async def test_gateway_traffic_and_probes_side_by_side(
     gw = await gateway(config)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
     async with aiohttp.ClientSession() as session:
-        for i in range(6):
+        for i in range(10):
             async with session.post(f"{gw.url}/chat/completions", json={**body, "stream": i % 2 == 0}) as resp:
                 assert resp.status == 200
                 await resp.read()
@@ -52,11 +53,12 @@ async def test_gateway_traffic_and_probes_side_by_side(
     with closing(open_db(db)) as conn:
         rows = read_traffic(conn)
         (board,) = compute(conn, window_s=3600, now=time.time() + 60)
-    assert sum(r.requests for r in rows) == 6
+    assert sum(r.requests for r in rows) == 10
+    assert sum(r.tok_s_n for r in rows) == 5  # the five streamed ones
     assert {(r.provider, r.model) for r in rows} == {("p", "up-m")}
     assert sum(r.errors for r in rows) == 0
-    assert sum(r.output_tokens for r in rows) == 120
-    assert (board.provider, board.model, board.samples, board.traffic_requests) == ("p", "up-m", 1, 6)
+    assert sum(r.output_tokens for r in rows) == 200
+    assert (board.provider, board.model, board.samples, board.traffic_requests) == ("p", "up-m", 1, 10)
     assert board.traffic_reliability_pct == 100.0
     assert board.traffic_ttft_p90_ms is not None
     assert board.traffic_tok_s_avg is not None

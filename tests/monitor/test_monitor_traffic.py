@@ -22,13 +22,13 @@ async def test_minutes_are_written_when_they_end_and_everything_at_close(tmp_pat
     now = [MINUTE0 + 5]
     agg = TrafficAggregator(tmp_path / "t.db", flush_interval=3600, clock=lambda: now[0])
     await agg.start()
-    agg.observe("a", "m", "ok", 201, 100.0, 2100.0)  # 100 tok/s
-    agg.observe("a", "m", "ok", 101, 300.0, 1300.0)  # 100 tok/s
-    agg.observe("a", "m", "http_5xx", 0, None, 50.0)
-    agg.observe("a", "m", "client_closed", 3, 10.0, 20.0)  # the client left: says nothing about "a"
-    agg.observe(None, None, "unknown_model", None, None, 1.0)  # no provider was tried
+    agg.observe("a", "m", "ok", 201, 100.0, 2100.0, stream=True)  # 100 tok/s
+    agg.observe("a", "m", "ok", 101, 300.0, 1300.0, stream=True)  # 100 tok/s
+    agg.observe("a", "m", "http_5xx", 0, None, 50.0, stream=True)
+    agg.observe("a", "m", "client_closed", 3, 10.0, 20.0, stream=True)  # the client left: says nothing about "a"
+    agg.observe(None, None, "unknown_model", None, None, 1.0, stream=True)  # no provider was tried
     now[0] = MINUTE0 + 65
-    agg.observe("a", "m", "ok", 2, 10.0, 20.0)
+    agg.observe("a", "m", "ok", 2, 10.0, 20.0, stream=True)
     await agg.flush()
     with closing(open_db(tmp_path / "t.db")) as conn:
         (first,) = read_traffic(conn)
@@ -38,7 +38,7 @@ async def test_minutes_are_written_when_they_end_and_everything_at_close(tmp_pat
     assert first.ttft_hist is not None
     assert LatencyHistogram.from_dict(json.loads(first.ttft_hist)).count == 2
     await agg.close()
-    agg.observe("a", "m", "ok", 2, 10.0, 20.0)  # after close: ignored, never raises
+    agg.observe("a", "m", "ok", 2, 10.0, 20.0, stream=True)  # after close: ignored, never raises
     with closing(open_db(tmp_path / "t.db")) as conn:
         rows = read_traffic(conn)
     assert [(r.minute, r.requests) for r in rows] == [(MINUTE0, 3), (MINUTE0 + 60, 1)]
@@ -51,8 +51,8 @@ async def test_two_workers_rows_for_one_minute_merge_on_the_leaderboard(tmp_path
     for w in workers:
         await w.start()
     for i in range(10):
-        workers[i % 2].observe("a", "m", "ok", 101, 100.0 + i, 1100.0 + i)
-    workers[0].observe("a", "m", "timeout_first_token", 0, None, 60000.0)
+        workers[i % 2].observe("a", "m", "ok", 101, 100.0 + i, 1100.0 + i, stream=True)
+    workers[0].observe("a", "m", "timeout_first_token", 0, None, 60000.0, stream=True)
     for w in workers:
         await w.close()
     with closing(open_db(db)) as conn:
@@ -67,12 +67,32 @@ async def test_two_workers_rows_for_one_minute_merge_on_the_leaderboard(tmp_path
     assert row.samples == 0  # traffic is never mixed into the probe columns
 
 
+async def test_a_non_streamed_answer_gives_no_tok_s_and_no_ttft(tmp_path: Path) -> None:
+    """A non-streamed answer arrives whole (E2E − TTFT ≈ 0.05 ms): it counts as a request and an E2E, never
+    as a tok/s (it read 195,533.9 tok/s on the leaderboard) nor as a TTFT."""
+    agg = TrafficAggregator(tmp_path / "t.db", clock=lambda: MINUTE0 + 1)
+    await agg.start()
+    agg.observe("a", "m", "ok", 101, 1000.0, 2000.0, stream=True)  # 100 tok/s
+    agg.observe("a", "m", "ok", 128, 1999.95, 2000.0, stream=False)  # the body read: 2,540,000 "tok/s"
+    await agg.close()
+    with closing(open_db(tmp_path / "t.db")) as conn:
+        (row,) = read_traffic(conn)
+        (board,) = compute(conn, window_s=3600, now=MINUTE0 + 60)
+    assert (row.requests, row.output_tokens, row.tok_s_n) == (2, 229, 1)
+    assert row.tok_s_sum == pytest.approx(100.0)
+    assert row.ttft_hist is not None
+    assert row.e2e_hist is not None
+    assert LatencyHistogram.from_dict(json.loads(row.ttft_hist)).count == 1
+    assert LatencyHistogram.from_dict(json.loads(row.e2e_hist)).count == 2
+    assert board.traffic_requests == 2
+
+
 async def test_without_a_ledger_the_aggregator_does_nothing(tmp_path: Path) -> None:
     """path=None (ledger disabled): observe is a no-op and nothing is created."""
     agg = TrafficAggregator(None)
     assert agg.path is None
     await agg.start()
-    agg.observe("a", "m", "ok", 10, 1.0, 2.0)
+    agg.observe("a", "m", "ok", 10, 1.0, 2.0, stream=True)
     await agg.close()
     assert not agg.enabled
     assert not (tmp_path / "t.db").exists()

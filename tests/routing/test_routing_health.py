@@ -138,3 +138,14 @@ def test_a_non_streamed_answer_is_not_a_ttft() -> None:
         h.observe(CallResult(200, None, 0.0, True, ttft_ms=400.0, e2e_ms=1500.0, output_tokens=64))
     assert h.p90_s("ttft") == pytest.approx(0.4, rel=0.05)
     assert h.p90_s("e2e") == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_non_streamed_answer_gives_no_tokens_per_s() -> None:
+    """A non-streamed body arrives whole (E2E − TTFT ≈ 0.05 ms, booked as 1 ms): only streamed calls give the
+    window's tok/s, so a batch route's 127 tokens in "1 ms" cannot read 127,000 tok/s."""
+    h = HealthRegistry(clock=lambda: 1000.0).get("p", "m")
+    h.observe(CallResult(200, None, 0.0, False, ttft_ms=1999.95, e2e_ms=2000.0, output_tokens=128))
+    assert h.tokens_per_s is None
+    h.observe(CallResult(200, None, 0.0, True, ttft_ms=400.0, e2e_ms=1400.0, output_tokens=101))
+    assert h.tokens_per_s == pytest.approx(100.0)
+    assert h.snapshot()["tokens_per_s"] == pytest.approx(100.0)

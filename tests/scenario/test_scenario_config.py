@@ -121,8 +121,8 @@ def test_unknown_keys_are_errors(tmp_path: Path) -> None:
     """A misspelt key is an error, not ignored."""
     problems = _load(tmp_path, GOOD.replace("load: {rate: 5,", "load: {rate: 5, max_token: 3,"))
     assert problems == [
-        f"{tmp_path / 's.yaml'}:12: load.max_token: unknown field "
-        "(check the spelling; unknown keys are errors, not ignored)"
+        f"{tmp_path / 's.yaml'}:12: load.max_token: unknown field: did you mean 'max_tokens'? "
+        "(unknown keys are errors, not ignored)"
     ]
 
 

@@ -287,7 +287,8 @@ class RunRecorder:
                 self.e2e.record(e2e + lag)
             if result.itl_ms:
                 self.itl.record_many(result.itl_ms)
-            if ttft is not None and e2e is not None and out >= 2:
+            # Streamed calls only: a non-streamed body arrives whole, E2E − TTFT is its read, not decoding.
+            if result.stream and ttft is not None and e2e is not None and out >= 2:
                 span = e2e - ttft
                 if span > 0.0:
                     self.tpot.record(span / (out - 1))

@@ -16,7 +16,7 @@ from typing import Any
 
 from tailgate.config.presets import PRESETS
 from tailgate.config.resolve import ResolvedProvider, display_url, load_resolved, mask_key
-from tailgate.config.schema import GatewayConfig
+from tailgate.config.schema import GatewayConfig, PriceConfig
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,54 @@ def find_warnings(cfg: GatewayConfig, providers: Mapping[str, ResolvedProvider])
         for i, route in enumerate(model.routes):
             if route.weight == 0:
                 out.append(f"models.{alias}.routes[{i}].weight: 0, so this route is never chosen by weight")
+    out += _example_secrets(cfg, providers)
+    return out
+
+
+# Values copied from an example or a tutorial: whoever read the same page knows them.
+_PLACEHOLDER_STARTS = ("change-me", "change_me", "changeme", "replace-me", "replace_me", "replaceme", "your-",
+                       "your_", "yourkey", "your key", "<", "insert", "put-your", "todo")  # fmt: skip
+_PLACEHOLDER_WORDS = frozenset({"secret", "password", "admin", "test", "key", "apikey", "api-key", "token", "sk"})
+
+
+def placeholder(value: str) -> str | None:
+    """The example-like part of ``value`` (``change-me…``, ``sk-xxx…``, ``your-…``), or None for a real-looking key."""
+    v = value.strip().lower()
+    bare = v.removeprefix("sk-")
+    for start in _PLACEHOLDER_STARTS:
+        if v.startswith(start) or bare.startswith(start):
+            return start + "…"
+    if "xxx" in v:
+        return "xxx"
+    if v.endswith(("...", "…")):
+        return "…"
+    if v in _PLACEHOLDER_WORDS or bare in _PLACEHOLDER_WORDS:
+        return v
+    return None
+
+
+def _example_secrets(cfg: GatewayConfig, providers: Mapping[str, ResolvedProvider]) -> list[str]:
+    """A warning per secret that is a known placeholder: the admin or dashboard key, a gateway key, an api key."""
+    found: list[tuple[str, str]] = []
+    for path, secret in (
+        ("admin_key", cfg.admin_key),
+        ("dashboard_key", cfg.dashboard_key),
+        ("metrics.key", cfg.metrics.key),
+    ):
+        if secret is not None:
+            found.append((path, secret.get_secret_value()))
+    found += [(f"keys[{i}].key", k.key.get_secret_value()) for i, k in enumerate(cfg.keys) if k.key is not None]
+    found += [
+        (f"providers.{name}.api_keys[{i}]", key) for name, rp in providers.items() for i, key in enumerate(rp.api_keys)
+    ]
+    out = []
+    for path, value in found:
+        like = placeholder(value)
+        if like is not None:
+            out.append(
+                f"{path}: an example value ({like!r}), not a secret: anyone who read the example knows it "
+                "(set your own, e.g. through an environment variable)"
+            )
     return out
 
 
@@ -128,6 +176,14 @@ def _num(x: float | None) -> str:
 
 def _secs(x: float | None) -> str:
     return "off" if x is None else f"{x:g}s"
+
+
+def _price(p: PriceConfig) -> str:
+    """A provider's price; without one (input and output 0) it has no cost: its ledger rows record NULL."""
+    if not (p.input or p.output):
+        return "no price (its requests are recorded without a cost)"
+    cached = f" ({_num(p.cached_input)} cached)" if p.cached_input is not None else ""
+    return f"{_num(p.input)} in{cached} / {_num(p.output)} out {p.currency} per 1M tokens"
 
 
 def _shares(weights: list[float]) -> list[float]:
@@ -250,12 +306,7 @@ def to_text(report: CheckReport) -> str:
                 f"idle {_secs(t.idle)}, total {_secs(t.total)}",
             ],
             ["limits", f"rpm {_num(lim.rpm)}, tpm {_num(lim.tpm)}, max_connections {lim.max_connections}"],
-            [
-                "price",
-                f"{_num(p.input)} in"
-                + (f" ({_num(p.cached_input)} cached)" if p.cached_input is not None else "")
-                + f" / {_num(p.output)} out {p.currency} per 1M tokens",
-            ],
+            ["price", _price(p)],
             ["max_output", _num(rp.max_output_tokens)],
         ]
         if rp.headers:

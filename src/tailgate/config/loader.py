@@ -8,8 +8,11 @@ always sees the same kind of message::
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,6 +108,56 @@ def _located(source: str, lines: dict[tuple[int | str, ...], int], loc: tuple[in
     return f"{source}:{line}" if line is not None else source
 
 
+def did_you_mean(word: str, known: typing.Iterable[str]) -> str | None:
+    """``did you mean 'weight'?`` for the closest of ``known`` (difflib), or None when nothing is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.75)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def _fields_at(model: Any, loc: tuple[int | str, ...]) -> list[str]:
+    """The field names (and aliases) the model accepts at ``loc``: the mapping an unknown key was found in.
+
+    Walks the annotations: a model's field, a ``dict[str, X]`` value, a ``list[X]`` item, through
+    ``Optional`` / ``Annotated`` / unions (the first model among them)."""
+    current: Any = model
+    for part in (*loc, None):
+        current = _a_model(current)
+        if current is None:
+            return []
+        if part is None:
+            break
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part)) or next(
+                (f for f in current.model_fields.values() if f.alias == part), None
+            )
+            if field is None:
+                return []
+            current = field.annotation
+        else:  # a dict's value or a list's item
+            args = typing.get_args(current)
+            current = args[-1] if args else None
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [*current.model_fields, *(f.alias for f in current.model_fields.values() if f.alias)]
+    return []
+
+
+def _a_model(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` / ``Optional`` wrappers: a model class, a ``dict`` / ``list`` type, or None."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin is typing.Union or origin is types.UnionType:
+            options = [a for a in typing.get_args(tp) if a is not type(None)]
+            models = [a for a in options if isinstance(a, type) and issubclass(a, BaseModel)]
+            tp = models[0] if models else (options[0] if len(options) == 1 else None)
+        else:
+            break
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    return tp if typing.get_origin(tp) in (dict, list, tuple) else None
+
+
 def validate_data(
     data: Any,
     model: type[M],
@@ -132,6 +185,9 @@ def validate_data(
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown field (check the spelling; unknown keys are errors, not ignored)"
+                guess = did_you_mean(str(loc[-1]), _fields_at(model, loc[:-1]))
+                if guess:
+                    msg = f"unknown field: {guess} (unknown keys are errors, not ignored)"
             elif err["type"] != "missing" and "input" in err and not isinstance(err["input"], dict | list):
                 msg = f"{msg} (got {err['input']!r})"
             problems.append(f"{_located(source, lines, loc)}: {format_path(loc)}: {msg}")

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailgate.config.loader import ConfigError, format_path, interpolate, parse_yaml, validate_data
-from tailgate.config.presets import ProviderPreset, get_preset, known_presets
+from tailgate.config.loader import ConfigError, did_you_mean, format_path, interpolate, parse_yaml, validate_data
+from tailgate.config.presets import ALIASES, PRESETS, ProviderPreset, get_preset, known_presets
 from tailgate.config.schema import GatewayConfig, LimitsConfig, PriceConfig, ProviderConfig, TimeoutsConfig
 
 Loc = tuple[int | str, ...]
@@ -163,7 +163,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
     if pc.preset is not None:
         preset = get_preset(pc.preset)
         if preset is None:
-            problems.append(((*loc, "preset"), f"unknown preset {pc.preset!r} (known: {known_presets()})"))
+            problems.append(((*loc, "preset"), unknown_preset(pc.preset)))
     base_url = pc.base_url if pc.base_url is not None else (preset.base_url if preset is not None else None)
     if base_url is None:
         if preset is not None:
@@ -329,13 +329,20 @@ def load_resolved(
         raise ConfigError(source, [f"{source}: cannot read config file: {exc.strerror}"]) from None
     data, lines = parse_yaml(text, source)
     secrets = _secrets(data, env)
+    # Every problem in one run (a user fixing five typos should not need three): unset variables, then the
+    # fields (validated with a stand-in for each unset variable), then what the fields name.
     missing = _missing_env(data, env)
-    if missing:
-        raise ConfigError(source, _located(source, lines, missing))
+    unset = {name: "unset" for name in _env_names(data) if name not in env}
+    found = _located(source, lines, missing)
     try:
-        cfg = validate_data(data, GatewayConfig, source, lines=lines, env=env)
+        cfg = validate_data(data, GatewayConfig, source, lines=lines, env={**env, **unset})
     except ConfigError as exc:
-        found = redact(exc.problems, secrets)
+        stood_in = {f"{format_path(loc)}:" for loc, _ in missing}
+        found += [p for p in redact(exc.problems, secrets) if not any(f" {s}" in p for s in stood_in)]
+        said = {p.split(": ", 2)[1] for p in found if p.count(": ") >= 2}  # the paths reported already
+        found += _located(
+            source, lines, [(loc, m) for loc, m in _cross_references(data) if format_path(loc) not in said]
+        )
         if any(": unknown field (" in p for p in found):
             from tailgate import __version__
 
@@ -346,9 +353,55 @@ def load_resolved(
             )
         raise ConfigError(source, found) from None
     resolved, problems = _resolve(cfg)
-    if problems:
-        raise ConfigError(source, redact(_located(source, lines, problems), secrets))
+    found += redact(_located(source, lines, problems), secrets)
+    if found:
+        raise ConfigError(source, found)
     return anchor_paths(cfg, Path(path).parent), resolved
+
+
+def _env_names(value: Any) -> set[str]:
+    """Every ``${VAR}`` name referenced without a default in the raw document."""
+    if isinstance(value, str):
+        return set(re.findall(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value))
+    if isinstance(value, dict):
+        return {n for v in value.values() for n in _env_names(v)}
+    if isinstance(value, list):
+        return {n for v in value for n in _env_names(v)}
+    return set()
+
+
+def _cross_references(data: Any) -> list[tuple[Loc, str]]:
+    """When the fields failed (the schema's cross-checks did not run): what the raw document names that does
+    not exist — a route's provider, a provider's preset — so they come in the same run as the typos."""
+    if not isinstance(data, dict):
+        return []
+    raw_providers, raw_models = data.get("providers"), data.get("models")
+    providers: dict[str, Any] = raw_providers if isinstance(raw_providers, dict) else {}
+    models: dict[str, Any] = raw_models if isinstance(raw_models, dict) else {}
+    out: list[tuple[Loc, str]] = []
+    for alias, model in models.items():
+        routes = model.get("routes") if isinstance(model, dict) else None
+        for i, route in enumerate(routes if isinstance(routes, list) else []):
+            name = route.get("provider") if isinstance(route, dict) else None
+            if isinstance(name, str) and name not in providers:
+                out.append((("models", alias, "routes", i, "provider"), unknown_provider(name, providers)))
+    for name, pc in providers.items():
+        preset = pc.get("preset") if isinstance(pc, dict) else None
+        if isinstance(preset, str) and get_preset(preset) is None:
+            out.append((("providers", name, "preset"), unknown_preset(preset)))
+    return out
+
+
+def unknown_provider(name: str, providers: Mapping[str, Any]) -> str:
+    """A route's unknown provider, the known ones and the closest."""
+    guess = did_you_mean(name, providers)
+    known = ", ".join(sorted(providers)) + (f"; {guess}" if guess else "")
+    return f"no provider of this name under 'providers' (known: {known}) (got {name!r})"
+
+
+def unknown_preset(name: str) -> str:
+    guess = did_you_mean(name.strip().lower(), [*PRESETS, *ALIASES])
+    return f"unknown preset {name!r} ({guess + ' ' if guess else ''}known: {known_presets()})"
 
 
 def anchor_paths(cfg: GatewayConfig, base: Path) -> GatewayConfig:

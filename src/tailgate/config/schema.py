@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from tailgate.config.loader import did_you_mean
 from tailgate.config.units import Fraction, Seconds
 
 Name = Annotated[str, Field(min_length=1, max_length=128)]
@@ -503,12 +504,13 @@ class GatewayConfig(_Strict):
         for alias, model in self.models.items():
             for i, route in enumerate(model.routes):
                 if route.provider not in self.providers:
+                    guess = did_you_mean(route.provider, self.providers)
                     problems.append(
                         {
                             "type": PydanticCustomError(
                                 "unknown_provider",
                                 "no provider of this name under 'providers' (known: {known})",
-                                {"known": known},
+                                {"known": known + (f"; {guess}" if guess else "")},
                             ),
                             "loc": ("models", alias, "routes", i, "provider"),
                             "input": route.provider,

@@ -69,6 +69,39 @@ _Period = tuple[str, Kind, float, float, str, float]
 """A budget: (counter name, kind, limit, period start, "daily" / "monthly", when it resets: Unix seconds)."""
 
 
+def budget_refusal(word: str, kind: str, need: float, remaining: float, limit: float, ends: float, reset: float) -> str:
+    """Why a budget refused a request, in words: used up, or not enough left for this request's reservation
+    (what is left may be above zero: the reservation, prompt + ``max_tokens``, is what did not fit)."""
+    left = max(0.0, remaining)
+    if kind == "tokens":
+        amounts, what = (f"{left:.0f}", f"{limit:g} tokens"), f"{need:.0f} tokens (prompt + max_tokens)"
+    else:
+        amounts = (f"{left:.6g}", f"{limit:g}")
+        what = f"up to {need:.6g} of spend (prompt + max_tokens at the dearest route's price)"
+    when = "00:00 UTC" + ("" if word == "daily" else time.strftime(" on %Y-%m-%d", time.gmtime(ends)))
+    resets = f"It resets at {when}, in {duration_words(reset)}."
+    if left <= 0.0:
+        return f"The {word} budget of this key is used up ({amounts[0]} of {amounts[1]} left). {resets}"
+    return (
+        f"The {word} budget of this key cannot cover this request: it reserves {what}, "
+        f"and {amounts[0]} of {amounts[1]} are left. {resets}"
+    )
+
+
+def duration_words(seconds: float) -> str:
+    """``30 s``, ``12 min``, ``7 h 34 min``, ``24 d 7 h``: a wait as a person reads it (minutes rounded)."""
+    if seconds < 59.5:
+        return f"{math.ceil(seconds)} s"
+    minutes = round(seconds / 60.0)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
 @dataclass(slots=True)
 class _Plan:
     """What a key's requests reserve, worked out once per key and UTC day instead of once per request: the
@@ -343,9 +376,9 @@ class KeyAdmission:
             wait = refused.retry_after_s if math.isfinite(refused.retry_after_s) else 60.0
             err = _error(
                 429,
-                f"Token rate limit of this key reached: this request may use {ticket.tokens:.0f} tokens "
-                f"(prompt + max_tokens), {max(0.0, refused.remaining):.0f} of {limits.tpm:g} per minute are left. "
-                f"Retry after {wait:.1f}s.",
+                f"Token rate limit of this key reached: this request reserves {ticket.tokens:.0f} tokens "
+                f"(prompt + max_tokens), more than the {max(0.0, refused.remaining):.0f} of its {limits.tpm:g} "
+                f"per minute free now. Retry after {wait:.1f}s.",
                 "rate_limit_exceeded",
                 "tokens",
                 wait,
@@ -353,12 +386,9 @@ class KeyAdmission:
             return self._refuse(kid, "tpm_limited", err)
         _, kind, limit, _, word, ends = next(p for p in periods if p[0] == claim.name)
         reset = max(0.0, ends - self._clock())
-        unit = "tokens" if kind == "tokens" else "of spend"
-        need = f"{claim.amount:.0f}" if kind == "tokens" else f"{claim.amount:.6g}"
         err = _error(
             429,
-            f"The {word} budget of this key is exhausted: this request may use {need} {unit}, "
-            f"{max(0.0, refused.remaining):.6g} of {limit:g} are left until the budget resets in {reset:.0f}s.",
+            budget_refusal(word, kind, claim.amount, refused.remaining, limit, ends, reset),
             "budget_exceeded",
             "insufficient_quota",
             reset,

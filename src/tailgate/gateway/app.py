@@ -100,6 +100,8 @@ class Gateway:
         config_path: Path | None = None,
     ) -> None:
         self.config = config
+        self._was_open: bool | None = None
+        """Whether the gateway was open (no keys) when last looked at; None before start."""
         self.log = logging.getLogger("tailgate.gateway")
         # The fleet state first: the key directory, the key gate and the fleet are built over it.
         state = self.state = open_state(config.state)
@@ -289,6 +291,7 @@ class Gateway:
         self.config = config
         self.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
         core.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
+        self._note_access()
         # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
         self.guard.configure(
             core.keys,
@@ -359,11 +362,28 @@ class Gateway:
         if self.shipper is not None:
             await self.shipper.start()  # a newer schema in PostgreSQL refuses to start
         await self.key_directory.start()
+        self._was_open = self.core.keys.open  # `serve` says it at start; from now on, every change is logged
+        self.key_directory.on_change = self._note_access
         if self.maintenance is not None:
             await self.maintenance.start()
         store = self.config.ledger.url or (self.ledger.path if self.ledger is not None else None)
         seed_priors(store, self.core.routes)  # promise 5: start from what the monitor measured (docs/routing.md)
         self.prober.start()
+
+    def _note_access(self) -> None:
+        """Log when the gateway closes (its first key appeared) or opens (its last key disappeared): a client
+        that sent any bearer gets 401 from that moment (docs/keys.md)."""
+        was, now = self._was_open, self.core.keys.open
+        if was is None or was == now:
+            return
+        self._was_open = now
+        if now:
+            self.log.warning("gateway open: it has no keys any more (config or store): any bearer is accepted again")
+        else:
+            self.log.warning(
+                "gateway closed: it has a key now (config or store): requests without a valid key get 401 "
+                "(any bearer was accepted until now)"
+            )
 
     async def close(self) -> bool:
         """Close every part, in this order, each bounded (docs/gateway.md, "Stopping"): a part that does not

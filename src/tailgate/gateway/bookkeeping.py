@@ -183,7 +183,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
         m.output_tokens.inc(output or 0)
         if cost is not None:
             m.cost.inc(cost)
-    sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms)  # per-minute aggregates
+    sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms, stream=ctx.stream)  # per minute
     if sinks.trace is not None and ctx.alias in ctx.table.aliases:
         sinks.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
     if sinks.ledger is not None:

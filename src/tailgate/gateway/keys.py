@@ -125,6 +125,9 @@ class KeyDirectory:
         self._next_log = 0.0
         self.reloads = 0
         self.last_error: str | None = None
+        self.on_change: Callable[[], None] | None = None
+        """Called on the event loop after a load that changed the keys (the gateway logs when it closes or
+        opens: the first key appears, the last disappears)."""
 
     def set_config_keys(self, config_keys: list[GatewayKeyConfig]) -> None:
         """The YAML's keys after a config reload."""
@@ -169,7 +172,10 @@ class KeyDirectory:
 
     async def _in_thread(self, force: bool) -> None:
         assert self._executor is not None
+        before = self.reloads
         await asyncio.get_running_loop().run_in_executor(self._executor, self._reload_sync, force)
+        if self.reloads != before and self.on_change is not None:
+            self.on_change()
 
     async def close(self) -> None:
         if self._task is not None:

@@ -45,13 +45,13 @@ def no_route(
     ctx.outcome = "no_route"
     if paused:
         wait = min(p.admit_in(0.0, now) for p in paused)
-        return _retry_after(
-            wire_errors.rate_limited(
-                f"Every provider for '{ctx.alias}' is rate limited right now. Retry after {wait:.1f}s."
-            ),
-            wait,
-        )
-    why = ", ".join(f"{name}: {reason}" for name, reason in _unavailable(states, breakers))
+        if len({p.name for p in paused}) == len({p.name for p in states}):
+            text = f"Every provider for '{ctx.alias}' is rate limited right now. Retry after {wait:.1f}s."
+        else:  # not "every provider is rate limited": say what holds back each of them
+            why = ", ".join(f"{name}: {reason}" for name, reason in _unavailable(states, breakers, now))
+            text = f"No provider can take a request for '{ctx.alias}' now ({why}). Retry after {wait:.1f}s."
+        return _retry_after(wire_errors.rate_limited(text), wait)
+    why = ", ".join(f"{name}: {reason}" for name, reason in _unavailable(states, breakers, now))
     err = wire_errors.overloaded(f"No provider is available for '{ctx.alias}' ({why or 'none is configured'}).")
     retry = [breakers.get(p.name).retry_in() for p in states if not p.drained]
     if retry:
@@ -59,7 +59,7 @@ def no_route(
     return err
 
 
-def _unavailable(states: Sequence[ProviderState], breakers: BreakerRegistry) -> list[tuple[str, str]]:
+def _unavailable(states: Sequence[ProviderState], breakers: BreakerRegistry, now: float) -> list[tuple[str, str]]:
     """Why each provider cannot take a request now, once per provider, in route order."""
     out: dict[str, str] = {}
     for p in states:
@@ -68,6 +68,8 @@ def _unavailable(states: Sequence[ProviderState], breakers: BreakerRegistry) -> 
         breaker = breakers.get(p.name)
         if p.drained:
             out[p.name] = "drained"
+        elif p.paused(now):
+            out[p.name] = f"rate limited (429), paused for {p.admit_in(0.0, now):.1f}s more"
         elif breaker.is_open:
             out[p.name] = f"circuit breaker open for {breaker.retry_in():.0f}s more"
         elif not breaker.can_admit():

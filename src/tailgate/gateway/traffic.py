@@ -103,11 +103,16 @@ class TrafficAggregator:
         output_tokens: int | None,
         ttft_ms: float | None,
         e2e_ms: float | None,
+        *,
+        stream: bool,
     ) -> None:
         """Count one finished request (served or failed) against its provider × upstream model.
 
         Requests no provider was tried for, and those the client abandoned, are not counted. Latencies
-        and tok/s are taken from successful requests only (``outcome == "ok"``).
+        and tok/s are taken from successful requests only (``outcome == "ok"``); TTFT and tok/s from
+        streamed ones only: a non-streamed answer arrives in one piece, so its "first token" is its whole
+        answer and E2E − TTFT is the time to read the body (≈ 0.05 ms: a tok/s in the hundreds of
+        thousands), not generation time (docs/monitor.md).
         """
         if provider is None or model is None or self.path is None or self._closed or outcome in _IGNORED:
             return
@@ -121,21 +126,28 @@ class TrafficAggregator:
             bucket.errors += 1
             return
         bucket.output_tokens += output_tokens or 0
-        if ttft_ms is not None:
+        if stream and ttft_ms is not None:
             bucket.ttft.record(ttft_ms if ttft_ms > 0.0 else 0.0)
         if e2e_ms is not None:
             bucket.e2e.record(e2e_ms if e2e_ms > 0.0 else 0.0)
             # tok/s inlined (tailgate.ledger.samples.tok_s): this runs once per request on the event loop.
-            if ttft_ms is not None and output_tokens is not None and output_tokens > 1 and e2e_ms > ttft_ms:
+            if stream and ttft_ms is not None and output_tokens is not None and output_tokens > 1 and e2e_ms > ttft_ms:
                 bucket.tok_s_sum += (output_tokens - 1) * 1000.0 / (e2e_ms - ttft_ms)
                 bucket.tok_s_n += 1
 
     def observe_route(
-        self, route: Route | None, outcome: str, output_tokens: int | None, ttft_ms: float | None, e2e_ms: float | None
+        self,
+        route: Route | None,
+        outcome: str,
+        output_tokens: int | None,
+        ttft_ms: float | None,
+        e2e_ms: float | None,
+        *,
+        stream: bool,
     ) -> None:
         """``observe`` for the route a gateway request was served by (or tried last); None: no route tried."""
         if route is not None:
-            self.observe(route.provider, route.model, outcome, output_tokens, ttft_ms, e2e_ms)
+            self.observe(route.provider, route.model, outcome, output_tokens, ttft_ms, e2e_ms, stream=stream)
 
     async def start(self) -> None:
         """Open the store (raises like the ledger on an unusable path) and start the flush task."""

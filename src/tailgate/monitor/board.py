@@ -235,7 +235,11 @@ def leaderboard_table(
         f"n = probe samples; TTFT over the successful ones (TTFT n), E2E over successful 'long' probes (E2E n); "
         f"tok/s from 'long' probes (min = lowest {bucket} bucket mean). 'n<K': fewer than K samples, "
         "so no number. "
-        + ("traffic = the gateway's own requests. " if traffic else "No gateway traffic in this window. ")
+        + (
+            "traffic = the gateway's own requests (TTFT and tok/s from the streamed ones). "
+            if traffic
+            else "No gateway traffic in this window. "
+        )
         + ("peak = the newest peak-hour load test, at its highest level (peak n requests). " if peak else "")
         + "--wide shows every column; --columns picks them."
     )

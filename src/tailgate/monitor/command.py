@@ -55,6 +55,8 @@ class MonitorOptions:
     port: int = 8090
     peak_at: str | None = None
     """Local time of the scheduled peak-hour load test (``--peak-at 11:00``); None: no test."""
+    progress_s: float = 5.0
+    """While a round runs longer, a line every ``progress_s`` says which providers it waits for and how long."""
     peak_days: str = "mon-fri"
     peak_profile: Any = None
     """A :class:`tailgate.monitor.peak.PeakProfile` (None: the default profile)."""
@@ -95,11 +97,13 @@ def round_table(report: RoundReport, urls: Mapping[str, str] | None = None) -> l
     """The samples of one round as aligned text lines (for ``--once``); a failure names the URL it went to."""
     header = ("provider", "model", "workload", "result", "TTFT ms", "E2E ms", "tokens", "tok/s", "right")
     rows = [header]
-    for s in sorted(report.samples, key=lambda s: (s.provider, s.api, s.model, s.workload)):
-        result = "ok" if s.ok else f"{s.error_class}" + (f" ({s.status})" if s.status else "")
+    details = [*report.details, *[None] * (len(report.samples) - len(report.details))]
+    for s, detail in sorted(
+        zip(report.samples, details, strict=True),
+        key=lambda sd: (sd[0].provider, sd[0].api, sd[0].model, sd[0].workload),
+    ):
         where = s.provider if s.api == "openai" else f"{s.provider} ({s.api})"
-        if not s.ok and urls and where in urls:
-            result += f" from {urls[where]}"
+        result = "ok" if s.ok else failure_words(s.error_class, s.status, urls.get(where) if urls else None, detail)
         right = "-" if s.accuracy_ok is None else ("yes" if s.accuracy_ok else "no")
         rows.append(
             (
@@ -127,6 +131,34 @@ def round_table(report: RoundReport, urls: Mapping[str, str] | None = None) -> l
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def failure_words(error_class: str | None, status: int | None, url: str | None, detail: str | None) -> str:
+    """A failed probe in words, naming where it went: ``could not connect to URL (connection refused)``,
+    ``http_5xx (503) from URL``."""
+    if error_class == "connect" and url is not None:
+        reason = _connect_reason(detail)
+        if reason == "connection reset":  # it connected: the connection dropped before any response header
+            return f"the connection to {url} was dropped before any answer ({reason})"
+        return f"could not connect to {url} ({reason})"
+    where = f" from {url}" if url is not None else ""
+    return f"{error_class}" + (f" ({status})" if status else "") + where
+
+
+def _connect_reason(detail: str | None) -> str:
+    """The measurement core's connect failure (``ConnectionRefusedError: [Errno 111] …``) in a few words."""
+    text = detail or ""
+    for needle, words in (
+        ("ConnectionRefused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Timeout", "timed out"),
+        ("gaierror", "name not resolved"),
+        ("ConnectionReset", "connection reset"),
+        ("SSL", "TLS handshake failed"),
+    ):
+        if needle in text:
+            return words
+    return text or "no connection"
 
 
 async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo = print) -> int:
@@ -232,6 +264,14 @@ def _start_peak(
     return asyncio.ensure_future(peak_loop(stop, schedule, run, echo))
 
 
+def waiting_line(awaited: list[tuple[str, list[str], float]]) -> str:
+    """The progress line of a round that is still waiting: which providers, which workloads, for how long."""
+    if not awaited:
+        return "waiting: storing the round's samples"
+    parts = [f"{label} ({', '.join(sorted(workloads))}) {elapsed:.0f} s" for label, workloads, elapsed in awaited]
+    return "waiting for " + "; ".join(parts)
+
+
 async def _loop(stop: asyncio.Event, options: MonitorOptions, monitor: Monitor, echo: Echo) -> int:
     schedule = Schedule(options.interval_s, jitter=options.jitter)
     index = 0
@@ -244,7 +284,10 @@ async def _loop(stop: asyncio.Event, options: MonitorOptions, monitor: Monitor, 
                 break
         round_task = asyncio.ensure_future(monitor.run_round(index))
         stopper = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({round_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        while not (
+            await asyncio.wait({round_task, stopper}, timeout=options.progress_s, return_when=asyncio.FIRST_COMPLETED)
+        )[0]:
+            echo(waiting_line(monitor.awaited()))  # a hung provider never leaves the terminal silent
         stopper.cancel()
         if not round_task.done():  # stopped mid-round: the probes in flight are cancelled, nothing half-stored
             round_task.cancel()

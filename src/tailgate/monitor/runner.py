@@ -71,6 +71,9 @@ class RoundReport:
     """Samples deleted by retention after the round."""
     stored: bool = True
     """False when the store could not write the round's samples (they are retried with the next round)."""
+    details: list[str | None] = field(default_factory=list)
+    """Beside ``samples``, one for one: the measurement core's reason for a failed probe (``CallResult.detail``,
+    e.g. ``ConnectionRefusedError: …``); None for a success. Printed, never stored."""
 
     @property
     def ok(self) -> int:
@@ -178,6 +181,9 @@ class Monitor:
             }
         )
         self.workloads = tuple(workloads)
+        self.waiting: dict[int, tuple[str, str, float]] = {}
+        """The probes sent and not yet answered: a number → (provider label as in ``urls``, workload, send time
+        on ``time.perf_counter()``); what a progress line names while a round waits (:meth:`awaited`)."""
         self.store = store
         self.max_pacing_wait_s = max_pacing_wait_s
         self.retention_s = retention_s
@@ -212,9 +218,11 @@ class Monitor:
         jobs = [(target, workload) for workload in self.workloads for target in self.targets]
         outcomes = await asyncio.gather(*(self._probe(t, w, index, report.started_at) for t, w in jobs))
         for (target, workload), outcome in zip(jobs, outcomes, strict=True):
-            if isinstance(outcome, Sample):
-                report.samples.append(outcome)
-                self.store.add(outcome)
+            if isinstance(outcome, tuple):
+                sample, detail = outcome
+                report.samples.append(sample)
+                report.details.append(detail)
+                self.store.add(sample)
             else:
                 report.skipped.append(Skipped(target, workload, outcome))
         report.stored = await self.store.flush()
@@ -226,7 +234,20 @@ class Monitor:
         report.duration_s = time.perf_counter() - t0
         return report
 
-    async def _probe(self, target: Target, workload: str, index: int, round_wall: float) -> Sample | str:
+    def awaited(self, now: float | None = None) -> list[tuple[str, list[str], float]]:
+        """The providers a round is waiting for: (label, its workloads in flight, seconds since the oldest was
+        sent), the longest wait first."""
+        now = time.perf_counter() if now is None else now
+        by: dict[str, tuple[list[str], float]] = {}
+        for label, workload, sent in self.waiting.values():
+            workloads, oldest = by.get(label, ([], sent))
+            workloads.append(workload)
+            by[label] = (workloads, min(oldest, sent))
+        return sorted(((k, w, now - t) for k, (w, t) in by.items()), key=lambda x: -x[2])
+
+    async def _probe(
+        self, target: Target, workload: str, index: int, round_wall: float
+    ) -> tuple[Sample, str | None] | str:
         state = self._providers[target.provider]
         probe = build_probe(workload, index, round_wall)
         async with state.slots:
@@ -248,18 +269,24 @@ class Monitor:
                 )
             text: list[str] = []
             request_id = f"tailgate-monitor-{index}-{workload}"
-            async with call(
-                client, path, body, stream=True, client_wants_usage=True, request_id=request_id, headers=headers
-            ) as c:
-                async for event in c:
-                    if probe.task is not None and isinstance(event, Chunk | Body):
-                        text.append(content_text(event.raw))
+            label = target.provider if target.api == "openai" else f"{target.provider} ({target.api})"
+            ticket = id(text)  # unique while this probe runs
+            self.waiting[ticket] = (label, workload, time.perf_counter())
+            try:
+                async with call(
+                    client, path, body, stream=True, client_wants_usage=True, request_id=request_id, headers=headers
+                ) as c:
+                    async for event in c:
+                        if probe.task is not None and isinstance(event, Chunk | Body):
+                            text.append(content_text(event.raw))
+            finally:
+                del self.waiting[ticket]
         result = c.result
         assert result is not None  # a finished iteration always leaves the result
         if result.status == 429 and result.retry_after_s:
             state.pacer.pause_for(min(result.retry_after_s, MAX_PAUSE_S))
         ok = result.error_class is None
-        return Sample(
+        sample = Sample(
             ts=result.started_at,
             provider=target.provider,
             model=target.model,
@@ -275,3 +302,4 @@ class Monitor:
             reasoning_tokens=result.reasoning_tokens,
             api=target.api,
         )
+        return sample, None if ok else result.detail

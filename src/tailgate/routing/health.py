@@ -9,7 +9,7 @@
 - counters: ``requests`` (every observed call except ``cancelled``), ``faults`` (calls that failed for
   a reason that is the provider's: see ``PROVIDER_FAULTS``), ``error:<class>`` for every failure class,
   ``429`` (status 429, whatever its class), ``probes`` / ``probe_faults``, and output tokens over
-  generation time for tok/s.
+  generation time of streamed successes for tok/s.
 - an in-flight count (``begin()`` when an attempt is sent, ``observe()`` when it ends) and two
   peak-EWMA latency estimates (TTFT and E2E, time constant 30 s as in Helicone's balancer) for the
   least-latency policy.
@@ -187,7 +187,9 @@ class ProviderHealth:
                 w.record(result.e2e_ms)
                 self.e2e_peak.update(result.e2e_ms)
                 gen_ms = result.e2e_ms - (result.ttft_ms or 0.0)
-                if result.output_tokens > 1 and gen_ms > 0:
+                # Streamed calls only: a non-streamed body arrives whole, its E2E − TTFT is the read of
+                # the body (≈ 0.05 ms), not generation time.
+                if result.stream and result.output_tokens > 1 and gen_ms > 0:
                     w.incr("gen_tokens", result.output_tokens - 1)
                     w.incr("gen_ms", max(1, round(gen_ms)))
             return
