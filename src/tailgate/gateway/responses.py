@@ -60,7 +60,7 @@ def prompt_bound(body: bytes) -> float:
     reserved ~1,517 tokens for 1,991 Chinese characters (issue 37). Not bounded: long random letter runs
     (base64, hex digests: up to 0.75 token per letter) — docs/keys.md, "The prompt bound"."""
     dense = len(body.translate(None, _NOT_DENSE))
-    return dense + (len(body) - dense) / 4
+    return float(dense + -(-(len(body) - dense) // 4))  # whole tokens, rounded up: a cut stream is charged this
 
 
 def output_multiplier(obj: Mapping[str, Any]) -> int:
