@@ -407,7 +407,7 @@ async def test_tenant_keys_hold_their_limits_across_three_replicas(sim: SimFacto
     and its ``max_concurrency: 60`` refuses nothing with 24 requests in flight (issue 31c: 13–49 refusals
     before). Counts only: nothing here depends on how fast this machine is."""
     a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
-    tpm = 100_000  # ~1,900 requests of ~53 tokens; reserved ~70 each, so 400 × 70 × 3 replicas < tpm: slices
+    tpm = 120_000  # ~2,260 requests of ~53 tokens; reserved ~91 each (the prompt bound), so 400 × 91 × 3 < tpm: slices
     keys = [
         {"id": "team", "key": "tg-team-key-0123", "rpm": 60},
         {"id": "bulk", "key": "tg-bulk-key-0123", "tpm": tpm, "max_concurrency": 60},

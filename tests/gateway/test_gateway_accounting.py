@@ -2,7 +2,7 @@
 and streamed), refusals for every reason (model not allowed, expired, rpm, tpm, concurrency, budget, shed,
 pacing), streams the provider cut, a key revoked mid-run and a budget spent to its end. For every key:
 ``tailgate usage`` = the ledger = the sum of what the provider reported (the simulator's ``/sim/truth``) plus
-the documented estimates (a cut stream's prompt: the gateway's count, body bytes / 4, flagged estimated), and
+the documented estimates (a cut stream's prompt: the gateway's count, the prompt bound, flagged estimated), and
 refusals change no counter (the key's rpm, tpm and budget counters in the fleet state equal what the admitted
 requests used)."""
 
@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from conftest import GatewayHandle, SimFactory, eventually
 from tailgate.cli import main
+from tailgate.gateway.responses import prompt_bound
 from tailgate.ledger import read_rows
 from tailgate.ledger.keys import create_key
 from tailgate.ledger.store import open_store
@@ -47,7 +48,7 @@ class Run:
 
     def __init__(self, session: aiohttp.ClientSession, gw: GatewayHandle) -> None:
         self.session, self.gw = session, gw
-        self.body_len: dict[str, int] = {}
+        self.body: dict[str, bytes] = {}
         self.n = 0
 
     async def chat(
@@ -59,7 +60,7 @@ class Run:
             {"model": model, "messages": [{"role": "user", "content": f"request {self.n}"}], "max_tokens": max_tokens}
             | ({"stream": True} if stream else {})
         ).encode()
-        self.body_len[rid] = len(body)
+        self.body[rid] = body
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json", "x-request-id": rid}
         if cls is not None:
             headers["x-tailgate-class"] = cls
@@ -191,7 +192,7 @@ async def test_usage_equals_ledger_equals_provider_truth_and_refusals_change_not
         assert row.output_tokens == t["output_tokens"], row
         if row.outcome == "cut":  # the provider never sent usage: the gateway's own count of the prompt
             assert row.tokens_estimated
-            assert row.prompt_tokens == round(run.body_len[row.request_id] / 4)
+            assert row.prompt_tokens == round(prompt_bound(run.body[row.request_id]))
             estimated += 1
         else:
             assert row.prompt_tokens == t["prompt_tokens"], row

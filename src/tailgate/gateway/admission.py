@@ -1,10 +1,11 @@
 """Per-key admission: models, expiry, tpm, concurrency and budgets — reserve, then settle (rpm: gateway.fleet).
 
-At admission (``admit``) a request reserves what it may use: tokens = prompt estimate (body bytes / 4)
-+ ``max_tokens`` (or ``routing.pacing.default_max_tokens``), and money = those tokens at the highest price
-among the alias's routes. The reservation is taken, all or nothing, from the key's counters in the fleet
-state (``tailgate.state``: exact across replicas with Redis): ``tpm`` over a 60 s sliding window, token
-and money budgets per UTC day and calendar month (running totals named after their period), and a
+At admission (``admit``) a request reserves what it may use: tokens = the prompt's upper bound
+(``responses.prompt_bound``) + ``max_tokens`` (or ``routing.pacing.default_max_tokens``) × ``n``, and
+money = those tokens at the highest price among the alias's routes. The reservation is taken, all or
+nothing, from the key's counters in the fleet state (``tailgate.state``: exact across replicas with
+Redis): ``tpm`` over a 60 s sliding window, token and money budgets per UTC day and calendar month
+(running totals named after their period), and a
 ``max_concurrency`` slot. When the request ends (``settle``) each counter is corrected to what the
 ledger records — prompt tokens (the estimate when the provider never said), output tokens (counted
 from the chunks of a stream cut short or cancelled) and their cost — and the slot is given back. So a

@@ -162,7 +162,7 @@ class Proxy:
             self._check_key(ctx)  # expired, model not allowed; the key's default class
         if ctx.messages is None:
             obj = parse_json(body)  # typed decoding skips unknown fields: they may hold bad UTF-8
-        prompt, output = responses.token_estimate(obj, len(body), ctx.endpoint, table.pacing.default_max_tokens)
+        prompt, output = responses.token_estimate(obj, body, ctx.endpoint, table.pacing.default_max_tokens)
         ctx.prompt_estimate = prompt
         shed = table.shed
         if shed.max_in_flight is not None:

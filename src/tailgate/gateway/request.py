@@ -75,8 +75,8 @@ class Ctx:
     """The conversation's affinity key (routing/affinity.py), when the route was chosen by it: the provider's
     API key is picked by it too (``KeyPool.pick``)."""
     prompt_estimate: float | None = None
-    """The gateway's own count of the prompt (body bytes / 4): what a cut stream is charged when the
-    provider never said (bookkeeping.py)."""
+    """The gateway's own count of the prompt (its upper bound, ``responses.prompt_bound``): what a cut stream is
+    charged when the provider never said (bookkeeping.py)."""
 
     messages: Messages | None = None
     """An Anthropic Messages API request (``endpoint == "messages"``): its head, and its translation once made."""

@@ -147,8 +147,10 @@ class SimHandlers:
         ctx = Ctx(request, _ID_PREFIX[kind] + self.p.new_id())
         try:
             return await self._generate_inner(request, kind, ctx)
-        except asyncio.CancelledError:
-            # The client went away (aiohttp cancels the handler); nginx's 499 names that outcome.
+        except (asyncio.CancelledError, ConnectionResetError):
+            # The client went away (aiohttp cancels the handler, or a write finds the transport closing); nginx's
+            # 499 names that outcome. Without the second, a stream whose client left during its last writes had
+            # no truth at all.
             if not ctx.recorded:
                 self.record(ctx, 499, False)
             raise

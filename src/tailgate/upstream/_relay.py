@@ -182,17 +182,21 @@ class StreamRelay:
             return 0
         if kind == "message_stop":
             return _END
-        usage = event.message.usage if kind == "message_start" and event.message is not None else event.usage
+        start = kind == "message_start"
+        usage = event.message.usage if start and event.message is not None else event.usage
         if usage is not None:
-            self._merge_usage(usage)
+            self._merge_usage(usage, output=not start)
         return 0
 
-    def _merge_usage(self, usage: Any) -> None:
+    def _merge_usage(self, usage: Any, *, output: bool) -> None:
         """Anthropic's usage comes in parts (``message_start``, then ``message_delta``): a count it leaves out
-        keeps what an earlier event said."""
+        keeps what an earlier event said. ``message_start``'s ``output_tokens`` (1, or 0) is a placeholder, not
+        a count: only ``message_delta`` says how many were produced (``output``). Until it came, the output is
+        the stream's token chunks, flagged estimated: a stream that ends early — its client left, the provider
+        cut it — is billed what it delivered, never 1 (issue 37)."""
         if (prompt := usage.prompt) is not None:
             self._prompt_tokens = prompt
-        if (completion := usage.completion) is not None:
+        if output and (completion := usage.completion) is not None:
             self._completion_tokens = completion
         if (cached := usage.cached) is not None:
             self._cached_tokens = cached
