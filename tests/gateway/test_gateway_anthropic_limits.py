@@ -1,7 +1,7 @@
 """A key's ``tpm`` and daily token budget on ``/v1/messages``, in both upstream modes — *passthrough* to the
 simulator's own ``/v1/messages`` and *translation* to its chat API — held to docs/keys.md: a request is admitted
-iff what the key used (settled to what the provider reported) plus this request's reservation (body bytes / 4 +
-``max_tokens``) fits the limit; the 429 speaks Anthropic and names the limit; nothing refused goes upstream; and
+iff what the key used (settled to what the provider reported) plus this request's reservation (the prompt's bound,
+``gateway.responses.prompt_bound``, + ``max_tokens``) fits the limit; the 429 speaks Anthropic and names the limit; nothing refused goes upstream; and
 the prompt and output tokens each ledger row records — what the counters are settled to — are the simulator's
 truth for that request (matched by ``x-request-id``), never an estimate."""
 
@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from conftest import GatewayHandle, SimFactory
+from tailgate.gateway.responses import prompt_bound
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.ledger.usage import day_start, next_day
 from tailgate.sim.provider import SimProvider
@@ -57,13 +58,13 @@ def _body(max_tokens: int, stream: bool = False) -> bytes:
 
 
 def _reservation(max_tokens: int, stream: bool = False) -> float:
-    """What admission reserves for ``_body(max_tokens)`` (docs/keys.md): body bytes / 4 + max_tokens."""
-    return len(_body(max_tokens, stream)) / 4 + max_tokens
+    """What admission reserves for ``_body(max_tokens)`` (docs/keys.md): the prompt's bound + max_tokens."""
+    return prompt_bound(_body(max_tokens, stream)) + max_tokens
 
 
 def _largest_fitting(room: float) -> int:
     """The largest max_tokens whose reservation fits ``room`` (the body's length grows with its digits)."""
-    m = math.floor(room - len(_body(1)) / 4)
+    m = math.floor(room - prompt_bound(_body(1)))
     while _reservation(m) > room:
         m -= 1
     assert _reservation(m + 1) > room
