@@ -147,9 +147,9 @@ async def test_a_passthrough_stream_the_provider_cuts_is_billed_what_it_delivere
 
 
 async def test_n_is_reserved_n_times(sim: SimFactory, gateway: GwFactory) -> None:
-    """Defect 3: tpm 2,000 and 1,000 tokens a day; ``max_tokens: 100, n: 40`` may produce 4,000 tokens: refused
-    (429, nothing taken), where one answer's reservation admitted it; ``n: 5`` at 100 would fit the tpm but not the
-    budget either — and ``n: 2`` fits both."""
+    """Defect 3: tpm 2,000 and 1,000 tokens a day; ``max_tokens: 100, n: 40`` may produce 4,000 tokens, more than the
+    whole tpm: refused (a 400, nothing taken: no window could ever admit it), where one answer's reservation admitted
+    it; ``n: 11`` at 100 fits the tpm but not the day's budget (a 429)."""
     p = await sim("instant", models=("m",))
     gw = await gateway(
         {
@@ -170,7 +170,7 @@ async def test_n_is_reserved_n_times(sim: SimFactory, gateway: GwFactory) -> Non
             for n in (40, 11)
         ]
     assert [(r.status_code, r.json()["error"]["code"]) for r in answers] == [
-        (429, "rate_limit_exceeded"),  # 40 × 100 > the tpm
+        (400, "max_tokens_too_large"),  # 40 × 100 > the whole tpm
         (429, "budget_exceeded"),  # 11 × 100 > the day's 1,000
     ]
     used = re.search(r"may use (\d+) tokens", answers[0].json()["error"]["message"])

@@ -274,8 +274,9 @@ class Proxy:
         if (cap := _never_admitted(limits, prompt + output)) is not None:  # a 400: retrying would never help
             ctx.outcome = core.admission.refused(key_id, "tpm_limited")  # refused by the tpm, counted per key
             raise wire_errors.invalid_request(
-                f"This request may use {prompt + output:.0f} tokens (prompt + max_tokens), more than this key's "
-                f"{cap} allows in all: no window or period could ever admit it. Lower max_tokens.",
+                f"This request may use {prompt + output:.0f} tokens (prompt + max_tokens, times n where it asks for "
+                f"several answers), more than this key's {cap} allows in all: no window or period could ever admit "
+                "it. Lower max_tokens (or n).",
                 param="max_tokens",
                 code="max_tokens_too_large",
             )
