@@ -134,10 +134,30 @@ def make_demo_requests(now: float, rng: random.Random, seconds: float = 60.0) ->
     return rows
 
 
-async def fill_demo_store(path: Path, now: float, seed: int = 11) -> list[LedgerRow]:
-    """Write a demo's first minute of traffic ending at ``now`` with the gateway's own ledger writer."""
-    rows = make_demo_requests(now, random.Random(seed))
+def make_demo_samples(now: float, rng: random.Random, seconds: float = 60.0) -> list[Sample]:
+    """The monitor's probes over a demo's first ``seconds``: a short and a long probe per pair every 5 s."""
+    out: list[Sample] = []
+    t = now - seconds
+    while t < now:
+        for i, (provider, model) in enumerate(PAIRS):
+            for workload, tokens in (("short", 12), ("long", 200)):
+                ttft = rng.lognormvariate(0, 0.3) * 200 * (1 + 0.6 * i)
+                e2e = ttft + tokens * rng.uniform(18, 22) * (1 + 0.6 * i)
+                rate = (tokens - 1) / ((e2e - ttft) / 1000)
+                out.append(Sample(t + rng.uniform(0, 4), provider, model, workload, 200, None, ttft, e2e, tokens, rate))
+        t += 5.0
+    return [s for s in out if s.ts < now]
+
+
+async def fill_demo_store(path: Path, now: float, seed: int = 11, *, probes: bool = False) -> list[LedgerRow]:
+    """Write a demo's first minute of traffic ending at ``now`` with the gateway's own ledger writer (and, with
+    ``probes``, the monitor's samples of that minute)."""
+    rng = random.Random(seed)
+    rows = make_demo_requests(now, rng)
     async with SQLiteLedger(path) as ledger:
         for row in rows:
             ledger.record(row)
+    if probes:
+        with contextlib.closing(open_db(path)) as conn:
+            insert_samples(conn, make_demo_samples(now, rng))
     return rows
