@@ -132,6 +132,7 @@ async def test_series_buckets_equal_recomputed_numbers(
     assert checked_probe >= 2
     assert checked_traffic >= 2
 
+
 def _request_point(rows: list[LedgerRow]) -> dict[str, Any]:
     """Traffic numbers recomputed from raw ledger rows: latencies from served requests, TTFT and tok/s from
     streamed ones (the traffic recorder's rules, docs/dashboard.md)."""

@@ -128,7 +128,8 @@ async def test_dashboard_renders_in_headless_chromium(
 
 
 async def test_empty_store_in_monitor_mode_shows_empty_states(tmp_path: Path) -> None:
-    """Monitor-only mode over a store with no samples: "no samples yet" everywhere, no live panel, no errors."""
+    """Monitor-only mode over a store with no samples: "no probe samples or traffic" everywhere, no live panel,
+    no errors."""
     from aiohttp import web
     from playwright.async_api import async_playwright
 
@@ -156,7 +157,7 @@ async def test_empty_store_in_monitor_mode_shows_empty_states(tmp_path: Path) ->
                 assert await page.locator("#admin-form").is_hidden()
                 for empty in ("#leaderboard-empty", "#compare-empty", "#charts-empty", "#heatmap-empty"):
                     assert await page.locator(empty).is_visible(), empty
-                    assert "no samples yet" in (await page.locator(empty).text_content() or "")
+                    assert "no probe samples or traffic in" in (await page.locator(empty).text_content() or "")
                 assert await page.locator("canvas").count() == 0
             finally:
                 await browser.close()

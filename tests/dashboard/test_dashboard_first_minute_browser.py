@@ -27,7 +27,8 @@ WIDTHS = (1280, 1920)
 # Every table on the page: its right edge inside the viewport, or inside a scroll box that is itself inside
 # the viewport, scrolls, and says so in a visible line under it (a scroll bar alone may be an overlay, or
 # absent from a screenshot, and then reads as a column cut off).
-CUT_TABLES = """() => Array.from(document.querySelectorAll('table')).filter((t) => t.offsetParent !== null).flatMap((t) => {
+CUT_TABLES = """() => Array.from(document.querySelectorAll('table'))
+  .filter((t) => t.offsetParent !== null).flatMap((t) => {
   const vw = document.documentElement.clientWidth;
   const right = t.getBoundingClientRect().right;
   if (right <= vw + 0.5) return [];
@@ -91,9 +92,11 @@ async def test_first_minute_of_a_demo_draws_every_chart_and_cuts_no_column(
                 # Before the key is entered the API answers 401 on purpose; the browser logs each as an error.
                 page.on(
                     "console",
-                    lambda m: problems.append(f"console: {m.text}")
-                    if m.type == "error" and "401 (Unauthorized)" not in m.text
-                    else None,
+                    lambda m: (
+                        problems.append(f"console: {m.text}")
+                        if m.type == "error" and "401 (Unauthorized)" not in m.text
+                        else None
+                    ),
                 )
                 page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
                 await page.goto(gw.root_url + "/dashboard")
