@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+from tailgate.gateway.traffic import TrafficAggregator
 from tailgate.ledger.row import LedgerRow
 from tailgate.ledger.samples import Sample, TrafficMinute, insert_samples, insert_traffic
 from tailgate.ledger.schema import open_db
@@ -149,14 +150,34 @@ def make_demo_samples(now: float, rng: random.Random, seconds: float = 60.0) -> 
     return [s for s in out if s.ts < now]
 
 
-async def fill_demo_store(path: Path, now: float, seed: int = 11, *, probes: bool = False) -> list[LedgerRow]:
-    """Write a demo's first minute of traffic ending at ``now`` with the gateway's own ledger writer (and, with
-    ``probes``, the monitor's samples of that minute)."""
+async def fill_demo_store(
+    path: Path, now: float, seed: int = 11, *, probes: bool = False, minutes: bool = True
+) -> list[LedgerRow]:
+    """Write a demo's first minute of traffic ending at ``now`` with the gateway's own writers: the ledger's
+    ``requests`` rows and (``minutes``) the traffic aggregator's ``traffic_minutes``, each request counted at its
+    own time; with ``probes``, the monitor's samples of that minute too."""
     rng = random.Random(seed)
     rows = make_demo_requests(now, rng)
     async with SQLiteLedger(path) as ledger:
         for row in rows:
             ledger.record(row)
+    if minutes:
+        at = [now]
+        traffic = TrafficAggregator(path, clock=lambda: at[0])
+        await traffic.start()
+        for row in rows:
+            at[0] = row.ts
+            traffic.observe(
+                row.provider,
+                row.upstream_model,
+                row.outcome,
+                row.output_tokens,
+                row.ttft_ms,
+                row.e2e_ms,
+                stream=row.stream,
+            )
+        at[0] = now
+        await traffic.close()
     if probes:
         with contextlib.closing(open_db(path)) as conn:
             insert_samples(conn, make_demo_samples(now, rng))
