@@ -101,6 +101,8 @@ async def test_dashboard_renders_in_headless_chromium(
             # Read-only until the admin key is entered; then drain works from the page.
             drain = page.locator('#live tr[data-provider="primary"] button[data-action="drain"]')
             assert await drain.is_disabled()
+            # No gateway keys: the data is open, and the key box says the admin key is for the controls only.
+            assert await page.locator("#admin-key").get_attribute("placeholder") == "admin key: enables drain / enable"
             await page.fill("#admin-key", ADMIN)
             await page.click("#admin-form button[type=submit]")
             await page.wait_for_selector("#admin-status:has-text('controls unlocked')")
