@@ -12,11 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from dashboard_support import PAIRS, fill_store
+from dashboard_support import PAIRS, fill_demo_store, fill_store
 
 from tailgate.dashboard import mount
 from tailgate.ledger import leaderboard
 from tailgate.ledger.leaderboard import nearest_rank
+from tailgate.ledger.row import LedgerRow
 from tailgate.ledger.samples import Sample, TrafficMinute, insert_samples
 from tailgate.ledger.schema import open_db
 from tailgate.stats import LatencyHistogram
@@ -130,6 +131,54 @@ async def test_series_buckets_equal_recomputed_numbers(
         checked_traffic += bool(rows)
     assert checked_probe >= 2
     assert checked_traffic >= 2
+
+
+def _request_point(rows: list[LedgerRow]) -> dict[str, Any]:
+    """Traffic numbers recomputed from raw ledger rows: latencies from served requests, TTFT and tok/s from
+    streamed ones (the traffic recorder's rules, docs/dashboard.md)."""
+    ok = [r for r in rows if r.outcome == "ok"]
+    streamed = [r for r in ok if r.stream]
+    ttft = [r.ttft_ms for r in streamed if r.ttft_ms is not None]
+    e2e = [r.e2e_ms for r in ok if r.e2e_ms is not None]
+    rates = [
+        (r.output_tokens - 1) * 1000.0 / (r.e2e_ms - r.ttft_ms)
+        for r in streamed
+        if r.output_tokens and r.output_tokens > 1 and r.e2e_ms is not None and r.ttft_ms is not None
+    ]
+    out: dict[str, Any] = {"count": len(rows), "errors": len(rows) - len(ok)}
+    out["error_rate"] = round(out["errors"] / len(rows), 4) if rows else None
+    for name, values in (("ttft", ttft), ("e2e", e2e)):
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}"] = round(nearest_rank(values, q), 3) if values else None
+    out["tok_s"] = round(sum(rates) / len(rates), 3) if rates else None
+    return out
+
+
+async def test_short_window_buckets_a_fresh_gateways_requests_every_10_s(
+    dash: Callable[..., Awaitable[Get]], tmp_path: Path
+) -> None:
+    """A gateway one minute old (no traffic minute written yet): 15m has 90 buckets of 10 s, each holding the
+    numbers recomputed from the ledger rows in it; catalog and compare find the pairs from those rows too."""
+    path = tmp_path / "demo.db"
+    rows = await fill_demo_store(path, NOW)
+    get = await dash(path)
+    status, body = await get("/dashboard/api/series?provider=secondary&model=up-secondary&window=15m")
+    assert status == 200
+    assert (body["bucket_s"], len(body["t"])) == (10.0, 90)
+    assert body["t"][-1] <= NOW < body["t"][-1] + 10.0
+    drawn = 0
+    for i, t0 in enumerate(body["t"]):
+        group = [r for r in rows if r.provider == "secondary" and t0 <= r.ts < t0 + 10.0]
+        got = {k: v[i] for k, v in body["traffic"].items()}
+        assert got == _request_point(group), (t0, got)
+        drawn += got["tok_s"] is not None
+    assert drawn >= 6  # a line from the first minute, not one point
+    status, cat = await get("/dashboard/api/catalog?window=15m")
+    want = {p: sum(r.provider == p for r in rows) for p, _ in PAIRS}
+    assert {p["provider"]: p["requests"] for p in cat["pairs"]} == want
+    status, cmp = await get("/dashboard/api/compare?window=15m")
+    got_rows = {r["provider"]: r["traffic"] for r in cmp["rows"]}
+    assert got_rows["primary"] == _request_point([r for r in rows if r.provider == "primary"])
 
 
 async def test_heatmap_cells_equal_recomputed_p90(
@@ -247,7 +296,7 @@ async def test_page_assets_and_modes(dash: Callable[..., Awaitable[Get]], tmp_pa
         "live": False,
         "controls": False,
         "auth_required": False,
-        "windows": ["1h", "24h", "7d"],
+        "windows": ["15m", "1h", "24h", "7d"],
         "now": NOW,
     }
     status, body = await get("/dashboard/api/live")

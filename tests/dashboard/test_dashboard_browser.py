@@ -101,6 +101,8 @@ async def test_dashboard_renders_in_headless_chromium(
             # Read-only until the admin key is entered; then drain works from the page.
             drain = page.locator('#live tr[data-provider="primary"] button[data-action="drain"]')
             assert await drain.is_disabled()
+            # No gateway keys: the data is open, and the key box says the admin key is for the controls only.
+            assert await page.locator("#admin-key").get_attribute("placeholder") == "admin key: enables drain / enable"
             await page.fill("#admin-key", ADMIN)
             await page.click("#admin-form button[type=submit]")
             await page.wait_for_selector("#admin-status:has-text('controls unlocked')")
@@ -128,7 +130,8 @@ async def test_dashboard_renders_in_headless_chromium(
 
 
 async def test_empty_store_in_monitor_mode_shows_empty_states(tmp_path: Path) -> None:
-    """Monitor-only mode over a store with no samples: "no samples yet" everywhere, no live panel, no errors."""
+    """Monitor-only mode over a store with no samples: "no probe samples or traffic" everywhere, no live panel,
+    no errors."""
     from aiohttp import web
     from playwright.async_api import async_playwright
 
@@ -156,7 +159,7 @@ async def test_empty_store_in_monitor_mode_shows_empty_states(tmp_path: Path) ->
                 assert await page.locator("#admin-form").is_hidden()
                 for empty in ("#leaderboard-empty", "#compare-empty", "#charts-empty", "#heatmap-empty"):
                     assert await page.locator(empty).is_visible(), empty
-                    assert "no samples yet" in (await page.locator(empty).text_content() or "")
+                    assert "no probe samples or traffic in" in (await page.locator(empty).text_content() or "")
                 assert await page.locator("canvas").count() == 0
             finally:
                 await browser.close()

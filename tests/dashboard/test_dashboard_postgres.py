@@ -11,10 +11,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from dashboard_support import fill_store
+from dashboard_support import fill_demo_store, fill_store
 
 from pg_cluster import PostgresCluster
 from tailgate.dashboard import mount
+from tailgate.ledger.row import COLUMNS
 from tailgate.ledger.samples import Sample, TrafficMinute
 from tailgate.ledger.store import open_store
 
@@ -26,6 +27,9 @@ PATHS = (
     "/dashboard/api/series?provider=primary&model=up-primary&window=24h",
     "/dashboard/api/heatmap?window=7d&tz=60",
     "/dashboard/api/compare?window=24h",
+    "/dashboard/api/series?provider=secondary&model=up-secondary&window=15m",
+    "/dashboard/api/catalog?window=15m",
+    "/dashboard/api/compare?window=15m",
     "/dashboard/api/usage?by=provider&since=7d",
     "/dashboard/api/keys",
 )
@@ -61,8 +65,13 @@ async def _serve(target: str | Path) -> tuple[web.AppRunner, str]:
 async def test_every_view_is_the_same_on_postgres(tmp_path: Path, pg_cluster: PostgresCluster) -> None:
     path = tmp_path / "tailgate.db"
     samples, traffic = fill_store(path, NOW)
+    requests = await fill_demo_store(path, NOW, minutes=False)  # the 15m views read the requests rows
     url = pg_cluster.fresh_database("dashboard")
     with open_store(url) as conn, conn.transaction():
+        conn.executemany(
+            f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",  # noqa: S608
+            [tuple(int(v) if isinstance(v, bool) else v for v in (getattr(r, c) for c in COLUMNS)) for r in requests],
+        )
         for table, rows, cls in (("samples", samples, Sample), ("traffic_minutes", traffic, TrafficMinute)):
             cols = [f.name for f in dataclasses.fields(cls)]
             conn.executemany(

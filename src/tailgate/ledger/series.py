@@ -43,11 +43,18 @@ __all__ = [
 ]
 
 WINDOWS: dict[str, tuple[float, float]] = {
+    "15m": (900.0, 10.0),
     "1h": (3600.0, 60.0),
     "24h": (86400.0, 900.0),
     "7d": (7 * 86400.0, 3600.0),
 }
-"""The dashboard's chart windows: name → (length, bucket width) in seconds: 60, 96 and 168 buckets."""
+"""The dashboard's chart windows: name → (length, bucket width) in seconds: 90, 60, 96 and 168 buckets.
+
+A bucket narrower than ``traffic_minutes``' minute (``15m``: 10 s, so a fresh gateway draws a line after
+20 s) takes its traffic from the raw ``requests`` ledger instead (``_read_requests``)."""
+
+_IGNORED_OUTCOMES = ("client_closed",)
+"""Outcomes the gateway's traffic recorder does not count (``tailgate.gateway.traffic``); nor do we."""
 
 WORKLOADS = ("short", "long", "accuracy")
 PCTS = (50, 90, 99)
@@ -140,6 +147,22 @@ class _Acc:
             if h is not None and h.unit == target.unit:
                 target.merge(h)
 
+    def add_request(self, r: _Request) -> None:
+        """One ``requests`` row, by the rules the gateway's ``TrafficRecorder.observe`` applies to a minute:
+        latencies and tok/s from successful requests only, TTFT and tok/s from streamed ones only."""
+        outcome, stream, output_tokens, ttft_ms, e2e_ms = r.outcome, r.stream, r.output_tokens, r.ttft_ms, r.e2e_ms
+        self.count += 1
+        if outcome != "ok":
+            self.errors += 1
+            return
+        if stream and ttft_ms is not None:
+            self.ttft.append(max(ttft_ms, 0.0))
+        if e2e_ms is not None:
+            self.e2e.append(max(e2e_ms, 0.0))
+            if stream and ttft_ms is not None and output_tokens is not None and output_tokens > 1 and e2e_ms > ttft_ms:
+                self.tok_s_sum += (output_tokens - 1) * 1000.0 / (e2e_ms - ttft_ms)
+                self.tok_s_n += 1
+
     def percentile(self, metric: str, q: int) -> float | None:
         values: list[float] = self.ttft if metric == "ttft" else self.e2e
         if values:
@@ -181,6 +204,46 @@ def _read(
     return samples, traffic
 
 
+RAW_TRAFFIC_S = 900.0
+"""Windows up to this long (``15m``) take their traffic from the ``requests`` ledger rather than from
+``traffic_minutes``: the recorder writes a minute only once it has ended, so a fresh gateway's first minute
+would show no traffic at all, and a minute cannot be split into 10 s buckets."""
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One ``requests`` row, the columns a traffic bucket needs."""
+
+    ts: float
+    provider: str
+    model: str
+    outcome: str
+    stream: bool
+    output_tokens: int | None
+    ttft_ms: float | None
+    e2e_ms: float | None
+
+
+def _read_requests(
+    conn: Queryable, *, since: float, until: float, provider: str | None = None, model: str | None = None
+) -> list[_Request]:
+    """The gateway's ``requests`` rows with ``since <= ts < until`` that tried a provider (``upstream_model``
+    set), less the outcomes the traffic recorder ignores."""
+    if not _has_table(conn, "requests"):
+        return []
+    rows = conn.execute(
+        "SELECT ts, provider, upstream_model, outcome, stream, output_tokens, ttft_ms, e2e_ms FROM requests "
+        "WHERE ts >= ? AND ts < ? AND provider IS NOT NULL AND upstream_model IS NOT NULL "
+        "AND (? IS NULL OR provider = ?) AND (? IS NULL OR upstream_model = ?)",
+        (since, until, provider, provider, model, model),
+    ).fetchall()
+    return [
+        _Request(float(ts), str(p), str(m), str(outcome), bool(stream), out, ttft, e2e)
+        for ts, p, m, outcome, stream, out, ttft, e2e in rows
+        if outcome not in _IGNORED_OUTCOMES
+    ]
+
+
 def _columns(accs: Iterable[_Acc]) -> dict[str, list[Any]]:
     points = [a.point() for a in accs]
     return {key: [p[key] for p in points] for key in POINT_KEYS}
@@ -215,9 +278,14 @@ def series(
     for s in samples:
         if s.ts < end:
             probe[int((s.ts - first) // width)].add_sample(s, workload)
-    for t in minutes:
-        if t.minute < end:
-            traffic[int((t.minute - first) // width)].add_traffic(t)
+    if width < 60.0:
+        # A traffic minute cannot be split: bucket the ledger's own rows (the same counting rules).
+        for r in _read_requests(conn, since=first, until=end, provider=provider, model=model):
+            traffic[int((r.ts - first) // width)].add_request(r)
+    else:
+        for t in minutes:
+            if t.minute < end:
+                traffic[int((t.minute - first) // width)].add_traffic(t)
     return {
         "provider": provider,
         "model": model,
@@ -313,8 +381,12 @@ def compare(
     samples, minutes = _read(conn, since=now - window_s, until=now, model=model, workload=workload)
     for s in samples:
         probe.setdefault((s.provider, s.model), _Acc()).add_sample(s, workload)
-    for t in minutes:
-        traffic.setdefault((t.provider, t.model), _Acc()).add_traffic(t)
+    if window_s <= RAW_TRAFFIC_S:
+        for r in _read_requests(conn, since=now - window_s, until=now, model=model):
+            traffic.setdefault((r.provider, r.model), _Acc()).add_request(r)
+    else:
+        for t in minutes:
+            traffic.setdefault((t.provider, t.model), _Acc()).add_traffic(t)
     return {
         "window_s": window_s,
         "now": now,
@@ -342,7 +414,10 @@ def catalog(conn: Queryable, *, window_s: float, now: float) -> dict[str, Any]:
             (since, now),
         ):
             pairs.setdefault((provider, model), {"samples": 0, "requests": 0})["samples"] = int(n)
-    if _has_table(conn, "traffic_minutes"):
+    if window_s <= RAW_TRAFFIC_S:
+        for r in _read_requests(conn, since=since, until=now):
+            pairs.setdefault((r.provider, r.model), {"samples": 0, "requests": 0})["requests"] += 1
+    elif _has_table(conn, "traffic_minutes"):
         for provider, model, n in conn.execute(
             "SELECT provider, model, SUM(requests) FROM traffic_minutes WHERE minute >= ? AND minute <= ? "
             "GROUP BY provider, model",

@@ -65,6 +65,12 @@
     box.textContent = err ? String(err.message || err) : "";
   }
 
+  // An empty section says "no samples" only when the store answered and had none: beside an error (a key the
+  // data needs, a store that cannot be read) the error alone says why nothing is shown.
+  function showEmpty(id, errorId, empty) {
+    $(id).hidden = !empty || !$(errorId).hidden;
+  }
+
   const isNum = (v) => typeof v === "number" && isFinite(v);
   function fmtMs(v) {
     if (!isNum(v)) return "—";
@@ -154,7 +160,7 @@
     const table = $("leaderboard");
     table.replaceChildren();
     const rows = state.lbRows.slice();
-    $("leaderboard-empty").hidden = rows.length > 0;
+    showEmpty("leaderboard-empty", "leaderboard-error", rows.length === 0);
     if (!rows.length) return;
     const s = state.lbSort;
     if (s) {
@@ -226,7 +232,7 @@
     }
     if (seq !== compareSeq) return;
     table.replaceChildren();
-    $("compare-empty").hidden = rows.length > 0;
+    showEmpty("compare-empty", "charts-error", rows.length === 0);
     if (!rows.length) return;
     const metrics = [
       ["count", "n", fmtInt],
@@ -331,7 +337,19 @@
     state.plots.push(plot);
   }
 
+  // Leading buckets before the pair's first data are left out, so a demo a minute old fills its charts instead
+  // of drawing one minute at the right edge of 15 empty ones (later gaps stay: they are the data).
+  function trimLeading(data) {
+    const n = data.t.length;
+    let i = 0;
+    while (i < n - 1 && !data.probe.count[i] && !data.traffic.count[i]) i++;
+    if (i === 0) return data;
+    const cut = (cols) => Object.fromEntries(Object.entries(cols).map(([k, v]) => [k, v.slice(i)]));
+    return { ...data, t: data.t.slice(i), probe: cut(data.probe), traffic: cut(data.traffic) };
+  }
+
   function chartCard(holder, data) {
+    data = trimLeading(data);
     // In the page before the charts are made, so that they can take its width.
     const card = el("div", { class: "chart-card", "data-provider": data.provider });
     holder.append(card);
@@ -395,12 +413,15 @@
       if (seq !== chartSeq) return;
       destroyPlots();
       holder.replaceChildren();
-      $("charts-empty").hidden = all.length > 0;
+      showEmpty("charts-empty", "charts-error", all.length === 0);
       for (const data of all) chartCard(holder, data);
       showError("charts-error", null);
     } catch (err) {
       if (seq !== chartSeq) return;
+      destroyPlots();
+      holder.replaceChildren();
       showError("charts-error", err);
+      showEmpty("charts-empty", "charts-error", false);
     }
     document.body.dataset.charts = window_; // which window the charts on screen show (tests wait on it)
   }
@@ -420,7 +441,7 @@
     const values = h ? h[state.source] || {} : {};
     const counts = h ? h[`${state.source}_n`] || {} : {};
     const providers = Object.keys(values).sort();
-    $("heatmap-empty").hidden = providers.length > 0;
+    showEmpty("heatmap-empty", "heatmap-error", providers.length === 0);
     if (!providers.length) return;
     const all = providers.flatMap((p) => values[p].filter((v) => isNum(v) && v > 0));
     const lo = Math.min(...all), hi = Math.max(...all);
@@ -670,6 +691,7 @@
         state.key = state.adminKey = null;
         status.textContent = String(err.message || err);
       }
+      await pickWindow();
       await loadData();
       await loadLive();
       return;
@@ -728,6 +750,21 @@
     });
   }
 
+  // A store younger than 15 minutes (a fresh demo) opens on the 15 min window, whose 10 s buckets draw lines
+  // from the first 20 s; one with older data opens on 24 h. A failed check keeps 24 h (the sections say why).
+  async function pickWindow() {
+    if (state.windowPicked) return;
+    try {
+      const older = await api("catalog?" + query({ window: "7d", now: String(state.meta.now - 900) }));
+      const recent = await api("catalog?" + query({ window: "15m" }));
+      if ((older.pairs || []).length || !(recent.pairs || []).length) return;
+    } catch (_) {
+      return;
+    }
+    state.window = "15m";
+    for (const b of $("window-switch").querySelectorAll("button")) b.classList.toggle("on", b.dataset.window === "15m");
+  }
+
   async function main() {
     try {
       state.meta = await api("meta");
@@ -739,9 +776,20 @@
     $("mode").textContent = state.meta.mode === "gateway" ? "gateway" : "monitor only";
     $("live-section").hidden = !state.meta.live;
     $("admin-form").hidden = !state.meta.controls && !state.meta.live && !state.meta.auth_required;
+    // The key box says what a key does here, truthfully: with gateway keys (or a dashboard_key) the data itself
+    // needs one; otherwise the data is open and the admin key only unlocks the controls.
+    const keyBox = $("admin-key"), keyButton = $("admin-form").querySelector("button[type=submit]");
     if (state.meta.auth_required) {
-      $("admin-status").textContent = "enter the admin key or the dashboard key to see data";
+      $("admin-status").textContent = "this gateway shows its data with a key: enter the admin key or the dashboard key";
+      keyBox.placeholder = "admin or dashboard key: shows the data";
+      keyButton.textContent = "show data";
+    } else if (state.meta.controls) {
+      keyBox.placeholder = "admin key: enables drain / enable";
+    } else {
+      keyBox.placeholder = state.meta.live ? "controls off: no admin_key in the config" : "no controls without a gateway";
+      keyBox.disabled = keyButton.disabled = true;
     }
+    await pickWindow();
     $("admin-form").addEventListener("submit", unlock);
     $("lb-window").addEventListener("change", loadLeaderboard);
     $("model").addEventListener("change", loadData);
@@ -751,6 +799,7 @@
     });
     switchButtons("window-switch", "window", (w) => {
       state.window = w;
+      state.windowPicked = true; // the reader's choice: never replaced by pickWindow
       loadCompare();
       loadCharts();
     });
