@@ -71,6 +71,7 @@ class EngineOverrides(BaseModel):
     reasoning_median: float | None = Field(None, ge=1)
     reasoning_sigma: float | None = Field(None, ge=0, le=3)
     tool_call_rate: float | None = Field(None, ge=0, le=1)
+    tool_result_call_rate: float | None = Field(None, ge=0, le=1)
     prefix_cache: bool | None = None
     cache_block_tokens: int | None = Field(None, ge=1, le=1_000_000)
     cache_blocks: int | None = Field(None, ge=1, le=100_000_000)
