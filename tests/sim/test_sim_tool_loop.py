@@ -98,3 +98,25 @@ async def test_responses_function_call_output_is_answered_with_text(
     assert a.usage is not None
     assert b.usage is not None
     assert b.usage.input_tokens > a.usage.input_tokens + 50
+
+
+async def test_tool_arguments_and_max_tokens_cap(sim: SimFactory, oai: Callable[..., AsyncOpenAI]) -> None:
+    """``tool_arguments`` makes the call deterministic (the first named function the request declares, with
+    the given arguments); ``max_tokens_cap`` makes chat's max_tokens a cap on the natural length."""
+    engine = {**FAST, "tool_arguments": (("Read", '{"file_path": "/x"}'), ("read_file", '{"path": "/tmp/notes"}'))}
+    p = await sim("instant", engine={**engine, "max_tokens_cap": True})
+    client = oai(p.url)
+    other: Any = {"type": "function", "function": {"name": "skill", "parameters": {"type": "object"}}}
+    for _ in range(5):
+        resp = await client.chat.completions.create(model="m", messages=CHAT_LOOP[:1], tools=[other, READ])
+        calls = resp.choices[0].message.tool_calls
+        assert calls is not None
+        assert (calls[0].function.name, calls[0].function.arguments) == ("read_file", '{"path": "/tmp/notes"}')  # type: ignore[union-attr]
+    text = await client.chat.completions.create(model="m", messages=CHAT_LOOP, tools=[READ], max_tokens=32000)
+    assert text.usage is not None
+    assert text.usage.completion_tokens <= 18  # default_output_tokens 12 x 1.5, not 32,000
+    assert text.choices[0].finish_reason == "stop"
+    cut = await client.chat.completions.create(model="m", messages=CHAT_LOOP, max_tokens=3)
+    assert cut.choices[0].finish_reason == "length"
+    assert cut.usage is not None
+    assert cut.usage.completion_tokens == 3

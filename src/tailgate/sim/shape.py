@@ -103,7 +103,8 @@ def tool_call(req: ChatCompletionRequest, params: EngineParams, rng: random.Rand
     With ``tools``: ``tool_choice`` ``none`` never calls, ``required`` or a named function always does,
     ``auto`` (the default) does for ``tool_call_rate`` of the user's turns and ``tool_result_call_rate``
     (0 by default) of turns answering a tool result, so an agent's loop ends. Arguments follow the
-    function's JSON-schema ``parameters`` (every property, plausible values).
+    function's JSON-schema ``parameters`` (every property, plausible values) — unless ``tool_arguments``
+    names a declared function: then the first such, with its given arguments.
     """
     functions = [
         t["function"]
@@ -125,6 +126,11 @@ def tool_call(req: ChatCompletionRequest, params: EngineParams, rng: random.Rand
         if rng.random() >= rate:
             return None
         picked = rng.choice(functions)
+    if params.tool_arguments:
+        declared = {f["name"] for f in functions}
+        for name, arguments in params.tool_arguments:
+            if name in declared and (not isinstance(choice, dict) or name == picked["name"]):
+                return name, arguments
     args = _value(picked.get("parameters") or {"type": "object", "properties": {}}, rng, 0)
     return picked["name"], msgspec.json.encode(args).decode()
 
