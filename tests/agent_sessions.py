@@ -216,10 +216,11 @@ def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return {**keep, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "CI": "1", **extra}
 
 
-def run_session(agent: str, stack: Stack, work: Path, timeout: float = 60) -> Session:
+def run_session(
+    agent: str, stack: Stack, work: Path, timeout: float = 60, prompt: str = "Read notes.txt and tell me what it says."
+) -> Session:
     """One non-interactive session of ``agent`` in ``work`` (also its HOME) against the stack's gateway."""
     program = str(agent_program(agent))
-    prompt = "Read notes.txt and tell me what it says."
     if agent == "claude":
         env = _env(
             work,
