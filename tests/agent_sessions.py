@@ -109,6 +109,7 @@ class Stack:
         tools = {
             "read_file": {"file_path": str(file_path)},  # Qwen Code
             "Read": {"file_path": str(file_path)},  # Claude Code
+            "exec_command": {"cmd": f"cat {file_path}"},  # Codex CLI: a read in its read-only sandbox
         }
         engine = {
             "pre_median_s": 0.0,

@@ -74,9 +74,11 @@ def test_qwen_code_session_sticks_to_one_route(root: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_codex_exec_session_answers_over_responses(root: Path) -> None:
-    """Codex CLI (``codex exec``, wire_api responses) over a 50/50 alias: its turn(s) end with an agent message
-    and stay on one route."""
+    """Codex CLI (``codex exec``, wire_api responses) over a 50/50 alias: a read in its read-only sandbox
+    (``exec_command``), then an agent message, every turn on one route (the session id in its turn metadata)."""
     session, rows, truth = _session("codex", "split", root)
+    assert session.saw_tool_result
     assert session.final_text()
+    assert len(rows) >= 2
     _one_route(rows, truth)
     assert {r.endpoint for r in rows} == {"responses"}

@@ -120,3 +120,40 @@ async def test_tool_arguments_and_max_tokens_cap(sim: SimFactory, oai: Callable[
     assert cut.choices[0].finish_reason == "length"
     assert cut.usage is not None
     assert cut.usage.completion_tokens == 3
+
+
+async def test_responses_function_call_stream_and_not(sim: SimFactory, oai: Callable[..., AsyncOpenAI]) -> None:
+    """Responses API with function tools: the user's turn gets one ``function_call`` output item (``call_id``,
+    name, the given arguments), streamed as ``function_call_arguments`` deltas the SDK assembles."""
+    engine = {**FAST, "tool_arguments": (("exec_command", '{"cmd": "cat notes.txt"}'),)}
+    p = await sim("instant", engine=engine)
+    client = oai(p.url)
+    tools: Any = [
+        {"type": "function", "name": "update_plan", "parameters": {"type": "object", "properties": {}}},
+        {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}},
+    ]
+    resp = await client.responses.create(model="m", input="read notes.txt", tools=tools)
+    assert [item.type for item in resp.output] == ["function_call"]
+    call: Any = resp.output[0]
+    assert (call.name, call.arguments) == ("exec_command", '{"cmd": "cat notes.txt"}')
+    assert call.call_id.startswith("call_")
+    stream = await client.responses.create(model="m", input="read notes.txt", tools=tools, stream=True)
+    kinds: list[str] = []
+    final: Any = None
+    async for event in stream:
+        kinds.append(event.type)
+        if event.type == "response.completed":
+            final = event.response
+    assert "response.function_call_arguments.delta" in kinds
+    assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    assert final.output[0].arguments == '{"cmd": "cat notes.txt"}'
+    answer = await client.responses.create(
+        model="m",
+        tools=tools,
+        input=[
+            {"role": "user", "content": "read notes.txt"},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "the text"},
+        ],
+    )
+    assert [item.type for item in answer.output] == ["message"]
