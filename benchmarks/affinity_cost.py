@@ -96,6 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     cases["+ affinity, x-session-id header"] = lambda: policy.order(
         routes, None, (), Sticky(aff, aff.key(session, body0, 8000) or 0)
     )
+    # Coding agents (issue 38): Claude Code's session header, its metadata.user_id (a JSON string: the session id
+    # parsed out), Codex's x-codex-turn-metadata (JSON)
+    sid = "5f0c1d52-8a3e-4d7b-9c61-2b7f0e4a9d13"
+    claude_body = {
+        **body0,
+        "metadata": {"user_id": f'{{"device_id":"{"d" * 64}","account_uuid":"","session_id":"{sid}"}}'},
+    }
+    agents: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
+        "Claude Code x-claude-code-session-id header": ({"x-claude-code-session-id": sid}, body0),
+        "Claude Code metadata.user_id (JSON)": (header, claude_body),
+        "Codex x-codex-turn-metadata (JSON)": (
+            {"x-codex-turn-metadata": f'{{"session_id":"{sid}","turn_id":"7"}}'},
+            body0,
+        ),
+    }
+    for label, (hdrs, agent_body) in agents.items():
+
+        def agent(h: dict[str, str] = hdrs, b: dict[str, Any] = agent_body) -> object:
+            return policy.order(routes, None, (), Sticky(aff, aff.key(h, b, 8000) or 0))
+
+        cases[f"+ affinity, {label}"] = agent
     # The tenant's share bound on top (issue 37): 4,096 sessions (no hot key) without a client key, and the same
     # sessions from 64 client keys in turn (each key's share counted and checked)
     sessions = [(f"tenant-{t}", {"x-session-id": f"t{t}-s{s}"}) for s in range(64) for t in range(64)]

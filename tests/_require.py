@@ -92,3 +92,16 @@ def require_chromium() -> Path:
 def require_wrk(purpose: str) -> str:
     """The wrk load generator, which ``purpose`` (a benchmark script) drives its load with."""
     return require_program("wrk", f"apt-get install wrk; {purpose}")
+
+
+def require_agent(agent: str) -> Path:
+    """A coding agent's program (``claude``, ``codex``, ``qwen``) from its pinned npm package, which .ci/run
+    installs into ``$TAILGATE_AGENTS_DIR/<agent>`` (default ``~/.cache/tailgate/agents``), and node to run it."""
+    from agent_sessions import AGENTS, agent_program
+
+    require_program("node", "apt-get install nodejs npm")
+    program = agent_program(agent)
+    package = AGENTS[agent][0]
+    how = f"npm install --prefix {program.parents[2]} {package} (.ci/run does)"
+    require(program.exists(), f"the coding agent {agent} ({package})", how, name=agent)
+    return program

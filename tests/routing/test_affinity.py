@@ -189,6 +189,52 @@ def test_bound_leaves_a_spread_population_alone() -> None:
     assert aff.moved == 0
 
 
+CLAUDE_SESSION = "5f0c1d52-8a3e-4d7b-9c61-2b7f0e4a9d13"
+
+
+def _claude_turn(turn: int, session: str = CLAUDE_SESSION, device: str = "d" * 64) -> dict[str, Any]:
+    """A Claude Code turn: its prompt grows, its metadata.user_id is a JSON string of device and session ids."""
+    user_id = f'{{"device_id":"{device}","account_uuid":"","session_id":"{session}"}}'
+    messages = [{"role": "user", "content": f"turn {i}"} for i in range(turn + 1)]
+    return {"model": "m", "system": "You are Claude Code.", "messages": messages, "metadata": {"user_id": user_id}}
+
+
+def test_coding_agents_session_ids_are_the_key() -> None:
+    """Claude Code's header and its metadata.user_id's session id give the same key on every turn (the device
+    id is not the key: two sessions of one machine differ); Codex's x-codex-turn-metadata keys on its session
+    id; the generic x-session-id header still comes first."""
+    sid = {"x-claude-code-session-id": CLAUDE_SESSION}
+    by_header = {affinity_key(sid, _claude_turn(t)) for t in range(4)}
+    by_user = {affinity_key({}, _claude_turn(t)) for t in range(4)}
+    assert len(by_header) == 1
+    assert len(by_user) == 1
+    (header_key,), (user_key,) = by_header, by_user
+    assert header_key is not None
+    assert user_key is not None
+    assert (header_key[1], user_key[1]) == ("header", "user")
+    assert header_key[0] == user_key[0]  # one session, one key, whichever source carried it
+    other = affinity_key({}, _claude_turn(0, session="another-session"))
+    assert other is not None
+    assert other[0] != user_key[0]
+    legacy = {"metadata": {"user_id": f"user_{'e' * 64}_account__session_{CLAUDE_SESSION}"}}
+    assert affinity_key({}, legacy) == user_key
+    codex = {"x-codex-turn-metadata": '{"turn_id":"t-7","session_id":"019a-thread","sandbox":"read-only"}'}
+    got = affinity_key(codex, {"input": "hi"})
+    assert got == affinity_key({"x-session-id": "019a-thread"}, {})
+    assert affinity_key({**codex, "x-session-id": "mine"}, {}) == affinity_key({"x-session-id": "mine"}, {})
+    # a header that is not JSON, or has no session id, is no key: the next source decides
+    assert affinity_key({"x-codex-turn-metadata": "not json"}, {"prompt_cache_key": "p"}) == affinity_key(
+        {}, {"prompt_cache_key": "p"}
+    )
+    assert affinity_key({"x-codex-turn-metadata": "{}"}, {"model": "m"}, sources=("header",)) is None
+    # the inlined default order of Affinity.key agrees with affinity_key
+    aff = Affinity(AffinitySettings())
+    for headers, body in ((sid, _claude_turn(2)), ({}, _claude_turn(2)), (codex, {"input": "x" * 600})):
+        expected = affinity_key(headers, body)
+        assert expected is not None
+        assert aff.key(headers, body, prompt_tokens=1000) == expected[0]
+
+
 def test_key_below_the_cache_minimum_or_disabled_is_none() -> None:
     aff = Affinity(AffinitySettings(min_tokens=64))
     assert aff.key({}, _chat(0), prompt_tokens=63) is None

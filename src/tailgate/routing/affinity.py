@@ -5,8 +5,10 @@ prefix is cached costs 10–20 % of the input price and skips that prefill. A pe
 turn of a conversation to the other route 1 − Σ share² of the time (32 % at 80/20), where it misses. Here:
 
 - :func:`affinity_key`: a pure function over (headers, parsed body) → a 64-bit key and its source, from the
-  first configured source that has one: the ``x-session-id`` header, ``prompt_cache_key``, ``user`` (the
-  Anthropic Messages body's ``metadata.user_id``), else a hash of the conversation's *stable prefix* — the
+  first configured source that has one: a session header (``x-session-id``, else the coding agents' own:
+  Claude Code's ``x-claude-code-session-id``, the session id in Codex's ``x-codex-turn-metadata``),
+  ``prompt_cache_key``, ``user`` (the Anthropic Messages body's ``metadata.user_id``, keyed on the session id
+  Claude Code puts in it, not its device id), else a hash of the conversation's *stable prefix* — the
   system prompt and the first user message (OpenAI chat, Anthropic Messages, Responses ``instructions`` /
   ``input``), or the leading characters of a bare prompt (completions, a Responses string input). Bytes are
   hashed (CRC-32, spread to 64 bits), never tokenized; a part longer than ``prefix_chars`` is hashed by its
@@ -43,6 +45,7 @@ The upstream key within a provider is picked by the same key (``KeyPool.pick``: 
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +69,12 @@ __all__ = [
 Source = Literal["header", "prompt_cache_key", "user", "prefix"]
 SOURCES: Final[tuple[Source, ...]] = ("header", "prompt_cache_key", "user", "prefix")
 HEADER: Final = "x-session-id"
+CLAUDE_CODE_HEADER: Final = "x-claude-code-session-id"
+"""Claude Code's session id (a UUID, the same as the ``session_id`` in its ``metadata.user_id``)."""
+CODEX_HEADER: Final = "x-codex-turn-metadata"
+"""Codex CLI's per-turn JSON; its ``session_id`` (else ``thread_id``, ``conversation_id``) keys the session."""
+_SESSION_FIELDS: Final = ("session_id", "thread_id", "conversation_id")
+_SESSION_PATTERNS: Final = tuple(re.compile(rf'"{f}"\s*:\s*"([^"\\]+)"') for f in _SESSION_FIELDS)
 _MASK: Final = (1 << 64) - 1
 _TWO64: Final = float(1 << 64)
 _GOLDEN: Final = 0x9E3779B97F4A7C15
@@ -212,12 +221,43 @@ def prefix_key(body: Mapping[str, Any], prefix_chars: int) -> int | None:
     return _mix((crc << 32) | ((ls * 0x10001 + lf) & 0xFFFFFFFF))
 
 
+def _json_session(text: str) -> str | None:
+    """The session id inside a JSON object's text (:data:`_SESSION_FIELDS`, first found), else None. A regular
+    expression over the text, not a JSON parse: ids are plain strings, and a parse costs 2 µs a request."""
+    for pattern in _SESSION_PATTERNS:
+        found = pattern.search(text)
+        if found is not None:
+            return found.group(1)
+    return None
+
+
+def _header(headers: Mapping[str, str]) -> str | None:
+    """The session header's value: ``x-session-id``, else Claude Code's, else the id in Codex's turn metadata."""
+    value = headers.get(HEADER)
+    if value:
+        return value
+    value = headers.get(CLAUDE_CODE_HEADER)
+    if value:
+        return value
+    meta = headers.get(CODEX_HEADER)
+    return _json_session(meta) if meta else None
+
+
 def _user(body: Mapping[str, Any]) -> Any:
+    """``user``, else Anthropic's ``metadata.user_id`` — by its session id where Claude Code put one there: a
+    JSON string with ``device_id`` and ``session_id`` (2.x), or ``user_<hash>_account_<uuid>_session_<uuid>``
+    (1.x). The device id is the same for every session of a machine, so keying on it would pin them all."""
     user = body.get("user")
     if user is None:
         meta = body.get("metadata")  # Anthropic Messages: metadata.user_id
         if isinstance(meta, dict):
             user = meta.get("user_id")
+            if isinstance(user, str):
+                if user.startswith("{"):
+                    return _json_session(user) or user
+                cut = user.rfind("_session_")
+                if cut >= 0 and cut + 9 < len(user):
+                    return user[cut + 9 :]
     return user
 
 
@@ -232,7 +272,7 @@ def affinity_key(
     for source in sources:
         value: Any
         if source == "header":
-            value = headers.get(HEADER)
+            value = _header(headers)
         elif source == "prompt_cache_key":
             value = body.get("prompt_cache_key")
         elif source == "user":
@@ -396,7 +436,9 @@ class Affinity:
         ):
             return None  # the body's estimate counts its JSON too: near the minimum, count the text itself
         if s.sources == SOURCES:  # the default order, inlined (a request's routing is on the hot path)
-            value = headers.get(HEADER)
+            value = headers.get(HEADER) or headers.get(CLAUDE_CODE_HEADER)
+            if not value and (meta := headers.get(CODEX_HEADER)):
+                value = _json_session(meta)
             if not (isinstance(value, str) and value):
                 value = body.get("prompt_cache_key")
                 if not (isinstance(value, str) and value):

@@ -60,6 +60,17 @@ def signature(seq_id: str) -> str:
     return "sim-" + hashlib.sha256(seq_id.encode()).hexdigest()[:40]
 
 
+def _answers_tool_result(req: wa.MessagesRequest) -> bool:
+    """Whether the last turn (past any ``system`` turns) is a user turn carrying ``tool_result`` blocks."""
+    last = next((m for m in reversed(req.messages) if m.role != "system"), None)
+    return (
+        last is not None
+        and last.role == "user"
+        and isinstance(last.content, list)
+        and any(isinstance(b, wa.ToolResultBlock) for b in last.content)
+    )
+
+
 def _chat_view(req: wa.MessagesRequest) -> ChatCompletionRequest:
     """The request as the engine's shape functions read it (thinking switch, tools, tool_choice)."""
     tool_choice, _ = tool_choice_to_openai(req.tool_choice)
@@ -70,7 +81,7 @@ def _chat_view(req: wa.MessagesRequest) -> ChatCompletionRequest:
             thinking["budget_tokens"] = req.thinking.budget_tokens
     return ChatCompletionRequest(
         model=req.model,
-        messages=[ChatMessage(role="user", content="")],
+        messages=[ChatMessage(role="tool" if _answers_tool_result(req) else "user", content="")],
         tools=tools_to_openai(req),
         tool_choice=tool_choice,
         thinking=thinking,

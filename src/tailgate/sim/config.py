@@ -19,8 +19,9 @@ providers:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,6 +72,9 @@ class EngineOverrides(BaseModel):
     reasoning_median: float | None = Field(None, ge=1)
     reasoning_sigma: float | None = Field(None, ge=0, le=3)
     tool_call_rate: float | None = Field(None, ge=0, le=1)
+    tool_result_call_rate: float | None = Field(None, ge=0, le=1)
+    tool_arguments: dict[str, dict[str, Any]] | None = None
+    max_tokens_cap: bool | None = None
     prefix_cache: bool | None = None
     cache_block_tokens: int | None = Field(None, ge=1, le=1_000_000)
     cache_blocks: int | None = Field(None, ge=1, le=100_000_000)
@@ -78,7 +82,10 @@ class EngineOverrides(BaseModel):
     anthropic: bool | None = None
 
     def apply(self, base: EngineParams) -> EngineParams:
-        return base.with_overrides(self.model_dump(exclude_none=True))
+        overrides = self.model_dump(exclude_none=True)
+        if self.tool_arguments is not None:  # frozen params: (name, arguments JSON) pairs, in the given order
+            overrides["tool_arguments"] = tuple((k, json.dumps(v)) for k, v in self.tool_arguments.items())
+        return base.with_overrides(overrides)
 
 
 class SimProviderConfig(BaseModel):

@@ -20,7 +20,14 @@ Model of one provider (see :mod:`tailgate.sim.engine`):
   api.openai.com; ``vllm``, ``sglang`` and ``maas`` accept the vendor fields load testers send.
 * ``thinking``: thinking mode on by default (a reasoning model); its reasoning length is lognormal
   (``reasoning_median``, ``reasoning_sigma``) unless the request's budget is smaller.
-* ``tool_call_rate``: share of ``tool_choice: auto`` requests (with ``tools``) answered with a tool call.
+* ``tool_call_rate``: share of ``tool_choice: auto`` requests (with ``tools``) answered with a tool call,
+  when the turn is the user's; ``tool_result_call_rate`` (0 by default) is that share for a turn answering
+  a tool result, so an agent's tool loop ends with a text answer, as a real model's does.
+* ``tool_arguments``: ``(function name, arguments JSON)`` pairs; a call goes to the first of these functions
+  the request declares, with these arguments (a coding agent's read-only tool, reading a file that exists),
+  instead of a random function with generated arguments.
+* ``max_tokens_cap``: chat's ``max_tokens`` is a cap on the natural length (as on Anthropic's API and a real
+  model), not the length to produce; agents send 32,000 on every turn.
 * ``prefix_cache``: the provider caches prompt prefixes (:mod:`tailgate.sim.prefix_cache`) per API key in
   blocks of ``cache_block_tokens`` tokens (DeepSeek stores 64-token units), at most ``cache_blocks`` blocks,
   each forgotten ``cache_ttl_s`` after its last use; a cached prefix skips its prefill and is reported in
@@ -62,6 +69,9 @@ class EngineParams:
     reasoning_median: float = 400.0
     reasoning_sigma: float = 0.5
     tool_call_rate: float = 1.0
+    tool_result_call_rate: float = 0.0
+    tool_arguments: tuple[tuple[str, str], ...] = ()
+    max_tokens_cap: bool = False
     prefix_cache: bool = True
     cache_block_tokens: int = 64
     cache_blocks: int = 100_000

@@ -3,19 +3,24 @@
 One ``message`` output item with one ``output_text`` part; a stream is ``response.created`` …
 ``response.output_text.delta`` per token … ``response.completed`` (``response.incomplete`` when
 ``max_output_tokens`` cut it), and no ``[DONE]``. Faults apply as on chat, except the malformed chunk
-(chat and completions only). Thinking and tool calls are chat only.
+(chat and completions only). A function call (``tools`` of ``type: function``) is decided as chat's is
+(``tool_call_rate``, ``tool_result_call_rate`` after a ``function_call_output``, ``tool_arguments``) and sent as
+one ``function_call`` output item whose arguments stream as ``response.function_call_arguments.delta``.
+Thinking is chat only.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.accuracy import solve, wrong_answer
+from tailgate.sim import shape
 from tailgate.sim.engine import Sequence
 from tailgate.sim.request import Abort, Ctx, Handlers
 from tailgate.sim.text import estimate_tokens
@@ -30,7 +35,7 @@ from tailgate.wire.responses import (
     stream_event,
     text_events,
 )
-from tailgate.wire.types import decode_request
+from tailgate.wire.types import ChatCompletionRequest, ChatMessage, decode_request
 
 _json = msgspec.json.Encoder()
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -70,31 +75,81 @@ async def handle(h: Handlers, request: web.Request, ctx: Ctx) -> web.StreamRespo
         p.engine.cancel(seq)
 
 
+def _chat_view(req: ResponseRequest) -> ChatCompletionRequest:
+    """The request as chat's tool-call decision reads it: its function tools, its tool_choice, and whether the
+    turn answers a tool result (the input ends with a ``function_call_output``)."""
+    tools = [
+        {"type": "function", "function": {"name": t["name"], "parameters": t.get("parameters") or {}}}
+        for t in req.tools or ()
+        if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)
+    ]
+    choice: Any = req.tool_choice
+    if isinstance(choice, dict):
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    last = req.input[-1] if isinstance(req.input, list) and req.input else None
+    answers = isinstance(last, dict) and last.get("type") == "function_call_output"
+    return ChatCompletionRequest(
+        model=req.model,
+        messages=[ChatMessage(role="tool" if answers else "user", content="")],
+        tools=tools or None,
+        tool_choice=choice,
+    )
+
+
 def _sequence(h: Handlers, rid: str, req: ResponseRequest) -> Sequence:
     p = h.p
     prompt = input_text(req)
     seed = p.text_seed(None)
     script: list[str] | None = None
-    if (answer := solve(prompt[-2000:])) is not None:
+    call: tuple[str, str] | None = None
+    if req.tools and (picked := shape.tool_call(_chat_view(req), p.spec.params, p.rng)) is not None:
+        name, arguments = picked
+        script = shape.fragments(arguments)
+        call = ("call_" + rid.removeprefix("resp_"), name)
+    elif (answer := solve(prompt[-2000:])) is not None:
         if p.rng.random() >= p.spec.params.accuracy:
             answer = wrong_answer(answer, p.rng)
         words = answer.split(" ")
         script = [words[0], *(" " + w for w in words[1:])]
-    if req.max_output_tokens is not None:
+    cap = p.spec.params.max_tokens_cap
+    if req.max_output_tokens is not None and not cap:
         target, reason = req.max_output_tokens, "length"
     elif script is not None:
         target, reason = len(script), "stop"
     else:
         base = p.spec.params.default_output_tokens
         target, reason = max(1, round(base * random.Random(seed).uniform(0.5, 1.5))), "stop"
+    if cap and req.max_output_tokens is not None and target > req.max_output_tokens:
+        target, reason = req.max_output_tokens, "length"
     return Sequence(
-        rid, prompt_tokens=estimate_tokens(prompt), target=target, seed=seed, script=script, length_reason=reason
+        rid,
+        prompt_tokens=estimate_tokens(prompt),
+        target=target,
+        seed=seed,
+        script=script,
+        length_reason=reason,
+        tool_call=call,
     )
 
 
-def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, object]:
+def _call_item(seq: Sequence, status: str) -> dict[str, Any]:
+    assert seq.tool_call is not None
+    call_id, name = seq.tool_call
+    arguments = "".join(seq.out) if status == "completed" else ""
+    item_id = "fc_" + seq.id.removeprefix("resp_")
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, Any]:
     incomplete = seq.finish_reason == "length" and req.max_output_tokens is not None
-    return response_object(
+    out = response_object(
         req,
         seq.id,
         created,
@@ -105,6 +160,9 @@ def _final(req: ResponseRequest, seq: Sequence, created: int) -> dict[str, objec
         output_tokens=len(seq.out),
         incomplete=incomplete,
     )
+    if seq.tool_call is not None:
+        out["output"] = [_call_item(seq, "completed")]
+    return out
 
 
 async def _unary(h: Handlers, req: ResponseRequest, seq: Sequence, ctx: Ctx) -> web.StreamResponse:
@@ -135,8 +193,17 @@ async def _stream(
     resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
     resp.enable_chunked_encoding()
     await resp.prepare(request)
-    await resp.write(b"".join(opening_events(req, seq.id, created)))
-    number = 4  # sequence_number of the next event
+    call = seq.tool_call is not None
+    if call:
+        item_id = "fc_" + seq.id.removeprefix("resp_")
+        opening = opening_events(req, seq.id, created)[:2]
+        opening.append(
+            stream_event("response.output_item.added", 2, output_index=0, item=_call_item(seq, "in_progress"))
+        )
+        await resp.write(b"".join(opening))
+    else:
+        await resp.write(b"".join(opening_events(req, seq.id, created)))
+    number = 3 if call else 4  # sequence_number of the next event
     sent = 0
     first_at = last_at = 0.0
     gaps: list[float] = []
@@ -147,7 +214,11 @@ async def _stream(
         if end > sent:
             frames = []
             for token in seq.out[sent:end]:
-                frames.append(delta_event(item_id, number, token))
+                if call:
+                    kind = "response.function_call_arguments.delta"
+                    frames.append(stream_event(kind, number, item_id=item_id, output_index=0, delta=token))
+                else:
+                    frames.append(delta_event(item_id, number, token))
                 number += 1
             await resp.write(b"".join(frames))
             now = time.perf_counter()
@@ -166,8 +237,18 @@ async def _stream(
             break
         await seq.wait()
     final = _final(req, seq, created)
-    closing = text_events(item_id, number, "".join(seq.out))
-    closing.append(stream_event(f"response.{final['status']}", number + 3, response=final))
+    if call:
+        arguments = "".join(seq.out)
+        closing = [
+            stream_event(
+                "response.function_call_arguments.done", number, item_id=item_id, output_index=0, arguments=arguments
+            ),
+            stream_event("response.output_item.done", number + 1, output_index=0, item=_call_item(seq, "completed")),
+        ]
+        closing.append(stream_event(f"response.{final['status']}", number + 2, response=final))
+    else:
+        closing = text_events(item_id, number, "".join(seq.out))
+        closing.append(stream_event(f"response.{final['status']}", number + 3, response=final))
     await resp.write(b"".join(closing))
     await resp.write_eof()
     first_ms = h.ms(ctx, first_at) if sent else None

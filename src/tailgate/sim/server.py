@@ -298,7 +298,8 @@ class SimHandlers:
             script = [words[0], *(" " + w for w in words[1:])]
         ignore_eos = bool(req.ignore_eos)
         min_tokens = req.min_tokens or 0
-        if max_tokens is not None:
+        cap = params.max_tokens_cap
+        if max_tokens is not None and not cap:
             target, reason = max_tokens, "length"
         elif script is not None and not ignore_eos:
             target, reason = reasoning + len(script), "stop"
@@ -309,6 +310,8 @@ class SimHandlers:
             reason = "length" if ignore_eos else "stop"
         if max_tokens is None and not ignore_eos:
             target = max(target, min_tokens)
+        elif cap and max_tokens is not None and target > max_tokens:  # a cap, not a length: cut the answer
+            target, reason = max_tokens, "length"
         return Sequence(
             rid,
             prompt_tokens=prompt_tokens,

@@ -101,8 +101,10 @@ def tool_call(req: ChatCompletionRequest, params: EngineParams, rng: random.Rand
     """``(function name, arguments JSON)`` when this request is answered with a tool call, else None.
 
     With ``tools``: ``tool_choice`` ``none`` never calls, ``required`` or a named function always does,
-    ``auto`` (the default) does for ``tool_call_rate`` of requests. Arguments follow the function's
-    JSON-schema ``parameters`` (every property, plausible values).
+    ``auto`` (the default) does for ``tool_call_rate`` of the user's turns and ``tool_result_call_rate``
+    (0 by default) of turns answering a tool result, so an agent's loop ends. Arguments follow the
+    function's JSON-schema ``parameters`` (every property, plausible values) — unless ``tool_arguments``
+    names a declared function: then the first such, with its given arguments.
     """
     functions = [
         t["function"]
@@ -120,11 +122,31 @@ def tool_call(req: ChatCompletionRequest, params: EngineParams, rng: random.Rand
     elif choice == "required":
         picked = rng.choice(functions)
     else:
-        if rng.random() >= params.tool_call_rate:
+        rate = params.tool_result_call_rate if answers_tool_result(req) else params.tool_call_rate
+        if rng.random() >= rate:
             return None
         picked = rng.choice(functions)
+    if params.tool_arguments:
+        declared = {f["name"] for f in functions}
+        for name, arguments in params.tool_arguments:
+            if name in declared and (not isinstance(choice, dict) or name == picked["name"]):
+                return name, arguments
     args = _value(picked.get("parameters") or {"type": "object", "properties": {}}, rng, 0)
     return picked["name"], msgspec.json.encode(args).decode()
+
+
+def answers_tool_result(req: ChatCompletionRequest) -> bool:
+    """Whether this turn answers a tool result: a ``tool`` message after the last assistant message.
+
+    The whole trailing turn counts, not only the last message: a translated Anthropic turn puts its
+    ``tool`` messages first and the user's text blocks (Claude Code's reminders) after them.
+    """
+    for message in reversed(req.messages):
+        if message.role == "tool":
+            return True
+        if message.role == "assistant":
+            return False
+    return False
 
 
 def _value(schema: Any, rng: random.Random, depth: int) -> Any:

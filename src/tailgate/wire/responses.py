@@ -79,13 +79,14 @@ class ResponseRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 def input_text(req: ResponseRequest) -> str:
-    """The prompt text of a request: instructions plus every text part of the input items."""
+    """The prompt text of a request: instructions plus every text part of the input items, a
+    ``function_call_output``'s ``output`` included (a tool's result is prompt the model reads)."""
     parts: list[str] = [req.instructions] if req.instructions else []
     if isinstance(req.input, str):
         parts.append(req.input)
     elif req.input:
         for item in req.input:
-            content = item.get("content")
+            content = item.get("content", item.get("output"))
             if isinstance(content, str):
                 parts.append(content)
             elif isinstance(content, list):
