@@ -368,6 +368,19 @@ async def test_open_loop_requests_bound_is_exact(sim: SimFactory) -> None:
 
 
 @pytest.mark.timeout(30)
+async def test_open_loop_sends_every_scheduled_request_however_late_the_loop_wakes(sim: SimFactory) -> None:
+    """``--rate 100`` for 0.1 s is 10 requests even when the loop is blocked past the end before any is due: the
+    end is judged by each request's intended time, so a late loop sends the schedule late, never short."""
+    p = await sim("instant")
+    loop = asyncio.get_running_loop()
+    loop.call_soon(time.sleep, 0.3)  # the whole 0.1 s schedule (and its end) passes while the loop is held
+    plan = Plan("open", Bounds(duration=0.1, warmup=0.0), rate=100)
+    (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    assert run["requests"] == run["successes"] == 10
+    assert run["metrics"]["schedule_lag_ms"]["count"] == 10
+
+
+@pytest.mark.timeout(30)
 async def test_open_loop_builds_each_request_after_the_previous_one_is_sent(
     sim: SimFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

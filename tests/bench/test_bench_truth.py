@@ -45,8 +45,10 @@ def _assert_close(
 ) -> None:
     """Each percentile within max(1 ms, 2%) of the truth; with ``unseen`` > 0, bench may also run late by that share.
 
-    ``loop_late_ms`` (the client loop's measured lateness, P99, :class:`LoopLateness`) widens the late side and
-    the shape check: a client that wakes late sees an event late, never early; the early side stays strict.
+    ``loop_late_ms`` (the most the client's loop and the simulator's loop were late in this run, measured beside it:
+    :class:`LoopLateness`, the simulator's step lateness) widens the late side and the shape check: a client that
+    wakes late sees an event late, never early, and a delay of at most D moves any percentile by at most D (so its
+    distance from the median by at most D); the early side stays strict. On a quiet machine D is a few ms.
 
     ``unseen`` is for a level that loads the machine: when the simulator is short of CPU a request waits in its
     socket before the handler starts, time the client rightly counts and the server's truth cannot see. That
@@ -63,10 +65,19 @@ def _assert_close(
         assert abs(got - want) <= tol[q] + loop_late_ms, f"{what} p{q}-p50: bench {got:.2f} ms vs truth {want:.2f} ms"
 
 
+def _late_ms(client: LoopLateness, sim_max_ms: float) -> float:
+    """The most a request's measured latency can exceed its truth by lateness alone, in this run: the client's loop
+    at its latest (it reads the event late) plus the simulator's loop at its latest (a starved server leaves the
+    request in its socket, unseen by its truth, about as long as its decode steps end late). A loaded machine
+    (CI's other workers, a CPU burner) moved the 500-stream P90 a whole second late, past a P99-based bound."""
+    return 1000.0 * client.max_s + sim_max_ms
+
+
 def _workload(max_tokens: int) -> Workload:
     return Workload(input_tokens=LengthDist(16), max_tokens=max_tokens, stream=True)
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("concurrency", [1, 50, 500])
 def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockProcess], concurrency: int) -> None:
@@ -95,7 +106,7 @@ def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockPro
         # 500 streams on a 2-core CI machine starve the simulator at times (CI once saw bench 15 ms = 2.0% late
         # at P50); allow that unseen socket wait, up to 5%, at this level only. Shape and "never early" stay strict.
         unseen = 0.05 if concurrency >= 500 else 0.0
-        late_ms = loop_late.p99 + await sim_step_lateness_p99(mp.url)
+        late_ms = _late_ms(loop_late, await sim_step_lateness_p99(mp.url, "max"))
         _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT", unseen, late_ms)
         _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E", unseen, late_ms)
         # ITL is pooled per gap (3 gaps per 4-token request), not a per-request mean.
@@ -104,6 +115,7 @@ def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockPro
     on_uvloop(main)
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(90)
 def test_open_loop_percentiles_match_truth(mock_process: Callable[..., MockProcess]) -> None:
     """Open loop at 100 req/s (~110 in flight): latency from intended send matches truth within max(1 ms, 2%)."""
@@ -118,13 +130,14 @@ def test_open_loop_percentiles_match_truth(mock_process: Callable[..., MockProce
         assert run["requests"] == run["successes"] == len(truth) >= 370
         # The generator kept its schedule: late by no more than 20 ms beyond what the loop itself was late.
         assert run["metrics"]["schedule_lag_ms"]["p99"] < 20.0 + loop_late.p99, (run["metrics"], loop_late.p99)
-        late_ms = loop_late.p99 + await sim_step_lateness_p99(mp.url)
+        late_ms = _late_ms(loop_late, await sim_step_lateness_p99(mp.url, "max"))
         _assert_close(run["metrics"]["ttft_ms"], _pcts([r["ttft_ms"] for r in truth]), "TTFT", loop_late_ms=late_ms)
         _assert_close(run["metrics"]["e2e_ms"], _pcts([r["e2e_ms"] for r in truth]), "E2E", loop_late_ms=late_ms)
 
     on_uvloop(main)
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(60)
 def test_open_loop_shows_a_server_stall_closed_loop_would_hide(mock_process: Callable[..., MockProcess]) -> None:
     """The simulator freezes for 2 s mid-run: open-loop P99 shows it (latency from intended send); lag stays small."""
@@ -140,7 +153,8 @@ def test_open_loop_shows_a_server_stall_closed_loop_would_hide(mock_process: Cal
             await asyncio.sleep(2.0)
             mp.proc.send_signal(signal.SIGCONT)
             run = (await task)[0]
-        late_ms = loop_late.p99
+        # The client's loop at its latest (not the simulator's: its steps were late by the 2 s freeze itself).
+        late_ms = 1000.0 * loop_late.max_s
         e2e = run["metrics"]["e2e_ms"]
         assert run["successes"] == run["requests"] >= 280
         # ~100 of ~300 requests were due during the stall: P90 and P99 carry it, the median does not.

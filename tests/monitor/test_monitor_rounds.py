@@ -32,7 +32,12 @@ def _config(providers: dict[str, dict[str, Any]], routes: list[tuple[str, str]])
 
 async def test_rounds_fill_the_store(sim: SimFactory, tmp_path: Path) -> None:
     """Two rounds over 2 providers x 3 workloads store 12 samples with the metric fields filled."""
-    a, b = await sim("instant"), await sim("instant")
+    # tok/s needs time between the first and the last token as the client sees them. The instant preset decodes the
+    # long probe's 200 tokens in 20 ms, which a late loop (a busy machine, a traced run) reads in one go: first token
+    # and [DONE] in one read, E2E == TTFT, tok/s rightly undefined. A token at most every 2 ms keeps the stream
+    # longer than anything one late turn can gather (the engine bursts at most 50 ms of steps when behind).
+    drip = {"slow_drip_s": 0.002}
+    a, b = await sim("instant", faults=drip), await sim("instant", faults=drip)
     cfg = _config(
         {"a": {"base_url": a.url, "api_keys": ["sk-a-0123456789"]}, "b": {"base_url": b.url}},
         [("a", "up-a"), ("b", "up-b"), ("a", "up-a")],

@@ -275,12 +275,21 @@ class LoadGenerator:
             if finished.done():
                 return
             try:
-                while item is not None and not self._should_stop(phase, bounds, end):
+                # The end is judged by each request's intended time, not by the clock: a request due before the
+                # end is sent however late this loop wakes (a busy machine), so the run sends exactly the
+                # scheduled number. Past the end (or with nothing more due before it), the alarm waits for the
+                # end itself, so the run still spans its duration.
+                while item is not None and not self._should_stop(phase, bounds, None):
                     intended, make = item
                     now = time.perf_counter()
+                    if end is not None and intended >= end:
+                        if now < end:
+                            alarm.arm(end)
+                            return
+                        break
                     if now < intended:
                         if ready is not None:
-                            alarm.arm(intended if end is None else min(intended, end))
+                            alarm.arm(intended)  # before the end (checked above)
                         elif not building:
                             # Built (and the alarm armed) two loop turns from now, once the request just
                             # dispatched is on the wire: its task runs its first step (the measurement

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,8 @@ class _Slice:
     remaining: float
     """The counter's room left when the slice was taken (for x-ratelimit-remaining)."""
     used: bool = True
-    renewing: bool = False
+    renewing: asyncio.Task[None] | None = None
+    """The renewal in flight: one round trip already asking for this slice's next units."""
     spent: float = 0.0
 
 
@@ -57,8 +58,11 @@ class LeasedLimiter:
         slice_fraction: float = 0.01,
         min_slice: float = 4.0,
         max_age_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
+        self._clock = clock
+        """Monotonic seconds: slice ages, spend rates and remembered refusals (tests drive a fake one)."""
         self.tick_s = tick_s
         self.slice_fraction = slice_fraction
         self.min_slice = min_slice
@@ -100,7 +104,7 @@ class LeasedLimiter:
             return await self.state.take(name, amount, limit, window_s)
         refused = self._refused_until.get(name)
         if refused is not None:
-            wait = refused[0] - time.monotonic()
+            wait = refused[0] - self._clock()
             if wait > 0 and refused[1] == limit:
                 # Nothing rolls off the window before then (only a refund could make room sooner): under 2x
                 # load this spares Redis every refused request's round trip.
@@ -122,10 +126,19 @@ class LeasedLimiter:
             hit = self._spend(name, amount, limit, window_s)
             if hit is not None:
                 return hit
+            s = self._slices.get(name)
+            if s is not None and s.renewing is not None and s.limit == limit and s.window_s == window_s:
+                # The slice ran dry with its renewal already asked for: wait for that round trip rather than give
+                # the slice back and take a second one (whose units the renewal would then refund unspent). A
+                # caller that stops waiting does not cancel the renewal: it belongs to the slice.
+                await asyncio.wait({s.renewing})
+                hit = self._spend(name, amount, limit, window_s)
+                if hit is not None:
+                    return hit
             refused = self._refused_until.get(name)
-            if refused is not None and refused[0] > time.monotonic() and refused[1] == limit:
+            if refused is not None and refused[0] > self._clock() and refused[1] == limit:
                 self.local_takes += 1
-                wait = refused[0] - time.monotonic()
+                wait = refused[0] - self._clock()
                 return Admission(False, wait, 0.0, limit, wait)
             self._spawn(self._give_back(name))  # a refund: no request waits on it
             # Sized to what this replica spent per max_age last time (x2), so a huge limit is not leased in
@@ -136,7 +149,7 @@ class LeasedLimiter:
             if adm.ok:
                 # A slice the fallback granted (Redis slow or away) is spent the same way: a late Redis answer
                 # charges or keeps it there whole, so what is not spent must be given back all the same.
-                self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, time.monotonic(), adm.remaining)
+                self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, self._clock(), adm.remaining)
                 return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket, adm.local)
             return await self._direct(name, amount, limit, window_s)  # no room for a slice: the last units
 
@@ -160,11 +173,10 @@ class LeasedLimiter:
             s.spent += amount
             s.used = True
             self.local_takes += 1
-            if s.balance < s.size / 2 and not s.renewing:
+            if s.balance < s.size / 2 and s.renewing is None:
                 # Renewed ahead of need (issue 31): the next slice is taken in the background while this one
                 # lasts, so a steady key's requests never wait for Redis.
-                s.renewing = True
-                self._spawn(self._renew(name, s))
+                s.renewing = self._spawn(self._renew(name, s))
             return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)
         return None
 
@@ -172,7 +184,7 @@ class LeasedLimiter:
         try:
             size = min(
                 math.floor(s.limit * self.slice_fraction / max(1, self.state.replicas())),
-                max(self.min_slice, math.ceil(2 * s.spent / max(1e-3, time.monotonic() - s.taken_at) * self.max_age_s)),
+                max(self.min_slice, math.ceil(2 * s.spent / max(1e-3, self._clock() - s.taken_at) * self.max_age_s)),
             )
             if size < self.min_slice:
                 return
@@ -186,26 +198,27 @@ class LeasedLimiter:
             # The balance left moves to the new slice (refunds of it go to the newer bucket: at most one slice
             # early, within the bound of the module docstring).
             s.balance += size
-            s.size, s.bucket, s.remaining, s.taken_at, s.spent = size, adm.bucket, adm.remaining, time.monotonic(), 0.0
+            s.size, s.bucket, s.remaining, s.taken_at, s.spent = size, adm.bucket, adm.remaining, self._clock(), 0.0
         finally:
-            s.renewing = False
+            s.renewing = None
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def _direct(self, name: str, amount: float, limit: float, window_s: float) -> Admission:
         self.remote_takes += 1
         adm = await self.state.take(name, amount, limit, window_s)
         if not adm.ok and not adm.local and math.isfinite(adm.retry_after_s):
-            self._refused_until[name] = (time.monotonic() + adm.retry_after_s, limit)
+            self._refused_until[name] = (self._clock() + adm.retry_after_s, limit)
         return adm
 
     async def _give_back(self, name: str) -> None:
         s = self._slices.pop(name, None)
         if s is not None:
-            age = max(1e-3, time.monotonic() - s.taken_at)
+            age = max(1e-3, self._clock() - s.taken_at)
             self._rate[name] = (s.size - s.balance) / age
         if s is not None and s.balance > 0:
             await self.state.adjust(name, -s.balance, s.window_s, s.bucket)
@@ -213,7 +226,7 @@ class LeasedLimiter:
     async def _ticks(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
-            now = time.monotonic()
+            now = self._clock()
             for name, s in list(self._slices.items()):
                 if not s.used or now - s.taken_at > self.max_age_s:
                     await self._give_back(name)
