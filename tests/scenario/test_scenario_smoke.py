@@ -90,6 +90,7 @@ async def test_adaptive_sends_nothing_to_the_degraded_primary_and_beats_weighted
     assert p99["adaptive"] < p99["weighted"], p99
 
 
+@pytest.mark.timing  # the split holds while both routes are within their latency SLO: a starved machine is not
 async def test_healthy_split_serves_each_class_its_configured_share(tmp_path: Path) -> None:
     """Both providers healthy, three classes: untagged and interactive 80/20 by the weights, batch 100 % on
     the secondary that lists it — each within 3 points (in fact within a request: an exact split)."""

@@ -42,6 +42,7 @@ async def test_three_replicas_with_slices_admit_the_limit_and_no_more(replicas: 
     assert usage == admitted  # every unspent slice was given back
 
 
+@pytest.mark.timing  # each take is Redis's decision only within the call budget; past it the fallback decides
 async def test_a_small_limit_is_decided_per_request(replicas: StateFactory) -> None:
     """rpm 60 is too small to slice: every take is a take of its own, exact across replicas."""
     limiters = [LeasedLimiter(await replicas()) for _ in range(3)]
