@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from conftest import StateFactory
 from tailgate.state import LocalState
 from tailgate.state.lease import LeasedLimiter
