@@ -110,7 +110,12 @@ async def test_sessions_of_one_agent_are_keyed_by_their_session_ids(
     wanted = {f"s{i}-t{turn}" for i in range(16) for turn in range(2)}
     served: dict[str, str] = {}
     for _ in range(1000):  # a stream's truth row is written just after its last byte: wait for all 32
-        served = {t.client_request_id: n for n, p in (("a", a), ("b", b)) for t in p.truth.records()}
+        served = {
+            t.client_request_id: n
+            for n, p in (("a", a), ("b", b))
+            for t in p.truth.records()
+            if t.client_request_id is not None
+        }
         if wanted <= served.keys():
             break
         await asyncio.sleep(0.01)
