@@ -12,14 +12,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def doc_commands(doc: Path, program: str = "tailgate") -> list[str]:
-    """The ``program`` command lines of the doc's ```bash blocks, continuation lines joined, comments dropped."""
+def section(doc: Path, heading: str) -> str:
+    """The text of the doc's section under ``heading`` (a whole Markdown heading line), up to the next heading
+    of the same or a higher level."""
+    text = doc.read_text(encoding="utf-8")
+    start = text.index(f"\n{heading}\n") + 1
+    level = heading.split(" ", 1)[0]
+    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), text[start + len(heading) :], re.M)]
+    return text[start : start + len(heading) + ends[0]] if ends else text[start:]
+
+
+def doc_commands(doc: Path, program: str = "tailgate", *, text: str | None = None) -> list[str]:
+    """The ``program`` command lines of the doc's ```bash blocks (or of ``text``, a part of it), continuation
+    lines joined, comments dropped; a trailing ``&`` (run in the background) is kept as the last word."""
     out: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+    body = doc.read_text(encoding="utf-8") if text is None else text
+    for block in re.findall(r"```bash\n(.*?)```", body, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words and words[0] == program:
-                out.append(shlex.join(words) if ">" not in words else line.split("#")[0].strip())
+                background = words[-1] == "&"
+                words = words[:-1] if background else words
+                cmd = shlex.join(words) if ">" not in words else line.split("#")[0].strip()
+                out.append(f"{cmd} &" if background else cmd)
     return out
 
 
