@@ -14,12 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def section(doc: Path, heading: str) -> str:
     """The text of the doc's section under ``heading`` (a whole Markdown heading line), up to the next heading
-    of the same or a higher level."""
-    text = doc.read_text(encoding="utf-8")
-    start = text.index(f"\n{heading}\n") + 1
-    level = heading.split(" ", 1)[0]
-    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), text[start + len(heading) :], re.M)]
-    return text[start : start + len(heading) + ends[0]] if ends else text[start:]
+    of the same or a higher level (``#`` lines inside code blocks are not headings)."""
+    level = len(heading.split(" ", 1)[0])
+    lines = doc.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = lines.index(f"{heading}\n")
+    code = False
+    for i in range(first + 1, len(lines)):
+        if lines[i].startswith("```"):
+            code = not code
+        elif not code and re.match(rf"#{{1,{level}}} ", lines[i]):
+            return "".join(lines[first:i])
+    return "".join(lines[first:])
 
 
 def doc_commands(doc: Path, program: str = "tailgate", *, text: str | None = None) -> list[str]:
