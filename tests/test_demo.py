@@ -169,3 +169,37 @@ def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     assert "Traceback" not in out
     assert re.search(r"served \d+ of \d+ requests", out), out
+
+
+@pytest.mark.timeout(60)
+async def test_demo_without_duration_ends_after_the_drill_with_a_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --duration or --keep the demo returns by itself after the drill's report, with the verdict and the
+    dashboard's URL (the drill's phases shortened here; the default ones take ~90 s)."""
+    import asyncio
+
+    from rich.console import Console
+
+    from tailgate.demo import DemoOptions, run_demo
+    from tailgate.demo import run as demo_run
+
+    monkeypatch.setattr(demo_run.DrillPlan, "for_duration", classmethod(lambda cls, d: cls(2.0, 2.0, 2.0, 3.0)))
+    console = Console(record=True, width=200, force_terminal=False)
+    await run_demo(asyncio.Event(), DemoOptions(db=tmp_path / "demo.db"), console=console)
+    out = console.export_text()
+    assert "the demo ends after its report" in out
+    assert re.search(r"verdict: (PASS|CHECK) — ", out), out
+    assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/dashboard closes now: the demo is done", out), out
+    assert "tailgate demo --keep" in out
+
+
+def test_demo_keep_and_duration_are_refused_together() -> None:
+    """--keep (serve until Ctrl-C) with --duration (stop after S s) is a usage error naming both."""
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    result = CliRunner().invoke(main, ["demo", "--keep", "--duration", "5"])
+    assert result.exit_code == 2
+    assert "--keep serves until Ctrl-C and --duration stops after S seconds" in result.stderr
