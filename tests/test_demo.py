@@ -82,7 +82,8 @@ def test_analyse_counts_errors_by_when_they_happened_and_finds_readmission() -> 
 
 
 def test_drill_table_sets_the_served_split_against_the_configured_one() -> None:
-    """80/20 with batch reserved for the secondary, 10 % batch: configured 72 / 28; each phase shows both."""
+    """80/20 with batch reserved for the secondary, 10 % batch: configured 72 / 28; each phase shows both, in
+    a table that fits 120 columns."""
     from rich.console import Console
 
     from tailgate.demo.show import drill_table
@@ -97,11 +98,15 @@ def test_drill_table_sets_the_served_split_against_the_configured_one() -> None:
     ]
     reports = analyse([window], records, [], "primary")
     console = Console(width=200, record=True)
-    console.print(drill_table(reports, configured))
+    table = drill_table(reports, configured)
+    console.print(table)
     text = console.export_text()
     assert "configured" in text
-    assert "primary 72% / secondary 28%" in text  # configured
-    assert "primary 75% / secondary 25%" in text  # served
+    assert "primary / secondary" in text  # the header names the providers once, the cells hold the shares
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("warm-up"))
+    assert "72% / 28%" in row  # configured
+    assert "75% / 25%" in row  # served
+    assert Console(width=200).measure(table).maximum <= 120  # the tables module's rule: fits 120 columns
 
 
 def test_drill_phases_scale_to_the_duration() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -64,7 +65,8 @@ def live_line(phase: str, stats: LiveStats, *, ended: bool = False, window: floa
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"[{phase}{' ended' if ended else ''}] ", style="bold yellow")
     text.append(
-        f"completed in the last {window:g} s: {stats.rate:4.1f} req/s  P99 TTFT {_s(stats.ttft_p99)} s E2E {_s(stats.e2e_p99)} s  "
+        f"completed in the last {window:g} s: {stats.rate:4.1f} req/s  "
+        f"P99 TTFT {_s(stats.ttft_p99)} s E2E {_s(stats.e2e_p99)} s  "
         f"served {share}  errors {stats.errors}  in flight {stats.in_flight}"
     )
     return text
@@ -72,22 +74,28 @@ def live_line(phase: str, stats: LiveStats, *, ended: bool = False, window: floa
 
 def drill_table(reports: Sequence[PhaseReport], configured: Mapping[str, float] | None = None) -> Table:
     """One row per phase; with ``configured`` (provider → share, ``drill.configured_shares``) the served
-    split is set against the configured one, provider by provider in the same order."""
-    table = Table(title="failover drill (interactive latencies in s from the intended send; shares of successes)")
-    split = ("configured", "served (phase)") if configured else ("served by",)
-    for col in ("phase", "s", "sent", "failed", "P90 TTFT", "P99 TTFT", "P99 E2E", *split, "to primary"):
-        table.add_column(
-            col, justify="left" if col in ("phase", "served by", "configured", "served (phase)") else "right"
-        )
+    split is set against the configured one, provider by provider in the order the headers name them (so the
+    table stays within 120 columns: the cells hold the shares, the header the providers)."""
+    table = Table(
+        title="failover drill (interactive latencies in s from the intended send; shares of successes)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
     names = [n for n, v in (configured or {}).items() if v > 0]
+    for r in reports:
+        names += [n for n in r.served if n not in names]
+    who = " / ".join(names)
+    split = (f"configured\n{who}", f"served (phase)\n{who}") if configured else ("served by",)
+    for col in ("phase", "s", "sent", "failed", "P90 TTFT", "P99 TTFT", "P99 E2E", *split, "to primary"):
+        table.add_column(col, justify="left" if col == "phase" or col in split else "right")
     for r in reports:
         failed = f"{r.failed}" if not r.failed else f"{r.failed} ({r.failed_before_stream} before stream)"
         cells: tuple[str, ...]
         if configured:
-            names += [n for n in r.served if n not in names]
             cells = (
-                " / ".join(f"{n} {_pct(configured.get(n, 0.0))}" for n in names),
-                " / ".join(f"{n} {_pct(r.served.get(n, 0.0))}" for n in names),
+                " / ".join(_pct(configured.get(n, 0.0)) for n in names),
+                " / ".join(_pct(r.served.get(n, 0.0)) for n in names),
             )
         else:
             cells = (", ".join(f"{name} {_pct(v)}" for name, v in r.served.items()) or "–",)
@@ -112,7 +120,8 @@ def drill_legend(configured: Mapping[str, float], batch_share: float) -> list[st
         f"configured: the split the weights give all requests while every route meets its SLO ({split}: the "
         f"interactive {_pct(1 - batch_share)} by weight, batch ({_pct(batch_share)}) to the secondary); "
         "served (phase): who answered the phase's successful requests, counted by intended send time (the "
-        "live lines above count the requests completed in their last 5 s, whichever phase sent them); to primary: requests that reached the primary ÷ requests sent, "
+        "live lines above count the requests completed in their last 5 s, whichever phase sent them); "
+        "to primary: requests that reached the primary ÷ requests sent, "
         "from its own log (attempts retried elsewhere included, the monitor's probes not)."
     ]
 
