@@ -187,9 +187,8 @@ async def test_demo_without_duration_ends_after_the_drill_with_a_verdict(
     from rich.console import Console
 
     from tailgate.demo import DemoOptions, run_demo
-    from tailgate.demo import run as demo_run
 
-    monkeypatch.setattr(demo_run.DrillPlan, "for_duration", classmethod(lambda cls, d: cls(2.0, 2.0, 2.0, 3.0)))
+    monkeypatch.setattr(DrillPlan, "for_duration", classmethod(lambda cls, d: cls(2.0, 2.0, 2.0, 3.0)))
     console = Console(record=True, width=200, force_terminal=False)
     await run_demo(asyncio.Event(), DemoOptions(db=tmp_path / "demo.db"), console=console)
     out = console.export_text()
