@@ -86,7 +86,8 @@ def test_the_tour_is_read_from_the_readme() -> None:
 )
 def test_the_readme_tour_runs_copy_pasted_on_a_fresh_clone(tmp_path: Path) -> None:
     """Every tour command runs as the README writes it on a `git clone` of this repository: the foreground ones
-    exit 0 without a traceback, the scenario says its time scale and prints progress lines, the demo ends its
+    exit 0 without a traceback, their tables fit 120 columns, bench and scenario print progress lines, the
+    scenario says its time scale and explains its derived columns, the demo ends its
     drill with a verdict, the servers start and stop on Ctrl-C with exit 0. Prints the wall time."""
     clone = tmp_path / "clone"
     git = shutil.which("git")
@@ -101,7 +102,8 @@ def test_the_readme_tour_runs_copy_pasted_on_a_fresh_clone(tmp_path: Path) -> No
         path = clone / "examples" / name
         path.write_text(moved(path.read_text(encoding="utf-8")), encoding="utf-8")
     commands = [moved(c) for c in doc_commands(README, text=section(README, TOUR))]
-    env = {**doc_env(tmp_path), "PYTHONPATH": str(clone / "src"), "PYTHONUNBUFFERED": "1"}
+    # COLUMNS=120: a 120-column terminal, which every table must fit (tailgate.tables drops whole columns)
+    env = {**doc_env(tmp_path), "PYTHONPATH": str(clone / "src"), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
     env.pop("TAILGATE_TIME_SCALE", None)
 
     background: list[tuple[str, subprocess.Popen[bytes], Path]] = []
@@ -142,6 +144,9 @@ def test_the_readme_tour_runs_copy_pasted_on_a_fresh_clone(tmp_path: Path) -> No
             timings.append(f"{time.monotonic() - t0:6.1f} s  {command}")
             assert rc == 0, f"{command}: exit {rc}\n{text[-4000:]}"
             assert "Traceback" not in text, f"{command}:\n{text[-4000:]}"
+            if words[1] in ("bench", "scenario", "leaderboard"):
+                wide = [line for line in text.splitlines() if len(line) > 120]
+                assert not wide, f"{command}: lines wider than 120 columns:\n" + "\n".join(wide)
             if words[1] == "scenario":
                 assert "time scale 0.2: every time of the scenario is multiplied by 0.2" in text, text[-4000:]
                 assert "progress: " in text, text[-4000:]
