@@ -12,14 +12,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def doc_commands(doc: Path, program: str = "tailgate") -> list[str]:
-    """The ``program`` command lines of the doc's ```bash blocks, continuation lines joined, comments dropped."""
+def section(doc: Path, heading: str) -> str:
+    """The text of the doc's section under ``heading`` (a whole Markdown heading line), up to the next heading
+    of the same or a higher level (``#`` lines inside code blocks are not headings)."""
+    level = len(heading.split(" ", 1)[0])
+    lines = doc.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = lines.index(f"{heading}\n")
+    code = False
+    for i in range(first + 1, len(lines)):
+        if lines[i].startswith("```"):
+            code = not code
+        elif not code and re.match(rf"#{{1,{level}}} ", lines[i]):
+            return "".join(lines[first:i])
+    return "".join(lines[first:])
+
+
+def doc_commands(doc: Path, program: str = "tailgate", *, text: str | None = None) -> list[str]:
+    """The ``program`` command lines of the doc's ```bash blocks (or of ``text``, a part of it), continuation
+    lines joined, comments dropped; a trailing ``&`` (run in the background) is kept as the last word."""
     out: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+    body = doc.read_text(encoding="utf-8") if text is None else text
+    for block in re.findall(r"```bash\n(.*?)```", body, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words and words[0] == program:
-                out.append(shlex.join(words) if ">" not in words else line.split("#")[0].strip())
+                background = words[-1] == "&"
+                words = words[:-1] if background else words
+                cmd = shlex.join(words) if ">" not in words else line.split("#")[0].strip()
+                out.append(f"{cmd} &" if background else cmd)
     return out
 
 

@@ -82,7 +82,8 @@ def test_analyse_counts_errors_by_when_they_happened_and_finds_readmission() -> 
 
 
 def test_drill_table_sets_the_served_split_against_the_configured_one() -> None:
-    """80/20 with batch reserved for the secondary, 10 % batch: configured 72 / 28; each phase shows both."""
+    """80/20 with batch reserved for the secondary, 10 % batch: configured 72 / 28; each phase shows both, in
+    a table that fits 120 columns."""
     from rich.console import Console
 
     from tailgate.demo.show import drill_table
@@ -97,11 +98,15 @@ def test_drill_table_sets_the_served_split_against_the_configured_one() -> None:
     ]
     reports = analyse([window], records, [], "primary")
     console = Console(width=200, record=True)
-    console.print(drill_table(reports, configured))
+    table = drill_table(reports, configured)
+    console.print(table)
     text = console.export_text()
     assert "configured" in text
-    assert "primary 72% / secondary 28%" in text  # configured
-    assert "primary 75% / secondary 25%" in text  # served
+    assert "primary / secondary" in text  # the header names the providers once, the cells hold the shares
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("warm-up"))
+    assert "72% / 28%" in row  # configured
+    assert "75% / 25%" in row  # served
+    assert Console(width=200).measure(table).maximum <= 120  # the tables module's rule: fits 120 columns
 
 
 def test_drill_phases_scale_to_the_duration() -> None:
@@ -169,3 +174,36 @@ def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     assert "Traceback" not in out
     assert re.search(r"served \d+ of \d+ requests", out), out
+
+
+@pytest.mark.timeout(60)
+async def test_demo_without_duration_ends_after_the_drill_with_a_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --duration or --keep the demo returns by itself after the drill's report, with the verdict and the
+    dashboard's URL (the drill's phases shortened here; the default ones take ~90 s)."""
+    import asyncio
+
+    from rich.console import Console
+
+    from tailgate.demo import DemoOptions, run_demo
+
+    monkeypatch.setattr(DrillPlan, "for_duration", classmethod(lambda cls, d: cls(2.0, 2.0, 2.0, 3.0)))
+    console = Console(record=True, width=200, force_terminal=False)
+    await run_demo(asyncio.Event(), DemoOptions(db=tmp_path / "demo.db"), console=console)
+    out = console.export_text()
+    assert "the demo ends after its report" in out
+    assert re.search(r"verdict: (PASS|CHECK) — ", out), out
+    assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/dashboard closes now: the demo is done", out), out
+    assert "tailgate demo --keep" in out
+
+
+def test_demo_keep_and_duration_are_refused_together() -> None:
+    """--keep (serve until Ctrl-C) with --duration (stop after S s) is a usage error naming both."""
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    result = CliRunner().invoke(main, ["demo", "--keep", "--duration", "5"])
+    assert result.exit_code == 2
+    assert "--keep serves until Ctrl-C and --duration stops after S seconds" in result.stderr

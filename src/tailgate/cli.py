@@ -154,9 +154,12 @@ def mock(
     "--duration",
     type=click.FloatRange(0),
     default=None,
-    help="Run this many seconds, drill phases scaled to fit (20 gives ~4 s phases); default: until Ctrl-C.",
+    help="Run this many seconds, drill phases scaled to fit (20 gives ~4 s phases); default: the drill (~90 s).",
 )
-@click.option("--no-drill", is_flag=True, help="Only serve background traffic; no failover drill.")
+@click.option(
+    "--keep", is_flag=True, help="After the drill's report keep serving (gateway, dashboard, traffic) until Ctrl-C."
+)
+@click.option("--no-drill", is_flag=True, help="Only serve background traffic (until Ctrl-C); no failover drill.")
 @click.option(
     "--all-providers", is_flag=True, help="Add providers shaped like field-note providers B-E as slower fallbacks."
 )
@@ -198,6 +201,7 @@ def mock(
 def demo(
     port: int,
     duration: float | None,
+    keep: bool,
     no_drill: bool,
     all_providers: bool,
     rate: float,
@@ -209,9 +213,12 @@ def demo(
     """Simulated providers + gateway + traffic + a failover drill, on this machine (no keys, no network)."""
     from tailgate.demo import DemoOptions, run_demo
 
+    if keep and duration is not None:
+        raise click.UsageError("--keep serves until Ctrl-C and --duration stops after S seconds: pick one")
     options = DemoOptions(
         port=port,
         duration=duration,
+        keep=keep,
         drill=not no_drill,
         all_providers=all_providers,
         time_scale=time_scale,

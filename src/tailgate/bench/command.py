@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -387,8 +388,14 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
     else:
 
         async def main(stop: asyncio.Event) -> list[dict[str, Any]]:
-            with progress.live:
-                return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
+            ticker = asyncio.create_task(progress.lines())
+            try:
+                with progress.live:
+                    return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
+            finally:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
 
         runs = run(main)
     if price is not None:

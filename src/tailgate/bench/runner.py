@@ -303,6 +303,16 @@ class Progress:
             auto_refresh=console.is_terminal,
         )
 
+    async def lines(self, every: float = 5.0) -> None:
+        """Off a terminal (a pipe, a CI log) nothing is drawn: print the live line every ``every`` seconds
+        instead, so a reader knows the run goes on (one short print per 5 s; no refresh thread)."""
+        if self.console.is_terminal:
+            return
+        while True:
+            await asyncio.sleep(every)
+            if self.phase is not None:
+                self.console.print(f"progress: {self._render().plain}", markup=False, highlight=False)
+
     def on_phase(self, phase: Phase) -> None:
         if self.phase is not None:
             self.console.print(f"done: {self.phase.label} — {self.phase.done} requests, {self.phase.errors} errors")

@@ -16,9 +16,9 @@ from rich.live import Live
 from rich.table import Table
 
 from tailgate._runtime import wait_for_stop
-from tailgate.demo.drill import PHASES, DrillPlan, PhaseWindow, analyse, configured_shares
+from tailgate.demo.drill import PHASES, DrillPlan, PhaseReport, PhaseWindow, analyse, configured_shares
 from tailgate.demo.probes import without_probes
-from tailgate.demo.show import banner, drill_summary, drill_table, live_line
+from tailgate.demo.show import banner, drill_legend, drill_summary, drill_table, drill_verdict, live_line
 from tailgate.demo.stack import MODEL, PRIMARY, Stack, StackOptions, start_stack
 from tailgate.demo.traffic import Traffic, TrafficShape
 from tailgate.gateway.replicas import redis_available
@@ -47,6 +47,9 @@ class DemoOptions:
     """Send this many requests straight to each provider first and show what each simulator timed."""
     replicas: int = 1
     """Run the gateway as this many replicas on a private redis-server (when one is installed)."""
+    keep: bool = False
+    """After the drill keep serving until Ctrl-C (without it, and without ``duration``, the demo ends after
+    the drill's report)."""
 
 
 async def _check_providers(console: Console, stack: Stack, n: int) -> None:
@@ -101,8 +104,12 @@ async def _set_faults(session: aiohttp.ClientSession, provider: SimProvider, fau
         resp.raise_for_status()
 
 
+PROGRESS_EVERY_S = 5.0
+"""Off a terminal the live line is printed this often."""
+
+
 class _Progress:
-    """The live line on a terminal; elsewhere (pipes, tests) one line at each phase change."""
+    """The live line on a terminal; elsewhere (pipes, tests) the same line every ``PROGRESS_EVERY_S``."""
 
     def __init__(self, console: Console, traffic: Traffic) -> None:
         self.console = console
@@ -116,10 +123,21 @@ class _Progress:
             self._live = Live(console=self.console, refresh_per_second=4, transient=True)
             self._live.start()
             self._task = asyncio.create_task(self._tick())
+        else:  # a pipe or a log: a plain line every few seconds, so a reader knows it still runs
+            self._task = asyncio.create_task(self._lines())
+
+    async def _lines(self) -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            if self.traffic.records:
+                self.console.print(live_line(self.phase, self.traffic.live()))
+
+    def end_phase(self) -> None:
+        """How the phase that ends now ended (its last seconds), printed before the next phase's fault."""
+        if self.traffic.records:
+            self.console.print(live_line(self.phase, self.traffic.live(), ended=True))
 
     def set_phase(self, phase: str, note: str = "") -> None:
-        if self._live is None and self.traffic.records:  # no live line: show how the last phase ended
-            self.console.print(live_line(self.phase, self.traffic.live()))
         self.phase = phase
         self.console.print(f"[bold yellow]▶ {phase}[/] {note}".rstrip())
 
@@ -158,12 +176,16 @@ async def _drill(
         for name in PHASES:
             if stop.is_set():
                 break
+            if windows:
+                progress.end_phase()  # the last phase's line first, then the next phase's fault
             if name in FAULTS:
                 await _set_faults(session, stack.primary, FAULTS[name])
             start = wall()
             progress.set_phase(name, notes[name])
             await wait_for_stop(stop, lengths[name])
             windows.append(PhaseWindow(name, start, wall()))
+        if windows and not stop.is_set():
+            progress.end_phase()
         if windows and windows[-1].name != "restored":
             with contextlib.suppress(aiohttp.ClientError):
                 await _set_faults(session, stack.primary, None)  # stopped mid-drill: leave it healthy
@@ -211,7 +233,7 @@ async def _serve(stop: asyncio.Event, stack: Stack, options: DemoOptions, consol
     started = time.time()
     console.print(
         f"Background traffic: ~{options.rate:g} req/s open loop (Poisson), {traffic.shape.batch_share:.0%} batch. "
-        + ("Ctrl-C to stop." if options.duration is None else f"Running for {options.duration:g} s.")
+        + _ending(options)
     )
     progress.start()
     try:
@@ -224,22 +246,35 @@ async def _serve(stop: asyncio.Event, stack: Stack, options: DemoOptions, consol
         )
         if not windows:
             return
-        if options.duration is not None or stop.is_set():
+        keep = options.keep and options.duration is None and not stop.is_set()
+        if not keep:
             traffic.stop()
-            progress.set_phase("draining", "no new requests; waiting for those in flight")
+            progress.set_phase("draining", "drill done; no new requests; waiting for those in flight, then the report")
         else:
-            progress.set_phase("serving", "drill done; results once its last requests finish. Ctrl-C to stop")
+            progress.set_phase(
+                "serving", "drill done; results once its last requests finish (--keep: then it serves on)"
+            )
         await _settle(stop, traffic, windows[-1].end, 2.0 if stop.is_set() else 20.0)
         await progress.stop()
         if stop.is_set():
             console.print(
                 "[yellow]stopped during the drill: requests still in flight were cancelled and are not counted[/]"
             )
-        _report(console, stack, traffic, windows)
-        if options.duration is None and not stop.is_set():
+        reports = _report(console, stack, traffic, windows)
+        if len(windows) == len(PHASES):
+            console.print(drill_verdict(reports), soft_wrap=True)
+        dash = f"{stack.root_url}/dashboard" if stack.dashboard else stack.url
+        if keep:
             progress.start()
-            progress.set_phase("serving", f"the gateway keeps serving on {stack.url}; Ctrl-C to stop")
+            progress.set_phase("serving", f"--keep: the gateway keeps serving on {stack.url}; Ctrl-C to stop")
+            console.print(f"dashboard   [bold cyan]{dash}[/] (open until Ctrl-C)")
             await stop.wait()
+        elif not stop.is_set():
+            console.print(
+                f"dashboard   {dash} closes now: the demo is done. "
+                "[bold]tailgate demo --keep[/] keeps it serving after the drill until Ctrl-C.",
+                soft_wrap=True,
+            )
     finally:
         traffic.stop()
         await progress.stop()
@@ -261,7 +296,17 @@ async def _settle(stop: asyncio.Event, traffic: Traffic, before: float, grace: f
             await asyncio.wait_for(stop.wait(), 0.1)
 
 
-def _report(console: Console, stack: Stack, traffic: Traffic, windows: list[PhaseWindow]) -> None:
+def _ending(options: DemoOptions) -> str:
+    """How this run ends, said at its start."""
+    if options.duration is not None:
+        return f"Running for {options.duration:g} s."
+    if not options.drill or options.keep:
+        return "Serving until Ctrl-C" + (" (--keep: after the drill too)." if options.drill else ".")
+    plan = DrillPlan.for_duration(None)
+    return f"The drill takes ~{plan.total:.0f} s; the demo ends after its report (--keep serves on; Ctrl-C stops)."
+
+
+def _report(console: Console, stack: Stack, traffic: Traffic, windows: list[PhaseWindow]) -> list[PhaseReport]:
     arrivals = sorted(
         r.received_at
         for r in stack.primary.truth.records()
@@ -272,5 +317,8 @@ def _report(console: Console, stack: Stack, traffic: Traffic, windows: list[Phas
     reports = analyse(windows, traffic.records, arrivals, PRIMARY)
     configured = configured_shares(stack.gateway.aliases[MODEL], traffic.shape.batch_share)
     console.print(drill_table(reports, configured))
+    for line in drill_legend(configured, traffic.shape.batch_share):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     for line in drill_summary(reports):
         console.print(line, soft_wrap=True)
+    return reports

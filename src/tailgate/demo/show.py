@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tailgate.demo.drill import CUTOVER_SHARE, PhaseReport
+from tailgate.demo.drill import CUTOVER_SHARE, PhaseReport, configured_shares
 from tailgate.demo.stack import MODEL, PRIMARY, Stack
-from tailgate.demo.traffic import LiveStats
+from tailgate.demo.traffic import LiveStats, TrafficShape
+
+BATCH_SHARE = TrafficShape().batch_share
 
 
 def _s(value: float | None, digits: int = 2) -> str:
@@ -21,13 +24,19 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.0f}%"
 
 
-def banner(console: Console, stack: Stack) -> None:
+def banner(console: Console, stack: Stack, batch_share: float = BATCH_SHARE) -> None:
     """Providers, gateway, dashboard, metrics, store, and a copy-paste snippet for the official SDK."""
     for name, p in stack.cluster.providers.items():
         console.print(f"simulated provider [bold]{name}[/] ({p.spec.preset}) on [cyan]{p.url}[/]")
     routes = stack.config["models"][MODEL]["routes"]
     split = " / ".join(f"{r['provider']} {r['weight']:g}" for r in routes)
-    console.print(f"gateway     [bold cyan]{stack.url}[/]   (policy adaptive; weights {split}; batch → secondary)")
+    configured = configured_shares(stack.gateway.aliases[MODEL], batch_share)
+    overall = " / ".join(f"{n} {_pct(v)}" for n, v in configured.items() if v > 0)
+    console.print(
+        f"gateway     [bold cyan]{stack.url}[/]   (policy adaptive; interactive requests by weight {split}; "
+        f"batch, {_pct(batch_share)} of the traffic, → secondary: of all requests {overall})",
+        soft_wrap=True,
+    )
     if stack.dashboard:
         console.print(f"dashboard   [bold cyan]{stack.root_url}/dashboard[/]")
     console.print(
@@ -47,34 +56,46 @@ def banner(console: Console, stack: Stack) -> None:
     )
 
 
-def live_line(phase: str, stats: LiveStats) -> Text:
-    """One line: phase, req/s, P99 TTFT and E2E over the last seconds, share per provider, errors."""
-    share = " ".join(f"{name} {_pct(v)}" for name, v in stats.served.items()) or "–"
+def live_line(phase: str, stats: LiveStats, *, ended: bool = False, window: float = 5.0) -> Text:
+    """One line over the requests completed in the last ``window`` seconds: req/s, P99 TTFT and E2E, the
+    share each provider served (the primary first), errors. ``ended``: the line that closes a phase, which
+    says so (the phase's whole numbers are in the drill table)."""
+    names = [PRIMARY, *sorted(n for n in stats.served if n != PRIMARY)]
+    share = " / ".join(f"{name} {_pct(stats.served.get(name, 0.0))}" for name in names) if stats.served else "–"
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"[{phase}] ", style="bold yellow")
+    text.append(f"[{phase}{' ended' if ended else ''}] ", style="bold yellow")
     text.append(
-        f"{stats.rate:4.1f} req/s  P99 TTFT {_s(stats.ttft_p99)} s E2E {_s(stats.e2e_p99)} s  "
-        f"{share}  errors {stats.errors}  in flight {stats.in_flight}"
+        f"completed in the last {window:g} s: {stats.rate:4.1f} req/s  "
+        f"P99 TTFT {_s(stats.ttft_p99)} s E2E {_s(stats.e2e_p99)} s  "
+        f"served {share}  errors {stats.errors}  in flight {stats.in_flight}"
     )
     return text
 
 
 def drill_table(reports: Sequence[PhaseReport], configured: Mapping[str, float] | None = None) -> Table:
     """One row per phase; with ``configured`` (provider → share, ``drill.configured_shares``) the served
-    split is set against the configured one, provider by provider in the same order."""
-    table = Table(title="failover drill (interactive latencies in s from the intended send; shares of successes)")
-    split = ("configured", "served") if configured else ("served by",)
-    for col in ("phase", "s", "sent", "failed", "P90 TTFT", "P99 TTFT", "P99 E2E", *split, "to primary"):
-        table.add_column(col, justify="left" if col in ("phase", "served by", "configured", "served") else "right")
+    split is set against the configured one, provider by provider in the order the headers name them (so the
+    table stays within 120 columns: the cells hold the shares, the header the providers)."""
+    table = Table(
+        title="failover drill (interactive latencies in s from the intended send; shares of successes)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
     names = [n for n, v in (configured or {}).items() if v > 0]
+    for r in reports:
+        names += [n for n in r.served if n not in names]
+    who = " / ".join(names)
+    split = (f"configured\n{who}", f"served (phase)\n{who}") if configured else ("served by",)
+    for col in ("phase", "s", "sent", "failed", "P90 TTFT", "P99 TTFT", "P99 E2E", *split, "to primary"):
+        table.add_column(col, justify="left" if col == "phase" or col in split else "right")
     for r in reports:
         failed = f"{r.failed}" if not r.failed else f"{r.failed} ({r.failed_before_stream} before stream)"
         cells: tuple[str, ...]
         if configured:
-            names += [n for n in r.served if n not in names]
             cells = (
-                " / ".join(f"{n} {_pct(configured.get(n, 0.0))}" for n in names),
-                " / ".join(f"{n} {_pct(r.served.get(n, 0.0))}" for n in names),
+                " / ".join(_pct(configured.get(n, 0.0)) for n in names),
+                " / ".join(_pct(r.served.get(n, 0.0)) for n in names),
             )
         else:
             cells = (", ".join(f"{name} {_pct(v)}" for name, v in r.served.items()) or "–",)
@@ -90,6 +111,36 @@ def drill_table(reports: Sequence[PhaseReport], configured: Mapping[str, float] 
             _pct(r.primary_attempt_share),
         )
     return table
+
+
+def drill_legend(configured: Mapping[str, float], batch_share: float) -> list[str]:
+    """What each derived column of :func:`drill_table` measures, said once under it."""
+    split = " / ".join(f"{n} {_pct(v)}" for n, v in configured.items() if v > 0)
+    return [
+        f"configured: the split the weights give all requests while every route meets its SLO ({split}: the "
+        f"interactive {_pct(1 - batch_share)} by weight, batch ({_pct(batch_share)}) to the secondary); "
+        "served (phase): who answered the phase's successful requests, counted by intended send time (the "
+        "live lines above count the requests completed in their last 5 s, whichever phase sent them); "
+        "to primary: requests that reached the primary ÷ requests sent, "
+        "from its own log (attempts retried elsewhere included, the monitor's probes not)."
+    ]
+
+
+def drill_verdict(reports: Sequence[PhaseReport]) -> str:
+    """One line: did the failover hold (no request failed; the outage cut over)?"""
+    by = {r.name: r for r in reports}
+    failed, sent = sum(r.failed for r in reports), sum(r.sent for r in reports)
+    outage = by.get("outage")
+    cut = outage.cutover_s if outage is not None else None
+    if failed == 0 and cut is not None:
+        return (
+            f"verdict: PASS — failover held: 0 of {sent} requests failed, "
+            f"the outage cut over in {cut:.2f} s (our users' manual drill: 7 minutes)"
+        )
+    why = [f"{failed} of {sent} requests failed"] if failed else []
+    if cut is None:
+        why.append("the outage never cut over")
+    return f"verdict: CHECK — {'; '.join(why)} (see the table and lines above)"
 
 
 def drill_summary(reports: Sequence[PhaseReport]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import sys
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -43,7 +45,36 @@ def _write(doc: dict[str, Any], out: Path | None, html: Path | None, markdown: P
     return written
 
 
+PROGRESS_EVERY_S = 5.0
+"""Off a terminal (pipes, CI logs) a plain progress line this often."""
+
+
+def _progress_line(status: LiveStatus) -> str:
+    """One plain line: where the run is and how long is left (off a terminal, every ``PROGRESS_EVERY_S``)."""
+    phase = status.load
+    left = max(0.0, status.duration_s - status.elapsed) + status.duration_s * (status.total - status.index)
+    return (
+        f"progress: {status.policy} ({status.index}/{status.total}) {status.elapsed:.0f}/{status.duration_s:g} s, "
+        f"phase {status.phase_name or '-'}, sent {phase.sent if phase else 0}, errors {phase.errors if phase else 0}; "
+        f"~{left:.0f} s left"
+    )
+
+
+async def _tick(console: Console, status: LiveStatus) -> None:
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY_S)
+        if status.started:
+            console.print(_progress_line(status), markup=False, highlight=False)
+
+
 def _render(status: LiveStatus) -> Group:
+    whole = status.duration_s * max(status.total, 1)
+    done_s = status.duration_s * max(status.index - 1, 0) + min(status.elapsed, status.duration_s)
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(
+        ProgressBar(total=whole or 1.0, completed=done_s, width=40),
+        f"{done_s:.0f}/{whole:g} s, ~{max(0.0, whole - done_s):.0f} s left",
+    )
     table = Table("policy", "t", "phase", "sent", "done", "in flight", "errors", box=None)
     phase = status.load
     table.add_row(
@@ -55,7 +86,7 @@ def _render(status: LiveStatus) -> Group:
         str(phase.in_flight if phase else 0),
         str(phase.errors if phase else 0),
     )
-    return Group(table, *(Text(e, style="dim") for e in status.events[-4:]))
+    return Group(bar, table, *(Text(e, style="dim") for e in status.events[-4:]))
 
 
 async def run_command(
@@ -82,12 +113,26 @@ async def run_command(
         f"{cfg.load.duration:g} s ({', '.join(r.label for r in runs)}); Ctrl-C stops cleanly"
         + (f"; a fleet of {replicas} gateway replicas on a private redis-server" if replicas > 1 else "")
     )
+    if time_scale != 1.0:
+        console.print(
+            f"time scale {time_scale:g}: every time of the scenario is multiplied by {time_scale:g} (phases, faults, "
+            f"the providers' latencies; request rates stay), so it runs {1 / time_scale:g}× shorter",
+            markup=False,
+            highlight=False,
+        )
 
     def done(record: PolicyRecord) -> None:
         console.print(f"done: {record.run.label} — {len(record.samples)} requests")
 
-    with Live(console=console, refresh_per_second=4, transient=True, get_renderable=lambda: _render(status)):
-        records = await run_scenario(cfg, runs, stop, status, on_done=done, replicas=replicas)
+    ticker = None if console.is_terminal else asyncio.create_task(_tick(console, status))
+    try:
+        with Live(console=console, refresh_per_second=4, transient=True, get_renderable=lambda: _render(status)):
+            records = await run_scenario(cfg, runs, stop, status, on_done=done, replicas=replicas)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
     doc = build_document(
         cfg,
         records,

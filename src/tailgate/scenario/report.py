@@ -128,6 +128,17 @@ def class_rows(doc: Doc) -> list[list[str]]:
 
 EVENT_HEAD = ["policy", "at", "provider", "event", "time"]
 
+COMPARISON_LEGEND = (
+    "req: client requests sent in the phase; n<K: fewer than K samples for that percentile; "
+    "errors (pre/post 1st tok): requests that failed for the client, before / after their first token; "
+    "→provider: share of the phase's successful requests that provider served; "
+    "upstream 429: upstream answers 429 (rate limited); "
+    "extra upstream: upstream attempts ÷ client requests − 1 (retries, failovers), both counted by time in the "
+    "phase, so requests crossing a phase boundary can make it negative; "
+    "cache hit: prompt tokens served from a provider's cache; cost /1k req: from the providers' prices."
+)
+"""What each derived column of the comparison table measures, said once under it."""
+
 
 def _cols(head: Sequence[str], left: int, keep: Sequence[int] | None = None) -> tuple[Col, ...]:
     return tuple(
@@ -142,7 +153,14 @@ def rich_tables(doc: Doc) -> list[Grid]:
     head = comparison_head(doc)
     # Narrow terminals lose the P50s and the upstream extras first; policy, phase, P99s and shares stay.
     keep = [0, 0, 1, 3, 2, 1, 3, 2, 1, 2, *([1] * len(_providers(doc))), 4, 4, 3, 4]
-    out = [Grid(_cols(head, 2, keep), tuple(tuple(r) for r in comparison_rows(doc)), title=title)]
+    out = [
+        Grid(
+            _cols(head, 2, keep),
+            tuple(tuple(r) for r in comparison_rows(doc)),
+            title=title,
+            caption=COMPARISON_LEGEND,
+        )
+    ]
     events = event_rows(doc)
     if events:
         out.append(Grid(_cols(EVENT_HEAD, 4), tuple(tuple(r) for r in events), title="timeline events"))
