@@ -206,6 +206,20 @@ def test_empty_env_value_is_an_empty_key_error(tmp_path: Path) -> None:
     ]
 
 
+def test_a_key_or_header_the_upstream_client_cannot_write_is_refused_at_load(tmp_path: Path) -> None:
+    """A provider key with a pasted "…" or a header value outside printable ASCII would fail every request to the
+    provider at send time (the upstream client writes headers as Latin-1): both are refused at load, naming where,
+    and the key itself is never printed."""
+    bailian = 'api_keys: ["${BAILIAN_KEY}"]}'
+    path = _write(tmp_path, EXAMPLE.replace(bailian, 'api_keys: ["${BAILIAN_KEY}"], headers: {X-Team: 团队}}', 1))
+    problems = _problems(path, env={**ENV, "BAILIAN_KEY": "sk-bailian-0123…"})
+    assert problems == [
+        f"{path}:3: providers.bailian.api_keys[0]: key contains a character outside ASCII (pasted from a page?)",
+        f"{path}:3: providers.bailian.headers.X-Team: header value has a character outside printable ASCII",
+    ], problems
+    assert not any("sk-bailian-0123" in p for p in problems)
+
+
 def test_unknown_preset_lists_known_presets(tmp_path: Path) -> None:
     """An unknown preset names providers.NAME.preset, the closest known one and every known preset."""
     path = _write(tmp_path, "providers:\n  p:\n    preset: lanyn\n" + MINIMAL_MODELS)

@@ -193,11 +193,19 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
             problems.append(((*loc, "api_keys", i), "empty key (is its environment variable set but empty?)"))
         elif any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in key):
             problems.append(((*loc, "api_keys", i), "key contains whitespace or control characters"))
+        elif not key.isascii():
+            # It goes into an Authorization header, which the upstream client writes as Latin-1: a key with, say, a
+            # pasted "…" would fail every request at send time. Refused here, at load, naming where.
+            problems.append(((*loc, "api_keys", i), "key contains a character outside ASCII (pasted from a page?)"))
     for header, value in pc.headers.items():
         if not _HEADER_NAME.match(header):
             problems.append(((*loc, "headers", header), "not a valid HTTP header name"))
         if any(c in value for c in "\r\n\0"):
             problems.append(((*loc, "headers", header), "header value contains a line break or NUL"))
+        elif not all(c == "\t" or 0x20 <= ord(c) < 0x7F for c in value):
+            # RFC 9110 §5.5: a field value is visible ASCII, space and tab (obs-text aside); anything else fails
+            # every request to this provider at send time, so it is refused at load.
+            problems.append(((*loc, "headers", header), "header value has a character outside printable ASCII"))
     if problems or base_url is None:
         return None, problems
     return (
