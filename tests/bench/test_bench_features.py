@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from conftest import SimFactory, ThreadedSim
+from conftest import SimFactory, ThreadedSim, eventually
 from tailgate.bench import alarm as alarm_module
 from tailgate.bench import loadgen
 from tailgate.bench.alarm import Alarm
@@ -378,6 +378,32 @@ async def test_open_loop_sends_every_scheduled_request_however_late_the_loop_wak
     (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
     assert run["requests"] == run["successes"] == 10
     assert run["metrics"]["schedule_lag_ms"]["count"] == 10
+
+
+@pytest.mark.timeout(30)
+async def test_a_timed_open_loop_ends_at_its_end_when_the_in_flight_cap_holds_its_backlog(sim: SimFactory) -> None:
+    """A target that answers nothing (the simulator's ``hold``) fills the in-flight cap; once the run's end has
+    passed, the requests the cap held back are not sent: a 0.2 s run at 100/s with a cap of 3 sends 3, not the 20
+    its schedule had due before the end, once the target answers again (a stalled target's backlog would
+    otherwise keep a timed run sending for as long as it takes to clear)."""
+    p = await sim("instant", faults={"hold": True})
+    target = loadgen.Target("sim", UpstreamClient(Endpoint("sim", p.url)), "m")
+    gen = loadgen.LoadGenerator([target], _workload())
+    t0 = time.perf_counter()
+    run = asyncio.ensure_future(gen.open(100, Bounds(duration=0.2, warmup=0.0), max_in_flight=3))
+    try:
+        await eventually(lambda: p.held == 3, 10.0)
+        await asyncio.sleep(max(0.0, t0 + 0.5 - time.perf_counter()))  # the end (0.2 s) has passed: one-sided
+        p.clear_faults()  # the target answers again: the three complete
+        (rec,) = await asyncio.wait_for(run, 20.0)
+    finally:
+        p.clear_faults()
+        if not run.done():
+            run.cancel()
+        await target.client.close()
+    assert gen.phase is not None
+    assert gen.phase.sent == 3
+    assert rec.to_dict()["requests"] == 3
 
 
 @pytest.mark.timeout(30)

@@ -299,6 +299,11 @@ class LoadGenerator:
                             loop.call_soon(loop.call_soon, build)
                         return
                     if phase.in_flight >= max_in_flight:
+                        if end is not None and now >= end:
+                            # Past the end and held back by the in-flight cap (a stalled target): the run ends
+                            # here. Otherwise a target that answers nothing would keep a timed run going for as
+                            # long as its backlog takes; what was not sent shows as requests short of the rate.
+                            break
                         alarm.arm(now + 0.001)  # the schedule keeps its times: the lag will show this wait
                         return
                     if ready is None:  # behind schedule (or no turn in between): build it now
