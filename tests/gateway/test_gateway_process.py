@@ -144,8 +144,9 @@ async def test_primary_killed_mid_run_fails_no_request_that_had_not_started_stre
     assert len(results) == 200
     failed = [r for r in results if r != (200, 30, True, False)]
     # A failure is allowed only for a stream that had already produced output when the primary died,
-    # and it must end with an SSE error event rather than a silent cut.
-    assert all(r[0] == 200 and 0 < r[1] < 30 and r[3] and not r[2] for r in failed), failed
+    # and it must end with an SSE error event rather than a silent cut. All 30 content chunks may have arrived:
+    # the kill can land between the last one and the finish chunk / [DONE] (seen under load, 4 workers).
+    assert all(r[0] == 200 and 0 < r[1] <= 30 and r[3] and not r[2] for r in failed), failed
     assert len(failed) <= 8
 
 
