@@ -46,6 +46,7 @@ async def _run_demo_traffic(db: Path) -> None:
         await stack.close()  # writes the current minute's traffic rows
 
 
+@pytest.mark.timing  # tok/s against the simulator's decode rate: a starved simulator decodes late
 @pytest.mark.timeout(120)
 def test_every_tok_s_on_the_leaderboard_of_a_demo_store_is_near_the_decode_rate(tmp_path: Path) -> None:
     """`tailgate leaderboard --json` over a demo store: each provider's traffic and probe tok/s within 3× of

@@ -13,7 +13,7 @@ header                 where it goes                             a value that fa
 ``x-request-id``       upstream, reply, ledger                   400; over 128 characters: cut to 128
 ``anthropic-version``  upstream (passthrough ``/v1/messages``)   400; sent twice, different: 400
 ``anthropic-beta``     upstream (passthrough ``/v1/messages``)   400; sent twice: joined with ``,``
-``x-tailgate-class``   routing, ledger, trace, metrics labels    400
+``x-tailgate-class``   routing, ledger, trace                    400
 =====================  ========================================  ==========================================
 
 Every other client header stays at the gateway (``Authorization`` / ``x-api-key`` are read by the key

@@ -455,7 +455,8 @@ def decode_messages(body: bytes, *, strict: bool) -> MessagesRequest:
     """Decode and validate a ``/v1/messages`` body; every failure is a 400 ``WireError`` naming the field.
 
     ``strict`` refuses unknown top-level fields, as the API does (it answers ``Extra inputs are not
-    permitted``); a translating gateway wants that, since it cannot pass an unknown field on.
+    permitted``); the gateway decodes leniently and gives every field one fate on a translated route
+    (``wire.anthropic_fates``: carried, mapped, dropped or refused).
     """
     try:
         return _MESSAGES.decode(body, strict=strict)
