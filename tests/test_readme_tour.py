@@ -105,6 +105,10 @@ def test_the_readme_tour_runs_copy_pasted_on_a_fresh_clone(tmp_path: Path) -> No
     # COLUMNS=120: a 120-column terminal, which every table must fit (tailgate.tables drops whole columns)
     env = {**doc_env(tmp_path), "PYTHONPATH": str(clone / "src"), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
     env.pop("TAILGATE_TIME_SCALE", None)
+    # Untraced: the clone's source is a second copy of the package, which coverage would count as other files
+    # (the whole suite's total fell from 95 % to 77 % with it); every line the tour runs is covered elsewhere.
+    for name in [k for k in env if k.startswith("COVERAGE_")]:
+        env.pop(name)
 
     background: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     timings: list[str] = []
