@@ -10,7 +10,7 @@ reset), 429s. The gateway is sampled every ``--sample`` seconds: RSS and open fi
 
 Targets (checked after ``--warmup`` seconds):
 
-1. RSS growth from the end of the warm-up to the end < 5 %;
+1. RSS growth from the end of the warm-up to the end < 5 % (``--rss-limit``; the check's key names the limit);
 2. open file descriptors and asyncio tasks flat: the last third's maximum is at most the warm-up's
    maximum + 10 % + 8 (a leak grows without bound; load noise does not);
 3. 0 client errors outside the injected faults' documented outcomes: a cut or malformed stream after
@@ -208,7 +208,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     growth = (rss_end - rss_start) / rss_start
     flat = {key: (max(s[key] for s in warm), max(s[key] for s in last_third)) for key in ("fds", "tasks")}
     checks = {
-        "rss_growth_below_5pct": growth < 0.05,
+        f"rss_growth_below_{round(args.rss_limit * 100)}pct": growth < args.rss_limit,
         "fds_flat": flat["fds"][1] <= flat["fds"][0] * 1.1 + 8,
         "tasks_flat": flat["tasks"][1] <= flat["tasks"][0] * 1.1 + 8,
         "no_undocumented_client_errors": not tally.errors,
@@ -236,6 +236,13 @@ def main() -> int:
     parser.add_argument("--phase", type=float, default=None, help="seconds per fault phase (default: duration/28)")
     parser.add_argument("--sample", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--rss-limit",
+        type=float,
+        default=0.05,
+        help="largest RSS growth after the warm-up, a fraction (default 0.05; the suite's short smoke on a shared "
+        "machine uses 0.15: its fill-up moves with the other work there)",
+    )
     parser.add_argument("--quick", action="store_true", help="60 s smoke run")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--verbose", action="store_true")

@@ -42,6 +42,9 @@ def _one_route(rows: list[LedgerRow], truth: list[dict[str, Any]]) -> None:
     assert all(r.status == 200 for r in rows), [(r.status, r.outcome) for r in rows]
     assert len({r.provider for r in rows}) == 1, [r.provider for r in rows]
     assert all(r.key_id == "agents" for r in rows)
+    # The gateway's own health probes (request ids ``probe-…``; the adaptive policy probes a route it holds below
+    # half its weight, which a loaded machine's latencies can cause) reach the simulators too: not agent turns.
+    truth = [t for t in truth if not str(t["client_request_id"]).startswith("probe-")]
     assert len({t["api_key_tail"] for t in truth}) == 1, [t["api_key_tail"] for t in truth]
     served = {t["client_request_id"]: (t["prompt_tokens"], t["output_tokens"], t["cached_tokens"]) for t in truth}
     assert {r.request_id: (r.prompt_tokens, r.output_tokens, r.cached_tokens or 0) for r in rows} == served
