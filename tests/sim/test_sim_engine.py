@@ -179,6 +179,7 @@ async def test_queue_overflow_answers_the_configured_status(sim: SimFactory) -> 
     assert any(r.fault == "queue_full" for r in other.truth.records())
 
 
+@pytest.mark.timing  # service intervals from wall-clock stamps: a late loop stamps an end after the slot was freed
 async def test_naive_serves_one_sequence_at_a_time(sim: SimFactory) -> None:
     """naive has one slot: of 4 concurrent requests each is served only after the one before it ended."""
     p = await sim("naive", time_scale=0.02)
