@@ -229,6 +229,7 @@ async def _watch(
     deadline = time.monotonic() + 30.0
     last = time.monotonic()
     period = 0.0
+    views: list[dict[str, Any]] = []
     while None in seen and time.monotonic() < deadline:
         views = await asyncio.gather(*(_providers(session, r) for r in replicas))
         now = time.monotonic()
@@ -237,7 +238,8 @@ async def _watch(
             if seen[i] is None and check(v):
                 seen[i] = now
         await asyncio.sleep(0.02)
-    assert None not in seen, seen
+    # On a failure, what each replica last showed and the end of its log: the evidence for a rare failure.
+    assert None not in seen, (seen, views, ["".join(r.log)[-2000:] for r in replicas])
     return Seen([t for t in seen if t is not None], period)
 
 
