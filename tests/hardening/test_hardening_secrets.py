@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,11 +44,22 @@ def _leaks(*texts: str) -> list[str]:
     return sorted(name for name, value in SECRETS.items() if value in joined)
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
+@pytest.fixture
+def closed_port() -> Iterator[Callable[[], int]]:
+    """Factory of loopback ports nothing listens on, each held bound (never listening) until the test ends: a
+    connection to it is refused, and no other process — another xdist worker's redis-server, say — can take it
+    meanwhile (a port bound and released was once taken by one, and a command under test connected to it)."""
+    held: list[socket.socket] = []
+
+    def factory() -> int:
+        s = socket.socket()
         s.bind(("127.0.0.1", 0))
+        held.append(s)
         return int(s.getsockname()[1])
+
+    yield factory
+    for s in held:
+        s.close()
 
 
 def _config(*, ledger_url: str | None, redis_port: int, port: int = 0, extra: str = "") -> str:
@@ -140,13 +151,13 @@ def _commands(path: Path) -> list[list[str]]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", sorted(_BROKEN))
 def test_no_config_error_prints_a_secret(
-    case: str, tmp_path: Path, secret_env: None, caplog: pytest.LogCaptureFixture
+    case: str, tmp_path: Path, secret_env: None, caplog: pytest.LogCaptureFixture, closed_port: Callable[[], int]
 ) -> None:
     """A config broken in this way is refused by every command that reads it, naming the problem, with no
     secret on stdout, stderr or in a log record."""
     caplog.set_level(logging.DEBUG)
     old, new = _BROKEN[case]
-    valid = _config(ledger_url=_pg_url(_closed_port()), redis_port=_closed_port())
+    valid = _config(ledger_url=_pg_url(closed_port()), redis_port=closed_port())
     assert old in valid, f"the case {case!r} no longer matches the config"
     path = tmp_path / "gateway.yaml"
     path.write_text(valid.replace(old, new, 1), encoding="utf-8")
@@ -157,10 +168,10 @@ def test_no_config_error_prints_a_secret(
         assert _leaks(result.stdout, result.stderr, caplog.text) == [], (argv, result.stderr)
 
 
-def test_the_sweep_sees_a_planted_leak(tmp_path: Path, secret_env: None) -> None:
+def test_the_sweep_sees_a_planted_leak(tmp_path: Path, secret_env: None, closed_port: Callable[[], int]) -> None:
     """The detector is not blind: a secret interpolated into a field whose error quotes the value (a port)
     is reported as a leak by the same check the sweep makes."""
-    valid = _config(ledger_url=None, redis_port=_closed_port())
+    valid = _config(ledger_url=None, redis_port=closed_port())
     planted = valid.replace("port: 0}", 'port: "${SWEEP_PG_PASSWORD}"}', 1)
     assert planted != valid
     path = tmp_path / "gateway.yaml"
@@ -182,12 +193,14 @@ def env() -> dict[str, str]:
 
 
 @pytest.mark.timeout(120)
-def test_config_check_and_store_commands_print_no_secret(tmp_path: Path, env: dict[str, str]) -> None:
+def test_config_check_and_store_commands_print_no_secret(
+    tmp_path: Path, env: dict[str, str], closed_port: Callable[[], int]
+) -> None:
     """A valid config with unreachable Redis and PostgreSQL: config check (text and JSON) shows the state
     and store addresses with the passwords hidden; keys and usage name the store and fail cleanly."""
     path = tmp_path / "gateway.yaml"
-    pg_port = _closed_port()
-    path.write_text(_config(ledger_url=_pg_url(pg_port), redis_port=_closed_port()), encoding="utf-8")
+    pg_port = closed_port()
+    path.write_text(_config(ledger_url=_pg_url(pg_port), redis_port=closed_port()), encoding="utf-8")
     outputs = []
     for argv in (
         ["config", "check", str(path)],
@@ -242,14 +255,16 @@ def _get(url: str, key: str | None = None) -> int:
 
 
 @pytest.mark.timeout(120)
-def test_serve_logs_no_secret_from_start_to_stop(tmp_path: Path, env: dict[str, str]) -> None:
+def test_serve_logs_no_secret_from_start_to_stop(
+    tmp_path: Path, env: dict[str, str], closed_port: Callable[[], int]
+) -> None:
     """``serve -v`` with Redis and PostgreSQL unreachable logs both addresses with the passwords hidden, serves,
     answers the admin, dashboard and metrics endpoints, and stops, without a secret in any line; a second
     gateway on the same port is refused in one line (exit 2), without a secret either."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    pg_port, redis_port = _closed_port(), _closed_port()
+    pg_port, redis_port = closed_port(), closed_port()
     extra = f"trace: {{path: {tmp_path / 'trace.jsonl'}}}\n"
     path = tmp_path / "gateway.yaml"
     path.write_text(_config(ledger_url=_pg_url(pg_port), redis_port=redis_port, port=port, extra=extra), "utf-8")
@@ -289,13 +304,19 @@ def cluster() -> Iterator[PostgresCluster]:
     ("user", "database", "says"), [("nobody", "postgres", "role"), ("tailgate", "nodb", "database")]
 )
 def test_serve_refuses_a_missing_role_or_database_without_a_secret(
-    cluster: PostgresCluster, tmp_path: Path, env: dict[str, str], user: str, database: str, says: str
+    cluster: PostgresCluster,
+    tmp_path: Path,
+    env: dict[str, str],
+    user: str,
+    database: str,
+    says: str,
+    closed_port: Callable[[], int],
 ) -> None:
     """PostgreSQL answers but the role or database does not exist: serve refuses to start (exit 2) with
     PostgreSQL's reason, the redacted address and where the set-up is documented; no secret printed."""
     path = tmp_path / "gateway.yaml"
     url = _pg_url(cluster.port, database=database, user=user)
-    path.write_text(_config(ledger_url=url, redis_port=_closed_port()), encoding="utf-8")
+    path.write_text(_config(ledger_url=url, redis_port=closed_port()), encoding="utf-8")
     done = _tailgate("serve", "--config", str(path), env=env)
     assert done.returncode == 2, done.stderr
     assert f'{says} "{user if says == "role" else database}" does not exist' in done.stderr
@@ -334,7 +355,9 @@ def _malformed(path: str, secret: str) -> list[bytes]:
 
 
 @pytest.mark.timeout(120)
-def test_malformed_requests_log_one_line_without_a_secret(tmp_path: Path, env: dict[str, str]) -> None:
+def test_malformed_requests_log_one_line_without_a_secret(
+    tmp_path: Path, env: dict[str, str], closed_port: Callable[[], int]
+) -> None:
     """Requests the parser refuses, with the client or admin key in a header, on chat, /v1/messages and /admin:
     each a JSON 4xx (Anthropic's shape under /v1/messages, 431 for too many headers), and the log gets one
     warning line per request — no traceback, no key."""
@@ -342,7 +365,7 @@ def test_malformed_requests_log_one_line_without_a_secret(tmp_path: Path, env: d
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     path = tmp_path / "gateway.yaml"
-    path.write_text(_config(ledger_url=None, redis_port=_closed_port(), port=port), "utf-8")
+    path.write_text(_config(ledger_url=None, redis_port=closed_port(), port=port), "utf-8")
     serve = _Serve(path, env)
     answers: list[tuple[str, bytes]] = []
     try:
