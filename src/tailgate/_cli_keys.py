@@ -133,13 +133,13 @@ def keys_revoke(config_path: Path | None, db: Path | None, key_id: str, as_json:
 
 @click.command()
 @_store_options
-@click.option("--by", type=click.Choice(["key", "alias", "provider", "day"]), default="key", show_default=True)
+@click.option("--by", type=click.Choice(["key", "alias", "provider", "day", "lane"]), default="key", show_default=True)
 @click.option("--since", default="7d", show_default=True, help="How far back (rounded down to the hour): 24h, 7d, 30d.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
 def usage(config_path: Path | None, db: Path | None, by: str, since: str, as_json: bool, as_csv: bool) -> None:
-    """Requests, tokens, spend and prompt-cache hit rate per key, alias, provider or day, from the store (the whole
-    fleet's)."""
+    """Requests, tokens, spend and prompt-cache hit rate per key, alias, provider, day or lane (interactive,
+    batch-lane, provider-batch), from the store (the whole fleet's)."""
     from tailgate.ledger.commands import usage_main
 
     if as_json and as_csv:

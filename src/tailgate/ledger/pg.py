@@ -221,6 +221,106 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
         "samples: the protocol the monitor probed with (openai | anthropic)",
         ("ALTER TABLE samples ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
     ),
+    Migration(
+        9,
+        "the batch lane: files, batches, batch_lines; requests.lane and price_tier; usage_hourly by lane",
+        (
+            """
+            CREATE TABLE files (
+                id          TEXT    PRIMARY KEY,
+                key_id      TEXT,
+                purpose     TEXT    NOT NULL,
+                filename    TEXT    NOT NULL,
+                bytes       BIGINT  NOT NULL,
+                created_at  DOUBLE PRECISION NOT NULL,
+                expires_at  DOUBLE PRECISION,
+                content     BYTEA   NOT NULL
+            )
+            """,
+            "CREATE INDEX files_key_created ON files (key_id, created_at)",
+            """
+            CREATE TABLE batches (
+                id                TEXT    PRIMARY KEY,
+                key_id            TEXT,
+                endpoint          TEXT    NOT NULL,
+                input_file_id     TEXT    NOT NULL,
+                completion_window TEXT    NOT NULL,
+                status            TEXT    NOT NULL,
+                created_at        DOUBLE PRECISION NOT NULL,
+                expires_at        DOUBLE PRECISION,
+                in_progress_at    DOUBLE PRECISION,
+                finalizing_at     DOUBLE PRECISION,
+                completed_at      DOUBLE PRECISION,
+                failed_at         DOUBLE PRECISION,
+                expired_at        DOUBLE PRECISION,
+                cancelling_at     DOUBLE PRECISION,
+                cancelled_at      DOUBLE PRECISION,
+                total             BIGINT  NOT NULL DEFAULT 0,
+                completed         BIGINT  NOT NULL DEFAULT 0,
+                failed            BIGINT  NOT NULL DEFAULT 0,
+                output_file_id    TEXT,
+                error_file_id     TEXT,
+                errors            TEXT,
+                metadata          TEXT    NOT NULL DEFAULT '{}',
+                cost              DOUBLE PRECISION NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX batches_key_created ON batches (key_id, created_at)",
+            "CREATE INDEX batches_status ON batches (status)",
+            """
+            CREATE TABLE batch_lines (
+                batch_id        TEXT    NOT NULL,
+                line            INTEGER NOT NULL,
+                custom_id       TEXT    NOT NULL,
+                method          TEXT    NOT NULL,
+                url             TEXT    NOT NULL,
+                body            TEXT    NOT NULL,
+                state           TEXT    NOT NULL DEFAULT 'pending',
+                lease_owner     TEXT,
+                lease_expires   DOUBLE PRECISION,
+                attempts        INTEGER NOT NULL DEFAULT 0,
+                response_status INTEGER,
+                result          TEXT,
+                error           TEXT,
+                request_id      TEXT,
+                lane            TEXT,
+                provider        TEXT,
+                price_tier      TEXT,
+                cost            DOUBLE PRECISION,
+                done_at         DOUBLE PRECISION,
+                done_by         TEXT,
+                PRIMARY KEY (batch_id, line),
+                UNIQUE (batch_id, custom_id)
+            )
+            """,
+            "CREATE INDEX batch_lines_state ON batch_lines (batch_id, state, line)",
+            "ALTER TABLE requests ADD COLUMN lane TEXT NOT NULL DEFAULT 'interactive'",
+            "ALTER TABLE requests ADD COLUMN price_tier TEXT",
+            """
+            CREATE TABLE usage_hourly_v9 (
+                hour                   DOUBLE PRECISION NOT NULL,
+                key_id                 TEXT    NOT NULL,
+                alias                  TEXT    NOT NULL,
+                provider               TEXT    NOT NULL,
+                lane                   TEXT    NOT NULL DEFAULT 'interactive',
+                requests               BIGINT  NOT NULL,
+                errors                 BIGINT  NOT NULL,
+                input_tokens           BIGINT  NOT NULL,
+                output_tokens          BIGINT  NOT NULL,
+                cost                   DOUBLE PRECISION NOT NULL,
+                cached_tokens          BIGINT  NOT NULL DEFAULT 0,
+                reported_prompt_tokens BIGINT  NOT NULL DEFAULT 0,
+                PRIMARY KEY (hour, key_id, alias, provider, lane)
+            )
+            """,
+            "INSERT INTO usage_hourly_v9 (hour, key_id, alias, provider, lane, requests, errors, input_tokens, "
+            "output_tokens, cost, cached_tokens, reported_prompt_tokens) SELECT hour, key_id, alias, provider, "
+            "'interactive', requests, errors, input_tokens, output_tokens, cost, cached_tokens, reported_prompt_tokens "
+            "FROM usage_hourly",
+            "DROP TABLE usage_hourly",
+            "ALTER TABLE usage_hourly_v9 RENAME TO usage_hourly",
+        ),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

@@ -39,6 +39,14 @@ hours rolled up before version 6 read as "not reported".
 Schema version 7 adds ``requests.api TEXT NOT NULL DEFAULT 'openai'``: the protocol the client spoke,
 ``openai`` or ``anthropic`` (``/v1/messages``, issue 32); rows written before read as ``openai``.
 
+Schema version 9 adds the batch lane (docs/batch.md): ``files`` (uploaded files, their bytes in ``content``),
+``batches`` (one OpenAI batch: owner key, endpoint, status and its timestamps, request counts, output/error
+file ids, metadata, cost), ``batch_lines`` (one row per input line: state pending | leased | done | failed |
+cancelled, lease owner and expiry, attempts, the result, and the lane / provider / price tier that served it);
+``requests.lane`` (``interactive`` | ``batch-lane`` | ``provider-batch``; rows before read ``interactive``) and
+``requests.price_tier`` (the price the cost was computed at: ``standard``, a time window's name, ``batch``);
+``usage_hourly`` is rebuilt with ``lane`` in its key (existing roll-ups become ``interactive``).
+
 Schema version 2 adds the monitor's tables (docs/monitor.md)::
 
     samples                       one row per monitor probe (source = probe)
@@ -292,6 +300,106 @@ MIGRATIONS: tuple[Migration, ...] = (
         8,
         "samples: the protocol the monitor probed with (openai | anthropic)",
         ("ALTER TABLE samples ADD COLUMN api TEXT NOT NULL DEFAULT 'openai'",),
+    ),
+    Migration(
+        9,
+        "the batch lane: files, batches, batch_lines; requests.lane and price_tier; usage_hourly by lane",
+        (
+            """
+            CREATE TABLE files (
+                id          TEXT    PRIMARY KEY,
+                key_id      TEXT,
+                purpose     TEXT    NOT NULL,
+                filename    TEXT    NOT NULL,
+                bytes       INTEGER NOT NULL,
+                created_at  REAL    NOT NULL,
+                expires_at  REAL,
+                content     BLOB    NOT NULL
+            )
+            """,
+            "CREATE INDEX files_key_created ON files (key_id, created_at)",
+            """
+            CREATE TABLE batches (
+                id                TEXT    PRIMARY KEY,
+                key_id            TEXT,
+                endpoint          TEXT    NOT NULL,
+                input_file_id     TEXT    NOT NULL,
+                completion_window TEXT    NOT NULL,
+                status            TEXT    NOT NULL,
+                created_at        REAL    NOT NULL,
+                expires_at        REAL,
+                in_progress_at    REAL,
+                finalizing_at     REAL,
+                completed_at      REAL,
+                failed_at         REAL,
+                expired_at        REAL,
+                cancelling_at     REAL,
+                cancelled_at      REAL,
+                total             INTEGER NOT NULL DEFAULT 0,
+                completed         INTEGER NOT NULL DEFAULT 0,
+                failed            INTEGER NOT NULL DEFAULT 0,
+                output_file_id    TEXT,
+                error_file_id     TEXT,
+                errors            TEXT,
+                metadata          TEXT    NOT NULL DEFAULT '{}',
+                cost              REAL    NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX batches_key_created ON batches (key_id, created_at)",
+            "CREATE INDEX batches_status ON batches (status)",
+            """
+            CREATE TABLE batch_lines (
+                batch_id        TEXT    NOT NULL,
+                line            INTEGER NOT NULL,
+                custom_id       TEXT    NOT NULL,
+                method          TEXT    NOT NULL,
+                url             TEXT    NOT NULL,
+                body            TEXT    NOT NULL,
+                state           TEXT    NOT NULL DEFAULT 'pending',
+                lease_owner     TEXT,
+                lease_expires   REAL,
+                attempts        INTEGER NOT NULL DEFAULT 0,
+                response_status INTEGER,
+                result          TEXT,
+                error           TEXT,
+                request_id      TEXT,
+                lane            TEXT,
+                provider        TEXT,
+                price_tier      TEXT,
+                cost            REAL,
+                done_at         REAL,
+                done_by         TEXT,
+                PRIMARY KEY (batch_id, line),
+                UNIQUE (batch_id, custom_id)
+            )
+            """,
+            "CREATE INDEX batch_lines_state ON batch_lines (batch_id, state, line)",
+            "ALTER TABLE requests ADD COLUMN lane TEXT NOT NULL DEFAULT 'interactive'",
+            "ALTER TABLE requests ADD COLUMN price_tier TEXT",
+            """
+            CREATE TABLE usage_hourly_v9 (
+                hour                   REAL    NOT NULL,
+                key_id                 TEXT    NOT NULL,
+                alias                  TEXT    NOT NULL,
+                provider               TEXT    NOT NULL,
+                lane                   TEXT    NOT NULL DEFAULT 'interactive',
+                requests               INTEGER NOT NULL,
+                errors                 INTEGER NOT NULL,
+                input_tokens           INTEGER NOT NULL,
+                output_tokens          INTEGER NOT NULL,
+                cost                   REAL    NOT NULL,
+                cached_tokens          INTEGER NOT NULL DEFAULT 0,
+                reported_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (hour, key_id, alias, provider, lane)
+            )
+            """,
+            "INSERT INTO usage_hourly_v9 (hour, key_id, alias, provider, lane, requests, errors, input_tokens, "
+            "output_tokens, cost, cached_tokens, reported_prompt_tokens) SELECT hour, key_id, alias, provider, "
+            "'interactive', requests, errors, input_tokens, output_tokens, cost, cached_tokens, reported_prompt_tokens "
+            "FROM usage_hourly",
+            "DROP TABLE usage_hourly",
+            "ALTER TABLE usage_hourly_v9 RENAME TO usage_hourly",
+        ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.
 )

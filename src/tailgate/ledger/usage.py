@@ -1,7 +1,7 @@
 """Spend: hourly roll-ups of the request rows, retention, and the usage report (``tailgate usage``).
 
 ``rollup(conn)`` adds every request row it has not seen yet (by id: ``rollup_state.upto``) into
-``usage_hourly`` (hour × key × alias × provider: requests, errors, input and output tokens, cost, cached
+``usage_hourly`` (hour × key × alias × provider × lane: requests, errors, input and output tokens, cost, cached
 tokens and the prompt tokens of the rows that reported them) and
 moves the watermark, in one transaction. Going by id rather than by time means a row that arrives late
 (a spool replayed after an outage) is still counted, in the hour it happened. On PostgreSQL the job first
@@ -43,8 +43,8 @@ __all__ = [
 ]
 
 HOUR = 3600.0
-Dimension = Literal["key", "alias", "provider", "day"]
-DIMENSIONS: tuple[Dimension, ...] = ("key", "alias", "provider", "day")
+Dimension = Literal["key", "alias", "provider", "day", "lane"]
+DIMENSIONS: tuple[Dimension, ...] = ("key", "alias", "provider", "day", "lane")
 _CHUNK = 500_000  # ids per roll-up transaction (a first roll-up of a big table goes in steps)
 
 
@@ -79,7 +79,7 @@ def _hour_expr(conn: Queryable) -> str:
 
 def _aggregate(conn: Queryable) -> str:
     return (
-        f"SELECT {_hour_expr(conn)}, COALESCE(key_id, ''), alias, COALESCE(provider, ''), COUNT(*), "  # noqa: S608
+        f"SELECT {_hour_expr(conn)}, COALESCE(key_id, ''), alias, COALESCE(provider, ''), lane, COUNT(*), "  # noqa: S608
         "SUM(CASE WHEN outcome <> 'ok' THEN 1 ELSE 0 END), SUM(COALESCE(prompt_tokens, 0)), "
         f"SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cost, 0)), {_CACHED} FROM requests"
     )
@@ -94,10 +94,10 @@ rate's denominator: a provider that says nothing is "not reported", never a 0 % 
 
 
 _UPSERT = (
-    "INSERT INTO usage_hourly (hour, key_id, alias, provider, requests, errors, input_tokens, output_tokens, cost, "
-    "cached_tokens, reported_prompt_tokens) "
-    "{select} WHERE id > ? AND id <= ? GROUP BY 1, 2, 3, 4 "
-    "ON CONFLICT (hour, key_id, alias, provider) DO UPDATE SET "
+    "INSERT INTO usage_hourly (hour, key_id, alias, provider, lane, requests, errors, input_tokens, output_tokens, "
+    "cost, cached_tokens, reported_prompt_tokens) "
+    "{select} WHERE id > ? AND id <= ? GROUP BY 1, 2, 3, 4, 5 "
+    "ON CONFLICT (hour, key_id, alias, provider, lane) DO UPDATE SET "
     "requests = usage_hourly.requests + excluded.requests, errors = usage_hourly.errors + excluded.errors, "
     "input_tokens = usage_hourly.input_tokens + excluded.input_tokens, "
     "output_tokens = usage_hourly.output_tokens + excluded.output_tokens, "
@@ -164,7 +164,7 @@ def _snapshot(conn: StoreConn) -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One hour × key × alias × provider cell (key / provider ``""`` when there was none)."""
+    """One hour × key × alias × provider × lane cell (key / provider ``""`` when there was none)."""
 
     hour: float
     key: str
@@ -179,6 +179,8 @@ class UsageRow:
     """Of ``input_tokens``, those the provider served from its prompt cache."""
     reported_prompt_tokens: int = 0
     """The ``input_tokens`` of the requests whose provider said how many were cached."""
+    lane: str = "interactive"
+    """``interactive``, ``batch-lane`` or ``provider-batch`` (``LedgerRow.lane``)."""
 
 
 def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[UsageRow]:
@@ -190,13 +192,13 @@ def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[Usag
     with _snapshot(conn):
         upto = _watermark(conn)
         rolled = conn.execute(
-            "SELECT hour, key_id, alias, provider, requests, errors, input_tokens, output_tokens, cost, "  # noqa: S608
-            "cached_tokens, reported_prompt_tokens "
+            "SELECT hour, key_id, alias, provider, lane, requests, errors, input_tokens, output_tokens, "  # noqa: S608
+            "cost, cached_tokens, reported_prompt_tokens "
             f"FROM usage_hourly WHERE hour >= ?{key_clause}",
             args,
         ).fetchall()
         raw = conn.execute(
-            f"{_aggregate(conn)} WHERE id > ? AND ts >= ?{key_clause} GROUP BY 1, 2, 3, 4",
+            f"{_aggregate(conn)} WHERE id > ? AND ts >= ?{key_clause} GROUP BY 1, 2, 3, 4, 5",
             (upto, *args),
         ).fetchall()
     for r in (*rolled, *raw):
@@ -206,19 +208,20 @@ def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[Usag
                 r[1],
                 r[2],
                 r[3],
-                int(r[4]),
                 int(r[5]),
                 int(r[6]),
                 int(r[7]),
-                float(r[8]),
-                int(r[9]),
+                int(r[8]),
+                float(r[9]),
                 int(r[10]),
+                int(r[11]),
+                lane=r[4],
             )
         )
     return out
 
 
-_ROLLED_GROUP = {"key": "key_id", "alias": "alias", "provider": "provider", "day": "hour"}
+_ROLLED_GROUP = {"key": "key_id", "alias": "alias", "provider": "provider", "day": "hour", "lane": "lane"}
 
 
 def _raw_group(conn: Queryable, by: Dimension) -> str:
@@ -227,6 +230,7 @@ def _raw_group(conn: Queryable, by: Dimension) -> str:
         "alias": "alias",
         "provider": "COALESCE(provider, '')",
         "day": _hour_expr(conn),
+        "lane": "lane",
     }[by]
 
 
