@@ -69,6 +69,13 @@ class ProviderPreset:
     cached_input_ratio: float | None = None
     """What a cache-hit prompt token costs as a share of the input price, where the provider publishes it:
     ``price.cached_input`` defaults to ``price.input`` × this (the source is in ``sources``)."""
+    batch_price_ratio: float | None = None
+    """What the provider's own batch API bills as a share of its interactive price, where it publishes it:
+    ``price.batch`` defaults to the interactive price × this (the source is in ``sources``)."""
+    batch_cached_input_ratio: float | None = None
+    """What a cache-hit prompt token costs in batch as a share of the batch input price, where the provider says:
+    1.0 = no cache discount in batch (Bailian). Unset: also 1.0 (billed as any prompt token) unless
+    ``price.batch.cached_input`` says otherwise."""
     notes: str = ""
     sources: tuple[str, ...] = ()
 
@@ -167,8 +174,12 @@ PRESETS: dict[str, ProviderPreset] = {
             ),
             cached_input_ratio=0.2,
             cache_min_tokens=256,
+            # Batch calls cost 50 % of real-time calls and get no context-cache discount (billing page).
+            batch_price_ratio=0.5,
+            batch_cached_input_ratio=1.0,
             sources=(
                 "https://help.aliyun.com/zh/model-studio/rate-limit",
+                "https://www.alibabacloud.com/help/en/model-studio/billing-for-model-studio",
                 "https://www.alibabacloud.com/help/en/document_detail/2840182.html",
                 "https://help.aliyun.com/zh/model-studio/user-guide/context-cache",
                 "https://help.aliyun.com/zh/model-studio/anthropic-api-messages",

@@ -153,7 +153,40 @@ def _merge_price(preset: ProviderPreset | None, user: PriceConfig | None) -> Pri
     if ratio is not None and base.get("cached_input") is None and base.get("input"):
         # The provider publishes what a cache hit costs as a share of input (docs/config.md, presets).
         base["cached_input"] = base["input"] * ratio
+    batch_ratio = preset.batch_price_ratio if preset is not None else None
+    batch = base.get("batch")
+    if batch is None and batch_ratio is not None and (base.get("input") or base.get("output")):
+        batch = base["batch"] = {}  # the provider sells batch at a published share of its price
+    if batch is not None:
+        if batch.get("ratio") is None and batch_ratio is not None:
+            batch["ratio"] = batch_ratio
+        cached_share = preset.batch_cached_input_ratio if preset is not None else None
+        if batch.get("cached_input") is None and cached_share is not None:
+            b_in = (
+                batch["input"] if batch.get("input") is not None else base.get("input", 0.0) * batch.get("ratio", 1.0)
+            )
+            batch["cached_input"] = b_in * cached_share
     return PriceConfig(**base)
+
+
+def _price_problems(loc: Loc, preset: ProviderPreset | None, price: PriceConfig | None) -> list[tuple[Loc, str]]:
+    """``price.batch`` without a way to know the batch input or output price: neither given, nor a ratio (the
+    user's or the preset's)."""
+    if price is None or price.batch is None:
+        return []
+    b = price.batch
+    if b.ratio is not None or (preset is not None and preset.batch_price_ratio is not None):
+        return []
+    missing = [f for f in ("input", "output") if getattr(b, f) is None]
+    if not missing:
+        return []
+    return [
+        (
+            (*loc, "price", "batch"),
+            f"price.batch has no {' or '.join(missing)}: give input and output (per million tokens), or ratio, the "
+            "share of the interactive price the provider bills in batch (e.g. 0.5)",
+        )
+    ]
 
 
 def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None, list[tuple[Loc, str]]]:
@@ -187,6 +220,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
         anthropic_url = anthropic_url.strip().rstrip("/")
         if (bad := _check_anthropic_url(anthropic_url)) is not None:
             problems.append(((*loc, "anthropic_base_url"), f"anthropic_base_url {bad}"))
+    problems += _price_problems(loc, preset, pc.price)
     keys = tuple(k.get_secret_value() for k in pc.api_keys)
     for i, key in enumerate(keys):
         if not key.strip():

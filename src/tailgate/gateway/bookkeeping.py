@@ -212,6 +212,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
                 reasoning_tokens=result.reasoning_tokens if result is not None else None,
                 cached_tokens=result.cached_tokens if result is not None else None,
                 api=ctx.api,
+                price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
             )
         )
 
@@ -243,7 +244,11 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
     produced = ctx.first_token_at is not None  # served, or a stream ended early
     if _prompt_estimated(ctx):
         prompt = round(ctx.prompt_estimate or 0.0)
-    cost = provider.cost(prompt, output, result.cached_tokens) if (produced and provider is not None) else None
+    cost = (
+        provider.cost(prompt, output, result.cached_tokens, at=ctx.wall)
+        if (produced and provider is not None)
+        else None
+    )
     return prompt, output, cost
 
 

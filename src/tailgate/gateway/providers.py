@@ -120,14 +120,30 @@ class ProviderState:
                 self.e2e.incr(f"route-cache:cached:{model}", cached)
 
     def cost(
-        self, prompt_tokens: int | None, output_tokens: int | None, cached_tokens: int | None = None
+        self,
+        prompt_tokens: int | None,
+        output_tokens: int | None,
+        cached_tokens: int | None = None,
+        *,
+        at: float | None = None,
     ) -> float | None:
-        """What a request cost in the price's currency, cached prompt tokens at ``price.cached_input``
-        (``PriceConfig.cost``; docs/keys.md, "What a request costs"); None when the provider has no price."""
+        """What a live request that arrived at Unix time ``at`` (default now) cost in the price's currency, cached
+        prompt tokens at ``price.cached_input``, in the price window it fell in (``PriceConfig.quote``;
+        docs/keys.md, "What a request costs"); None when the provider has no price."""
         price = self.config.price
         if not (price.input or price.output):
             return None
-        return price.cost(prompt_tokens, output_tokens, cached_tokens)
+        if not price.windows:
+            return price.cost(prompt_tokens, output_tokens, cached_tokens)
+        return price.quote(prompt_tokens, output_tokens, cached_tokens, at=at).cost
+
+    def price_tier(self, at: float | None = None) -> str | None:
+        """The price tier a live request that arrived at ``at`` is priced at (``standard`` or a window's name);
+        None when the provider has no price."""
+        price = self.config.price
+        if not (price.input or price.output):
+            return None
+        return price.rates(at=at)[3] if price.windows else "standard"
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """What ``GET /admin/providers`` shows (never a key)."""
