@@ -120,3 +120,20 @@ def test_bad_batch_and_window_config_is_refused_naming_its_path(tmp_path: Path) 
         assert any("providers.a.price.windows[0]" in p and message in p for p in problems), (window, problems)
     problems = _problems(tmp_path, "  a: {price: {input: 1, batch: {input: 0.5, output: 1, cached_input: 0.9}}}\n")
     assert any("providers.a.price.batch" in p and "cached_input (0.9) is above input (0.5)" in p for p in problems)
+
+
+def test_config_check_shows_the_batch_price_and_the_windows(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "providers:\n  a:\n    preset: bailian\n    api_keys: ['sk-a-0123456789']\n"
+        "    price: {input: 4, output: 12, windows: [{name: off-peak, start: '00:30', end: '08:30', "
+        "timezone: Asia/Shanghai, ratio: 0.5}]}\n" + ROUTES,
+        encoding="utf-8",
+    )
+    out = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "batch 2 in (2 cached) / 6 out; off-peak: 00:30-08:30 Asia/Shanghai ×0.5" in out.output

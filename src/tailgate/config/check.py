@@ -183,7 +183,14 @@ def _price(p: PriceConfig) -> str:
     if not (p.input or p.output):
         return "no price (its requests are recorded without a cost)"
     cached = f" ({_num(p.cached_input)} cached)" if p.cached_input is not None else ""
-    return f"{_num(p.input)} in{cached} / {_num(p.output)} out {p.currency} per 1M tokens"
+    out = f"{_num(p.input)} in{cached} / {_num(p.output)} out {p.currency} per 1M tokens"
+    if p.batch is not None:
+        b_in, b_out, b_cached, _ = p.rates(lane="provider-batch")
+        out += f"; batch {_num(b_in)} in ({_num(b_cached)} cached) / {_num(b_out)} out"
+    for w in p.windows:
+        how = f"×{w.ratio:g}" if w.ratio is not None else "own prices"
+        out += f"; {w.tier}: {w.start}-{w.end} {w.timezone} {how}"
+    return out
 
 
 def _shares(weights: list[float]) -> list[float]:
