@@ -319,6 +319,7 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "FROM usage_hourly",
             "DROP TABLE usage_hourly",
             "ALTER TABLE usage_hourly_v9 RENAME TO usage_hourly",
+            "ALTER INDEX usage_hourly_v9_pkey RENAME TO usage_hourly_pkey",
         ),
     ),
 )
