@@ -23,6 +23,7 @@ from tailgate.ledger.batches import (
     create_batch,
     create_file,
     delete_file,
+    expire_overdue,
     file_content,
     get_batch,
     get_file,
@@ -381,3 +382,28 @@ def test_migration_to_version_9_keeps_rolled_up_usage_as_interactive(store_targe
         got = usage(conn, since=cell[0], by="lane")
         assert [g["lane"] for g in got] == ["interactive"]
         assert got[0]["cost"] >= 0.75
+
+
+def test_batches_past_their_window_expire_once(store: StoreConn) -> None:
+    f = create_file(store, key_id="team-a", purpose="batch", filename="in.jsonl", content=b"x", now=T0)
+    ids = []
+    for window_end in (T0 + 100, T0 + 200):
+        b = create_batch(
+            store,
+            key_id="team-a",
+            endpoint="/v1/chat/completions",
+            input_file_id=f.id,
+            completion_window="24h",
+            lines=_lines(2),
+            expires_at=window_end,
+            status="in_progress",
+            now=T0,
+        )
+        ids.append(b.id)
+    complete_line(store, ids[0], "req-0", by="r1", ok=True, now=T0 + 50)
+    assert expire_overdue(store, now=T0 + 99) == []
+    (gone,) = expire_overdue(store, now=T0 + 150)
+    assert (gone.id, gone.status, gone.expired_at, gone.completed) == (ids[0], "expired", T0 + 150, 1)
+    assert expire_overdue(store, now=T0 + 150) == []  # moved once
+    assert [x.state for x in read_lines(store, ids[0])] == ["done", "cancelled"]
+    assert [b.id for b in active_batches(store)] == [ids[1]]

@@ -64,6 +64,7 @@ __all__ = [
     "create_batch",
     "create_file",
     "delete_file",
+    "expire_overdue",
     "file_content",
     "get_batch",
     "get_file",
@@ -499,6 +500,20 @@ def _transition(
             (err, at, batch_id),
         )
     return get_batch(conn, batch_id, key_id=None, admin=True)
+
+
+def expire_overdue(conn: StoreConn, *, now: float | None = None) -> list[BatchRecord]:
+    """Move every batch whose window closed (``expires_at <= now``) and that is still validating, in progress
+    or finalizing to ``expired`` (its unfinished lines ``cancelled``, code ``batch_expired``); return those this
+    call moved — of replicas sweeping together, each batch is moved by one."""
+    at = _now(now)
+    due = conn.execute(
+        "SELECT id FROM batches WHERE expires_at IS NOT NULL AND expires_at <= ? "
+        "AND status IN ('validating', 'in_progress', 'finalizing') ORDER BY expires_at, id",
+        (at,),
+    ).fetchall()
+    moved = [transition(conn, bid, "expired", now=at) for (bid,) in due]
+    return [b for b in moved if b is not None]
 
 
 def cancel_batch(
