@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from tailgate.sim.batches import SimBatches
     from tailgate.sim.engine import Engine, Sequence
     from tailgate.sim.faults import Faults, RateLimiter
     from tailgate.sim.prefix_cache import PrefixCache
@@ -69,6 +70,7 @@ class Model(Protocol):
     started_at_wall: float
     prefix_cache: PrefixCache | None
     held: int
+    batches: SimBatches | None
 
     @property
     def url(self) -> str: ...

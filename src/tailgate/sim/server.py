@@ -22,12 +22,14 @@ from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
 from tailgate.sim.engine import QueueFull, Sequence
+from tailgate.sim.presets import EngineParams
 from tailgate.sim.request import Abort, Ctx, Model, api_key
 from tailgate.sim.stream import SSEWriter
 from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
 from tailgate.sim.usage import usage as sim_usage
 from tailgate.wire import errors as wire_errors
+from tailgate.wire.batch import BatchLimits
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import (
@@ -351,40 +353,7 @@ class SimHandlers:
                 seq.notify_each = True
             await seq.wait()
         thought = min(seq.reasoning, len(seq.out))
-        text = "".join(seq.out[thought:])
-        usage = sim_usage(self.p.spec.params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
-        created = int(ctx.wall)
-        if kind == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-            if seq.reasoning:
-                message["reasoning_content"] = "".join(seq.out[:thought])
-            if seq.tool_call is not None:
-                call_id, name = seq.tool_call
-                message["content"] = None
-                message["tool_calls"] = [
-                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
-                ]
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": _finish_reason(seq),
-            }
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason}
-            obj = "text_completion"
-        body = _json.encode(
-            {
-                "id": seq.id,
-                "object": obj,
-                "created": created,
-                "model": req.model,
-                "choices": [choice],
-                "usage": usage,
-                "system_fingerprint": "tailgate-sim",
-            }
-        )
+        body = _json.encode(unary_object(self.p.spec.params, req, kind, seq, int(ctx.wall)))
         if self.faulty_token_index(seq) is not None:
             ctx.fault = "malformed"
             body = body[: len(body) // 2]
@@ -523,8 +492,54 @@ class SimHandlers:
 
 
 DEFAULT_MODEL = "tailgate-sim"
+_JSON_PATHS = (
+    "/v1/chat/",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/embeddings",
+    "/v1/batches",
+    "/sim/",
+)
+"""POST paths whose bodies must be JSON (a 415 otherwise): every ``/v1`` one but ``/v1/files`` (multipart)."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
+
+
+def unary_object(
+    params: EngineParams, req: ChatCompletionRequest | CompletionRequest, kind: str, seq: Sequence, created: int
+) -> dict[str, Any]:
+    """The non-stream body of a finished chat (``kind == "chat"``) or completions sequence."""
+    thought = min(seq.reasoning, len(seq.out))
+    text = "".join(seq.out[thought:])
+    usage = sim_usage(params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
+    if kind == "chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+        if seq.reasoning:
+            message["reasoning_content"] = "".join(seq.out[:thought])
+        if seq.tool_call is not None:
+            call_id, name = seq.tool_call
+            message["content"] = None
+            message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": _finish_reason(seq),
+        }
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason}
+        obj = "text_completion"
+    return {
+        "id": seq.id,
+        "object": obj,
+        "created": created,
+        "model": req.model,
+        "choices": [choice],
+        "usage": usage,
+        "system_fingerprint": "tailgate-sim",
+    }
 
 
 def _finish_reason(seq: Sequence) -> str | None:
@@ -545,11 +560,12 @@ def _chat_prompt(req: ChatCompletionRequest) -> str:
 
 def build_app(provider: Model) -> web.Application:
     """The aiohttp application of one simulated provider."""
+    from tailgate.sim.batches import SimBatches
     from tailgate.sim.control import add_control_routes
 
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[openai_shaped_errors])
     app[PROVIDER_KEY] = provider
-    app[BODY_LIMITS_KEY] = BodyLimits(max_bytes=MAX_BODY_BYTES, json_paths=("/v1/", "/sim/"))
+    app[BODY_LIMITS_KEY] = BodyLimits(max_bytes=MAX_BODY_BYTES, json_paths=_JSON_PATHS)
     h = SimHandlers(provider)
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)
@@ -560,5 +576,8 @@ def build_app(provider: Model) -> web.Application:
     app.router.add_get("/v1/models", h.models)
     app.router.add_get("/health", h.health)
     app.router.add_get("/healthz", h.health)
+    batches = SimBatches(h, BatchLimits(max_file_bytes=MAX_BODY_BYTES))
+    batches.add_routes(app)
+    provider.batches = batches
     add_control_routes(app, provider, prefix="/sim")
     return app
