@@ -11,10 +11,10 @@ from typing import Any, cast
 import aiohttp
 import openai
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, OpenAI
 from openai.types import Batch
 
-from conftest import SimFactory
+from conftest import SimFactory, ThreadedSim
 from tailgate.sim.faults import Faults
 from tailgate.sim.provider import SimProvider
 
@@ -321,6 +321,7 @@ async def test_batch_faults_are_set_at_run_time_and_the_api_can_be_off(sim: SimF
         assert r.status == 404
 
 
+@pytest.mark.timing
 async def test_turnaround_follows_the_time_scale(sim: SimFactory, oai: Oai) -> None:
     """Without the fault, the preset's turnaround × time_scale decides how long a batch runs."""
     p = await sim("instant", engine={"batch_turnaround_s": 40.0}, time_scale=0.01)  # 0.4 s
@@ -336,3 +337,21 @@ async def test_turnaround_follows_the_time_scale(sim: SimFactory, oai: Oai) -> N
     assert 0.35 <= took < 3.0
     assert batch.expires_at is not None
     assert batch.expires_at - batch.created_at == int(24 * 3600 * 0.01)
+
+
+def test_the_sync_sdk_runs_a_batch_too(threaded_sim: Callable[..., ThreadedSim]) -> None:
+    """The blocking openai.OpenAI client: upload, create, poll, read the output — every custom_id once."""
+    ts = threaded_sim("instant", faults={"batch_turnaround_s": 0.2})
+    with OpenAI(base_url=ts.url, api_key="sk-test", max_retries=0, timeout=10) as client:
+        f = client.files.create(file=("in.jsonl", jsonl(chat_lines(10))), purpose="batch")
+        batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        deadline = time.monotonic() + 10
+        while batch.status not in ("completed", "failed", "expired", "cancelled"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            batch = client.batches.retrieve(batch.id)
+        assert batch.status == "completed"
+        assert batch.output_file_id is not None
+        out = [json.loads(x) for x in client.files.content(batch.output_file_id).content.splitlines()]
+        assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(10))
+        assert [b.id for b in client.batches.list()] == [batch.id]
