@@ -10,7 +10,9 @@ token, and its time is the batch's turnaround, not the engine's steps. Nothing h
 
 from __future__ import annotations
 
+import base64
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,10 +183,13 @@ def _embeddings(h: Handlers, rid: str, raw: bytes, fail: bool) -> LineAnswer:
         inputs = [inputs]
     dims = req.dimensions or 256
     prompt_tokens = sum(estimate_tokens(x) if isinstance(x, str) else len(x) for x in inputs)
-    data = [
-        {"object": "embedding", "index": i, "embedding": _embedding(p.spec.seed, str(item), dims)}
-        for i, item in enumerate(inputs)
-    ]
+    data = []
+    for i, item in enumerate(inputs):
+        vector = _embedding(p.spec.seed, str(item), dims)
+        emb: Any = (
+            base64.b64encode(array("f", vector).tobytes()).decode() if req.encoding_format == "base64" else vector
+        )
+        data.append({"object": "embedding", "index": i, "embedding": emb})
     body = {
         "object": "list",
         "data": data,
