@@ -62,7 +62,7 @@ async def start(sim: SimFactory, **faults: Any) -> SimProvider:
 async def test_sdk_runs_a_batch_every_custom_id_answered_once(sim: SimFactory, oai: Oai) -> None:
     """files.create(purpose=batch) → batches.create → polling → files.content: each custom_id answered once,
     the answers are chat completions, and request_counts and usage add up."""
-    p = await start(sim)
+    p = await start(sim, batch_turnaround_s=0.6)  # in_progress long enough for a poll to see it
     client = oai(p.url)
     uploaded = await client.files.create(file=("in.jsonl", jsonl(chat_lines(20))), purpose="batch")
     assert uploaded.object == "file"
@@ -167,7 +167,7 @@ async def test_failed_lines_go_to_the_error_file_with_a_reason(sim: SimFactory, 
 async def test_cancel_stops_the_batch_and_reports_unrun_lines(sim: SimFactory, oai: Oai) -> None:
     """Cancelling mid-run: cancelling, then cancelled; lines answered stay in the output file, the rest are
     batch_cancelled in the error file; cancelling again is a 409."""
-    p = await sim("instant", faults={"batch_turnaround_s": 1.0})
+    p = await sim("instant", faults={"batch_turnaround_s": 3.0})
     client = oai(p.url)
     f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(50))), purpose="batch")
     batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
