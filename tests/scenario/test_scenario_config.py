@@ -152,3 +152,15 @@ def test_cli_check_reports_errors_with_exit_2(tmp_path: Path) -> None:
     assert "--policy fastest: not a policy of this scenario" in result.output
     result = CliRunner().invoke(main, ["scenario", str(path), "--check", "--policy", "cost"])
     assert result.exit_code == 0, result.output
+
+
+def test_time_scale_shrinks_batch_faults() -> None:
+    """The batch turnaround and expiry faults are durations: --time-scale multiplies them, an unset one stays."""
+    from tailgate.scenario.config import _scaled_faults
+    from tailgate.sim.faults import Faults
+
+    scaled = _scaled_faults(Faults(batch_turnaround_s=10.0, batch_expire_after_s=None, batch_fail_rate=0.2), 0.1)
+    assert scaled is not None
+    assert scaled.batch_turnaround_s == pytest.approx(1.0)
+    assert scaled.batch_expire_after_s is None
+    assert scaled.batch_fail_rate == 0.2

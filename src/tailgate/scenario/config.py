@@ -328,14 +328,21 @@ class ScenarioConfig(_Strict):
         )
 
 
-_TIME_FAULTS = ("spike_s", "stall_headers_s", "stall_first_token_s", "slow_drip_s")
+_TIME_FAULTS = (
+    "spike_s",
+    "stall_headers_s",
+    "stall_first_token_s",
+    "slow_drip_s",
+    "batch_turnaround_s",
+    "batch_expire_after_s",
+)
 
 
 def _scaled_faults(faults: Faults | None, x: float) -> Faults | None:
     if faults is None:
         return None
     set_fields = faults.model_fields_set
-    update = {k: getattr(faults, k) * x for k in _TIME_FAULTS if k in set_fields}
+    update = {k: getattr(faults, k) * x for k in _TIME_FAULTS if k in set_fields and getattr(faults, k) is not None}
     if not update:
         return faults
     # Rebuild through validation so the "explicitly set" fields (what a merge applies) are kept.

@@ -80,6 +80,12 @@ class EngineOverrides(BaseModel):
     cache_blocks: int | None = Field(None, ge=1, le=100_000_000)
     cache_ttl_s: float | None = Field(None, gt=0)
     anthropic: bool | None = None
+    price_input: float | None = Field(None, ge=0)
+    price_output: float | None = Field(None, ge=0)
+    price_currency: str | None = Field(None, min_length=1, max_length=8)
+    batch_api: bool | None = None
+    batch_price_ratio: float | None = Field(None, ge=0, le=1)
+    batch_turnaround_s: float | None = Field(None, gt=0, le=14 * 86400)
 
     def apply(self, base: EngineParams) -> EngineParams:
         overrides = self.model_dump(exclude_none=True)

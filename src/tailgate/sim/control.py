@@ -90,6 +90,7 @@ def add_control_routes(app: web.Application, provider: Model, *, prefix: str) ->
                 "faults": provider.faults.model_dump(exclude_defaults=True),
                 "requests": provider.truth.total,
                 "held": provider.held,
+                "batches": provider.batches.snapshot() if provider.batches is not None else None,
             }
         )
 

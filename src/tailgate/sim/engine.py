@@ -209,6 +209,13 @@ class Engine:
             self._task = loop.create_task(self._run(), name="tailgate-sim-engine")
         self._poke()
 
+    def decode_now(self, seq: Sequence) -> None:
+        """Decode ``seq`` to its end at once, outside the slots, the queue and the clock: a batch line, whose
+        time is its batch's turnaround (:mod:`tailgate.sim.batches`), runs on an engine of its own."""
+        now = self._clock()
+        while not seq.done:
+            self._emit([seq], now)
+
     def cancel(self, seq: Sequence) -> None:
         """Free the slot (or queue place) of a sequence whose client went away."""
         if seq.done:

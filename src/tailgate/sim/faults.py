@@ -61,6 +61,14 @@ class Faults(BaseModel):
     """Every request gets 429 ``insufficient_quota`` (not retryable)."""
     slow_drip_s: Seconds = 0.0
     """Minimum time between two tokens of one stream (a provider trickling output)."""
+    batch_turnaround_s: Seconds | None = None
+    """How long a batch created from now on runs, create to completed, in wall seconds (unset: the preset's
+    ``batch_turnaround_s`` × ``time_scale``). Its lines are answered evenly over that time."""
+    batch_fail_rate: Fraction = 0.0
+    """Share of batch lines answered with a 500 (in the error file, not billed)."""
+    batch_expire_after_s: Seconds | None = None
+    """A batch created from now on expires this many wall seconds after its creation (unset: its
+    ``completion_window`` × ``time_scale``): lines not yet answered go to the error file as ``batch_expired``."""
 
     def merged(self, update: Faults) -> Faults:
         """This set with the fields *explicitly set* in ``update`` replaced."""

@@ -34,6 +34,15 @@ Model of one provider (see :mod:`tailgate.sim.engine`):
   ``usage``. Defaults per preset follow the provider each imitates (docs/simulator.md, "Prefix cache").
 * ``anthropic``: also serves Anthropic's Messages API (``POST /v1/messages``), as DeepSeek's and Bailian's
   Anthropic-compatible endpoints do (:mod:`tailgate.sim.anthropic`); elsewhere that path is a 404.
+* ``price_input`` / ``price_output``: the live list price per million tokens, in ``price_currency``;
+  ``batch_price_ratio`` the share of it a batch line is billed (0.5: Bailian, SiliconFlow and OpenAI sell
+  batch at half price — alibabacloud.com/help/en/model-studio/batch-inference, "50% of the cost of real-time
+  inference"; docs.siliconflow.cn/cn/userguide/guides/batch, "价格降低 50%"; Volcengine Ark's batch inference
+  likewise). The DeepSeek-shaped presets use DeepSeek-V3.2's list price (2 CNY input, 3 CNY output per
+  million, api-docs.deepseek.com "Models & Pricing"); ``openai`` gpt-4o-mini's (0.15 / 0.60 USD); the
+  self-hosted ones cost nothing per token.
+* ``batch_api``: serves OpenAI's ``/v1/files`` + ``/v1/batches`` (:mod:`tailgate.sim.batches`); false makes them
+  404, a provider without a batch API. ``batch_turnaround_s``: how long a batch runs, create to completed.
 """
 
 from __future__ import annotations
@@ -77,6 +86,12 @@ class EngineParams:
     cache_blocks: int = 100_000
     cache_ttl_s: float = 3600.0
     anthropic: bool = False
+    price_input: float = 2.0
+    price_output: float = 3.0
+    price_currency: str = "CNY"
+    batch_api: bool = True
+    batch_price_ratio: float = 0.5
+    batch_turnaround_s: float = 300.0
 
     def with_overrides(self, overrides: dict[str, Any]) -> EngineParams:
         """A copy with the given fields replaced (unknown names are a programming error upstream)."""
@@ -104,6 +119,7 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             cache_block_tokens=128,
             cache_ttl_s=600.0,
             anthropic=True,
+            batch_turnaround_s=1.0,
         ),
         "near-zero latency (0.1 ms steps, no queue): for gateway and load-tester overhead benchmarks",
     ),
@@ -214,6 +230,8 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             accuracy=0.8,
             dialect="vllm",
             prefix_cache=False,
+            price_input=0.0,
+            price_output=0.0,
         ),
         "one sequence at a time (plain per-request generate, no batching): P99 explodes with concurrency",
     ),
@@ -233,6 +251,9 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             dialect="openai",
             cache_block_tokens=128,
             cache_ttl_s=600.0,
+            price_input=0.15,
+            price_output=0.60,
+            price_currency="USD",
         ),
         "api.openai.com-shaped: strict request validation (vendor fields are a 400), 429 on overflow",
     ),
@@ -249,6 +270,8 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             cache_block_tokens=16,
             cache_blocks=32_768,
             cache_ttl_s=86_400.0,
+            price_input=0.0,
+            price_output=0.0,
         ),
         "a self-hosted vLLM server (no network hop): accepts ignore_eos, min_tokens, continuous_usage_stats …",
     ),
@@ -265,6 +288,8 @@ PRESETS: dict[str, tuple[EngineParams, str]] = {
             cache_block_tokens=16,
             cache_blocks=32_768,
             cache_ttl_s=86_400.0,
+            price_input=0.0,
+            price_output=0.0,
         ),
         "a self-hosted SGLang server: vLLM's vendor fields plus chat_template_kwargs thinking switches",
     ),
@@ -304,8 +329,9 @@ def presets_markdown() -> str:
     """The preset table of docs/simulator.md (a test checks the doc holds exactly this)."""
     head = (
         "| preset | slots | queue (overflow) | prefill tok/s | step ms (+ per extra seq) | pre-queue median s (σ) "
-        "| swing | max output | accuracy | dialect | thinking | prefix cache (block × blocks, TTL) | shape |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| swing | max output | accuracy | dialect | thinking | prefix cache (block × blocks, TTL) "
+        "| price in / out per M (batch) | shape |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for name, (p, description) in PRESETS.items():
@@ -313,9 +339,16 @@ def presets_markdown() -> str:
             f"| `{name}` | {p.slots} | {p.queue_limit} ({p.overflow_status}) | {p.prefill_tps:g} "
             f"| {p.step_ms:g} (+{p.step_per_seq_ms:g}) | {p.pre_median_s:g} ({p.pre_sigma:g}) "
             f"| {p.swing:g}× / {p.swing_period_s:g} s | {p.max_output_tokens} | {p.accuracy:.2%} | {_dialect(p)} "
-            f"| {_thinking(p)} | {_cache(p)} | {description} |"
+            f"| {_thinking(p)} | {_cache(p)} | {_price(p)} | {description} |"
         )
     return head + "\n".join(rows) + "\n"
+
+
+def _price(p: EngineParams) -> str:
+    live = f"{p.price_input:g} / {p.price_output:g} {p.price_currency}"
+    if not p.batch_api:
+        return f"{live} (no batch API)"
+    return f"{live} (batch ×{p.batch_price_ratio:g}, {p.batch_turnaround_s:g} s)"
 
 
 def _cache(p: EngineParams) -> str:

@@ -15,7 +15,7 @@ from tailgate._aiohttp import HardenedSite
 from tailgate.sim.engine import Engine
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.prefix_cache import PrefixCache
-from tailgate.sim.request import Abort
+from tailgate.sim.request import Abort, BatchState
 from tailgate.sim.server import build_app
 from tailgate.sim.spec import ProviderSpec
 from tailgate.sim.text import text_seed, token_at
@@ -69,6 +69,8 @@ class SimProvider:
         self._released = asyncio.Event()
         """Set while the ``hold`` fault is off: held requests wait on it."""
         self.held = 0
+        self.batches: BatchState | None = None
+        """Its ``/v1/files`` + ``/v1/batches`` (set when its HTTP face is built)."""
         self._stopping = False
         """Requests waiting now under the ``hold`` fault (``/sim/state``'s ``held``)."""
         self._sync_hold()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tailgate.sim.truth import TruthLog
     from tailgate.wire.types import ChatCompletionRequest, CompletionRequest
 
-__all__ = ["Abort", "Ctx", "Handlers", "Model", "api_key"]
+__all__ = ["Abort", "BatchState", "Ctx", "Handlers", "Model", "api_key"]
 
 
 def api_key(request: web.Request) -> str:
@@ -56,6 +56,12 @@ class Ctx:
             self.headers["x-request-id"] = client_rid[:200]
 
 
+class BatchState(Protocol):
+    """The provider's batch side as ``/sim/state`` sees it (``sim.batches.SimBatches``)."""
+
+    def snapshot(self) -> dict[str, object]: ...
+
+
 class Model(Protocol):
     """The simulated provider as its endpoints see it (``sim.provider.SimProvider``)."""
 
@@ -69,6 +75,7 @@ class Model(Protocol):
     started_at_wall: float
     prefix_cache: PrefixCache | None
     held: int
+    batches: BatchState | None
 
     @property
     def url(self) -> str: ...

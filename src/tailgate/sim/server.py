@@ -21,6 +21,7 @@ from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
 from tailgate.sim import shape
+from tailgate.sim.bodies import chat_prompt, finish_reason, unary_object
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.request import Abort, Ctx, Model, api_key
 from tailgate.sim.stream import SSEWriter
@@ -28,6 +29,7 @@ from tailgate.sim.text import estimate_tokens
 from tailgate.sim.truth import TruthRecord
 from tailgate.sim.usage import usage as sim_usage
 from tailgate.wire import errors as wire_errors
+from tailgate.wire.batch import BatchLimits
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import (
@@ -196,7 +198,7 @@ class SimHandlers:
             return error_response(err, ctx.headers)
         if isinstance(req, ChatCompletionRequest):
             max_tokens = req.max_completion_tokens or req.max_tokens
-            prompt_text = _chat_prompt(req)
+            prompt_text = chat_prompt(req)
         else:
             max_tokens = req.max_tokens
             prompt_text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
@@ -351,40 +353,7 @@ class SimHandlers:
                 seq.notify_each = True
             await seq.wait()
         thought = min(seq.reasoning, len(seq.out))
-        text = "".join(seq.out[thought:])
-        usage = sim_usage(self.p.spec.params, seq, len(seq.out), reasoning=thought if seq.reasoning else None)
-        created = int(ctx.wall)
-        if kind == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-            if seq.reasoning:
-                message["reasoning_content"] = "".join(seq.out[:thought])
-            if seq.tool_call is not None:
-                call_id, name = seq.tool_call
-                message["content"] = None
-                message["tool_calls"] = [
-                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
-                ]
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": _finish_reason(seq),
-            }
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason}
-            obj = "text_completion"
-        body = _json.encode(
-            {
-                "id": seq.id,
-                "object": obj,
-                "created": created,
-                "model": req.model,
-                "choices": [choice],
-                "usage": usage,
-                "system_fingerprint": "tailgate-sim",
-            }
-        )
+        body = _json.encode(unary_object(self.p.spec.params, req, kind, seq, int(ctx.wall)))
         if self.faulty_token_index(seq) is not None:
             ctx.fault = "malformed"
             body = body[: len(body) // 2]
@@ -400,7 +369,7 @@ class SimHandlers:
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
             seq=seq,
-            finish_reason=_finish_reason(seq) if kind == "chat" else seq.finish_reason,
+            finish_reason=finish_reason(seq) if kind == "chat" else seq.finish_reason,
         )
         return web.Response(body=body, content_type="application/json", headers=ctx.headers)
 
@@ -471,7 +440,7 @@ class SimHandlers:
         every = usage if continuous else None
         tail = []
         if chat:
-            finish = chat_chunk_bytes(seq.id, created, model, None, finish_reason=_finish_reason(seq), usage=every)
+            finish = chat_chunk_bytes(seq.id, created, model, None, finish_reason=finish_reason(seq), usage=every)
             tail.append(b"data: " + finish + b"\n\n")
         else:
             tail.append(
@@ -497,7 +466,7 @@ class SimHandlers:
             output_tokens=len(seq.out),
             reasoning_tokens=thought,
             seq=seq,
-            finish_reason=_finish_reason(seq) if chat else seq.finish_reason,
+            finish_reason=finish_reason(seq) if chat else seq.finish_reason,
             itl_ms=writer.gaps,
         )
         return resp
@@ -523,33 +492,28 @@ class SimHandlers:
 
 
 DEFAULT_MODEL = "tailgate-sim"
+_JSON_PATHS = (
+    "/v1/chat/",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/embeddings",
+    "/v1/batches",
+    "/sim/",
+)
+"""POST paths whose bodies must be JSON (a 415 otherwise): every ``/v1`` one but ``/v1/files`` (multipart)."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _ID_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
 
 
-def _finish_reason(seq: Sequence) -> str | None:
-    """A tool call that ended naturally finishes with ``tool_calls``, as OpenAI's does."""
-    return "tool_calls" if seq.tool_call is not None and seq.finish_reason == "stop" else seq.finish_reason
-
-
-def _chat_prompt(req: ChatCompletionRequest) -> str:
-    parts: list[str] = []
-    for msg in req.messages:
-        content = msg.content
-        if isinstance(content, str):
-            parts.append(content)
-        elif content:
-            parts.extend(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return "\n".join(parts)
-
-
 def build_app(provider: Model) -> web.Application:
     """The aiohttp application of one simulated provider."""
+    from tailgate.sim.batches import SimBatches
     from tailgate.sim.control import add_control_routes
 
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[openai_shaped_errors])
     app[PROVIDER_KEY] = provider
-    app[BODY_LIMITS_KEY] = BodyLimits(max_bytes=MAX_BODY_BYTES, json_paths=("/v1/", "/sim/"))
+    app[BODY_LIMITS_KEY] = BodyLimits(max_bytes=MAX_BODY_BYTES, json_paths=_JSON_PATHS)
     h = SimHandlers(provider)
     app.router.add_post("/v1/chat/completions", h.chat)
     app.router.add_post("/v1/completions", h.completions)
@@ -560,5 +524,8 @@ def build_app(provider: Model) -> web.Application:
     app.router.add_get("/v1/models", h.models)
     app.router.add_get("/health", h.health)
     app.router.add_get("/healthz", h.health)
+    batches = SimBatches(h, BatchLimits(max_file_bytes=MAX_BODY_BYTES))
+    batches.add_routes(app)
+    provider.batches = batches
     add_control_routes(app, provider, prefix="/sim")
     return app

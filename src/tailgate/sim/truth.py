@@ -52,6 +52,13 @@ class TruthRecord(msgspec.Struct):
     api: str = "openai"
     """The protocol the request spoke: ``openai`` (chat, completions, responses, embeddings) or
     ``anthropic`` (``/v1/messages``)."""
+    batch_id: str | None = None
+    """The batch this row is a line of (``null`` for a live request)."""
+    custom_id: str | None = None
+    """The line's ``custom_id`` in its batch."""
+    cost: float | None = None
+    """What the provider bills a batch line: its tokens at the preset's price × ``batch_price_ratio``, in
+    ``price_currency`` (0 for a line that failed; ``null`` on live rows)."""
 
 
 _encoder = msgspec.json.Encoder()
