@@ -207,14 +207,11 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
     runner = None
     try:
         if options.serve:
-            from tailgate.monitor.serve import DashboardUnavailable, build_app, start
+            from tailgate.monitor.serve import build_app, start
 
             try:
                 where = config.ledger.url if shipper is not None and config.ledger.url else db_path  # the fleet's
                 runner, url = await start(build_app(where), options.host, options.port)
-            except DashboardUnavailable as exc:
-                echo(f"error: --serve: {exc}")
-                return 2
             except OSError as exc:
                 echo(f"error: --serve: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}")
                 return 2
