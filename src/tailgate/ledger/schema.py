@@ -37,7 +37,7 @@ NULL when the provider did not say) and, to ``usage_hourly``, ``cached_tokens`` 
 hours rolled up before version 6 read as "not reported".
 
 Schema version 7 adds ``requests.api TEXT NOT NULL DEFAULT 'openai'``: the protocol the client spoke,
-``openai`` or ``anthropic`` (``/v1/messages``, issue 32); rows written before read as ``openai``.
+``openai`` or ``anthropic`` (``/v1/messages``); rows written before read as ``openai``.
 
 Schema version 2 adds the monitor's tables (docs/monitor.md)::
 
