@@ -1,85 +1,8 @@
 """The tailgate SQLite store: its schema, its migrations, and how to open it.
 
-One file holds everything tailgate persists (path: ``default_db_path()``, ``--db`` / ``$TAILGATE_DB``).
-Schema version 1::
-
-    requests                      one row per gateway request; no prompt or completion text
-      id                INTEGER PRIMARY KEY   insertion order
-      ts                REAL    NOT NULL      wall-clock Unix seconds when the request arrived
-      request_id        TEXT    NOT NULL      x-request-id (not unique: nothing stops a client reusing one)
-      key_id            TEXT                  gateway key id, never the key
-      alias             TEXT    NOT NULL      model alias the client asked for
-      provider          TEXT                  who served it; NULL when no route was tried
-      upstream_model    TEXT
-      endpoint          TEXT    NOT NULL      chat | completions | embeddings
-      stream            INTEGER NOT NULL      0 | 1
-      traffic_class     TEXT
-      status            INTEGER NOT NULL      HTTP status returned to the client
-      outcome           TEXT    NOT NULL      ok | an error class
-      attempts          INTEGER NOT NULL
-      prompt_tokens     INTEGER
-      output_tokens     INTEGER
-      tokens_estimated  INTEGER NOT NULL      0 | 1
-      ttft_ms           REAL
-      e2e_ms            REAL
-      overhead_ms       REAL
-      cost              REAL                  in the provider's price currency
-    indexes: requests_ts (ts), requests_provider_ts (provider, ts)
-
-Schema version 5 adds, to ``requests`` and ``samples``: ``ttft_answer_ms REAL`` (time to the first
-*answer* token: content or tool call, not reasoning; equals ``ttft_ms`` without thinking) and
-``reasoning_tokens INTEGER`` (of the output tokens, those spent thinking; NULL when unknown).
-
-Schema version 6 adds ``requests.cached_tokens INTEGER`` (of the prompt tokens, those the provider served
-from its prompt cache: ``prompt_tokens_details.cached_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``;
-NULL when the provider did not say) and, to ``usage_hourly``, ``cached_tokens`` and ``reported_prompt_tokens``
-(the prompt tokens of the rows whose provider said, the hit rate's denominator), both ``NOT NULL DEFAULT 0``:
-hours rolled up before version 6 read as "not reported".
-
-Schema version 7 adds ``requests.api TEXT NOT NULL DEFAULT 'openai'``: the protocol the client spoke,
-``openai`` or ``anthropic`` (``/v1/messages``); rows written before read as ``openai``.
-
-Schema version 2 adds the monitor's tables (docs/monitor.md)::
-
-    samples                       one row per monitor probe (source = probe)
-      id                INTEGER PRIMARY KEY
-      ts                REAL    NOT NULL      wall-clock Unix seconds when the probe was sent
-      provider          TEXT    NOT NULL      provider name in the config
-      model             TEXT    NOT NULL      upstream model id
-      workload          TEXT    NOT NULL      short | long | accuracy
-      status            INTEGER               HTTP status; NULL when none arrived (connect error, timeout)
-      error_class       TEXT                  NULL = ok; else the measurement core's error class
-      ttft_ms           REAL
-      e2e_ms            REAL
-      output_tokens     INTEGER
-      tok_s             REAL                  (output_tokens - 1) / (E2E - TTFT); NULL when undefined
-      accuracy_ok       INTEGER               1 | 0 for graded accuracy tasks; NULL otherwise
-    indexes: samples_ts (ts), samples_pm_ts (provider, model, ts)
-
-    traffic_minutes               the gateway's passive per-minute aggregates (source = traffic)
-      minute            REAL    NOT NULL      Unix seconds, start of the minute
-      provider          TEXT    NOT NULL
-      model             TEXT    NOT NULL      upstream model id
-      requests          INTEGER NOT NULL
-      errors            INTEGER NOT NULL
-      output_tokens     INTEGER NOT NULL
-      tok_s_sum         REAL    NOT NULL      sum of per-request tok/s (mean = tok_s_sum / tok_s_n)
-      tok_s_n           INTEGER NOT NULL
-      ttft_hist         TEXT                  JSON of LatencyHistogram.to_dict(), milliseconds
-      e2e_hist          TEXT                  same, for E2E
-    index: traffic_minutes_pm (provider, model, minute)
-    Several gateway worker processes may each write a row for the same (minute, provider, model):
-    readers merge them (sum the counts, merge the histograms).
-
-Schema version 4 adds ``load_tests``: one row per provider × model per scheduled peak-hour load test
-(the monitor's ``--peak-at``): ts, provider, model, profile, requests, errors, ttft/e2e P90 and P99 (ms,
-at the highest level run), decay_p99_e2e (P99 E2E there ÷ at the lowest level), capacity and
-capacity_by (the finder's answer, when the profile searches), detail (the levels as JSON).
-
-    schema_version                one row per applied migration
-      version           INTEGER PRIMARY KEY
-      applied_at        REAL    NOT NULL      Unix seconds
-      description       TEXT    NOT NULL
+One file holds everything tailgate persists (path: ``default_db_path()``, ``--db`` / ``$TAILGATE_DB``). Each table
+and column is described in docs/ledger.md, "Schema", with the version that added it; ``ledger/pg.py`` keeps the same
+versions for PostgreSQL (tests/ledger/test_migrations_agree.py holds the two to the same tables and columns).
 
 ``MIGRATIONS`` is append-only: a released migration is never edited, a change is a new version. The
 database's version is ``MAX(schema_version.version)``; ``open_db`` applies the missing ones in order,
