@@ -41,8 +41,7 @@ class Plan:
 
 
 def _short(name: str, package: str) -> str:
-    name = name.strip("`")
-    return name.removeprefix(package + ".") if name != package else package
+    return name.strip("`").removeprefix(package + ".")
 
 
 def read_plan(markdown: str, package: str) -> Plan:
@@ -105,9 +104,9 @@ def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
 
 
 def _unit(module: str, package: str) -> str:
-    """The top-level package or module under ``package`` that ``module`` belongs to (``package`` for the root)."""
+    """The top-level package or module under ``package`` that ``module`` belongs to (``__init__`` for the root)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else package
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
 def findings(root: Path, package: str, plan: Plan) -> list[str]:
@@ -162,16 +161,16 @@ FAKE_PAGE = """# fake
 top                      the top (+ `_top_util`)
 mid  side                two faces
 low                      the bottom
-fake                     the root
+__init__                 the root
 ```
 
 | package | what | depends on |
 |---|---|---|
-| `fake.top` (+ `_top_util`) | the top | mid, side, `fake` (`__version__`) |
+| `fake.top` (+ `_top_util`) | the top | mid, side, `__init__` (`__version__`) |
 | `fake.mid` | a face | low |
 | `fake.side` | a face | low, aiohttp |
 | `fake.low` | the bottom | — |
-| `fake` | the root | — |
+| `fake.__init__` | the root | — |
 """
 
 CLEAN = {
@@ -267,7 +266,7 @@ def test_a_declared_arrow_that_points_up_is_found() -> None:
 def test_the_page_reads_as_a_plan() -> None:
     plan = read_plan(DOC.read_text(encoding="utf-8"), "tailgate")
     assert plan.layers[0] == ["cli"]
-    assert plan.layers[-1] == ["tailgate"]
+    assert plan.layers[-1] == ["__init__"]
     assert plan.rows["_cli_util"] == "cli"
     assert plan.rows["__main__"] == "cli"
     assert plan.declared["monitor"] >= {"dashboard", "upstream"}
