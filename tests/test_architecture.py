@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from planted import write_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 DOC = ROOT / "docs" / "architecture.md"
@@ -188,10 +190,7 @@ CLEAN = {
 
 
 def _plant(tmp_path: Path, changes: dict[str, str]) -> list[str]:
-    for rel, text in {**CLEAN, **changes}.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    write_tree(tmp_path, {**CLEAN, **changes})
     return findings(tmp_path, "fake", read_plan(FAKE_PAGE, "fake"))
 
 
