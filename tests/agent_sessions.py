@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from sim_truth import truth_sync
+
 AGENTS: dict[str, tuple[str, str]] = {
     "claude": ("@anthropic-ai/claude-code@2.1.337", "claude"),
     "codex": ("@openai/codex@0.171.0", "codex"),
@@ -166,12 +168,9 @@ class Stack:
 
     def truth(self) -> list[dict[str, Any]]:
         """Every simulated provider's truth rows (what it served, as it counted it)."""
-        import httpx2
-
         rows: list[dict[str, Any]] = []
         for name, url in self.sims.items():
-            got = httpx2.get(url.removesuffix("/v1") + "/sim/truth?limit=100000", timeout=10).json()
-            rows += [{**row, "sim": name} for row in got["requests"]]
+            rows += [{**row, "sim": name} for row in truth_sync(url, limit=100000)]
         return rows
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from sim_truth import truth
 from tailgate.gateway.responses import prompt_bound
 from tailgate.ledger import read_rows
 from tailgate.ledger.usage import day_start
@@ -206,9 +207,8 @@ async def _send(session: aiohttp.ClientSession, base: str, sent: Sent, rid: str)
 async def _truth(session: aiohttp.ClientSession, sims: list[SimProvider]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in sims:
-        async with session.get(s.url.removesuffix("/v1") + "/sim/truth") as r:
-            for rec in (await r.json())["requests"]:
-                out[rec.get("client_request_id") or "-"].append(rec)
+        for rec in await truth(s.url, session=session):
+            out[rec.get("client_request_id") or "-"].append(rec)
     return out
 
 

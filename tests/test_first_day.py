@@ -88,23 +88,9 @@ def test_an_open_gateway_says_so_at_start(tmp_path: Path) -> None:
     """No keys in the config or the store: `serve` warns that any bearer is accepted, on loopback only."""
     config = tmp_path / "gateway.yaml"
     config.write_text(_CONFIG + "listen: {port: 0}\n", encoding="utf-8")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tailgate", "serve", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    lines = []
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "gateway listening on" in line:
-                break
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=30)  # reads the rest and closes the pipe
-    text = "".join(lines)
+    serve = ServeProcess(config, port=None)  # the config's port 0
+    serve.stop()
+    text = serve.text()
     assert "no gateway keys configured: any bearer is accepted (listening on loopback 127.0.0.1 only)" in text
     assert f"store: {tmp_path / 'store.db'}" in text
 

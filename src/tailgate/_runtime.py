@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -79,18 +79,24 @@ async def wait_for_stop(stop: asyncio.Event, duration: float | None) -> None:
         await asyncio.wait_for(stop.wait(), timeout=duration)
 
 
-async def stop_task(task: asyncio.Task[object] | asyncio.Task[None], grace_s: float = 0.1) -> None:
+async def stop_task(task: asyncio.Task[Any], grace_s: float = 0.1, *, reraise: bool = False) -> None:
     """Cancel a background task and wait until it has really stopped.
 
     One ``cancel()`` is not always enough on Python 3.11: a cancellation that lands while an
     ``asyncio.timeout`` block inside the task expires is turned into a ``TimeoutError``, and a loop that
     treats timeouts as a Redis hiccup carries on for ever (a fleet test hung in teardown this way in CI).
-    So cancel again until the task is done."""
+    So cancel again until the task is done. Unlike ``task.cancel()`` then ``await task`` under
+    ``suppress(CancelledError)``, a cancellation of the caller itself while it waits is not swallowed.
+
+    A task that had ended with an exception: raised again with ``reraise`` (what ``await task`` would do),
+    else logged at debug level."""
     while not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=grace_s)
-    if not task.cancelled() and task.exception() is not None:
-        logging.getLogger("tailgate").debug("background task %s ended with %r", task.get_name(), task.exception())
+    if not task.cancelled() and (error := task.exception()) is not None:
+        if reraise:
+            raise error
+        logging.getLogger("tailgate").debug("background task %s ended with %r", task.get_name(), error)
 
 
 async def bounded_step(what: str, step: Awaitable[object], limit_s: float, log: logging.Logger) -> bool:

@@ -5,23 +5,22 @@ against the simulator's own truth of the same requests."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
 from conftest import ThreadedSim
+from sim_truth import truth_sync
 from tailgate.bench.loadgen import anthropic_body
 from tailgate.cli import main
 
 THINKING = {"pre_median_s": 0.0, "step_ms": 2.0, "jitter": 0.0, "default_output_tokens": 10, "reasoning_median": 8}
 
 
-def _truth(p: ThreadedSim) -> list[dict[str, object]]:
-    with urllib.request.urlopen(p.url.removesuffix("/v1") + "/sim/truth") as r:  # noqa: S310 - loopback
-        records: list[dict[str, object]] = json.loads(r.read())["requests"]
-    return sorted(records, key=lambda rec: float(rec["received_at"]))  # type: ignore[arg-type]
+def _truth(p: ThreadedSim) -> list[dict[str, Any]]:
+    return sorted(truth_sync(p.url), key=lambda rec: float(rec["received_at"]))
 
 
 def test_bench_measures_an_anthropic_endpoint(threaded_sim: Callable[..., ThreadedSim], tmp_path: Path) -> None:
@@ -40,7 +39,7 @@ def test_bench_measures_an_anthropic_endpoint(threaded_sim: Callable[..., Thread
     assert sum(run["errors"].values()) == 0
     truth = _truth(p)
     assert [rec["api"] for rec in truth] == ["anthropic"] * 9  # the preflight's request, then the run's 8
-    assert run["tokens"]["output"] == sum(int(rec["output_tokens"]) for rec in truth[1:])  # type: ignore[call-overload]
+    assert run["tokens"]["output"] == sum(int(rec["output_tokens"]) for rec in truth[1:])
     assert run["tokens"]["estimated"] is False
     assert run["tokens"]["reasoning"] > 0
     ttft, answer = run["metrics"]["ttft_ms"], run["metrics"]["ttft_answer_ms"]

@@ -7,15 +7,14 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-import aiohttp
 import pytest
 
 from conftest import MockProcess
 from loop_lateness import LoopLateness, sim_step_lateness_p99
+from sim_truth import truth as sim_truth
 from tailgate.bench.loadgen import Bounds
 from tailgate.bench.runner import Plan, TargetSpec, run_plan
 from tailgate.bench.workload import LengthDist, Workload
-from tailgate.sim.truth import as_dicts
 from tailgate.stats import LatencyHistogram
 
 T = TypeVar("T")
@@ -27,11 +26,6 @@ def on_uvloop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main())
-
-
-async def _truth(url: str) -> list[dict[str, Any]]:
-    async with aiohttp.ClientSession() as s, s.get(url.removesuffix("/v1") + "/sim/truth") as r:
-        return as_dicts(await r.read())
 
 
 def _pcts(values: list[float]) -> dict[int, float]:
@@ -102,7 +96,7 @@ def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockPro
         assert requests >= {1: 2, 50: 100, 500: 800}[concurrency]
         assert run["successes"] == requests
         # Counted requests are those that completed after the warm-up: the last ones in the truth.
-        truth = [r for r in await _truth(mp.url) if r["status"] == 200][-requests:]
+        truth = [r for r in await sim_truth(mp.url) if r["status"] == 200][-requests:]
         # 500 streams on a 2-core CI machine starve the simulator at times (CI once saw bench 15 ms = 2.0% late
         # at P50); allow that unseen socket wait, up to 5%, at this level only. Shape and "never early" stay strict.
         unseen = 0.05 if concurrency >= 500 else 0.0
@@ -126,7 +120,7 @@ def test_open_loop_percentiles_match_truth(mock_process: Callable[..., MockProce
         plan = Plan("open", Bounds(duration=4.0, warmup=0.0), rate=100.0)
         async with LoopLateness() as loop_late:
             run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
-        truth = [r for r in await _truth(mp.url) if r["status"] == 200]
+        truth = [r for r in await sim_truth(mp.url) if r["status"] == 200]
         assert run["requests"] == run["successes"] == len(truth) >= 370
         # The generator kept its schedule: late by no more than 20 ms beyond what the loop itself was late.
         assert run["metrics"]["schedule_lag_ms"]["p99"] < 20.0 + loop_late.p99, (run["metrics"], loop_late.p99)

@@ -6,8 +6,6 @@ import asyncio
 import re
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import SimFactory
+from serve_process import ServeProcess
 
 
 @pytest.mark.timeout(60)
@@ -36,19 +35,8 @@ async def test_every_scrape_counts_every_workers_requests(sim: SimFactory, tmp_p
             }
         )
     )
-    proc = subprocess.Popen(  # noqa: ASYNC220 - a short start-up read
-        [sys.executable, "-m", "tailgate", "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
+    gw = ServeProcess(config, "--workers", "2", port=port, listeners=2)  # both workers listen
     try:
-        listening = 0
-        for line in proc.stderr:
-            listening += "gateway listening on" in line
-            if listening == 2:
-                break
         url = f"http://127.0.0.1:{port}"
         body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
         close = {"Connection": "close"}
@@ -81,10 +69,6 @@ async def test_every_scrape_counts_every_workers_requests(sim: SimFactory, tmp_p
         assert all(t <= 40.0 for t in early), early
         assert set(totals) == {40.0}
         assert len(pids) == 2  # gauges stay per worker
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert gw.stop(signal.SIGTERM) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+        gw.stop(signal.SIGKILL)  # after a clean stop: nothing left to signal

@@ -13,13 +13,13 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import pytest
 from click.testing import CliRunner
 
 from conftest import GatewayHandle, SimFactory, eventually
+from sim_truth import truth as sim_truth
 from tailgate.cli import main
 from tailgate.gateway.responses import prompt_bound
 from tailgate.ledger import read_rows
@@ -67,13 +67,6 @@ class Run:
         async with self.session.post(self.gw.url + "/chat/completions", data=body, headers=headers) as r:
             await r.read()
             return r.status
-
-
-async def _truth(session: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:
-    async with session.get(url.removesuffix("/v1") + "/sim/truth") as r:
-        assert r.status == 200
-        records: list[dict[str, Any]] = (await r.json())["requests"]
-        return records
 
 
 @pytest.mark.timeout(90)  # ~70 requests, a few of them held 0.5 s, on a busy 2-core machine
@@ -164,7 +157,7 @@ async def test_usage_equals_ledger_equals_provider_truth_and_refusals_change_not
 
         await gw.gateway.books.drain()
         await gw.gateway.ledger.flush()
-        truth = [t for s in sims for t in await _truth(session, s.url)]
+        truth = [t for s in sims for t in await sim_truth(s.url, session=session)]
 
     rows = [r for r in read_rows(path) if r.request_id.startswith("acct-")]
     assert len(rows) == run.n  # one row per request, whatever its outcome

@@ -20,6 +20,7 @@ from anthropic.types import MessageParam, ThinkingConfigParam, ToolParam
 
 from anthropic_grammar import check_stream
 from conftest import GatewayHandle, SimFactory
+from sim_truth import truth as sim_truth
 from tailgate.ledger import read_rows
 from tailgate.sim.faults import Faults
 from tailgate.sim.provider import SimProvider
@@ -77,9 +78,7 @@ def config(*providers: tuple[SimProvider, str], **extra: Any) -> dict[str, Any]:
 
 async def truth(p: SimProvider) -> list[dict[str, Any]]:
     """What the simulator served, as it timed and counted it (oldest first)."""
-    async with aiohttp.ClientSession() as s, s.get(root(p.url) + "/sim/truth") as r:
-        records: list[dict[str, Any]] = (await r.json())["requests"]
-    return sorted(records, key=lambda rec: rec["received_at"])
+    return sorted(await sim_truth(p.url), key=lambda rec: rec["received_at"])
 
 
 async def truth_apis(p: SimProvider) -> list[str]:

@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from conftest import GatewayHandle, SimFactory
+from sim_truth import truth_by_id
 from tailgate.gateway.responses import prompt_bound
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.ledger.usage import day_start, next_day
@@ -90,15 +91,6 @@ async def _post(
         return r.status, r.headers, {"usage": usage}
 
 
-async def _truth(p: SimProvider) -> dict[str, dict[str, Any]]:
-    """What the simulator served, by the request id the gateway passed on (its truth of tokens)."""
-    async with aiohttp.ClientSession() as s, s.get(_root(p.url) + "/sim/truth") as r:
-        records: list[dict[str, Any]] = (await r.json())["requests"]
-    by_id = {rec["client_request_id"]: rec for rec in records}
-    assert len(by_id) == len(records)
-    return by_id
-
-
 async def _used(gw: GatewayHandle, counter: str, window_s: float | None) -> float:
     """The key's counter once every answered request is settled."""
     await gw.gateway.books.drain()
@@ -138,7 +130,7 @@ async def test_tpm_on_messages_admits_exactly_what_fits_the_settled_minute(
     async with aiohttp.ClientSession() as session:
         status, _, answers["t1"] = await _post(session, gw, 200, "t1")
         assert status == 200, answers["t1"]
-        (first,) = (await _truth(p)).values()
+        (first,) = (await truth_by_id(p.url)).values()
         used = await _used(gw, counter, 60.0)
         assert used == first["prompt_tokens"] + first["output_tokens"]  # settled to the truth, not the reservation
         fit = _largest_fitting(TPM - used)
@@ -156,7 +148,7 @@ async def test_tpm_on_messages_admits_exactly_what_fits_the_settled_minute(
 
         status, _, answers["t3"] = await _post(session, gw, fit, "t3")
         assert status == 200, answers["t3"]
-        served = await _truth(p)
+        served = await truth_by_id(p.url)
         assert sorted(served) == ["t1", "t3"]  # the refused request never went upstream
         assert served["t3"]["api"] == ("anthropic" if mode == "passthrough" else "openai")
         want = sum(t["prompt_tokens"] + t["output_tokens"] for t in served.values())
@@ -210,7 +202,7 @@ async def test_a_daily_token_budget_on_messages_admits_until_spent(
         assert again["error"]["type"] == "billing_error"
         assert again["error"]["message"].startswith("The daily budget of this key "), again
         assert "It resets at 00:00 UTC, in " in again["error"]["message"]
-        served = await _truth(p)
+        served = await truth_by_id(p.url)
         assert sorted(served) == sorted(answers)  # the refusals never went upstream
         assert spent == sum(t["prompt_tokens"] + t["output_tokens"] for t in served.values())
         assert await _used(gw, counter, None) == spent  # the refusals kept nothing

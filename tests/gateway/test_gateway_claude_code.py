@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import anthropic
 import pytest
 from anthropic import AsyncAnthropic
 
 from conftest import GatewayHandle, SimFactory
+from sim_truth import truth
 from tailgate.sim.provider import SimProvider
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -61,8 +61,7 @@ def _config(routes: list[tuple[SimProvider, str, float]]) -> dict[str, Any]:
 
 async def _apis(p: SimProvider) -> list[str]:
     """The protocol each request the simulator served was spoken to it in (its truth)."""
-    async with aiohttp.ClientSession() as s, s.get(_root(p.url) + "/sim/truth") as r:
-        return [rec["api"] for rec in (await r.json())["requests"]]
+    return [rec["api"] for rec in await truth(p.url)]
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from _require import require
 from conftest import GatewayHandle, SimFactory, eventually
+from sim_truth import truth as sim_truth
 from tailgate.bench.tokens import available, load
 from tailgate.gateway.responses import prompt_bound, token_estimate
 from tailgate.ledger import read_rows
@@ -138,8 +139,7 @@ async def test_a_passthrough_stream_the_provider_cuts_is_billed_what_it_delivere
     assert resp.status_code == 200
     assert resp.text.count("event: content_block_delta") == 40
     await gw.stop()
-    async with httpx2.AsyncClient(timeout=10) as http:
-        (truth,) = (await http.get(root + "/sim/truth")).json()["requests"]
+    (truth,) = await sim_truth(root)
     (row,) = read_rows(gw.gateway.ledger.path)
     assert truth["output_tokens"] == 40
     assert (row.outcome, row.output_tokens, row.tokens_estimated) == ("cut", 40, True)

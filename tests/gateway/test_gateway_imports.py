@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from planted import write_tree
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 APP = "tailgate.gateway.app"
@@ -118,11 +120,7 @@ def forbidden_app_importers(root: Path, package: str = "tailgate") -> set[str]:
 
 
 def _plant(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root
+    return write_tree(root, files)
 
 
 def test_the_checker_finds_a_planted_circle_through_type_only_and_relative_imports(tmp_path: Path) -> None:

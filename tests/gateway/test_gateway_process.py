@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,46 +15,9 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import MockProcess
+from serve_process import ServeProcess
 from tailgate.cli import main
 from tailgate.ledger import read_rows
-
-
-class ServeProcess:
-    def __init__(self, config: Path) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tailgate",
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                "0",
-                "--drain-timeout",
-                "20",
-            ],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        self.log: list[str] = []
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line)
-            if match := re.search(r"gateway listening on (http://\S+)", line):
-                self.url = match.group(1)
-                return
-        raise RuntimeError("tailgate serve did not start:\n" + "".join(self.log))
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
-        if self.proc.stderr is not None and not self.proc.stderr.closed:
-            self.log.extend(self.proc.stderr.readlines())
-            self.proc.stderr.close()
-        return code
 
 
 @pytest.fixture
@@ -65,7 +25,7 @@ def serve_process() -> Iterator[Callable[[Path], ServeProcess]]:
     made: list[ServeProcess] = []
 
     def factory(config: Path) -> ServeProcess:
-        made.append(ServeProcess(config))
+        made.append(ServeProcess(config, "--drain-timeout", "20"))
         return made[-1]
 
     yield factory
@@ -187,19 +147,8 @@ async def test_two_workers_share_the_port_and_stop_cleanly(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = _config(tmp_path, a.url, a.url)
-    proc = subprocess.Popen(  # noqa: ASYNC220 - nothing else runs on this loop while the gateway starts
-        [sys.executable, "-m", "tailgate", "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
+    gw = ServeProcess(config, "--workers", "2", port=port, listeners=2)  # both workers listen
     try:
-        listening = 0
-        for line in proc.stderr:
-            listening += "gateway listening on" in line
-            if listening == 2:
-                break
         url = f"http://127.0.0.1:{port}/v1"
         body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
         async with aiohttp.ClientSession() as session:
@@ -207,13 +156,8 @@ async def test_two_workers_share_the_port_and_stop_cleanly(
             for _ in range(40):
                 async with session.post(f"{url}/chat/completions", json=body, headers={"Connection": "close"}) as r:
                     statuses.append(r.status)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert gw.stop() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
-    assert listening == 2
+        gw.stop(signal.SIGKILL)  # after a clean stop: nothing left to signal
     assert statuses == [200] * 40
     assert len(read_rows(tmp_path / "ledger.db")) == 40

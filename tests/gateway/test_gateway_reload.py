@@ -12,6 +12,7 @@ import aiohttp
 import yaml
 
 from conftest import SimFactory
+from serve_process import ServeProcess
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import Gateway
 from tailgate.gateway.reload import config_version
@@ -125,28 +126,14 @@ async def test_a_changed_provider_gets_a_new_pool_and_a_request_in_flight_finish
 
 async def test_sighup_reloads_a_serving_process(sim: SimFactory, tmp_path: Path) -> None:
     """`tailgate serve` + SIGHUP: the new version shows in /admin/config."""
-    import re
-    import subprocess
-    import sys
-
     a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
     path = tmp_path / "gw.yaml"
     _write(path, a.url, b.url)
-    proc = subprocess.Popen(  # noqa: ASYNC220 - a short start-up read
-        [sys.executable, "-m", "tailgate", "serve", "--config", str(path), "--port", "0"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    gw = ServeProcess(path)
     try:
-        assert proc.stderr is not None
-        url = ""
-        for line in proc.stderr:
-            if m := re.search(r"listening on (http://\S+)/v1", line):
-                url = m.group(1)
-                break
+        url = gw.root_url
         second = _write(path, a.url, b.url, models={"m": {"routes": [{"provider": "b", "model": "up"}]}})
-        proc.send_signal(signal.SIGHUP)
+        gw.proc.send_signal(signal.SIGHUP)
         async with aiohttp.ClientSession() as s:
             for _ in range(100):
                 async with s.get(f"{url}/admin/config", headers=ADMIN) as r:
@@ -156,10 +143,7 @@ async def test_sighup_reloads_a_serving_process(sim: SimFactory, tmp_path: Path)
             else:
                 raise AssertionError("SIGHUP did not reload within 5 s")
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        gw.stop()
 
 
 async def test_a_reload_never_changes_a_request_already_admitted(sim: SimFactory, tmp_path: Path) -> None:

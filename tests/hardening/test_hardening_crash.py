@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import resource
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,48 +24,19 @@ import pytest
 import yaml
 
 from conftest import GatewayHandle, SimFactory
+from serve_process import ServeProcess
 from tailgate.ledger import read_rows
 
 ALIAS = "m"
 MSG = [{"role": "user", "content": "x"}]
 
 
-class Serve:
-    """``tailgate serve`` as a subprocess; ``preexec`` runs in the child before exec (resource limits)."""
-
-    def __init__(self, config: Path, preexec: Callable[[], None] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tailgate", "serve", "--config", str(config), "--port", "0", "--drain-timeout", "5"],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            preexec_fn=preexec,
-        )
-        self.log: list[str] = []
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line)
-            if match := re.search(r"gateway listening on (http://\S+)", line):
-                self.url = match.group(1)
-                return
-        raise RuntimeError("tailgate serve did not start:\n" + "".join(self.log))
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
-        if self.proc.stderr is not None and not self.proc.stderr.closed:
-            self.log.extend(self.proc.stderr.readlines())
-            self.proc.stderr.close()
-        return code
-
-
 @pytest.fixture
-def serve() -> Iterator[Callable[..., Serve]]:
-    made: list[Serve] = []
+def serve() -> Iterator[Callable[..., ServeProcess]]:
+    made: list[ServeProcess] = []
 
-    def factory(config: Path, preexec: Callable[[], None] | None = None) -> Serve:
-        made.append(Serve(config, preexec))
+    def factory(config: Path, preexec: Callable[[], None] | None = None) -> ServeProcess:
+        made.append(ServeProcess(config, "--drain-timeout", "5", preexec_fn=preexec))
         return made[-1]
 
     yield factory
@@ -126,7 +94,7 @@ def _integrity(db: Path) -> str:
 
 @pytest.mark.timeout(90)
 async def test_sigkill_under_load_loses_at_most_the_last_second(
-    tmp_path: Path, sim: SimFactory, serve: Callable[..., Serve]
+    tmp_path: Path, sim: SimFactory, serve: Callable[..., ServeProcess]
 ) -> None:
     """SIGKILL during mixed stream/non-stream load: every request answered more than 1 s before the kill
     is in the ledger; the store passes an integrity check and a restarted gateway serves and writes on it."""
@@ -171,7 +139,7 @@ def _metric(text: str, name: str) -> float:
 
 @pytest.mark.timeout(60)
 async def test_store_disk_full_keeps_serving_and_says_so(
-    tmp_path: Path, sim: SimFactory, serve: Callable[..., Serve]
+    tmp_path: Path, sim: SimFactory, serve: Callable[..., ServeProcess]
 ) -> None:
     """The gateway's file-size limit stops the store growing (EFBIG, SQLite's "disk is full"): requests
     are still answered 200; /metrics shows write errors and rows pending in memory."""

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +23,7 @@ from hypothesis import strategies as st
 from test_hardening_hostile_headers import failed_attempts, metrics, raw_post
 
 from conftest import ThreadedSim
+from serve_process import ServeProcess
 
 PASSTHROUGH, TRANSLATED = "native", "translated"
 CHECKED = ("x-request-id", "anthropic-version", "anthropic-beta", "x-tailgate-class")
@@ -37,34 +34,8 @@ UPSTREAM_CREDENTIALS = {"Bearer sk-up-1", "sk-up-1", "Bearer sk-up-2"}
 _PRINTABLE = re.compile(r"[\x20-\x7e]*")
 
 
-class Serve:
-    """``tailgate -v serve`` as a subprocess, read until it listens."""
-
-    def __init__(self, config: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tailgate", "-v", "serve", "--config", str(config)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.err: list[str] = []
-        self.port = 0
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.err.append(line)
-            if (m := re.search(r"gateway listening on http://127\.0\.0\.1:(\d+)/v1", line)) is not None:
-                self.port = int(m.group(1))
-                return
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=60)
-        return "".join(self.err) + err
-
-
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, ThreadedSim]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProcess, ThreadedSim]]:
     from conftest import make_spec
 
     sim = ThreadedSim(make_spec("instant", models=("up-model",), engine={"max_output_tokens": 8}))
@@ -83,14 +54,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, Th
         f"ledger: {{path: {tmp / 'ledger.db'}}}\n",
         encoding="utf-8",
     )
-    serve = Serve(config)
+    serve = ServeProcess(config, port=None, verbose=True)  # the config's port 0
     try:
-        assert serve.port, "".join(serve.err)
         yield serve, sim
     finally:
-        log = serve.stop()
+        serve.stop()
         sim.close()
-        assert "Traceback" not in log, log
+        assert "Traceback" not in serve.text(), serve.text()
 
 
 _VALUES = st.one_of(
@@ -120,7 +90,7 @@ def _shape_ok(path: str, raw: bytes) -> bool:
 
 
 @pytest.mark.timeout(180)
-def test_hostile_headers_never_reach_a_provider_or_a_500(served: tuple[Serve, ThreadedSim]) -> None:
+def test_hostile_headers_never_reach_a_provider_or_a_500(served: tuple[ServeProcess, ThreadedSim]) -> None:
     """Random hostile header sets on both protocols: 200 or a JSON 4xx in the path's shape, never a 5xx; no
     failed upstream attempt, no breaker transition; the upstream received only checked, allow-listed values."""
     serve, sim = served

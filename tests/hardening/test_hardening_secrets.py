@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from click.testing import CliRunner
 
 from _require import require_postgres
 from pg_cluster import PostgresCluster
+from serve_process import ServeProcess
 from tailgate.cli import main
 
 SECRETS = {
@@ -217,33 +217,6 @@ def test_config_check_and_store_commands_print_no_secret(
     assert f"postgresql://tailgate:***@127.0.0.1:{pg_port}/tailgate" in outputs[5]  # keys list: the store it used
 
 
-class _Serve:
-    """``tailgate -v serve`` as a subprocess: stderr read until it listens (or exits)."""
-
-    def __init__(self, config: Path, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tailgate", "-v", "serve", "--config", str(config)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self.err: list[str] = []
-        self.url = ""
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.err.append(line)
-            if "gateway listening on http://" in line:
-                self.url = line.split("gateway listening on ", 1)[1].split("/v1", 1)[0]
-                return
-
-    def stop(self) -> tuple[str, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=60)
-        return out, "".join(self.err) + err
-
-
 def _get(url: str, key: str | None = None) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     request = urllib.request.Request(url, headers=headers)  # noqa: S310 - a loopback http URL we built
@@ -268,17 +241,18 @@ def test_serve_logs_no_secret_from_start_to_stop(
     extra = f"trace: {{path: {tmp_path / 'trace.jsonl'}}}\n"
     path = tmp_path / "gateway.yaml"
     path.write_text(_config(ledger_url=_pg_url(pg_port), redis_port=redis_port, port=port, extra=extra), "utf-8")
-    serve = _Serve(path, env)
+    serve = ServeProcess(path, port=None, verbose=True, env=env)  # the config's port
     try:
-        assert serve.url, "".join(serve.err)
-        assert _get(f"{serve.url}/admin/providers", SECRETS["SWEEP_ADMIN_KEY"]) == 200
-        assert _get(f"{serve.url}/admin/config", SECRETS["SWEEP_ADMIN_KEY"]) == 200
-        assert _get(f"{serve.url}/metrics", SECRETS["SWEEP_METRICS_KEY"]) == 200
-        assert _get(f"{serve.url}/dashboard/api/live", SECRETS["SWEEP_DASHBOARD_KEY"]) == 200
-        assert _get(f"{serve.url}/admin/providers", "wrong-key") in (401, 403)
+        root = serve.root_url
+        assert _get(f"{root}/admin/providers", SECRETS["SWEEP_ADMIN_KEY"]) == 200
+        assert _get(f"{root}/admin/config", SECRETS["SWEEP_ADMIN_KEY"]) == 200
+        assert _get(f"{root}/metrics", SECRETS["SWEEP_METRICS_KEY"]) == 200
+        assert _get(f"{root}/dashboard/api/live", SECRETS["SWEEP_DASHBOARD_KEY"]) == 200
+        assert _get(f"{root}/admin/providers", "wrong-key") in (401, 403)
         second = _tailgate("serve", "--config", str(path), env=env)
     finally:
-        out, err = serve.stop()
+        serve.stop(timeout_s=60)
+        out, err = "".join(serve.out), serve.text()
     assert _leaks(out, err) == [], err
     assert f"Redis unavailable at redis://:***@127.0.0.1:{redis_port}/0" in err
     assert f"postgresql://tailgate:***@127.0.0.1:{pg_port}/tailgate" in err
@@ -366,10 +340,9 @@ def test_malformed_requests_log_one_line_without_a_secret(
         port = int(s.getsockname()[1])
     path = tmp_path / "gateway.yaml"
     path.write_text(_config(ledger_url=None, redis_port=closed_port(), port=port), "utf-8")
-    serve = _Serve(path, env)
+    serve = ServeProcess(path, port=None, verbose=True, env=env)  # the config's port
     answers: list[tuple[str, bytes]] = []
     try:
-        assert serve.url, "".join(serve.err)
         for where, secret in (
             ("/v1/chat/completions", SECRETS["SWEEP_CLIENT_KEY"]),
             ("/v1/messages", SECRETS["SWEEP_CLIENT_KEY"]),
@@ -377,7 +350,8 @@ def test_malformed_requests_log_one_line_without_a_secret(
         ):
             answers += [(where, _raw(port, data)) for data in _malformed(where, secret)]
     finally:
-        out, err = serve.stop()
+        serve.stop(timeout_s=60)
+        out, err = "".join(serve.out), serve.text()
     assert _leaks(out, err) == [], err
     assert "Traceback" not in err, err
     assert err.count("refused a malformed HTTP request") == len(answers), err

@@ -10,11 +10,11 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from click.testing import CliRunner
 
 from conftest import SimFactory, ThreadedSim
+from sim_truth import truth
 from tailgate.cli import main
 from tailgate.config.loader import validate_data
 from tailgate.config.resolve import resolve_providers
@@ -42,12 +42,6 @@ def _config(a_url: str, b_url: str) -> GatewayConfig:
     return validate_data(data, GatewayConfig, "test-config")
 
 
-async def _truth(url: str) -> list[dict[str, Any]]:
-    async with aiohttp.ClientSession() as s, s.get(url.removesuffix(ROOT_SUFFIX) + "/sim/truth") as r:
-        records: list[dict[str, Any]] = (await r.json())["requests"]
-    return records
-
-
 async def test_anthropic_targets_are_probed_at_v1_messages_and_kept_apart(sim: SimFactory, tmp_path: Path) -> None:
     """``apis=("openai", "anthropic")``: the provider with an anthropic_base_url is probed both ways, the other
     only by chat. Each anthropic sample equals the simulator's truth for that request (spoken as anthropic);
@@ -69,13 +63,13 @@ async def test_anthropic_targets_are_probed_at_v1_messages_and_kept_apart(sim: S
     ant = [s for s in report.samples if s.api == "anthropic"]
     assert {(s.provider, s.model) for s in ant} == {("a", "up-a")}
     assert sorted(s.workload for s in ant) == ["accuracy", "long", "short"]
-    truth_a = await _truth(a.url)
+    truth_a = await truth(a.url)
     by_api: dict[str, list[dict[str, Any]]] = {}
     for rec in truth_a:
         by_api.setdefault(rec["api"], []).append(rec)
     assert sorted(by_api) == ["anthropic", "openai"]
     assert len(by_api["anthropic"]) == 3
-    assert {rec["api"] for rec in await _truth(b.url)} == {"openai"}
+    assert {rec["api"] for rec in await truth(b.url)} == {"openai"}
     served = {rec["client_request_id"]: rec for rec in by_api["anthropic"]}
     for s in ant:
         rec = served[f"tailgate-monitor-0-{s.workload}"]

@@ -12,10 +12,11 @@ import pytest
 
 from conftest import MockProcess, SimFactory
 from loop_lateness import LoopLateness
+from sim_truth import truth
 from tailgate.sim.engine import Engine, QueueFull, Sequence
 from tailgate.sim.presets import PRESETS, EngineParams
 from tailgate.sim.text import token_at
-from tailgate.sim.truth import TruthRecord, as_dicts
+from tailgate.sim.truth import TruthRecord
 from tailgate.stats import LatencyHistogram
 
 
@@ -163,8 +164,7 @@ async def test_aggregator_collapses_under_load_where_provider_a_does_not(
 
 
 async def _truth(url: str) -> list[Any]:
-    async with aiohttp.ClientSession() as session, session.get(url.removesuffix("/v1") + "/sim/truth") as resp:
-        return [TruthRecord(**r) for r in as_dicts(await resp.read())]
+    return [TruthRecord(**r) for r in await truth(url)]
 
 
 async def test_queue_overflow_answers_the_configured_status(sim: SimFactory) -> None:

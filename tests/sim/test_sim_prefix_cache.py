@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import SimFactory
+from sim_truth import truth
 from tailgate.sim.config import EngineOverrides
 from tailgate.sim.prefix_cache import PrefixCache, block_digests
 from tailgate.sim.presets import PRESETS, preset
@@ -77,9 +78,8 @@ async def chat(
     return dict(frames[-1]["usage"])
 
 
-async def truth(session: aiohttp.ClientSession, p: SimProvider) -> list[dict[str, Any]]:
-    async with session.get(f"{p.root_url}/sim/truth") as resp:
-        return list((await resp.json())["requests"])
+async def _served(session: aiohttp.ClientSession, p: SimProvider) -> list[dict[str, Any]]:
+    return await truth(p.root_url, session=session)
 
 
 # ---- the blocks ----------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ async def test_hits_only_for_a_repeated_prefix_on_the_same_provider_and_key(
     assert (await chat(session, p1, doc, key="sk-two"))["prompt_tokens_details"]["cached_tokens"] == 0
     assert (await chat(session, p2, doc))["prompt_tokens_details"]["cached_tokens"] == 0
     assert (await chat(session, p1, "Y" + doc[1:]))["prompt_tokens_details"]["cached_tokens"] == 0
-    rows = await truth(session, p1)
+    rows = await _served(session, p1)
     assert [r["cached_tokens"] for r in rows] == [0, 5 * BLOCK, 5 * BLOCK, 0, 0]
     assert rows[0]["prompt_tokens"] == 5 * BLOCK + 10
 
@@ -215,7 +215,7 @@ async def test_a_hit_skips_the_prefill_of_the_cached_tokens(sim: SimFactory, ses
     await chat(session, p, doc, stream=True)
     second = await chat(session, p, doc, stream=True)
     assert second["prompt_cache_hit_tokens"] == 128 * BLOCK
-    cold, warm = await truth(session, p)
+    cold, warm = await _served(session, p)
     assert cold["prefill_ms"] == round(prompt / tps * scale * 1000, 3)
     assert warm["prefill_ms"] == round(25 / tps * scale * 1000, 3)
     assert cold["ttft_ms"] >= cold["prefill_ms"]
@@ -295,7 +295,7 @@ async def test_prefix_cache_false_is_the_old_behaviour(sim: SimFactory, session:
     await chat(session, p, doc)
     usage = await chat(session, p, doc, stream=True)
     assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}
-    rows = await truth(session, p)
+    rows = await _served(session, p)
     assert [r["cached_tokens"] for r in rows] == [None, None]
     assert rows[0]["prefill_ms"] == rows[1]["prefill_ms"] > 0
 

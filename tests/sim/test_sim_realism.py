@@ -14,9 +14,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from conftest import SimFactory
+from sim_truth import truth
 from tailgate.config import ConfigError
 from tailgate.sim.config import load_sim_config
-from tailgate.sim.truth import as_dicts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -35,11 +35,6 @@ WEATHER: Any = {
         },
     },
 }
-
-
-async def _truth(root: str) -> list[dict[str, Any]]:
-    async with aiohttp.ClientSession() as s, s.get(f"{root}/sim/truth") as r:
-        return as_dicts(await r.read())
 
 
 # ---- vendor fields per dialect -------------------------------------------------------------------
@@ -128,7 +123,7 @@ async def test_reasoning_stream_thinks_before_it_answers(sim: SimFactory, oai: O
     assert usage.completion_tokens == 20
     assert usage.completion_tokens_details is not None
     assert usage.completion_tokens_details.reasoning_tokens == 12
-    row = (await _truth(p.root_url))[-1]
+    row = (await truth(p.root_url))[-1]
     assert row["reasoning_tokens"] == 12
     assert row["output_tokens"] == 20
     assert row["ttft_answer_ms"] > row["ttft_ms"] > 0
@@ -155,7 +150,7 @@ async def test_thinking_switched_off_by_the_providers_own_field(
     assert getattr(message, "reasoning_content", None) is None
     assert resp.usage is not None
     assert resp.usage.completion_tokens_details is None
-    row = (await _truth(p.root_url))[-1]
+    row = (await truth(p.root_url))[-1]
     assert row["reasoning_tokens"] == 0
     assert row["ttft_answer_ms"] == row["ttft_ms"]
 
@@ -250,7 +245,7 @@ async def test_every_truth_row_has_every_field_and_the_real_id(sim: SimFactory, 
     await client.chat.completions.create(model="m", messages=MSG, max_tokens=2)
     with pytest.raises(openai.RateLimitError):
         await client.chat.completions.create(model="m", messages=MSG, max_tokens=2)
-    served, limited = await _truth(p.root_url)
+    served, limited = await truth(p.root_url)
     assert set(served) == set(limited)
     contract = {"id", "received_at", "queue_ms", "ttft_ms", "e2e_ms", "output_tokens", "stream", "status"}
     assert contract <= set(limited)
@@ -287,7 +282,7 @@ async def test_responses_api_stream_and_not(sim: SimFactory, oai: Oai) -> None:
     assert final.usage is not None
     assert final.usage.output_tokens == len(deltas)
     assert final.output_text == "".join(deltas)
-    row = (await _truth(p.root_url))[-1]
+    row = (await truth(p.root_url))[-1]
     assert row["id"] == final.id
     assert row["output_tokens"] == len(deltas)
     assert row["stream"] is True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 
-from tailgate._runtime import run
+from tailgate._runtime import run, stop_task
 from tailgate.bench import document as doc_mod
 from tailgate.bench.cache import input_cost
 from tailgate.bench.loadgen import Bounds
@@ -393,9 +392,7 @@ def run_bench(o: BenchOptions, console: Console | None = None) -> int:
                 with progress.live:
                     return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
             finally:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
+                await stop_task(ticker, reraise=True)
 
         runs = run(main)
     if price is not None:

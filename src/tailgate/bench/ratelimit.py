@@ -1,7 +1,7 @@
 """Rate-limit honesty: when a provider refuses with 429, say so, and say where its limit is.
 
-Our users found a provider that allowed only ~20 requests/s per API key until support raised it
-(FIELD-NOTES.md); a load test that does not notice measures the limiter, not the service. So:
+Our users found a provider that allowed only ~20 requests/s per API key until support raised it;
+a load test that does not notice measures the limiter, not the service. So:
 
 * :func:`assess` looks at every run of a target: when any was refused with 429 (``rate_limited``), it
   estimates the rate the provider *admitted* per key in its most refused run (open loop: the offered

@@ -7,7 +7,7 @@ recorders of several generator processes merge exactly. ``to_dict`` gives the ru
 JSON schema (documented in docs/bench-results.md); it carries the serialized histograms, so runs
 can be merged and reports re-rendered from the file alone.
 
-Counting rules (DESIGN.md metric definitions):
+Counting rules (docs/metrics.md):
 
 - ``requests`` = successes + errors. A ``cancelled`` call (the generator stopped consuming it, e.g. at
   Ctrl-C or the end of the run) is neither: it is left out of the run and only counted as

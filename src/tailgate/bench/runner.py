@@ -293,7 +293,7 @@ class Progress:
         self.phase: Phase | None = None
         # Rich refreshes a live view from a thread of its own, 4 times a second, even when there is no
         # terminal to draw on; each refresh holds the GIL the event loop needs, and in the open loop
-        # they showed as a 4 Hz comb of 0.5-1 ms schedule lags (docs/benchmarks.md, issue 16). With no
+        # they showed as a 4 Hz comb of 0.5-1 ms schedule lags (docs/benchmarks.md). With no
         # terminal (a file, a pipe, a CI log) nothing would be drawn: no refresh thread at all.
         self.live = Live(
             console=console,

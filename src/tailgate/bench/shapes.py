@@ -31,8 +31,8 @@ from tailgate.bench.workload import LengthDist, RequestSpec, Workload, WorkloadE
 WORKLOADS = ("synthetic", "shared-prefix", "long-context", "multi-turn", "writing")
 SYSTEM_LEAD = "You are the writing assistant of a busy editorial team. House rules and style guide follow:"
 CACHE_HIT_PRICE = 0.2
-"""Cache-hit input tokens cost 20 % of a miss (FIELD-NOTES.md: "cache hits −80%"): the ratio used when neither
-``--price`` nor the ``--provider``'s price (``price.cached_input`` ÷ ``price.input``) gives one."""
+"""Cache-hit input tokens cost 20 % of a miss (the providers' price lists: "cache hits −80%"): the ratio used when
+neither ``--price`` nor the ``--provider``'s price (``price.cached_input`` ÷ ``price.input``) gives one."""
 
 
 def writing_prompts() -> list[dict[str, Any]]:

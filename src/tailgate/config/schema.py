@@ -1,6 +1,6 @@
 """The gateway config schema (``tailgate serve --config FILE``, ``tailgate config check FILE``).
 
-Field names used in DESIGN.md (``providers``, ``base_url``, ``preset``, ``api_keys``, ``limits``, ``price``,
+Field names users' configs already use (``providers``, ``base_url``, ``preset``, ``api_keys``, ``limits``, ``price``,
 ``models``, ``routes``, ``provider``, ``model``, ``weight``, ``classes``, ``routing.policy``) are a contract:
 add fields freely, rename none. Unknown keys are errors. See docs/config.md for the full reference.
 """
@@ -253,7 +253,7 @@ class ProviderConfig(_Strict):
     """Extra request headers sent to this provider (never logged)."""
     anthropic_base_url: str | None = None
     """The provider's own Anthropic Messages API root (the Anthropic SDK's ``base_url``); the preset's for
-    DeepSeek and Bailian. ``/v1/messages`` requests routed here are passed through to it (issue 32)."""
+    DeepSeek and Bailian. ``/v1/messages`` requests routed here are passed through to it."""
     thinking_switch: (
         Literal["thinking", "enable_thinking", "chat_template_kwargs", "reasoning_effort", "none"] | None
     ) = None
@@ -353,7 +353,8 @@ class BreakerSettings(_Strict):
     """First cool-down; doubles on each re-open, jittered ±20 %, up to ``max_cooldown``."""
     max_cooldown: PositiveSeconds = 10.0
     """With probes on, the half-open trials are probes (no client request is risked), so a long back-off only
-    delays re-admission: 10 s keeps a restored provider's return within ~25 s (issue 10's 30 s target)."""
+    delays re-admission: 10 s keeps a restored provider's return within ~25 s (inside the 30 s a failover drill
+    allows)."""
     trial_requests: Annotated[int, Field(ge=1)] = 3
 
     @model_validator(mode="after")

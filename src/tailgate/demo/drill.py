@@ -1,6 +1,6 @@
 """The failover drill: its phases, and what happened in each, computed from plain records.
 
-Our users' drill (FIELD-NOTES.md): shut the primary off at peak and verify the cut-over — theirs took
+Our users' drill: shut the primary off at peak and verify the cut-over — theirs took
 7 minutes. The demo degrades the primary (latency × 5), then takes it down (outage), then restores it,
 while background traffic runs; this module turns what the traffic saw (one :class:`RequestRecord` per
 request) and what the primary itself saw (arrival times from its ground truth) into a

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tailgate._runtime import stop_task
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
 
@@ -54,9 +55,7 @@ class DemoMonitor:
 
     async def close(self) -> None:
         self._stop.set()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await stop_task(self._task, reraise=True)
         await self.monitor.close()
         await self.store.close()
 

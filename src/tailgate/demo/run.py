@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tailgate._runtime import wait_for_stop
+from tailgate._runtime import stop_task, wait_for_stop
 from tailgate.demo.drill import PHASES, DrillPlan, PhaseReport, PhaseWindow, analyse, configured_shares
 from tailgate.demo.probes import without_probes
 from tailgate.demo.show import banner, drill_legend, drill_summary, drill_table, drill_verdict, live_line
@@ -148,9 +148,7 @@ class _Progress:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, reraise=True)
         if self._live is not None:
             self._live.stop()
             self._live = None

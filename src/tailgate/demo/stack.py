@@ -33,7 +33,7 @@ PRIMARY = "primary"
 SECONDARY = "secondary"
 
 # (gateway provider name, simulator preset, route weight, traffic classes it takes first).
-# Two providers, both live, as our users run them (FIELD-NOTES.md): the primary ~80% of the traffic, the
+# Two providers, both live, as our users run them: the primary ~80% of the traffic, the
 # secondary the rest plus the batch work, and each the other's fallback. The secondary is "same-cloud"
 # (their words): a second provider shaped like provider A, so that moving traffic to it actually helps.
 TWO = ((PRIMARY, "provider-a", 80.0, ()), (SECONDARY, "provider-a", 20.0, ("batch",)))
@@ -68,7 +68,7 @@ class StackOptions:
 
 
 def gateway_config(urls: dict[str, str], db: Path, *, all_providers: bool = False) -> dict[str, Any]:
-    """The demo's gateway config: the 80/20 adaptive shape of DESIGN.md over the simulated providers."""
+    """The demo's gateway config: the 80/20 adaptive shape our users run (docs/demo.md) over the simulated providers."""
     table = ALL if all_providers else TWO
     return {
         "listen": {"host": "127.0.0.1", "port": 0},

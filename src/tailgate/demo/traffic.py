@@ -2,11 +2,11 @@
 
 Bodies come from the bench's :class:`~tailgate.bench.workload.Workload` and every request goes through
 the measurement core (:func:`tailgate.upstream.call`), so the demo's numbers mean what bench's and the
-gateway's mean. Open loop (DESIGN.md): request *i* is due at its intended time whatever happened to
+gateway's mean. Open loop (docs/bench.md): request *i* is due at its intended time whatever happened to
 earlier ones, and its latencies count from that time — a stalled provider cannot slow the schedule and
 hide its own queueing.
 
-The mix follows FIELD-NOTES.md: interactive chat (streamed, short answers, latency-sensitive) and a
+The mix is our users' traffic: interactive chat (streamed, short answers, latency-sensitive) and a
 share of batch work (not streamed, longer, ``x-tailgate-class: batch``, which the secondary takes first).
 """
 

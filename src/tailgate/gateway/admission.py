@@ -480,7 +480,7 @@ class KeyAdmission:
         tpm_adm: Admission | None = None
         if tpm is not None:
             allow = None if isinstance(state, LocalState) else self._held(state)
-            if allow is not None:  # the remembered refusal or the slice held: no Redis call (issue 31)
+            if allow is not None:  # the remembered refusal or the slice held: no Redis call
                 tpm_adm = allow.known(f"key:{key_id}:tpm", float(tpm))
             if tpm_adm is None:
                 tpm_adm = await state.take(f"key:{key_id}:tpm", 0.0, float(tpm), 60.0)

@@ -55,7 +55,8 @@ __all__ = [
 PATH = "/messages"
 """Under ``/v1``, as the SDK and Claude Code call it."""
 COUNT_PATH = "/messages/count_tokens"
-"""Under ``/v1``: served by forwarding to a native endpoint of the alias (``Proxy.count_tokens``)."""
+"""Under ``/v1``: served by forwarding to a native endpoint of the alias
+(:class:`~tailgate.gateway.count_tokens.CountTokens`)."""
 UPSTREAM_PATH = "/v1/messages"
 """Under a provider's ``anthropic_base_url`` (DeepSeek's ``…/anthropic``, Bailian's ``…/apps/anthropic``)."""
 

@@ -145,7 +145,7 @@ class Gateway:
                 retention_every=lc.retention_interval,
             )
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
-        self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # monitor.md
+        self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # docs/monitor.md
         self.admission = KeyAdmission(self.key_directory, lambda: state, registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         bc = config.routing.breaker
@@ -343,7 +343,8 @@ class Gateway:
             self.metrics.provider_state.labels(name).set(0 if p.drained else 1)
 
     def check_bind(self, host: str) -> None:
-        """DESIGN.md: without gateway keys, bind loopback only unless ``allow_open: true``."""
+        """Without gateway keys, bind loopback only unless ``allow_open: true``: a gateway with no keys spends its
+        providers' keys for whoever reaches it (docs/config.md)."""
         self.check_bind_static(self.config, host)
 
     @staticmethod

@@ -34,7 +34,7 @@ log = logging.getLogger("tailgate.gateway")
 BOOK_DELAY_S = 0.001
 """How long an ended request's bookkeeping may wait, and an answered request's tail (``Books.later``). Run at
 once, both sat between a client's answer and that client's next request: one client at a time, the next
-request waited for them (issue 15's added latency at one connection). A millisecond later the next request
+request waited for them (latency added at one connection). A millisecond later the next request
 has reached its provider (its read, routing and upstream write take ~0.3 ms on our 2-core benchmark machine)
 and the books are kept while the gateway waits on the provider. Under load the timer takes each millisecond's
 requests in one batch."""

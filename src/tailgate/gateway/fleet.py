@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tailgate._runtime import stop_task
 from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
 from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
@@ -232,9 +233,7 @@ class Fleet:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, reraise=True)
         for task in list(self._pending):
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task

@@ -1,7 +1,7 @@
 """The gateway's front door: its own HTTP/1.1 server for the ``/v1`` POSTs, aiohttp for everything else.
 
-Issue 15 measured aiohttp's server at about a third of the gateway's CPU per relayed request
-(docs/benchmarks.md). The hot path — ``POST`` to ``/v1/chat/completions``, ``/v1/completions``,
+aiohttp's server measured about a third of the gateway's CPU per relayed request (docs/benchmarks.md,
+"The front door"). The hot path — ``POST`` to ``/v1/chat/completions``, ``/v1/completions``,
 ``/v1/embeddings``, ``/v1/responses`` — is parsed here with llhttp (httptools) on a bare asyncio protocol
 and handed to the proxy as an :class:`~tailgate.gateway.exchange.Exchange`; its answer is written in one
 system call (a stream: one per relayed read). Every other request — admin, dashboard, metrics, models,

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailgate._runtime import stop_task
 from tailgate.config.schema import GatewayKeyConfig
 from tailgate.ledger.keys import KeyRecord, keys_version, list_keys
 from tailgate.ledger.store import StoreConn, open_store
@@ -179,9 +180,7 @@ class KeyDirectory:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, reraise=True)
             self._task = None
         executor, self._executor = self._executor, None
         if executor is not None:

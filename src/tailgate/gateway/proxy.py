@@ -591,7 +591,8 @@ class Proxy:
                 await resp.write(b"".join(held))  # frames the upstream sent before it failed
         if resp is not None and not result.ok:
             # Output already reached the client: no fallback (it would duplicate text). End with an
-            # SSE error event in the OpenAI shape, never a silent cut (PEERS.md: Portkey #1797).
+            # SSE error event in the OpenAI shape, never a silent cut: a client cannot tell a cut stream from a
+            # finished one, and would keep a truncated answer as if it were whole.
             ctx.outcome = result.error_class or "stream_error"
             err = result.error or WireError(
                 502,

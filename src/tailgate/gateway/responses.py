@@ -57,8 +57,8 @@ def prompt_bound(body: bytes) -> float:
     BPE tokenizer spends at most one token per byte, and DeepSeek's and Qwen's reach it for every non-ASCII block
     (a rare CJK character alone is 3 tokens, an emoji up to 4, a Cyrillic letter 2) and for digits (Qwen: one per
     digit); English, code and JSON come to 1.3–1.5 × what they tokenize to. Bytes / 4, the earlier estimate,
-    reserved ~1,517 tokens for 1,991 Chinese characters (issue 37). Not bounded: long random letter runs
-    (base64, hex digests: up to 0.75 token per letter) — docs/keys.md, "The prompt bound"."""
+    reserved ~1,517 tokens for 1,991 Chinese characters (which take ~2,000 or more). Not bounded: long random letter
+    runs (base64, hex digests: up to 0.75 token per letter) — docs/keys.md, "The prompt bound"."""
     dense = len(body.translate(None, _NOT_DENSE))
     return float(dense + -(-(len(body) - dense) // 4))  # whole tokens, rounded up: a cut stream is charged this
 
@@ -66,7 +66,7 @@ def prompt_bound(body: bytes) -> float:
 def output_multiplier(obj: Mapping[str, Any]) -> int:
     """How many answers one request asks for: ``n`` (chat, completions), or ``best_of`` where larger (completions:
     the provider generates, and bills, ``best_of`` candidates). Each may use the whole output budget, so a
-    reservation multiplies by this (issue 37: ``n: 40`` reserved ``max_tokens`` once)."""
+    reservation multiplies by this (without it, ``n: 40`` reserved ``max_tokens`` once)."""
     n = obj.get("n")
     best = obj.get("best_of")
     m = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1

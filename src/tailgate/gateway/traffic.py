@@ -14,7 +14,6 @@ readers merge rows of the same minute (the table is ``traffic_minutes``, documen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -22,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailgate._runtime import stop_task
 from tailgate.ledger.samples import SampleStore, TrafficMinute
 from tailgate.routing import Route
 from tailgate.stats import LatencyHistogram
@@ -178,9 +178,7 @@ class TrafficAggregator:
             return
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, reraise=True)
         if self._store is not None:
             await self.flush(everything=True)
             await self._store.close()

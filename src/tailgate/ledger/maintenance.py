@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tailgate._runtime import stop_task
 from tailgate.ledger.store import StoreConn, open_store
 from tailgate.ledger.traffic_hours import rollup_traffic
 from tailgate.ledger.usage import retention, rollup
@@ -57,9 +58,7 @@ class Maintenance:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, reraise=True)
             self._task = None
         executor, self._executor = self._executor, None
         if executor is not None:

@@ -44,7 +44,7 @@ Workload = Literal["short", "long", "accuracy"]
 
 
 def tok_s(output_tokens: int | None, ttft_ms: float | None, e2e_ms: float | None) -> float | None:
-    """Per-request tok/s, (output_tokens − 1) / (E2E − TTFT) (DESIGN.md); None when undefined.
+    """Per-request tok/s, (output_tokens − 1) / (E2E − TTFT) (docs/metrics.md); None when undefined.
 
     Undefined: fewer than two tokens, a missing time, or no time between the first and the last token.
     """

@@ -35,14 +35,14 @@ _ROWS_PER_INSERT = 200
 
 One statement per 200 rows, not ``executemany``'s one step per row: the sqlite3 module lets go of the GIL
 around every step, and a writer thread beside a saturated event loop waits for it back each time (up to the
-5 ms switch interval). Measured (issue 15): at ~1,900 req/s on one core the ledger fell behind by ~300 rows/s
+5 ms switch interval). Measured: at ~1,900 req/s on one core the ledger fell behind by ~300 rows/s
 with ``executemany`` (pending rows, and RSS, growing for as long as the load lasted); a writer thread beside a
 busy Python loop inserted 3–5× the rows per second this way."""
 _INSERT_SIZES = (_ROWS_PER_INSERT, 64, 16, 4, 1)
 """The only statement sizes used: a batch is cut greedily into these. The sqlite3 module keeps every statement
 it prepared (up to 128) and a prepared ``INSERT`` of n rows holds ~1.8 KB per row in C memory, so inserting
 batches as they came (any size 1..200) grew the process by up to 35 MB in steps as new sizes appeared — the
-gateway benchmark's RSS "growth that plateaus" (issue 15). Five sizes hold ~0.5 MB, and a batch is at most a
+gateway benchmark's RSS "growth that plateaus". Five sizes hold ~0.5 MB, and a batch is at most a
 dozen statements more."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tailgate._runtime import stop_task
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
 from tailgate.config.schema import GatewayConfig
@@ -207,14 +208,11 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
     runner = None
     try:
         if options.serve:
-            from tailgate.monitor.serve import DashboardUnavailable, build_app, start
+            from tailgate.monitor.serve import build_app, start
 
             try:
                 where = config.ledger.url if shipper is not None and config.ledger.url else db_path  # the fleet's
                 runner, url = await start(build_app(where), options.host, options.port)
-            except DashboardUnavailable as exc:
-                echo(f"error: --serve: {exc}")
-                return 2
             except OSError as exc:
                 echo(f"error: --serve: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}")
                 return 2
@@ -230,9 +228,7 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
             return await _loop(stop, options, monitor, echo)
         finally:
             if peak is not None:
-                peak.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await peak
+                await stop_task(peak, reraise=True)
     finally:
         await monitor.close()
         await store.close()
@@ -290,9 +286,7 @@ async def _loop(stop: asyncio.Event, options: MonitorOptions, monitor: Monitor, 
             echo(waiting_line(monitor.awaited()))  # a hung provider never leaves the terminal silent
         stopper.cancel()
         if not round_task.done():  # stopped mid-round: the probes in flight are cancelled, nothing half-stored
-            round_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await round_task
+            await stop_task(round_task, reraise=True)
             break
         report = round_task.result()
         echo(report.summary())

@@ -1,6 +1,6 @@
 """The monitor's scheduled peak-hour load test (``tailgate monitor --peak-at 11:00``).
 
-Our users load-test at their real peak, around 11:00 on weekdays (FIELD-NOTES.md). At the configured
+Our users load-test at their real peak, around 11:00 on weekdays, when their providers are slowest. At the configured
 local time the monitor runs a short bench profile against every provider × model — a closed-loop sweep
 (``--peak-levels``) and, if asked, a capacity search (``--peak-find-max``) — and stores one row per pair in
 ``load_tests`` (P90/P99 at the highest level, the decay ratio across the levels, the capacity found), which

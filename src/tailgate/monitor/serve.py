@@ -1,33 +1,19 @@
 """``tailgate monitor --serve``: the dashboard over the monitor's store, without a gateway.
 
-The dashboard itself lives in ``tailgate.dashboard`` (a lower layer shared with the gateway); this
-module only makes an aiohttp application, mounts it read-only (no live gateway state, no controls) and
-runs it on a TCP site beside the probe loop.
+The dashboard itself lives in ``tailgate.dashboard`` (a lower layer shared with the gateway, imported here as
+any lower layer is: docs/architecture.md); this module only makes an aiohttp application, mounts it read-only
+(no live gateway state, no controls) and runs it on a TCP site beside the probe loop.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
-__all__ = ["DashboardUnavailable", "build_app", "start"]
+from tailgate.dashboard import mount
 
-
-class DashboardUnavailable(RuntimeError):
-    """This tailgate has no ``tailgate.dashboard.mount``."""
-
-
-def _mount() -> Callable[..., Any]:
-    try:
-        module = importlib.import_module("tailgate.dashboard")
-        mount: Callable[..., Any] = module.mount
-    except (ImportError, AttributeError):
-        raise DashboardUnavailable("this tailgate has no dashboard (tailgate.dashboard.mount is missing)") from None
-    return mount
+__all__ = ["build_app", "start"]
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -40,7 +26,6 @@ async def _root(request: web.Request) -> web.StreamResponse:
 
 def build_app(db_path: Path | str) -> web.Application:
     """An application with ``/dashboard`` (and its JSON API) over ``db_path``, ``/healthz`` and ``/ → /dashboard``."""
-    mount = _mount()
     app = web.Application()
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/", _root)

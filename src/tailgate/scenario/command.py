@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import sys
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from tailgate._runtime import stop_task
 from tailgate.scenario.config import ScenarioConfig, load_scenario
 from tailgate.scenario.document import build_document, write_json
 from tailgate.scenario.report import render_html, render_markdown, rich_tables
@@ -130,9 +130,7 @@ async def run_command(
             records = await run_scenario(cfg, runs, stop, status, on_done=done, replicas=replicas)
     finally:
         if ticker is not None:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            await stop_task(ticker, reraise=True)
     doc = build_document(
         cfg,
         records,

@@ -12,7 +12,6 @@ each sees the same arrivals, classes and timeline.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from tailgate._runtime import stop_task
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.shapes import ShapedWorkload
@@ -314,9 +314,7 @@ async def run_policy(
                         assert load.concurrency is not None
                         await gen.closed(load.concurrency, bounds)
                 finally:
-                    timeline.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await timeline
+                    await stop_task(timeline, reraise=True)
                 record.stopped = stop.is_set()
                 for gateway in fleet.gateways:  # a fleet's counters add up
                     for k, v in _counters(gateway).items():

@@ -12,7 +12,6 @@ prefix cache held (``Sequence.cached_tokens``) are not prefilled again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -21,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from tailgate._runtime import stop_task
 from tailgate.sim.presets import EngineParams
 from tailgate.stats import LatencyHistogram
 
@@ -230,9 +230,7 @@ class Engine:
     async def close(self) -> None:
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, reraise=True)
             self._task = None
         for seq in [*self._queue.values(), *self._prefilling.values(), *self._decoding.values()]:
             seq.finish_reason = seq.finish_reason or "cancelled"

@@ -1,4 +1,5 @@
-"""Faults a simulated provider can be told to show: the field names are DESIGN.md's simulator contract.
+"""Faults a simulated provider can be told to show: the field names are a contract (docs/simulator.md; configs
+and scenarios name them), added to freely, renamed never.
 
 Faults come from the YAML config (``faults:`` and a ``timeline:``) or at run time from
 ``GET/POST/DELETE /sim/faults``. POST merges the fields it names into the active set; DELETE clears all.

@@ -1,6 +1,6 @@
 """Engine presets: simulated providers shaped like the ones our users measured.
 
-Numbers come from ../shared/FIELD-NOTES.md (a monitoring platform's DeepSeek-V3.2 table): P90 "latency"
+Numbers come from a monitoring platform's public DeepSeek-V3.2 table that our users read: P90 "latency"
 (read as time to first token) and per-request tok/s at modest load. Each preset is documented in
 docs/simulator.md; the table there is generated from :data:`PRESETS` by a test, so it cannot drift.
 

@@ -392,7 +392,7 @@ class SimHandlers:
         resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ctx.headers})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        # OpenAI opens with a role-only chunk; by DESIGN.md it does not count as the first token.
+        # OpenAI opens with a role-only chunk; it carries no token, so it is not the first token (docs/metrics.md).
         # Either way this write puts the headers on the wire, after which frames go straight out.
         zero = sim_usage(self.p.spec.params, seq, 0)
         opening = (

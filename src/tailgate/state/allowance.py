@@ -1,15 +1,13 @@
 """Allowances: a replica admits a key's requests from slices it holds, and reconciles with Redis in the background.
 
-Issue 31: on Redis every request of a key with a ``tpm``, budgets and a ``max_concurrency`` cost one atomic
-``RESERVE`` round trip before it could start and one ``SETTLE`` after (batched per loop turn), and held its
-concurrency slot until Redis answered — 0.58–0.71× the local req/s and +0.4–0.5 ms P50 on loopback, worse
-with Redis a network hop away. Here each replica holds, per counter, an *allowance*: a slice of the limit it
-took from Redis in one atomic take (counted there like any reservation), and per concurrency cap a few
-*spare slots* it acquired there (real members of the cap's set). A request whose parts all fit in what the
-replica holds is admitted by :meth:`Allowances.reserve_now` — a few dict operations, no Redis call — and its
-settlement (the actual tokens, the slot) goes back into the allowance locally (:meth:`settle_now`). What
-cannot be corrected locally (a refund to an older window bucket, an overrun of a window) is summed and sent
-in one ``settle`` at most ``max_age_s`` (1 s) later, in the background.
+On Redis, a request that asked Redis for its ``tpm``, budgets and ``max_concurrency`` would wait for a round trip
+before it could start and hold its concurrency slot until Redis answered again (CHANGELOG.md has the numbers). Here
+each replica holds, per counter, an *allowance*: a slice of the limit it took from Redis in one atomic take (counted
+there like any reservation), and per concurrency cap a few *spare slots* it acquired there (real members of the
+cap's set). A request whose parts all fit in what the replica holds is admitted by :meth:`Allowances.reserve_now` —
+a few dict operations, no Redis call — and its settlement (the actual tokens, the slot) goes back into the allowance
+locally (:meth:`settle_now`). What cannot be corrected locally (a refund to an older window bucket, an overrun of a
+window) is summed and sent in one ``settle`` at most ``max_age_s`` (1 s) later, in the background.
 
 The sizes (``_size``): a slice holds what this replica spent of the counter over the last ``max_age_s``
 (1 s) × 2, at least ``min_requests`` (4) requests' worth, at most ``fraction`` (1 %) of the limit ÷ the
@@ -22,15 +20,15 @@ sees *free* (``_spare_cap``; a slot released beyond that goes back to Redis at o
 in flight; under 1 (a cap below 10 × replicas) each request holds its own slot in Redis, as before.
 
 Renewal ahead of need: when a slice is down to half, or older than ``max_age_s``, while it is being used, a
-background task takes the next one (``SharedState.take``: bounded by ``state.timeout`` and then the
-documented fallback, so a slow Redis never holds a request). A slice unused for a tick, or older than
-``max_age_s`` after a renewal, goes back (a refund to its bucket). Only a request that finds an allowance
-exhausted awaits :meth:`reserve`: the missing slices (and the request's own amounts) in one atomic
-``RESERVE`` — again bounded by ``state.timeout`` — and, when Redis has no room for a slice, the request's own
-amounts alone (exact). Only the part missing is asked (``_fetch``): slices alone when a spare slot is free
-here, a slot (with spares) alone when the slices cover the request. Asking both whenever either ran out (as
-before issue 31c) made a replica hold spare slots beyond its bound and balances it did not need: with slices
-renewed every few requests, a cap of 60 over three replicas refused 24 requests in flight.
+background task takes the next one (``SharedState.take``: bounded by ``state.timeout`` and then the documented
+fallback, so a slow Redis never holds a request). A slice unused for a tick, or older than ``max_age_s`` after a
+renewal, goes back (a refund to its bucket). Only a request that finds an allowance exhausted awaits
+:meth:`reserve`: the missing slices (and the request's own amounts) in one atomic ``RESERVE`` — again bounded by
+``state.timeout`` — and, when Redis has no room for a slice, the request's own amounts alone (exact). Only the part
+missing is asked (``_fetch``): slices alone when a spare slot is free here, a slot (with spares) alone when the
+slices cover the request. Asking both whenever either ran out made a replica hold spare slots beyond its bound and
+balances it did not need: with slices renewed every few requests, a cap of 60 over three replicas refused 24
+requests in flight.
 
 The promises (docs/fleet.md, "Allowances"): every unit a request holds was first counted in Redis by an
 atomic take, so a budget or a concurrency cap is never exceeded by reservations; a window (``tpm``) admits
@@ -292,7 +290,7 @@ class Allowances:
         """What the allowances could not cover, from Redis: only the part missing. A slot (and spares) asked
         while a spare is free here, or slices asked while the slices held cover the request, would add to what
         this replica holds beside what it has not used: members of the cap's set (a cap of 60 refused 24
-        requests in flight) or balances Redis counts as spent (a quarter of a tpm held unspent), issue 31c."""
+        requests in flight) or balances Redis counts as spent (a quarter of a tpm held unspent)."""
         if slot is not None:
             lease = self._lease_now(slot)
             if lease is not None:

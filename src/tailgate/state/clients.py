@@ -55,7 +55,7 @@ def request_client(url: str, socket_timeout: float) -> aioredis.Redis:
 def sync_client(url: str, socket_timeout: float) -> aioredis.Redis:
     """The sync loop's connection of its own: it is the liveness signal, and behind a busy request pool (a replica
     at full CPU, every connection held by calls past their budget) it waited its turn past its 1 s budget and
-    marked a healthy Redis down (issue 15's Redis hop: 8-11 times a run)."""
+    marked a healthy Redis down (8-11 times a run with Redis a hop away)."""
     return aioredis.Redis.from_url(
         url,
         socket_connect_timeout=1.0,

@@ -174,7 +174,7 @@ class LeasedLimiter:
             s.used = True
             self.local_takes += 1
             if s.balance < s.size / 2 and s.renewing is None:
-                # Renewed ahead of need (issue 31): the next slice is taken in the background while this one
+                # Renewed ahead of need: the next slice is taken in the background while this one
                 # lasts, so a steady key's requests never wait for Redis.
                 s.renewing = self._spawn(self._renew(name, s))
             return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)

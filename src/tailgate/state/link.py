@@ -108,7 +108,8 @@ class Link:
         for I/O), or the budget's own timer fired later than the budget is long (the event loop is saturated,
         so no reply could have been read in time). Then the call is waited for, within the background budget,
         rather than decided by the fallback, whose decision a late Redis answer would have to reconcile: more
-        Redis work exactly when the replica has the least CPU to spare (issue 15's Redis hop at c=50)."""
+        Redis work exactly when the replica has the least CPU to spare (measured with Redis a hop away at 50
+        connections)."""
         if await _answered_late(task):
             self.late_answers += 1
             return True

@@ -247,7 +247,7 @@ class RedisState(SharedState):
         """Requests' corrections and slot releases, gathered per turn of the event loop into one script call
         (``SETTLE``). A request's settlement follows its answer, so no client waits on it; the requests that
         end in the same turn (many, on a busy replica) share one round trip where each cost one, and each
-        part of theirs, one command, before (issue 15).
+        part of theirs, one command, before.
 
         Redis unavailable: the fallback's counters take the corrections, as :meth:`adjust` does, and a slot
         held in Redis frees itself at its TTL, as with :meth:`release`. A script cache flushed by a restart
@@ -297,7 +297,7 @@ class RedisState(SharedState):
 
     async def reserve(self, claims: Sequence[Claim], slot: Slot | None = None) -> Reservation:
         """Every claim and the slot in one atomic script (``RESERVE``), where taking the parts one by one cost
-        a round trip each (issue 15: a key with a tpm, two budgets and a slot spent four). The reservations
+        a round trip each (a key with a tpm, two budgets and a slot spent four). The reservations
         of one turn of the event loop go together in one call, each still all or nothing: on a busy replica
         many requests share a round trip, and none waits more than that turn for it.
 

@@ -193,7 +193,7 @@ class StreamRelay:
         keeps what an earlier event said. ``message_start``'s ``output_tokens`` (1, or 0) is a placeholder, not
         a count: only ``message_delta`` says how many were produced (``output``). Until it came, the output is
         the stream's token chunks, flagged estimated: a stream that ends early — its client left, the provider
-        cut it — is billed what it delivered, never 1 (issue 37)."""
+        cut it — is billed what it delivered, never 1 (the placeholder would bill a cut stream nothing)."""
         if (prompt := usage.prompt) is not None:
             self._prompt_tokens = prompt
         if output and (completion := usage.completion) is not None:

@@ -114,7 +114,7 @@ class CallResult(msgspec.Struct, frozen=True):
 
     @property
     def ok(self) -> bool:
-        """A success by DESIGN.md's reliability definition: 2xx, complete, well-formed, in time."""
+        """A success as docs/metrics.md defines one for reliability: 2xx, complete, well-formed, in time."""
         return self.error_class is None
 
     @property

@@ -88,7 +88,7 @@ class WireError(Exception):
         key, whatever the event name, and older 1.x releases raise only on ``event: error`` with that
         data; openai-node does the same. Sending both the name and the ``error`` key therefore makes
         every SDK generation raise, lets plain line readers see the error object on the ``data:`` line,
-        and is the "SSE error event" DESIGN.md promises. No ``[DONE]`` follows: the stream failed.
+        and is the "SSE error event" docs/gateway.md promises. No ``[DONE]`` follows: the stream failed.
         """
         return b"event: error\ndata: " + self.body() + b"\n\n"
 

@@ -209,7 +209,7 @@ class CompletionTokensDetails(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """Token counts the server reports; the source of truth for output tokens (DESIGN.md)."""
+    """Token counts the server reports; the source of truth for output tokens (docs/metrics.md)."""
 
     prompt_tokens: int
     completion_tokens: int
