@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import GatewayHandle, SimFactory
-from tailgate.gateway.front_reply import WriteBatch
+from tailgate.gateway.http.lean_reply import WriteBatch
 from tailgate.ledger import read_rows
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -293,8 +293,8 @@ async def test_http_front_switch(sim: SimFactory, gateway: GwFactory, front: str
 def test_reply_framing_and_the_header_guard() -> None:
     """A whole reply is one status line, framing headers, a Date, the reply's headers and its body; a header that
     would split the response (CR or LF in a name or value) is refused, never written."""
-    from tailgate.gateway.exchange import Reply
-    from tailgate.gateway.front_reply import reply_bytes
+    from tailgate.gateway.http.exchange import Reply
+    from tailgate.gateway.http.lean_reply import reply_bytes
 
     raw = reply_bytes(Reply(429, {"Retry-After": "2", "x-request-id": "r1"}, b'{"error":{}}'), keep_alive=False)
     head, _, body = raw.partition(b"\r\n\r\n")
