@@ -1,4 +1,4 @@
-"""The gateway's front door (gateway/front.py) on raw sockets: what it serves itself, what it hands to aiohttp.
+"""The gateway's lean front door (gateway/http/lean_connection.py) on raw sockets: what it serves itself, what it hands to aiohttp.
 
 The ``/v1`` POSTs are answered without aiohttp's ``Server`` header; every other route carries it (aiohttp's
 handler took the connection). Real gateway on port 0, real simulated provider, bytes on a real socket.
@@ -155,7 +155,7 @@ async def test_a_loop_turns_answers_are_batched_and_each_connection_keeps_its_or
 ) -> None:
     """Forty connections, each with two pipelined POSTs and a GET behind them in one write, all at once: the
     answers a loop turn makes after its first are queued and written together at the end of the turn
-    (front_reply.WriteBatch), while the GET's refusal (400, then the close) is written at once in the same
+    (lean_reply.WriteBatch), while the GET's refusal (400, then the close) is written at once in the same
     turn as the second answer: every connection gets its two answers, then the refusal, then the close."""
     flushed: list[int] = []
     real_flush = WriteBatch._flush

@@ -33,6 +33,7 @@ from tailgate.wire.errors import not_found as _not_found
 from tailgate.wire.errors import timeout as _timeout
 
 __all__ = [
+    "LINGER_S",
     "BodyLimits",
     "before_body",
     "body_late",
@@ -53,6 +54,12 @@ _JSON_TYPES = frozenset(
 """Content types a JSON body may arrive with. ``text/plain`` and the form type are what ``curl -d`` and some
 hand-written clients send, octet-stream what HTTP libraries label raw bytes with; the body is still parsed (and
 refused) as JSON. Anything else (multipart, XML, ...) is a 415."""
+
+
+LINGER_S = 2.0
+"""After refusing a request whose body may still be on its way (408/413/415), how long what the client still sends
+is read and dropped before the connection closes, so that it reads the answer instead of a reset. aiohttp's
+default (10 s) held a connection slot per slow client."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,9 +65,6 @@ class LeanRoutes:
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PIPELINE_LIMIT = 16
 """Complete requests queued behind the one being served before reading pauses."""
-_LINGER_S = 2.0
-"""After a refusal, how long what the client still sends is read and dropped before the connection closes
-(aiohttp's ``lingering_time`` as the gateway sets it, ``listener.runner_kwargs``)."""
 _HANDOVER_LIMIT = 1 << 20
 """Bytes held for a hand-over that waits on a request in flight before reading pauses."""
 
@@ -436,7 +433,7 @@ class LeanConnection(asyncio.Protocol):
     def write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None:
         """Write ``reply`` in one call. Without keep-alive the connection closes: at once, or with ``linger``
         (a refused request whose body may still be on its way) after reading and dropping what the client still
-        sends for up to ``_LINGER_S``, so that it reads the answer instead of a reset."""
+        sends for up to ``http_refusals.LINGER_S``, so that it reads the answer instead of a reset."""
         try:
             data = reply_bytes(reply, keep_alive=keep_alive)
         except ValueError:
@@ -449,7 +446,7 @@ class LeanConnection(asyncio.Protocol):
         if linger and self.transport.can_write_eof():
             self._ignore_input = True
             self.transport.write_eof()
-            self._linger = self._loop.call_later(_LINGER_S, self.transport.close)
+            self._linger = self._loop.call_later(http_refusals.LINGER_S, self.transport.close)
         else:
             self._close()
 

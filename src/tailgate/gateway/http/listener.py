@@ -31,7 +31,7 @@ from tailgate.config.schema import GatewayConfig, ServerConfig
 from tailgate.gateway.http.exchange import Handle
 from tailgate.gateway.http.lean_connection import LeanConnection, LeanRoutes
 from tailgate.gateway.http.lean_reply import WriteBatch
-from tailgate.wire.http_refusals import BodyLimits
+from tailgate.wire.http_refusals import LINGER_S, BodyLimits
 
 __all__ = ["body_limits", "runner_kwargs", "site", "use_lean_front"]
 
@@ -57,9 +57,7 @@ def runner_kwargs(server: ServerConfig) -> dict[str, Any]:
         "max_line_size": server.max_header_bytes,
         "max_field_size": server.max_header_bytes,
         "max_headers": server.max_headers,
-        # After refusing a body (408/413) aiohttp keeps reading what the client still sends for this long
-        # before it closes, so the client can read the answer; 10 s by default held a slot per slow client.
-        "lingering_time": 2.0,
+        "lingering_time": LINGER_S,  # after a refused body, as the lean front door (wire.http_refusals)
     }
 
 
