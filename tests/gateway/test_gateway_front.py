@@ -1,4 +1,4 @@
-"""The gateway's lean front door (gateway/http/lean_connection.py) on raw sockets: what it serves itself, what it hands to aiohttp.
+"""The lean front door (gateway/http/lean_connection.py) on raw sockets: what it serves, what it hands to aiohttp.
 
 The ``/v1`` POSTs are answered without aiohttp's ``Server`` header; every other route carries it (aiohttp's
 handler took the connection). Real gateway on port 0, real simulated provider, bytes on a real socket.
