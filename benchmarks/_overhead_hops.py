@@ -4,7 +4,7 @@
 - ``workers2``: the same config, ``tailgate serve --workers 2`` (a fixed port: the workers share it);
 - ``redis``: the same config with ``state: {backend: redis}`` on a throw-away redis-server (docs/fleet.md);
 - ``aiohttp-front``: the same config with ``server: {http_front: aiohttp}``: the /v1 POSTs through aiohttp's
-  server instead of the gateway's own front door (gateway/front.py), for the A/B of that choice;
+  server instead of the gateway's own front door (gateway/http/lean_connection.py), for the A/B of that choice;
 - ``baseline``: the same config served by another tailgate tree (``--baseline SRC``: its ``src`` directory on
   ``PYTHONPATH``, e.g. a checkout of an older commit), for a before / after in one run;
 - ``litellm``: LiteLLM's proxy (a pinned ``litellm[proxy]`` in ``benchmarks/.venv-litellm``, created here

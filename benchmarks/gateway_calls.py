@@ -9,11 +9,15 @@ worktree at an older commit) and each mode (non-stream, stream; ``max_tokens`` 2
 under cProfile against the same ``instant`` simulator with the gateway_overhead.py config (two routes, a store
 key with limits, ledger): once per tree with no request (start-up and stop, shared by both modes) and once per
 mode with ``--requests`` requests at 50 connections; calls per request = (calls of the busy run − calls of the
-idle run) ÷ requests. A ``--baseline`` that is this same tree is measured once (ratio 1).
+idle run) ÷ requests. A ``--baseline`` that is this same tree is measured once (ratio 1). ``--aiohttp-front`` adds
+this tree once more with ``server.http_front: aiohttp`` (the ``/v1`` POSTs through aiohttp's server instead of the
+lean front door), reported beside it as ``aiohttp-front``: the calls the lean front door saves (aiohttp's C parser
+and multidict are not Python calls, so this counts the Python work only).
 
 Target: after ÷ before within 1.05 in every mode (reported; exit 1 when missed, not with ``--quick``).
 
-Usage: ``.venv/bin/python benchmarks/gateway_calls.py --baseline SRC [--requests N] [--quick] [--json F]``.
+Usage: ``.venv/bin/python benchmarks/gateway_calls.py --baseline SRC [--aiohttp-front] [--requests N] [--quick]
+[--json F]``.
 """
 
 from __future__ import annotations
@@ -61,9 +65,11 @@ async def _drive(url: str, bearer: str, n: int, stream: bool) -> int:
     return bad
 
 
-def _calls(src: Path, name: str, workdir: Path, sim_url: str, n: int, stream: bool) -> tuple[int, int]:
+def _calls(
+    src: Path, name: str, workdir: Path, sim_url: str, n: int, stream: bool, extra_yaml: str = ""
+) -> tuple[int, int]:
     """(Python function calls of a ``tailgate serve`` from ``src`` that served ``n`` requests, failed requests)."""
-    cfg, _ = gateway_yaml(workdir, name, sim_url)
+    cfg, _ = gateway_yaml(workdir, name, sim_url, extra_yaml=extra_yaml)
     bearer = store_key(cfg)
     prof, log = workdir / f"{name}.prof", workdir / f"{name}.log"
     env = {**os.environ, "PYTHONPATH": str(src)}
@@ -90,20 +96,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=3000, help="requests per measured run (default 3000)")
     ap.add_argument("--quick", action="store_true", help="300 requests; the target is shown, not enforced")
     ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
+    ap.add_argument(
+        "--aiohttp-front",
+        action="store_true",
+        help="also measure this tree with server.http_front: aiohttp (reported, not judged)",
+    )
     args = ap.parse_args(argv)
     n = 300 if args.quick else max(1, args.requests)
-    trees = {"after": (HERE.parent / "src").resolve()}
+    here = (HERE.parent / "src").resolve()
+    trees: dict[str, tuple[Path, str]] = {"after": (here, "")}
     if args.baseline is not None:
         if not (args.baseline / "tailgate" / "__init__.py").is_file():
             raise SystemExit(f"--baseline {args.baseline}: no tailgate package there (give a src directory)")
-        trees = {"before": args.baseline.resolve(), **trees}
-    result: dict[str, Any] = {"requests": n, "connections": CONNECTIONS, "trees": {k: str(v) for k, v in trees.items()}}
+        trees = {"before": (args.baseline.resolve(), ""), **trees}
+    if args.aiohttp_front:
+        trees["aiohttp-front"] = (here, "server: {http_front: aiohttp}\n")
+    result: dict[str, Any] = {
+        "requests": n,
+        "connections": CONNECTIONS,
+        "trees": {k: str(v[0]) for k, v in trees.items()},
+    }
     modes: dict[str, dict[str, Any]] = {}
     failed = 0
     # Each thing measured is measured once: a tree's start-up and stop (no request, so no mode) is one run shared
     # by both modes, and a --baseline that is this very tree reuses this tree's runs (its ratio is then 1).
-    idle: dict[Path, int] = {}
-    busy: dict[tuple[Path, bool], tuple[int, int]] = {}
+    idle: dict[tuple[Path, str], int] = {}
+    busy: dict[tuple[Path, str, bool], tuple[int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="gateway_calls-") as tmp:
         workdir = Path(tmp)
         with server(
@@ -112,20 +130,27 @@ def main(argv: list[str] | None = None) -> int:
             for stream in (False, True):
                 mode = "stream" if stream else "non-stream"
                 modes[mode] = {}
-                for tag, src in trees.items():
-                    if src not in idle:
-                        idle[src], _ = _calls(src, f"{tag}-idle", workdir, sim.url, 0, stream)
-                    if (src, stream) not in busy:
-                        busy[src, stream] = _calls(src, f"{tag}-busy-{mode}", workdir, sim.url, n, stream)
-                        failed += busy[src, stream][1]
-                    calls, bad = busy[src, stream]
-                    per = (calls - idle[src]) / n
-                    modes[mode][tag] = {"calls_per_request": round(per, 1), "startup_calls": idle[src], "failed": bad}
-                    print(f"{mode:10} {tag:6} {per:8.1f} calls/request (start-up and stop: {idle[src]:,})", flush=True)
+                for tag, (src, extra) in trees.items():
+                    if (src, extra) not in idle:
+                        idle[src, extra], _ = _calls(src, f"{tag}-idle", workdir, sim.url, 0, stream, extra)
+                    if (src, extra, stream) not in busy:
+                        busy[src, extra, stream] = _calls(src, f"{tag}-busy-{mode}", workdir, sim.url, n, stream, extra)
+                        failed += busy[src, extra, stream][1]
+                    calls, bad = busy[src, extra, stream]
+                    start = idle[src, extra]
+                    per = (calls - start) / n
+                    modes[mode][tag] = {"calls_per_request": round(per, 1), "startup_calls": start, "failed": bad}
+                    print(f"{mode:10} {tag:13} {per:8.1f} calls/request (start-up and stop: {start:,})", flush=True)
                 if "before" in modes[mode]:
                     ratio = modes[mode]["after"]["calls_per_request"] / modes[mode]["before"]["calls_per_request"]
                     modes[mode]["after_over_before"] = round(ratio, 4)
                     print(f"{mode:10} after / before {ratio:.4f} (target <= {TARGET})", flush=True)
+                if "aiohttp-front" in modes[mode]:
+                    ratio = (
+                        modes[mode]["aiohttp-front"]["calls_per_request"] / modes[mode]["after"]["calls_per_request"]
+                    )
+                    modes[mode]["aiohttp_front_over_lean"] = round(ratio, 4)
+                    print(f"{mode:10} aiohttp-front / lean front door {ratio:.4f} (reported)", flush=True)
     result["modes"] = modes
     result["failed_requests"] = failed
     met = all(m.get("after_over_before", 1.0) <= TARGET for m in modes.values())

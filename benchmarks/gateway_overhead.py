@@ -16,7 +16,7 @@ and, besides (``--hops``; issue 15):
 - ``workers2``: the tailgate config under ``tailgate serve --workers 2`` (c=50 only; CPU of both workers);
 - ``redis``: the tailgate config with ``state: {backend: redis}`` on a throw-away redis-server;
 - ``aiohttp-front``: the tailgate config with ``server: {http_front: aiohttp}`` (the /v1 POSTs through
-  aiohttp's server, not the gateway's front door): the A/B of gateway/front.py;
+  aiohttp's server, not the gateway's front door): the A/B of gateway/http/lean_connection.py;
 - ``baseline`` (``--baseline SRC``): the tailgate config served by another tailgate tree (``SRC``, its ``src``
   directory, on ``PYTHONPATH``: e.g. a worktree of an older commit), interleaved like the others: a before /
   after of a change in one run (issue 27).

@@ -36,8 +36,8 @@ from tailgate.config.loader import validate_data
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.site import runner_kwargs
-from tailgate.gateway.site import site as limits_site
+from tailgate.gateway.http.listener import runner_kwargs
+from tailgate.gateway.http.listener import site as limits_site
 
 KEY = "sk-rss-trace-client-0123456789"
 

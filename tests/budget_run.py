@@ -136,8 +136,8 @@ async def fleet(budget: int, redis_url: str | None) -> AsyncIterator[tuple[Any, 
     from tailgate.config.resolve import resolve_providers
     from tailgate.config.schema import GatewayConfig
     from tailgate.gateway.app import Gateway
-    from tailgate.gateway.site import runner_kwargs
-    from tailgate.gateway.site import site as limits_site
+    from tailgate.gateway.http.listener import runner_kwargs
+    from tailgate.gateway.http.listener import site as limits_site
 
     sims = [SimProvider(_spec(cut)) for cut in (None, *CUTS)]
     for s in sims:

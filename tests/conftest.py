@@ -287,8 +287,8 @@ async def gateway(tmp_path: Any) -> AsyncIterator[Callable[..., Awaitable[Gatewa
     from tailgate.config.resolve import resolve_providers
     from tailgate.config.schema import GatewayConfig
     from tailgate.gateway.app import Gateway
-    from tailgate.gateway.site import runner_kwargs
-    from tailgate.gateway.site import site as limits_site
+    from tailgate.gateway.http.listener import runner_kwargs
+    from tailgate.gateway.http.listener import site as limits_site
 
     started: list[GatewayHandle] = []
 

@@ -1,4 +1,4 @@
-"""The gateway's front door (gateway/front.py) on raw sockets: what it serves itself, what it hands to aiohttp.
+"""The lean front door (gateway/http/lean_connection.py) on raw sockets: what it serves, what it hands to aiohttp.
 
 The ``/v1`` POSTs are answered without aiohttp's ``Server`` header; every other route carries it (aiohttp's
 handler took the connection). Real gateway on port 0, real simulated provider, bytes on a real socket.
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import GatewayHandle, SimFactory
-from tailgate.gateway.front_reply import WriteBatch
+from tailgate.gateway.http.lean_reply import WriteBatch
 from tailgate.ledger import read_rows
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -155,7 +155,7 @@ async def test_a_loop_turns_answers_are_batched_and_each_connection_keeps_its_or
 ) -> None:
     """Forty connections, each with two pipelined POSTs and a GET behind them in one write, all at once: the
     answers a loop turn makes after its first are queued and written together at the end of the turn
-    (front_reply.WriteBatch), while the GET's refusal (400, then the close) is written at once in the same
+    (lean_reply.WriteBatch), while the GET's refusal (400, then the close) is written at once in the same
     turn as the second answer: every connection gets its two answers, then the refusal, then the close."""
     flushed: list[int] = []
     real_flush = WriteBatch._flush
@@ -293,8 +293,8 @@ async def test_http_front_switch(sim: SimFactory, gateway: GwFactory, front: str
 def test_reply_framing_and_the_header_guard() -> None:
     """A whole reply is one status line, framing headers, a Date, the reply's headers and its body; a header that
     would split the response (CR or LF in a name or value) is refused, never written."""
-    from tailgate.gateway.exchange import Reply
-    from tailgate.gateway.front_reply import reply_bytes
+    from tailgate.gateway.http.exchange import Reply
+    from tailgate.gateway.http.lean_reply import reply_bytes
 
     raw = reply_bytes(Reply(429, {"Retry-After": "2", "x-request-id": "r1"}, b'{"error":{}}'), keep_alive=False)
     head, _, body = raw.partition(b"\r\n\r\n")

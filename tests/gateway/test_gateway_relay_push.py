@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from conftest import GatewayHandle
-from tailgate.gateway.front_reply import ChunkedStream
+from tailgate.gateway.http.lean_reply import ChunkedStream
 from tailgate.ledger import read_rows
 from tailgate.upstream.call import Call
 

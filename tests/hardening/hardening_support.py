@@ -22,7 +22,7 @@ from tailgate.config.loader import validate_data
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.site import runner_kwargs, site
+from tailgate.gateway.http.listener import runner_kwargs, site
 from tailgate.sim.provider import SimProvider
 
 T = TypeVar("T")

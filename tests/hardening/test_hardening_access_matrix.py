@@ -27,7 +27,7 @@ from conftest import SimFactory, eventually
 from tailgate.cli import main
 from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.site import runner_kwargs, site
+from tailgate.gateway.http.listener import runner_kwargs, site
 from tailgate.ledger.keys import create_key, revoke_key
 from tailgate.ledger.store import open_store
 

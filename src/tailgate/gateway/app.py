@@ -29,10 +29,10 @@ from tailgate.gateway.admission import KeyAdmission, key_store
 from tailgate.gateway.auth import AccessGuard, KeyRing
 from tailgate.gateway.bookkeeping import Books, Sinks, books_first
 from tailgate.gateway.core import Core
-from tailgate.gateway.exchange import aiohttp_route
 from tailgate.gateway.fleet import Fleet
-from tailgate.gateway.front import FRONT_KEY, FrontRoutes
 from tailgate.gateway.hedging import Hedger, hedge_counter
+from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
+from tailgate.gateway.http.listener import body_limits, use_lean_front
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.lockout import SourceLockout
 from tailgate.gateway.metrics import GatewayMetrics
@@ -44,7 +44,6 @@ from tailgate.gateway.proxy import Proxy
 from tailgate.gateway.reload import Reloader, add_config_routes, close_when_idle, replace_providers
 from tailgate.gateway.revocation import revoked_counter
 from tailgate.gateway.routes import RouteTable, build_routes, unchanged_aliases
-from tailgate.gateway.site import body_limits, deadline_middleware
 from tailgate.gateway.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
@@ -430,8 +429,8 @@ class Gateway:
         hot = Proxy(self.core).routes()
         for path, handle in hot.items():
             app.router.add_post(path, aiohttp_route(handle))
-        if self.config.server.http_front == "lean":  # these POSTs skip aiohttp on a HardenedSite (front.py)
-            app[FRONT_KEY] = FrontRoutes(hot, app[BODY_LIMITS_KEY], self.config.server)
+        if self.config.server.http_front == "lean":  # these POSTs skip aiohttp (gateway/http/lean_connection.py)
+            use_lean_front(app, hot, app[BODY_LIMITS_KEY], self.config.server)
         self.ops.add_routes(app, metrics=self.config.metrics.listen is None)  # else metrics_app (serve.py)
         add_admin_routes(app, self.core, access=self.guard, prober=self.prober)
         add_key_routes(app, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)

@@ -12,8 +12,8 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
-from tailgate.gateway.exchange import HasHeaders
 from tailgate.gateway.forwarded import TrustedProxies
+from tailgate.gateway.http.exchange import HasHeaders
 from tailgate.gateway.keys import KeyDirectory
 from tailgate.gateway.lockout import SourceLockout
 from tailgate.wire import errors as wire_errors

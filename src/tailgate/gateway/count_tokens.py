@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tailgate.gateway import anthropic, client_headers
-from tailgate.gateway.exchange import Exchange, Reply
+from tailgate.gateway.http.exchange import Exchange, Reply
 from tailgate.gateway.request import Ctx
 from tailgate.upstream import Body, call
 from tailgate.wire import errors as wire_errors

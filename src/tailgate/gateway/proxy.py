@@ -30,8 +30,8 @@ from tailgate.gateway import anthropic, client_headers, refusals, responses
 from tailgate.gateway.admission import KeyRefused
 from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.count_tokens import CountTokens
-from tailgate.gateway.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.hedging import Race
+from tailgate.gateway.http.exchange import Exchange, Reply, Stream, error_reply
 from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key

@@ -87,8 +87,8 @@ class LocalFleet:
                 self.runners.append(runner)
                 site = web.TCPSite(runner, self.host, self.port, reuse_port=len(self.gateways) > 1 or None)
                 await site.start()
-                if self.port == 0 and site._server is not None:
-                    self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+                if self.port == 0:
+                    self.port = site.port
         except BaseException:
             await self.close()
             raise

@@ -25,9 +25,9 @@ from aiohttp import web
 
 from tailgate._runtime import bounded_step, exit_if_not_stopped_within, run, setup_logging
 from tailgate.config.resolve import load_resolved
-from tailgate.gateway import site as http_site
 from tailgate.gateway.app import CLOSE_STEP_S, Gateway
-from tailgate.gateway.site import runner_kwargs
+from tailgate.gateway.http import listener as http_site
+from tailgate.gateway.http.listener import runner_kwargs
 from tailgate.gateway.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")

@@ -43,9 +43,6 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     except BaseException:
         await runner.cleanup()
         raise
-    server = site._server  # aiohttp exposes the bound port only here (port 0)
-    bound = port
-    if server is not None and getattr(server, "sockets", None):
-        bound = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+    bound = site.port  # the bound port once started (port 0 too)
     shown = f"[{host}]" if ":" in host else host
     return runner, f"http://{shown}:{bound}/dashboard"

@@ -31,8 +31,8 @@ class SimCluster:
                 site = web.TCPSite(self._control, self.host, self.control_port, reuse_address=True)
                 await site.start()
                 port = self.control_port
-                if port == 0 and site._server is not None:
-                    port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+                if port == 0:
+                    port = site.port
                 self.control_url = f"http://{self.host}:{port}"
         except BaseException:
             await self.stop()

@@ -7,11 +7,10 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence as Seq
 
 from aiohttp import web
 
-from tailgate._aiohttp import HardenedSite
+from tailgate._aiohttp_internals import HardenedSite
 from tailgate.sim.engine import Engine
 from tailgate.sim.faults import Faults, RateLimiter, TimelineEntry
 from tailgate.sim.prefix_cache import PrefixCache
@@ -122,10 +121,8 @@ class SimProvider:
         # timeouts that no real provider would cause (benchmarks/stream_relay.py at 1,000 streams).
         self._site = HardenedSite(self._runner, self.spec.host, self.port, reuse_address=True, backlog=4096)
         await self._site.start()
-        server = self._site._server
-        if self.port == 0 and server is not None:
-            sockets: Seq[object] = getattr(server, "sockets", ())
-            self.port = int(sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        if self.port == 0:
+            self.port = self._site.port
         self._listening = True
 
     async def _sync_listener(self) -> None:
@@ -133,9 +130,7 @@ class SimProvider:
         async with self._listener_lock:
             refuse = self.faults.outage and self.faults.outage_mode == "refuse"
             if refuse and self._listening and self._site is not None:
-                server = self._site._server
-                if server is not None:
-                    server.close()  # stop accepting; connections already open finish normally
+                await self._site.stop()  # stop accepting; connections already open finish normally
                 self._listening = False
                 log.info("%s: listener closed (outage_mode=refuse)", self.name)
             elif not refuse and not self._listening and self._runner is not None:

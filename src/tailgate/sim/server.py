@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from tailgate._aiohttp import BODY_LIMITS_KEY, BodyLimits, error_response, openai_shaped_errors
+from tailgate._aiohttp import BODY_LIMITS_KEY, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim import anthropic as sim_anthropic
 from tailgate.sim import responses as sim_responses
@@ -31,6 +31,7 @@ from tailgate.sim.usage import usage as sim_usage
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.batch import BatchLimits
 from tailgate.wire.errors import WireError
+from tailgate.wire.http_refusals import BodyLimits
 from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import (
     ChatCompletionRequest,

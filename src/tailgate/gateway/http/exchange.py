@@ -1,39 +1,38 @@
 """One ``/v1`` request and its answer as the proxy sees them, whichever HTTP server carried it.
 
-The proxy (proxy.py) reads ``headers`` and ``body`` of an :class:`Exchange` and answers either with a
-:class:`Reply` (sent whole once the handler returns) or by opening a stream on the exchange and writing
-to it. Two servers carry exchanges: the gateway's own front door (front.py, the hot path) and aiohttp
-(every other route, and any app served without the front door); ``aiohttp_route`` adapts the second.
+The proxy (gateway/proxy.py) reads ``headers`` and ``body`` of an :class:`Exchange` and answers either with a
+:class:`Reply` (sent whole once the handler returns) or by opening a stream on the exchange and writing to it.
+Two servers carry exchanges: the lean front door (``lean_connection``, the hot path) and aiohttp (``/v1`` POSTs
+under ``server.http_front: aiohttp``; ``aiohttp_exchange`` adapts it). What both do when ``request_deadline``
+passes is here too (:class:`Deadline`, :func:`end_at_deadline`). No server imported: plain protocols and data.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiohttp import web
-
 from tailgate.wire.anthropic import error_body as anthropic_error_body
 from tailgate.wire.anthropic import error_event as anthropic_error_event
 from tailgate.wire.errors import WireError
+from tailgate.wire.http_refusals import deadline_exceeded
 
 __all__ = [
-    "DEADLINE_HIT",
-    "STREAM_RESPONSE",
+    "SSE_HEADERS",
+    "Deadline",
     "Exchange",
+    "Handle",
     "HasHeaders",
     "Reply",
     "Stream",
-    "aiohttp_route",
+    "end_at_deadline",
+    "error_body",
+    "error_frame",
     "error_reply",
 ]
-
-STREAM_RESPONSE: web.RequestKey[web.StreamResponse] = web.RequestKey("tailgate_stream", web.StreamResponse)
-"""Set when a stream's headers are sent (aiohttp): the deadline ends that stream with an error event."""
-DEADLINE_HIT: web.RequestKey[bool] = web.RequestKey("tailgate_deadline_hit", bool)
-"""Set when ``request_deadline`` cancelled the handler (the ledger then says ``deadline``, not 499)."""
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -113,51 +112,44 @@ class Exchange(HasHeaders, Protocol):
 Handle = Callable[[Exchange], Awaitable[Reply | Stream]]
 
 
-class _SSEResponse(web.StreamResponse):
-    """A stream response whose headers leave with its first write: one system call fewer per stream.
+class Deadline:
+    """``server.request_deadline`` over one request's handler task, on either server: when due (and not yet
+    answered, ``answered``) it marks the request ``hit`` and cancels the task. The handler's caller tells a
+    cancellation by the deadline (``hit``: answer with :func:`end_at_deadline`) from a client that left or a stop."""
 
-    ``open_stream`` writes right after ``prepare()``, so nothing reaches the client later than before.
-    (aiohttp's ``web.Response`` sets the same class switch; a StreamResponse sends headers at once.)
-    """
+    __slots__ = ("_answered", "_task", "_timer", "hit", "seconds")
 
-    _send_headers_immediately = False
+    def __init__(
+        self,
+        seconds: float,
+        task: asyncio.Task[Any],
+        loop: asyncio.AbstractEventLoop,
+        answered: Callable[[], bool] | None = None,
+    ) -> None:
+        self.seconds = seconds
+        self.hit = False
+        self._task = task
+        self._answered = answered
+        self._timer = loop.call_later(seconds, self._fire)
 
+    def _fire(self) -> None:
+        if self._answered is not None and self._answered():
+            return  # answered: what is left is bookkeeping
+        self.hit = True
+        self._task.cancel()
 
-class _AiohttpExchange:
-    __slots__ = ("body", "headers", "request")
-
-    def __init__(self, request: web.Request, body: bytes) -> None:
-        self.request = request
-        self.headers: Mapping[str, str] = request.headers
-        self.body = body
-
-    @property
-    def deadline_hit(self) -> bool:
-        return bool(self.request.get(DEADLINE_HIT))
-
-    def send(self, reply: Reply) -> None:
-        """aiohttp sends the handler's returned response: nothing to do before."""
-
-    def detach(self) -> asyncio.Task[Any] | None:
-        """aiohttp serves a connection's next request once the handler has returned."""
-        return None
-
-    async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
-        resp = _SSEResponse(status=200, headers={**SSE_HEADERS, **headers})
-        self.request[STREAM_RESPONSE] = resp  # the request deadline ends it with an error event (site.py)
-        await resp.prepare(self.request)
-        await resp.write(first)
-        return resp
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
-def aiohttp_route(handle: Handle) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """An aiohttp handler around ``handle`` (the body was already read by ``openai_shaped_errors``)."""
-
-    async def route(request: web.Request) -> web.StreamResponse:
-        out = await handle(_AiohttpExchange(request, await request.read()))
-        if isinstance(out, Reply):
-            return web.Response(status=out.status, body=out.body, headers=out.headers, content_type=out.content_type)
-        assert isinstance(out, web.StreamResponse)
-        return out
-
-    return route
+async def end_at_deadline(deadline_s: float, stream: Stream | None, path: str) -> WireError | None:
+    """The request passed its deadline (the handler task is uncancelled): before the first byte the 504 to send
+    (returned); after it, the stream ends with the same error as an SSE ``error`` event in ``path``'s API shape
+    (None: nothing more to send) — never a silent cut."""
+    err = deadline_exceeded(deadline_s)
+    if stream is None:
+        return err
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await stream.write(error_frame(err, path))
+        await stream.write_eof()
+    return None

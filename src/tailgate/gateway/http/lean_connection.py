@@ -1,26 +1,27 @@
-"""The gateway's front door: its own HTTP/1.1 server for the ``/v1`` POSTs, aiohttp for everything else.
+"""The lean front door: the gateway's own HTTP/1.1 server for the ``/v1`` POSTs, aiohttp for everything else.
 
-aiohttp's server measured about a third of the gateway's CPU per relayed request (docs/benchmarks.md,
-"The front door"). The hot path — ``POST`` to ``/v1/chat/completions``, ``/v1/completions``,
-``/v1/embeddings``, ``/v1/responses`` — is parsed here with llhttp (httptools) on a bare asyncio protocol
-and handed to the proxy as an :class:`~tailgate.gateway.exchange.Exchange`; its answer is written in one
-system call (a stream: one per relayed read). Every other request — admin, dashboard, metrics, models,
-health, a wrong method, anything this parser refuses — is handed over, with the bytes received so far, to
-aiohttp's own connection handler (``_aiohttp.HardenedSite``), which then serves that connection to its end.
+aiohttp's server (request objects, middleware chain, router, payload stream, response writer) cost about a third of
+the gateway's CPU per relayed request (docs/benchmarks.md, "The front door"). The hot path — ``POST`` to the
+proxy's paths — is parsed here with llhttp (httptools) on a bare asyncio protocol and handed to the proxy as an
+:class:`~tailgate.gateway.http.exchange.Exchange`; its answer is written in one system call (a stream: one per
+relayed read). Every other request — admin, dashboard, metrics, models, health, a wrong method, anything this
+parser refuses — is handed over, with the bytes received so far, to aiohttp's own connection handler
+(``_aiohttp_internals.SiteLink.hand_over``), which then serves that connection to its end.
 
-What the aiohttp stack did for these POSTs is kept, with the same answers (docs/reliability.md): a body
-over ``max_body_bytes`` is a 413, one that does not arrive within ``body_read_timeout`` a 408, a declared
-non-JSON content type a 415 (each closes the connection); ``request_deadline`` ends a request with a 504
-or an SSE error event; a client that goes away cancels its request (the ledger says 499); an idle
-connection closes after ``keepalive_timeout``; ``Expect: 100-continue`` is answered; the connection cap
-counts these connections; a graceful stop waits for their requests like aiohttp's.
+What the aiohttp stack does for these POSTs is kept, with the same answers (``wire.http_refusals``, one table for
+both servers): a body over ``max_body_bytes`` is a 413, one that does not arrive within ``body_read_timeout`` a
+408, a declared non-JSON content type a 415 (each closes the connection after lingering); ``request_deadline``
+ends a request with a 504 or an SSE error event (``exchange.Deadline``, as aiohttp's deadline middleware); a client
+that goes away cancels its request (the ledger says 499); an idle connection closes after ``keepalive_timeout``;
+``Expect: 100-continue`` is answered; the connection cap counts these connections; a graceful stop waits for
+their requests like aiohttp's.
 
-A hand-over needs the request's first byte to be the first byte of a read: true of every client that
-waits for an answer before it sends the next request (all HTTP/1.1 clients in use; pipelining is off
-everywhere). A non-``/v1`` request pipelined right behind a ``/v1`` one in the same read is answered 400
-("send it on its own connection"); pipelined ``/v1`` requests are served in order.
+A hand-over needs the request's first byte to be the first byte of a read: true of every client that waits for an
+answer before it sends the next request (all HTTP/1.1 clients in use; pipelining is off everywhere). A non-``/v1``
+request pipelined right behind a ``/v1`` one in the same read is answered 400 ("send it on its own connection");
+pipelined ``/v1`` requests are served in order.
 
-This module is the connection (parse, dispatch, hand-over, timers, graceful stop); ``front_reply`` holds what it
+This module is the connection (parse, dispatch, hand-over, timers, graceful stop); ``lean_reply`` holds what it
 writes (status lines and headers, whole replies, the exchange and its chunked stream).
 """
 
@@ -31,43 +32,39 @@ import contextlib
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import httptools
-from aiohttp import web
 from multidict import CIMultiDict
 
-from tailgate._aiohttp import BodyLimits, is_json_type, too_large
+from tailgate._aiohttp_internals import SiteLink
 from tailgate.config.schema import ServerConfig
-from tailgate.gateway.exchange import Handle, Reply, Stream, error_frame, error_reply
-from tailgate.gateway.front_reply import FrontExchange, Message, WriteBatch, reply_bytes
+from tailgate.gateway.http.exchange import Deadline, Handle, Reply, Stream, end_at_deadline, error_reply
+from tailgate.gateway.http.lean_reply import LeanExchange, Message, WriteBatch, reply_bytes
 from tailgate.wire import errors as wire_errors
+from tailgate.wire import http_refusals
 from tailgate.wire.errors import WireError
+from tailgate.wire.http_refusals import BodyLimits
 
-__all__ = ["FRONT_KEY", "Front", "FrontRoutes"]
+__all__ = ["LeanConnection", "LeanRoutes"]
 
 log = logging.getLogger("tailgate.http")
 
 
 @dataclass(frozen=True, slots=True)
-class FrontRoutes:
-    """What the front door serves itself: ``POST`` to these paths, within these limits."""
+class LeanRoutes:
+    """What the lean front door serves itself: ``POST`` to these paths, within these limits."""
 
     routes: Mapping[str, Handle]
     limits: BodyLimits
     server: ServerConfig
 
 
-FRONT_KEY: web.AppKey[FrontRoutes] = web.AppKey("tailgate_front", FrontRoutes)
-
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PIPELINE_LIMIT = 16
 """Complete requests queued behind the one being served before reading pauses."""
-_LINGER_S = 2.0
-"""After a refusal, how long what the client still sends is read and dropped before the connection closes
-(aiohttp's ``lingering_time`` as the gateway sets it, site.py)."""
 _HANDOVER_LIMIT = 1 << 20
 """Bytes held for a hand-over that waits on a request in flight before reading pauses."""
 
@@ -76,18 +73,15 @@ class _Stop(Exception):
     """Raised from a parser callback to stop parsing this connection's input (the reason is on the front)."""
 
 
-class Front(asyncio.Protocol):
-    """One client connection (see the module docstring). ``fallback`` builds aiohttp's handler for a hand-over;
-    ``site`` counts open connections (``connections``); ``manager`` is aiohttp's server, whose graceful stop
-    calls :meth:`close` and :meth:`shutdown` on every connection it knows."""
+class LeanConnection(asyncio.Protocol):
+    """One client connection (see the module docstring). ``link`` counts it on its site, lets aiohttp's graceful
+    stop call :meth:`close` and :meth:`shutdown`, and hands the connection to aiohttp's handler."""
 
     def __init__(
         self,
-        front: FrontRoutes,
+        front: LeanRoutes,
         *,
-        site: Any,
-        manager: web.Server,
-        fallback: Callable[[], asyncio.Protocol],
+        link: SiteLink,
         loop: asyncio.AbstractEventLoop,
         batch: WriteBatch,
     ) -> None:
@@ -98,12 +92,10 @@ class Front(asyncio.Protocol):
         self._max_headers = server.max_headers
         self._keepalive_s = server.keepalive_timeout
         self._deadline_s = server.request_deadline
-        self._site = site
-        self._manager = manager
-        self._fallback = fallback
+        self._link = link
         self._loop = loop
         self.batch = batch
-        """Writes queued during a loop turn, written at its end (``queue``; front_reply.WriteBatch)."""
+        """Writes queued during a loop turn, written at its end (``queue``; ``lean_reply.WriteBatch``)."""
         self._out: list[bytes] = []
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
@@ -134,7 +126,7 @@ class Front(asyncio.Protocol):
         # serving
         self._queue: deque[Message | Reply] = deque()
         self._task: asyncio.Task[None] | None = None
-        self.exchange: FrontExchange | None = None
+        self.exchange: LeanExchange | None = None
         """The request being served."""
         self._ignore_input = False
         self.closing = False
@@ -143,8 +135,6 @@ class Front(asyncio.Protocol):
         self._last = loop.time()
         self._keepalive: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None
-        self._task_handler = None  # read by aiohttp's server on connection_lost (we have no handler task)
-        site.connections += 1
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
 
@@ -154,15 +144,14 @@ class Front(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._manager.connection_made(self, transport)  # type: ignore[arg-type]  # a graceful stop reaches us
+        self._link.join(self, transport)  # a graceful stop reaches us
         self._arm_keepalive()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.lost:
             return
         self.lost = True
-        self._site.connections -= 1
-        self._manager._connections.pop(self, None)  # type: ignore[call-overload]
+        self._link.leave(self)
         self._cancel_timers()
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_exception(ConnectionResetError("the client closed the connection"))
@@ -242,10 +231,7 @@ class Front(asyncio.Protocol):
                 if self._fresh and (self._head_open or self._idle):
                     self._start_handover()  # aiohttp parses it again and answers in its own (OpenAI) shape
                 else:
-                    self._refuse(
-                        WireError(400, "Malformed HTTP request.", type="invalid_request_error", code="bad_request"),
-                        self._url_path(),
-                    )
+                    self._refuse(http_refusals.malformed("HttpParserError"), self._url_path())
             return
         finally:
             self._data = b""
@@ -267,45 +253,35 @@ class Front(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > self._max_field:
-            self._stop("handover" if self._fresh else None, 431)
+            self._stop(http_refusals.header_too_large("line"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._fields.append((name, value))
-        if len(name) + len(value) > self._max_field or len(self._fields) > self._max_headers:
-            self._stop("handover" if self._fresh else None, 431)
+        if len(name) + len(value) > self._max_field:
+            self._stop(http_refusals.header_too_large("line"))
+        if len(self._fields) > self._max_headers:
+            self._stop(http_refusals.header_too_large("count"))
 
     def on_headers_complete(self) -> None:
         self._head_open = False
         path = self._url.partition(b"?")[0]
         handle = self._routes.get(path) if self._parser.get_method() == b"POST" else None
         if handle is None or self._parser.should_upgrade():  # an Upgrade (h2c, websocket) is aiohttp's to answer
-            if self._fresh:
-                self._stop("handover")
-            self._stop(None, 400)
+            self._stop(http_refusals.not_pipelinable())
         self._chunks = []
         headers: CIMultiDict[str] = CIMultiDict(
             [(n.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for n, v in self._fields]
         )
         self._fields = []
-        limits = self._limits
-        content_type = headers.get("Content-Type")
-        if content_type is not None:
-            mime = content_type.partition(";")[0].strip().lower()
-            if not is_json_type(mime):
-                self._refuse(
-                    WireError(
-                        415,
-                        f"Unsupported content type {mime[:100]!r}: send 'application/json'.",
-                        type="invalid_request_error",
-                        param="Content-Type",
-                        code="unsupported_media_type",
-                    ),
-                    path.decode("latin-1"),
-                )
-                raise _Stop
         length = headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > limits.max_bytes:
-            self._refuse(too_large(limits.max_bytes), path.decode("latin-1"))
+        refused = http_refusals.before_body(
+            self._limits,
+            path.decode("latin-1"),
+            headers.get("Content-Type"),
+            int(length) if length is not None and length.isdigit() else None,
+        )
+        if refused is not None:
+            self._refuse(refused, path.decode("latin-1"))
             raise _Stop
         if headers.get("Expect", "").lower() == "100-continue":
             self.send(_CONTINUE)
@@ -319,7 +295,7 @@ class Front(asyncio.Protocol):
         self._body.append(body)
         self._body_size += len(body)
         if self._body_size > self._limits.max_bytes:
-            self._refuse(too_large(self._limits.max_bytes), self._message.path)
+            self._refuse(http_refusals.too_large(self._limits.max_bytes), self._message.path)
             raise _Stop
 
     def on_message_complete(self) -> None:
@@ -339,17 +315,14 @@ class Front(asyncio.Protocol):
         elif len(self._queue) > _PIPELINE_LIMIT:
             self._pause_reading()  # resumed when the queue is served
 
-    def _stop(self, reason: str | None, status: int = 400) -> NoReturn:
-        """Stop parsing: a hand-over (``"handover"``), else refuse with ``status`` and close."""
-        if reason is None:
-            message = (
-                "A request line or header field is longer than the gateway accepts (server.max_header_bytes)."
-                if status == 431
-                else "Only /v1 POSTs may be pipelined behind a /v1 request: send this one on its own connection."
-            )
-            code = "header_too_large" if status == 431 else "bad_request"
-            self._refuse(WireError(status, message, type="invalid_request_error", code=code), self._url_path())
-        self._stop_reason = reason or "refused"
+    def _stop(self, refusal: WireError) -> NoReturn:
+        """Stop parsing this request: hand the connection to aiohttp if the request began a read (aiohttp parses it
+        again and answers as it does for every other path), else refuse it with ``refusal`` and close."""
+        if self._fresh:
+            self._stop_reason = "handover"
+        else:
+            self._refuse(refusal, self._url_path())
+            self._stop_reason = "refused"
         raise _Stop
 
     def _url_path(self) -> str | None:
@@ -372,15 +345,7 @@ class Front(asyncio.Protocol):
     def _body_late(self) -> None:
         self._body_timer = None
         path = self._message.path if self._message is not None else None
-        self._refuse(
-            WireError(
-                408,
-                f"The request body did not arrive within {self._limits.read_timeout_s:g}s (limits.body_read_timeout).",
-                type="invalid_request_error",
-                code="request_timeout",
-            ),
-            path,
-        )
+        self._refuse(http_refusals.body_late(self._limits), path)
 
     def _next(self) -> None:
         """Serve the next queued message, or hand over / close / wait, as the connection's state says."""
@@ -408,8 +373,8 @@ class Front(asyncio.Protocol):
         """The task serving the connection's current request."""
         return self._task
 
-    def release(self, exchange: FrontExchange) -> None:
-        """``exchange`` is answered (``FrontExchange.detach``): serve the connection's next request; its handler
+    def release(self, exchange: LeanExchange) -> None:
+        """``exchange`` is answered (``LeanExchange.detach``): serve the connection's next request; its handler
         finishes detached (``_serve`` then touches the connection no more)."""
         if self.exchange is not exchange:
             return
@@ -419,22 +384,20 @@ class Front(asyncio.Protocol):
         self._next()
 
     async def _serve(self, message: Message) -> None:
-        exchange = self.exchange = FrontExchange(self, message)
-        timer = (
-            self._loop.call_later(self._deadline_s, self._deadline, exchange, asyncio.current_task(self._loop))
-            if self._deadline_s is not None
-            else None
-        )
+        exchange = self.exchange = LeanExchange(self, message)
+        task = asyncio.current_task(self._loop)
+        assert task is not None
+        if self._deadline_s is not None:
+            exchange.deadline = Deadline(self._deadline_s, task, self._loop, lambda: exchange.replied)
         out: Reply | Stream | None
         try:
             out = await message.handle(exchange)
         except asyncio.CancelledError:
-            if not exchange.deadline_hit or self.lost:
+            if exchange.deadline is None or not exchange.deadline.hit or self.lost:
                 raise  # the client went away (connection_lost cleaned up), or the server is stopping
-            task = asyncio.current_task(self._loop)
-            assert task is not None
             task.uncancel()
-            out = await self._deadline_answer(exchange, message.path)
+            err = await end_at_deadline(exchange.deadline.seconds, exchange.stream, message.path)
+            out = None if err is None else error_reply(err, path=message.path)
         except ConnectionError:
             if exchange.detached:
                 return  # the connection serves another request now
@@ -445,8 +408,8 @@ class Front(asyncio.Protocol):
             log.exception("unhandled error in POST %s", message.path)
             out = None if exchange.stream is not None else error_reply(wire_errors.server_error(), path=message.path)
         finally:
-            if timer is not None:
-                timer.cancel()
+            if exchange.deadline is not None:
+                exchange.deadline.cancel()
         if exchange.detached:
             return  # the connection went on to its next request when the answer was out
         self._task = None
@@ -467,30 +430,10 @@ class Front(asyncio.Protocol):
             return
         self._next()
 
-    def _deadline(self, exchange: FrontExchange, task: asyncio.Task[None] | None) -> None:
-        if exchange.replied:
-            return  # answered: what is left is bookkeeping
-        exchange.deadline_hit = True
-        if task is not None:
-            task.cancel()
-
-    async def _deadline_answer(self, exchange: FrontExchange, path: str) -> Reply | None:
-        err = wire_errors.timeout(
-            f"The request passed its deadline of {self._deadline_s:g}s (server.request_deadline)."
-        )
-        err.code = "deadline_exceeded"
-        stream = exchange.stream
-        if stream is None:
-            return error_reply(err, path=path)
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await stream.write(error_frame(err, path))
-            await stream.write_eof()
-        return None
-
     def write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None:
         """Write ``reply`` in one call. Without keep-alive the connection closes: at once, or with ``linger``
         (a refused request whose body may still be on its way) after reading and dropping what the client still
-        sends for up to ``_LINGER_S``, so that it reads the answer instead of a reset."""
+        sends for up to ``http_refusals.LINGER_S``, so that it reads the answer instead of a reset."""
         try:
             data = reply_bytes(reply, keep_alive=keep_alive)
         except ValueError:
@@ -503,7 +446,7 @@ class Front(asyncio.Protocol):
         if linger and self.transport.can_write_eof():
             self._ignore_input = True
             self.transport.write_eof()
-            self._linger = self._loop.call_later(_LINGER_S, self.transport.close)
+            self._linger = self._loop.call_later(http_refusals.LINGER_S, self.transport.close)
         else:
             self._close()
 
@@ -522,16 +465,9 @@ class Front(asyncio.Protocol):
         data = b"".join(self._handover or ())
         self._handover = None
         self._cancel_timers()
+        self.flush()  # what is queued goes first
         self.lost = True  # this protocol is done with the connection (its counters move to the handler)
-        self._site.connections -= 1
-        self._manager._connections.pop(self, None)  # type: ignore[call-overload]
-        self.flush()
-        handler = self._fallback()
-        transport = self.transport
-        transport.set_protocol(handler)
-        handler.connection_made(transport)
-        if self.write_paused:
-            handler.pause_writing()
+        handler = self._link.hand_over(self, self.transport, write_paused=self.write_paused)
         self._resume_reading()
         if data:
             handler.data_received(data)

@@ -1,5 +1,6 @@
-"""What a front-door connection writes (gateway/front.py): status lines and headers, whole replies, and the
-exchange the proxy answers on — a reply sent at once, or a chunked ``text/event-stream``."""
+"""What a lean front-door connection writes (``lean_connection``): status lines and headers, whole replies, the
+exchange the proxy answers on — a reply sent at once, or a chunked ``text/event-stream`` — and the write batch
+of a loop turn. It meets the connection through the :class:`Connection` protocol only."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ from typing import Any, Protocol
 
 from multidict import CIMultiDict
 
-from tailgate.gateway.exchange import SSE_HEADERS, Handle, Reply, Stream
+from tailgate.gateway.http.exchange import SSE_HEADERS, Deadline, Handle, Reply, Stream
 
-__all__ = ["FrontExchange", "Message", "reply_bytes"]
+__all__ = ["ChunkedStream", "Connection", "LeanExchange", "Message", "WriteBatch", "reply_bytes"]
 
 _STATUS = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _LAST_CHUNK = b"0\r\n\r\n"
 
 
 class Connection(Protocol):
-    """What an exchange, its stream and the write batch need of a front connection (``front.Front``): its
+    """What an exchange, its stream and the write batch need of a lean connection (``LeanConnection``): its
     state, its writes and the hand-over to its next request — never the connection's parser or timers."""
 
     lost: bool
@@ -44,7 +45,7 @@ class Connection(Protocol):
 
     def write_reply(self, reply: Reply, *, keep_alive: bool, linger: bool = False) -> None: ...
 
-    def release(self, exchange: FrontExchange) -> None: ...
+    def release(self, exchange: LeanExchange) -> None: ...
 
 
 class Message:
@@ -104,22 +105,27 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-class FrontExchange:
-    """One ``/v1`` request on a front connection (the proxy's view: exchange.py)."""
+class LeanExchange:
+    """One ``/v1`` request on a lean connection (the proxy's view: ``exchange.Exchange``)."""
 
-    __slots__ = ("body", "deadline_hit", "detached", "front", "headers", "keep_alive", "replied", "stream")
+    __slots__ = ("body", "deadline", "detached", "front", "headers", "keep_alive", "replied", "stream")
 
     def __init__(self, front: Connection, message: Message) -> None:
         self.front = front
         self.headers = message.headers
         self.body = message.body
         self.keep_alive = message.keep_alive
-        self.deadline_hit = False
+        self.deadline: Deadline | None = None
+        """``server.request_deadline`` over this request (set by the connection when it starts serving it)."""
         self.replied = False
         """A whole reply went out (``send``), or a stream ended: losing the client now cancels nothing."""
         self.detached = False
         """The connection has gone on to its next request; the handler finishes on its own (``detach``)."""
         self.stream: ChunkedStream | None = None
+
+    @property
+    def deadline_hit(self) -> bool:
+        return self.deadline is not None and self.deadline.hit
 
     def send(self, reply: Reply) -> None:
         """Write ``reply`` now; the proxy's work after it (the call's end, health, bookkeeping) is off the
@@ -155,7 +161,7 @@ class FrontExchange:
 
 
 class WriteBatch:
-    """The writes of one loop turn after its first (``Front.queue``: answers and pushed stream bytes), written
+    """The writes of one loop turn after its first (``LeanConnection.queue``: answers and pushed stream bytes), written
     together at the end of the turn (one ``call_soon``). Writing each at once inside the reads' callbacks cost
     ~1.6x the CPU per write (the client, woken by each small write between two reads, paid a full wake-up each
     time; docs/benchmarks.md); a burst of reads then a burst of writes is what a pulled relay did, and a
@@ -187,12 +193,12 @@ class WriteBatch:
 
 
 class ChunkedStream:
-    """A chunked ``text/event-stream`` body on a front connection: one write per relayed read (pulled), or the
+    """A chunked ``text/event-stream`` body on a lean connection: one write per relayed read (pulled), or the
     bytes pushed in a loop turn in one write at its end (``push``, through the front's queue)."""
 
     __slots__ = ("done", "exchange")
 
-    def __init__(self, exchange: FrontExchange) -> None:
+    def __init__(self, exchange: LeanExchange) -> None:
         self.exchange = exchange
         self.done = False
 
