@@ -15,7 +15,7 @@ from html import escape
 from itertools import pairwise
 from typing import Any
 
-from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, fmt_num, line_chart
+from tailgate.bench._svg import PALETTE, REPORT_CSS, Bars, Line, bar_chart, fmt_num, line_chart
 from tailgate.bench.results import describe_load
 from tailgate.stats import LatencyHistogram
 from tailgate.stats.shown import wilson
@@ -26,22 +26,6 @@ Doc = Mapping[str, Any]
 _DASHES = {"p50": "", "p90": "6 3", "p99": "2 3"}
 _CDF_QS = [q / 2 for q in range(181)] + [90.5 + q / 2 for q in range(19)] + [99.5, 99.9, 100.0]
 _NO_OK = "no successful requests"
-
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1500px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-.meta{color:#555;font-size:13px}.meta code{background:#f4f4f4;padding:1px 4px}
-.notes{background:#fff8e1;border-left:4px solid #f2b400;padding:6px 12px;margin:10px 0}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#f4f6f8}td.l,th.l{text-align:left}td.ex{white-space:normal;max-width:560px;text-align:left}
-.pass{color:#1b7d2f;font-weight:600}.fail{color:#c62828;font-weight:600}
-.charts{display:flex;flex-wrap:wrap;gap:12px}
-.empty{color:#777;font-style:italic}.scroll{overflow-x:auto}
-svg.chart{background:#fff;border:1px solid #e4e4e4}
-svg.chart text{font-size:11px;fill:#333}svg.chart text.title{font-size:13px;font-weight:600}
-svg.chart .axes line,svg.chart line.axes{stroke:#555}svg.chart .grid{stroke:#eee}
-"""
 
 
 # -- reading the document ----------------------------------------------------------------------
@@ -388,7 +372,7 @@ def render_html(doc: Doc) -> str:
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        f"<title>{escape(title)}</title>\n<style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{escape(title)}</title>\n<style>{REPORT_CSS}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )

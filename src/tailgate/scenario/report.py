@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, line_chart
+from tailgate.bench._svg import PALETTE, REPORT_CSS, Bars, Line, bar_chart, line_chart
 from tailgate.scenario.verdicts import time_scale_note, verdicts
 from tailgate.stats.shown import percentile_minimum
 from tailgate.tables import Col, Grid
@@ -198,21 +198,6 @@ def render_markdown(doc: Doc) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1500px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-.meta{color:#555;font-size:13px}.meta code{background:#f4f4f4;padding:1px 4px}
-.notes{background:#fff8e1;border-left:4px solid #f2b400;padding:6px 12px;margin:10px 0}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#f4f6f8}td.l{text-align:left}
-.charts{display:flex;flex-wrap:wrap;gap:12px}
-svg.chart{background:#fff;border:1px solid #e4e4e4}
-svg.chart text{font-size:11px;fill:#333}svg.chart text.title{font-size:13px;font-weight:600}
-svg.chart .axes line,svg.chart line.axes{stroke:#555}svg.chart .grid{stroke:#eee}
-"""
-
-
 def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) -> str:
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = "".join(
@@ -289,7 +274,7 @@ def render_html(doc: Doc) -> str:
     parts.append('<h2>Charts</h2><div class="charts">' + "\n".join(_charts(doc)) + "</div>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        f"<title>{escape('tailgate scenario: ' + name)}</title>\n<style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{escape('tailgate scenario: ' + name)}</title>\n<style>{REPORT_CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
