@@ -63,7 +63,8 @@ def test_outputs_follow_the_documented_schema(tmp_path: Path) -> None:
     args = ["scenario", str(src), "--out", str(out), "--html", str(html), "--markdown", str(md)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    doc = check_document(json.loads(out.read_text(encoding="utf-8")))
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    check_document(doc)  # reads back as the typed document
     assert doc["schema"] == SCHEMA == "tailgate.scenario/v1"
     assert doc["partial"] is False
     scenario = doc["scenario"]

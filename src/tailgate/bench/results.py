@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -570,7 +570,9 @@ class RunRecorder:
 
     def to_dict(self) -> dict[str, Any]:  # reason: the JSON edge, the run object as a file holds it
         """:meth:`to_run` as JSON builtins (key order = the file's)."""
-        return cast("dict[str, Any]", to_json_obj(self.to_run()))
+        out = to_json_obj(self.to_run())
+        assert isinstance(out, dict)
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> RunRecorder:
