@@ -59,7 +59,7 @@ Num = int | float
 """A number as the file has it (an int stays an int on the way back: ``20`` never becomes ``20.0``)."""
 
 
-class Target(Struct, kw_only=True):
+class Target(Struct, kw_only=True, frozen=True):
     """The endpoint a run measured."""
 
     name: str
@@ -69,7 +69,7 @@ class Target(Struct, kw_only=True):
     """Written only for ``anthropic`` (``openai`` is the default)."""
 
 
-class Load(Struct, kw_only=True):
+class Load(Struct, kw_only=True, frozen=True):
     """The load level of a run; the fields a mode uses, in the order each mode writes them:
     closed ``mode, concurrency``; open ``mode, rate, arrival``; replay ``mode, replay, time_scale, rate``;
     stage ``mode, stage, from, to, duration_s``."""
