@@ -291,19 +291,19 @@ def _seconds(flag: str, text: str | None) -> float:
         raise UsageError(f"{flag} {text!r}: not a duration; use {DURATION_FORMS}") from None
 
 
-def _refuse_inapplicable(opts: BenchOptions) -> None:
+def _refuse_inapplicable(load: LoadShape, search: SearchOptions) -> None:
     """Options that do not apply to the chosen mode are refused, naming both (never silently ignored)."""
     given = {
-        "--concurrency": opts.load.concurrency is not None,
-        "--rate": opts.load.rate is not None,
-        "--stages": opts.load.stages is not None,
-        "--replay": opts.load.replay is not None,
-        "--requests": opts.load.requests is not None,
-        "--max-errors": opts.load.max_errors is not None,
-        "--arrival poisson": opts.load.arrival != "constant",
-        "--workers": opts.load.workers > 1,
+        "--concurrency": load.concurrency is not None,
+        "--rate": load.rate is not None,
+        "--stages": load.stages is not None,
+        "--replay": load.replay is not None,
+        "--requests": load.requests is not None,
+        "--max-errors": load.max_errors is not None,
+        "--arrival poisson": load.arrival != "constant",
+        "--workers": load.workers > 1,
     }
-    if opts.search.find_limit:
+    if search.find_limit:
         why = {
             "--concurrency": "it ramps an open loop by rate; start it with --find-start",
             "--rate": "it chooses the rates itself; start it with --find-start",
@@ -317,81 +317,73 @@ def _refuse_inapplicable(opts: BenchOptions) -> None:
         for flag, on in given.items():
             if on:
                 raise UsageError(f"{flag} does not apply to --find-limit ({why[flag]})")
-    if opts.search.find_max:
+    if search.find_max:
         for flag in ("--stages", "--replay"):
             if given[flag]:
                 raise UsageError(f"{flag} does not apply to --find-max (it searches concurrency or rate levels)")
-        if opts.search.by == "rate" and given["--concurrency"]:
+        if search.by == "rate" and given["--concurrency"]:
             raise UsageError("--concurrency does not apply to --find-max --by rate (it searches arrival rates)")
-        if opts.search.by != "rate" and given["--concurrency"]:
+        if search.by != "rate" and given["--concurrency"]:
             raise UsageError(
                 "--concurrency does not apply to --find-max (it chooses the concurrency levels; start it with "
                 "--find-start)"
             )
-        if opts.search.by != "rate" and given["--rate"]:
+        if search.by != "rate" and given["--rate"]:
             raise UsageError(
                 "--rate does not apply to --find-max --by concurrency (search rates with --by rate; --rate then "
                 "sets the first level)"
             )
-    elif opts.search.by != "concurrency":
+    elif search.by != "concurrency":
         raise UsageError("--by applies to --find-max only (the dimension the capacity search grows)")
-    searching = opts.search.find_limit or bool(opts.search.find_max)
+    searching = search.find_limit or bool(search.find_max)
     for flag, on in (
-        ("--find-start", opts.search.find_start is not None),
-        ("--find-ceiling", opts.search.find_ceiling is not None),
+        ("--find-start", search.find_start is not None),
+        ("--find-ceiling", search.find_ceiling is not None),
     ):
         if on and not searching:
             raise UsageError(f"{flag} applies to --find-max or --find-limit only; give one of them or leave it out")
-    if not opts.search.find_max:
+    if not search.find_max:
         for flag, on in (
-            ("--find-precision", opts.search.find_precision != 0.1),
-            ("--find-repeats", opts.search.find_repeats != 3),
+            ("--find-precision", search.find_precision != 0.1),
+            ("--find-repeats", search.find_repeats != 3),
         ):
             if on:
                 raise UsageError(f"{flag} applies to --find-max only")
-    if opts.search.limit_cap != 5000 and not opts.search.find_limit:
+    if search.limit_cap != 5000 and not search.find_limit:
         raise UsageError("--limit-cap applies to --find-limit only")
-    if (
-        given["--arrival poisson"]
-        and opts.load.rate is None
-        and not (opts.search.find_max and opts.search.by == "rate")
-    ):
+    if given["--arrival poisson"] and load.rate is None and not (search.find_max and search.by == "rate"):
         raise UsageError("--arrival poisson applies to an open loop (--rate) only")
-    if opts.load.time_scale != 1.0 and opts.load.replay is None:
+    if load.time_scale != 1.0 and load.replay is None:
         raise UsageError("--time-scale applies to --replay only (it scales the trace's time gaps)")
 
 
-def _plan(opts: BenchOptions) -> Plan:
-    chosen = [x for x in (opts.load.concurrency, opts.load.rate, opts.load.stages, opts.load.replay) if x is not None]
+def _plan(load: LoadShape, search: SearchOptions) -> Plan:
+    chosen = [x for x in (load.concurrency, load.rate, load.stages, load.replay) if x is not None]
     if len(chosen) > 1:
         raise UsageError("choose one load model: --concurrency, --rate, --stages or --replay")
-    _refuse_inapplicable(opts)
-    duration = _seconds("--duration", opts.load.duration) if opts.load.duration not in (None, "", "0") else None
-    warmup = _seconds("--warmup", opts.load.warmup)
-    if opts.load.replay is not None:
-        if opts.load.time_scale <= 0:
-            raise UsageError(f"--time-scale must be positive, got {opts.load.time_scale:g}")
+    _refuse_inapplicable(load, search)
+    duration = _seconds("--duration", load.duration) if load.duration not in (None, "", "0") else None
+    warmup = _seconds("--warmup", load.warmup)
+    if load.replay is not None:
+        if load.time_scale <= 0:
+            raise UsageError(f"--time-scale must be positive, got {load.time_scale:g}")
         try:
-            entries = load_trace(opts.load.replay)
+            entries = load_trace(load.replay)
         except WorkloadError as exc:
             raise UsageError(str(exc)) from None
-        bounds = Bounds(
-            duration=None if opts.load.duration in (None, "", "0", "30s") else duration, requests=opts.load.requests
-        )
-        return Plan(
-            "replay", bounds, replay=tuple(entries), time_scale=opts.load.time_scale, replay_name=opts.load.replay.name
-        )
-    if duration is None and opts.load.requests is None and opts.load.stages is None:
+        bounds = Bounds(duration=None if load.duration in (None, "", "0", "30s") else duration, requests=load.requests)
+        return Plan("replay", bounds, replay=tuple(entries), time_scale=load.time_scale, replay_name=load.replay.name)
+    if duration is None and load.requests is None and load.stages is None:
         raise UsageError("give --duration or --requests (a run must end by itself)")
-    bounds = Bounds(duration=duration, requests=opts.load.requests, warmup=warmup, max_errors=opts.load.max_errors)
+    bounds = Bounds(duration=duration, requests=load.requests, warmup=warmup, max_errors=load.max_errors)
     try:
-        if opts.load.stages is not None:
-            return Plan("stages", bounds, stages=parse_stages(opts.load.stages))
-        if opts.load.rate is not None:
-            if opts.load.rate <= 0:
-                raise UsageError(f"--rate must be positive, got {opts.load.rate:g}")
-            return Plan("open", bounds, rate=opts.load.rate, arrival=opts.load.arrival)
-        return Plan("closed", bounds, levels=parse_levels(opts.load.concurrency or "1"))
+        if load.stages is not None:
+            return Plan("stages", bounds, stages=parse_stages(load.stages))
+        if load.rate is not None:
+            if load.rate <= 0:
+                raise UsageError(f"--rate must be positive, got {load.rate:g}")
+            return Plan("open", bounds, rate=load.rate, arrival=load.arrival)
+        return Plan("closed", bounds, levels=parse_levels(load.concurrency or "1"))
     except PlanError as exc:
         raise UsageError(str(exc)) from None
 
@@ -432,7 +424,7 @@ def run_bench(opts: BenchOptions, console: Console | None = None) -> int:
     """The whole command; returns the exit code."""
     console = console or tables_console(stderr=True)
     try:
-        specs, plan, workload = _targets(opts.target), _plan(opts), _workload(opts.workload)
+        specs, plan, workload = _targets(opts.target), _plan(opts.load, opts.search), _workload(opts.workload)
         if opts.judge.goodput:
             from dataclasses import replace
 
