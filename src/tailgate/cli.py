@@ -454,7 +454,7 @@ def bench(**kw: Any) -> None:
 
     renames = {"n_requests": "requests", "config_path": "config", "csv_path": "csv"}
     fields = {renames.get(k, k): v for k, v in kw.items() if k != "no_preflight"}
-    sys.exit(run_bench(BenchOptions(**fields, preflight=not kw["no_preflight"])))
+    sys.exit(run_bench(BenchOptions.from_flags(**fields, preflight=not kw["no_preflight"])))
 
 
 # -- scenario ------------------------------------------------------------------------------------------------

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
+
+from msgspec import Struct
+
+from tailgate.bench.schema import to_json_obj
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,3 +34,9 @@ def run_quick(script: str, *args: str, timeout: float) -> str:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+def as_json(items: Sequence[Struct]) -> list[dict[str, Any]]:
+    """Run objects (or any of the document's objects) as a results file holds them: the assertions read the
+    documented keys, which are contracts."""
+    return [cast("dict[str, Any]", to_json_obj(x)) for x in items]

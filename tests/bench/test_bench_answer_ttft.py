@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+from tailgate.bench.document import build_document
 from tailgate.bench.report import render_html
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.schema import Load, Target
 from tailgate.upstream import CallResult
 
-TARGET = {"name": "sim", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
-CLOSED = {"mode": "closed", "concurrency": 1}
+TARGET = Target(name="sim", base_url="http://127.0.0.1:1/v1", model="m")
+CLOSED = Load(mode="closed", concurrency=1)
 
 
 def _result(ttft: float, answer: float, reasoning: int | None) -> CallResult:
@@ -50,7 +52,7 @@ def test_report_shows_the_answer_ttft_column() -> None:
     rec = RunRecorder(TARGET, CLOSED)
     for _ in range(5):
         rec.add(_result(100.0, 700.0, 40), t_done=1.0)
-    html = render_html({"schema": "tailgate.bench/v1", "runs": [rec.to_dict()]})
+    html = render_html(build_document([rec.to_run()], command=[], started_at=0.0))
     runs = html.split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
     head = re.findall(r"<th[^>]*>(.*?)</th>", runs)
     first_row = runs.split("<tbody>", 1)[1].split("</tr>", 1)[0]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import as_json
 from click.testing import CliRunner
 
 from conftest import SimFactory, ThreadedSim
@@ -17,6 +18,7 @@ from tailgate.bench.command import UsageError, parse_price
 from tailgate.bench.loadgen import Bounds
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.runner import Plan, TargetSpec, run_plan
+from tailgate.bench.schema import Load, Target
 from tailgate.bench.shapes import build_workload
 from tailgate.cli import main
 from tailgate.config.schema import PriceConfig
@@ -29,7 +31,7 @@ async def _run(p: SimProvider, workload: str, requests: int, **kw: Any) -> dict[
     """One closed-loop run at concurrency 1 (turns in order), no warm-up, no preflight."""
     wl = build_workload(workload, "none", "64", 16, True, 0, **kw)
     plan = Plan("closed", Bounds(duration=None, requests=requests, warmup=0.0), levels=(1,))
-    (run,) = await run_plan([TargetSpec("sim", p.url, "m", "sk-bench")], wl, plan, asyncio.Event())
+    (run,) = as_json(await run_plan([TargetSpec("sim", p.url, "m", "sk-bench")], wl, plan, asyncio.Event()))
     return run
 
 
@@ -74,16 +76,15 @@ async def test_unique_prompts_hit_nothing_and_a_provider_without_cache_reports_n
 
 def test_input_cost_per_1k_requests() -> None:
     """Cached tokens at cached_input, the rest at input, per 1,000 requests; and the same without the cache."""
-    run = {
-        "tokens": {"input": 10_000},
-        "cache": {"requests": 10, "reported": 10, "reported_prompt_tokens": 10_000, "cached_tokens": 8_000},
-    }
-    cost = input_cost(run, PriceConfig(input=2.0, cached_input=0.2))
+    rec = RunRecorder(Target(name="t"), Load(mode="closed", concurrency=1))
+    rec.input_tokens, rec.cache = 10_000, CacheTally(10, 10, 10_000, 8_000)
+    cost = input_cost(rec.to_run(), PriceConfig(input=2.0, cached_input=0.2))
     assert cost is not None
-    assert cost["per_1k_requests"] == pytest.approx((2_000 * 2.0 + 8_000 * 0.2) / 1e6 * 100)
-    assert cost["uncached_per_1k_requests"] == pytest.approx(10_000 * 2.0 / 1e6 * 100)
-    assert cost["currency"] == "CNY"
-    assert input_cost({"tokens": {"input": None}, "cache": {"requests": 0}}, PriceConfig(input=2.0)) is None
+    assert cost.per_1k_requests == pytest.approx((2_000 * 2.0 + 8_000 * 0.2) / 1e6 * 100)
+    assert cost.uncached_per_1k_requests == pytest.approx(10_000 * 2.0 / 1e6 * 100)
+    assert cost.currency == "CNY"
+    empty = RunRecorder(Target(name="t"), Load(mode="closed", concurrency=1)).to_run()
+    assert input_cost(empty, PriceConfig(input=2.0)) is None
 
 
 def test_price_option_is_parsed_and_checked() -> None:
@@ -100,11 +101,11 @@ def test_price_option_is_parsed_and_checked() -> None:
 
 def test_cache_counts_survive_merge_and_the_file() -> None:
     """Workers' recorders merge the cache counters; a results file read back keeps them."""
-    a = RunRecorder({"name": "t"}, {"mode": "closed", "concurrency": 1})
-    b = RunRecorder({"name": "t"}, {"mode": "closed", "concurrency": 1})
+    a = RunRecorder(Target(name="t"), Load(mode="closed", concurrency=1))
+    b = RunRecorder(Target(name="t"), Load(mode="closed", concurrency=1))
     a.cache, b.cache = CacheTally(2, 2, 300, 128), CacheTally(3, 1, 200, 64)
     a.merge(b)
-    assert a.cache.summary()["hit_rate"] == pytest.approx(192 / 500)
+    assert a.cache.summary().hit_rate == pytest.approx(192 / 500)
     back = RunRecorder.from_dict(a.to_dict())
     assert back.cache == CacheTally(5, 3, 500, 192)
 

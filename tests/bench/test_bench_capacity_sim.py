@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from bench_support import as_json
 
 from conftest import ThreadedSim
 from tailgate.bench.finder import FindSpec
@@ -44,7 +45,7 @@ async def _find(
     url: str, spec: FindSpec, workload: Workload, bounds: Bounds
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     runs, caps = await run_find_max([TargetSpec("sim", url, "m")], workload, bounds, spec, asyncio.Event())
-    return runs, caps[0]
+    return as_json(runs), as_json(caps)[0]
 
 
 def _step_lateness_ms(sim: ThreadedSim) -> float:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import as_json
 from click.testing import CliRunner
 
 from conftest import SimFactory, ThreadedSim, eventually
@@ -59,7 +60,9 @@ def _truth(ts: ThreadedSim) -> list[TruthRecord]:
 async def test_ab_targets_each_get_the_level_and_their_own_run(sim: SimFactory) -> None:
     """Two targets in one run: ``--requests 20`` is per target, each run names its own target."""
     a, b = await sim("instant"), await sim("instant")
-    runs = await run_plan([_spec("a", a), _spec("b", b)], _workload(), _closed(4, requests=20), asyncio.Event())
+    runs = as_json(
+        await run_plan([_spec("a", a), _spec("b", b)], _workload(), _closed(4, requests=20), asyncio.Event())
+    )
     assert [r["target"]["name"] for r in runs] == ["a", "b"]
     assert [r["target"]["base_url"] for r in runs] == [a.url, b.url]
     assert [r["requests"] for r in runs] == [20, 20]
@@ -77,7 +80,7 @@ async def test_slow_target_does_not_hold_back_the_fast_one(sim: SimFactory) -> N
     slow = await sim("provider-a", time_scale=0.1)
     fast = await sim("instant")
     specs = [_spec("slow", slow), _spec("fast", fast)]
-    s, f = await run_plan(specs, _workload(), _closed(4, duration=1.0), asyncio.Event())
+    s, f = as_json(await run_plan(specs, _workload(), _closed(4, duration=1.0), asyncio.Event()))
     assert s["successes"] > 10
     assert f["successes"] > 2 * s["successes"]
     assert s["metrics"]["e2e_ms"]["p50"] > 2 * f["metrics"]["e2e_ms"]["p50"]
@@ -94,7 +97,7 @@ async def test_requests_bound_is_per_target_even_when_speeds_differ(sim: SimFact
     slow = await sim("provider-a", time_scale=0.03)
     fast = await sim("instant")
     specs = [_spec("slow", slow), _spec("fast", fast)]
-    runs = await run_plan(specs, _workload(), _closed(2, requests=12), asyncio.Event())
+    runs = as_json(await run_plan(specs, _workload(), _closed(2, requests=12), asyncio.Event()))
     assert [r["requests"] for r in runs] == [12, 12]
     assert [len(slow.truth.records()), len(fast.truth.records())] == [12, 12]
 
@@ -109,7 +112,7 @@ async def test_stages_ramp_concurrency(sim: SimFactory) -> None:
     # machine or coverage would make the limit at a few ms per request).
     p = await sim("provider-a", time_scale=0.1)
     plan = Plan("stages", Bounds(duration=None, warmup=0.0), stages=parse_stages("1s:4,1s:8,1s:0"))
-    runs = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    runs = as_json(await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event()))
     assert [r["load"]["mode"] for r in runs] == ["stage"] * 3
     assert [(r["load"]["from"], r["load"]["to"]) for r in runs] == [(0, 4), (4, 8), (8, 0)]
     assert all(r["errors"] == dict.fromkeys(r["errors"], 0) for r in runs)
@@ -143,7 +146,7 @@ def test_two_workers_merge_into_one_run_per_level(
     monkeypatch.setattr(RunRecorder, "merge", spy)
     ts = threaded_sim("instant", truth_size=200_000)
     plan = Plan("closed", Bounds(duration=1.0, warmup=0.3), levels=(8,))
-    runs = run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2)
+    runs = as_json(run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2))
     assert len(runs) == 1
     (run,) = runs
     assert run["load"] == {"mode": "closed", "concurrency": 8}
@@ -166,7 +169,7 @@ def test_uneven_worker_split_still_merges(threaded_sim: Callable[..., ThreadedSi
     """Concurrency 1,3 over 2 workers (shares 1+0 and 2+1) merges to runs labelled 1 and 3."""
     ts = threaded_sim("instant")
     plan = Plan("closed", Bounds(duration=None, requests=20, warmup=0.0), levels=(1, 3))
-    runs = run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2)
+    runs = as_json(run_workers([TargetSpec("sim", ts.url, "m")], _workload(), plan, 2))
     assert [r["load"]["concurrency"] for r in runs] == [1, 3]
     # level 1: only one worker has a share of it, and so all of its requests (it used to get half)
     assert runs[0]["requests"] == 20
@@ -212,7 +215,9 @@ def test_apportion_adds_up() -> None:
 async def test_accuracy_is_reported(sim: SimFactory, accuracy: float, pct: float) -> None:
     """``--accuracy`` against a simulator that is always right (100 %) or always wrong (0 %)."""
     p = await sim("instant", engine={"accuracy": accuracy})
-    runs = await run_plan([_spec("sim", p)], _workload(accuracy=True), _closed(4, requests=30), asyncio.Event())
+    runs = as_json(
+        await run_plan([_spec("sim", p)], _workload(accuracy=True), _closed(4, requests=30), asyncio.Event())
+    )
     assert runs[0]["successes"] == 30
     assert runs[0]["accuracy"] == {"right": int(30 * pct / 100), "total": 30, "pct": pct}
 
@@ -348,7 +353,7 @@ async def test_open_loop_poisson_rate(sim: SimFactory) -> None:
     """``--rate 50 --arrival poisson`` for 2 s: about 100 requests, schedule lag reported for each."""
     p = await sim("instant")
     plan = Plan("open", Bounds(duration=2.0, warmup=0.0), rate=50, arrival="poisson")
-    (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    (run,) = as_json(await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event()))
     assert run["load"] == {"mode": "open", "rate": 50, "arrival": "poisson"}
     assert 65 <= run["requests"] <= 135, run["requests"]
     lag = run["metrics"]["schedule_lag_ms"]
@@ -362,7 +367,7 @@ async def test_open_loop_requests_bound_is_exact(sim: SimFactory) -> None:
     """``--rate 2000 --requests 50``: exactly 50 sent and counted, each with its lag from ``Sent``."""
     p = await sim("instant")
     plan = Plan("open", Bounds(duration=None, requests=50, warmup=0.0), rate=2000)
-    (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    (run,) = as_json(await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event()))
     assert run["requests"] == run["successes"] == 50
     assert run["metrics"]["schedule_lag_ms"]["count"] == 50
 
@@ -375,7 +380,7 @@ async def test_open_loop_sends_every_scheduled_request_however_late_the_loop_wak
     loop = asyncio.get_running_loop()
     loop.call_soon(time.sleep, 0.3)  # the whole 0.1 s schedule (and its end) passes while the loop is held
     plan = Plan("open", Bounds(duration=0.1, warmup=0.0), rate=100)
-    (run,) = await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event())
+    (run,) = as_json(await run_plan([_spec("sim", p)], _workload(), plan, asyncio.Event()))
     assert run["requests"] == run["successes"] == 10
     assert run["metrics"]["schedule_lag_ms"]["count"] == 10
 
@@ -485,7 +490,7 @@ async def test_alarm_never_fires_early(precise: bool, monkeypatch: pytest.Monkey
 async def test_errors_are_counted_by_class_with_an_example(sim: SimFactory) -> None:
     """Half the answers are 503: counted as http_5xx with an example, error_rate about 0.5."""
     p = await sim("instant", faults={"error_rate": 0.5, "error_statuses": [503]})
-    (run,) = await run_plan([_spec("sim", p)], _workload(), _closed(4, requests=200), asyncio.Event())
+    (run,) = as_json(await run_plan([_spec("sim", p)], _workload(), _closed(4, requests=200), asyncio.Event()))
     assert run["requests"] == 200
     assert run["errors"]["http_5xx"] == 200 - run["successes"] > 0
     assert sum(run["errors"].values()) == run["errors"]["http_5xx"]
@@ -498,7 +503,9 @@ async def test_errors_are_counted_by_class_with_an_example(sim: SimFactory) -> N
 async def test_max_errors_stops_the_level_early(sim: SimFactory) -> None:
     """``--max-errors 5``: the level ends soon after the fifth error instead of running 10 s."""
     p = await sim("instant", faults={"error_rate": 0.5, "error_statuses": [503]})
-    (run,) = await run_plan([_spec("sim", p)], _workload(), _closed(2, duration=10.0, max_errors=5), asyncio.Event())
+    (run,) = as_json(
+        await run_plan([_spec("sim", p)], _workload(), _closed(2, duration=10.0, max_errors=5), asyncio.Event())
+    )
     errors = sum(run["errors"].values())
     assert 5 <= errors <= 5 + 2
     # Ended at the errors, not the 10 s: half of the requests fail, so ~10 were sent; 10 s of an instant
@@ -520,7 +527,7 @@ async def test_prompt_file_is_sent(sim: SimFactory, tmp_path: Path) -> None:
     )
     p = await sim("instant")
     workload = _workload(prompts=load_prompts(path))
-    (run,) = await run_plan([_spec("sim", p)], workload, _closed(1, requests=6), asyncio.Event())
+    (run,) = as_json(await run_plan([_spec("sim", p)], workload, _closed(1, requests=6), asyncio.Event()))
     assert run["successes"] == 6
     tokens = [r.prompt_tokens or 0 for r in p.truth.records()]
     assert tokens[0::2] == [tokens[0]] * 3

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pytest
+from bench_support import as_json
 
 from tailgate.bench.finder import FindSpec, Search, find_max, knee
 from tailgate.bench.goodput import SLO, GoodputError
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.schema import Load, Run, Target
 from tailgate.bench.thresholds import parse_threshold
 from tailgate.upstream.events import CallResult
 
@@ -27,13 +28,13 @@ def _ok(ttft: float, e2e: float, out: int = 10) -> CallResult:
     )
 
 
-def _run(level: float, ttft: float, n: int = 20) -> dict[str, Any]:
-    rec = RunRecorder({"name": "t", "base_url": "http://x/v1", "model": "m"}, {"mode": "closed", "concurrency": level})
+def _run(level: float, ttft: float, n: int = 20, name: str = "t") -> Run:
+    rec = RunRecorder(Target(name=name, base_url="http://x/v1", model="m"), Load(mode="closed", concurrency=int(level)))
     rec.start(0.0)
     for _ in range(n):
         rec.add(_ok(ttft, ttft + 100.0), t_done=0.5)
     rec.stop(1.0)
-    return rec.to_dict()
+    return rec.to_run()
 
 
 def _drive(spec: FindSpec, boundary: float) -> tuple[Search, list[float]]:
@@ -92,13 +93,14 @@ async def test_near_levels_are_repeated_and_the_majority_decides() -> None:
     spec = FindSpec((th,), "concurrency", start=1, ceiling=64, repeats=3, margin=0.1)
     calls: dict[float, int] = {}
 
-    async def level(x: float) -> dict[str, Any]:
+    async def level(x: float) -> Run:
         calls[x] = calls.get(x, 0) + 1
         if x == 8:  # near the limit: the first try is unlucky, the next two pass
             return _run(x, 1050.0 if calls[x] == 1 else 950.0)
         return _run(x, 100.0 if x < 8 else 5000.0)
 
-    runs, cap = await find_max(spec, level)
+    runs, found = await find_max(spec, level)
+    cap = as_json([found])[0]
     assert calls[8] == 3
     assert calls[4] == 1
     assert calls[16] == 1
@@ -127,7 +129,7 @@ def test_goodput_counts_requests_within_every_slo() -> None:
     assert not slo.met(_ok(1100.0, 4000.0))
     assert not slo.met(_ok(900.0, 4000.0), lag_ms=200.0)  # open loop: from the intended send time
     assert not slo.met(CallResult(status=500, error_class="http_5xx", started_at=0.0, stream=True))
-    rec = RunRecorder({"name": "t"}, {"mode": "closed", "concurrency": 1})
+    rec = RunRecorder(Target(name="t"), Load(mode="closed", concurrency=1))
     rec.slo = slo
     rec.start(0.0)
     for ttft in (100.0, 200.0, 1500.0, 300.0):
@@ -164,14 +166,13 @@ async def test_the_report_plots_the_curve_walked() -> None:
 
     th = parse_threshold("p90(ttft)<1000ms")
 
-    async def level(x: float) -> dict[str, Any]:
-        run = _run(x, 100.0 * x)
-        run["target"]["name"] = "<b>evil</b>"
-        return run
+    async def level(x: float) -> Run:
+        return _run(x, 100.0 * x, name="<b>evil</b>")
 
-    runs, cap = await find_max(FindSpec((th,), "concurrency", start=1, ceiling=64, repeats=1), level)
+    runs, found = await find_max(FindSpec((th,), "concurrency", start=1, ceiling=64, repeats=1), level)
     doc = build_document(runs, command=["tailgate", "bench"], started_at=0.0)
-    doc["capacity"] = [cap]
+    doc.capacity = [found]
+    cap = as_json([found])[0]
     html = render_html(doc)
     assert "<h2>Capacity</h2>" in html
     assert html.count('class="chart') >= 2 + 1
@@ -181,14 +182,14 @@ async def test_the_report_plots_the_curve_walked() -> None:
     assert "holds up to 9" in html
 
 
-def _open_run(rate: float, done_per_s: int, seconds: int = 8) -> dict[str, Any]:
-    rec = RunRecorder({"name": "t"}, {"mode": "open", "rate": rate, "arrival": "constant"})
+def _open_run(rate: float, done_per_s: int, seconds: int = 8) -> Run:
+    rec = RunRecorder(Target(name="t"), Load(mode="open", rate=rate, arrival="constant"))
     rec.start(0.0)
     for s in range(seconds):
         for _ in range(done_per_s):
             rec.add(_ok(100.0, 200.0), t_done=s + 0.5)
     rec.stop(float(seconds))
-    return rec.to_dict()
+    return rec.to_run()
 
 
 async def test_by_rate_a_level_that_falls_behind_fails() -> None:
@@ -197,10 +198,11 @@ async def test_by_rate_a_level_that_falls_behind_fails() -> None:
     th = parse_threshold("p90(e2e)<3s")
     spec = FindSpec((th,), "rate", start=50, ceiling=400, precision=0.05)
 
-    async def level(x: float) -> dict[str, Any]:
+    async def level(x: float) -> Run:
         return _open_run(x, int(min(x, 120.0)))  # serves at most 120 req/s; latency stays low in the window
 
-    _, cap = await find_max(spec, level)
+    _, found = await find_max(spec, level)
+    cap = as_json([found])[0]
     assert cap["answer"] is not None
     assert cap["failed_at"] is not None
     assert 114 <= cap["answer"] <= 126 < cap["failed_at"] + 7

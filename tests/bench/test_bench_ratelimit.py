@@ -7,20 +7,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from bench_support import as_json
 from rich.console import Console
 
 from conftest import ThreadedSim
 from tailgate.bench.command import BenchOptions, run_bench
 from tailgate.bench.ratelimit import LimitSpec, admitted_per_s, assess, find_limit
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.schema import LimitEntry, Load, Run, Target
 from tailgate.upstream.events import CallResult
 
 
 def _bench(tmp_path: Path, url: str, *args: str, **kw: Any) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "r.json"
     console = Console(record=True, width=200)
-    opts = BenchOptions(base_url=url, model="m", out=out, command=["tailgate", "bench", *args], **kw)
+    opts = BenchOptions.from_flags(base_url=url, model="m", out=out, command=["tailgate", "bench", *args], **kw)
     import contextlib
     import io
 
@@ -80,16 +83,17 @@ async def test_find_limit_never_passes_its_safety_cap() -> None:
     """A provider that never refuses: the ramp stops at the cap of requests, not at the ceiling."""
     offered: list[tuple[float, float]] = []
 
-    async def run_rate(rate: float, seconds: float) -> dict[str, Any]:
+    async def run_rate(rate: float, seconds: float) -> Run:
         offered.append((rate, seconds))
-        rec = RunRecorder({"name": "t"}, {"mode": "open", "rate": rate})
+        rec = RunRecorder(Target(name="t"), Load(mode="open", rate=rate))
         rec.start(0.0)
         for _ in range(int(rate * seconds)):
             rec.add(CallResult(status=200, error_class=None, started_at=0.0, stream=False, e2e_ms=1.0), t_done=0.1)
         rec.stop(seconds)
-        return rec.to_dict()
+        return rec.to_run()
 
-    runs, entry = await find_limit(LimitSpec(start=10, factor=2, cap=300, step_s=5, warmup_s=1), run_rate)
+    runs, found = await find_limit(LimitSpec(start=10, factor=2, cap=300, step_s=5, warmup_s=1), run_rate)
+    [entry] = as_json([found])
     sent = sum(int(r * (s + 1)) + 1 for r, s in offered)
     assert sent <= 300
     assert not entry["found"]
@@ -99,7 +103,7 @@ async def test_find_limit_never_passes_its_safety_cap() -> None:
 
 def test_assess_ignores_runs_without_429() -> None:
     """No 429, no flag; the admitted rate of a limited run is its steady state, not its first burst."""
-    rec = RunRecorder({"name": "a"}, {"mode": "closed", "concurrency": 50})
+    rec = RunRecorder(Target(name="a"), Load(mode="closed", concurrency=50))
     rec.start(0.0)
     for s in range(6):
         for _ in range(40 if s == 0 else 20):
@@ -107,16 +111,14 @@ def test_assess_ignores_runs_without_429() -> None:
         for _ in range(30):
             rec.add(CallResult(status=429, error_class="rate_limited", started_at=0.0, stream=False), t_done=s + 0.5)
     rec.stop(6.0)
-    run = rec.to_dict()
+    run = rec.to_run()
     assert admitted_per_s(run) == 20.0
-    clean = RunRecorder({"name": "b"}, {"mode": "open", "rate": 5}).to_dict()
-    opened = dict(run, load={"mode": "open", "rate": 50.0})
-    assert admitted_per_s(opened) == round(
-        50.0 * (run["requests"] - run["errors"]["rate_limited"]) / run["requests"], 3
-    )
+    clean = RunRecorder(Target(name="b"), Load(mode="open", rate=5)).to_run()
+    opened = msgspec.structs.replace(run, load=Load(mode="open", rate=50.0))
+    assert admitted_per_s(opened) == round(50.0 * (run.requests - run.errors["rate_limited"]) / run.requests, 3)
     [flag] = assess([run, clean])
-    assert flag["target"] == "a"
-    assert flag["per_s"] == 20.0
+    assert flag.target == "a"
+    assert flag.per_s == 20.0
 
 
 @pytest.mark.timing  # a measured req/s within ±5 % of the bucket's: a starved client measures late
@@ -163,13 +165,13 @@ def test_find_limit_answers_within_5_percent_of_every_bucket(threaded_sim: Calla
     async def main() -> list[dict[str, Any]]:
         stop = asyncio.Event()
 
-        async def one(limit: int, url: str) -> dict[str, Any]:
+        async def one(limit: int, url: str) -> LimitEntry:
             workload = Workload(input_tokens=LengthDist(8), max_tokens=4, stream=True)
             spec = LimitSpec(start=0.7 * limit, step_s=2.0, warmup_s=0.5, cap=2000)
             _, [entry] = await run_find_limit([TargetSpec(f"b{limit}", url, "m")], workload, spec, stop)
             return entry
 
-        return list(await asyncio.gather(*(one(lim, s.url) for (lim, _), s in zip(cases, sims, strict=True))))
+        return as_json(await asyncio.gather(*(one(lim, s.url) for (lim, _), s in zip(cases, sims, strict=True))))
 
     entries = asyncio.run(main())
     for (limit, headers), lim in zip(cases, entries, strict=True):
@@ -190,14 +192,14 @@ def test_header_rate_reads_the_period_from_the_reset_header() -> None:
 
     per_s = header_rate({"limit-requests": "10", "remaining-requests": "0", "reset-requests": "970ms"})
     assert per_s is not None
-    assert (per_s["period_s"], per_s["per_s"]) == (1.0, 10.0)
+    assert (per_s.period_s, per_s.per_s) == (1.0, 10.0)
     per_min = header_rate({"limit-requests": "600", "remaining-requests": "0", "reset-requests": "59s"})
     assert per_min is not None
-    assert (per_min["period_s"], per_min["per_s"]) == (60.0, 10.0)
+    assert (per_min.period_s, per_min.per_s) == (60.0, 10.0)
     bare = header_rate({"limit-requests": "1200"})
     assert bare is not None
-    assert bare["per_s"] == 20.0
-    assert "OpenAI's convention" in bare["how"]
+    assert bare.per_s == 20.0
+    assert "OpenAI's convention" in bare.how
     assert header_rate({}) is None
     assert verdict(10.2, per_s)[0] == "header"
     assert verdict(7.0, per_s)[:2] == ("measured", 7.0)

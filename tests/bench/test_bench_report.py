@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from _require import CHROMIUM, require_chromium
+from tailgate.bench.document import build_document, check_document
 from tailgate.bench.report import render_html
+from tailgate.bench.schema import BenchDocument
 from tailgate.cli import main
 from tailgate.stats import LatencyHistogram
 
@@ -49,9 +51,19 @@ def _run(rng: random.Random, target: str, concurrency: int, slow: float) -> dict
         "throughput": {"duration_s": 20.0, "req_per_s": n / 20 * concurrency**0.5, "output_tokens_per_s": 900.0},
         "tokens": {"output": n * 100, "estimated": False},
         "metrics": {name: dict(h.summary()) for name, h in hists.items()}
-        | {"output_tokens_per_s": {"p50": 50.0, "p90": 60.0, "p95": 62.0, "p99": 70.0, "max": 80.0, "mean": 52.0}},
+        | {
+            "output_tokens_per_s": {
+                "p50": 50.0,
+                "p90": 60.0,
+                "p95": 62.0,
+                "p99": 70.0,
+                "max": 80.0,
+                "mean": 52.0,
+                "count": n,
+            }
+        },
         "timeline": [
-            {"t": float(t), "ok": 10 + rng.randint(0, 3), "errors": 2 if errors and t > 12 else 0, "output_tokens": 900}
+            {"t": t, "ok": 10 + rng.randint(0, 3), "errors": 2 if errors and t > 12 else 0, "output_tokens": 900}
             for t in range(20)
         ],
         "accuracy": {"right": 48, "total": 50, "pct": 96.0} if concurrency == 1 else None,
@@ -59,13 +71,15 @@ def _run(rng: random.Random, target: str, concurrency: int, slow: float) -> dict
     }
 
 
-def _doc(targets: tuple[str, ...] = ("fast", "slow"), levels: tuple[int, ...] = (1, 10, 50)) -> dict[str, Any]:
+def _data(targets: tuple[str, ...] = ("fast", "slow"), levels: tuple[int, ...] = (1, 10, 50)) -> dict[str, Any]:
+    """A results document as a file holds it (decoded JSON)."""
     rng = random.Random(7)
     runs = [_run(rng, t, c, 1.0 + i) for c in levels for i, t in enumerate(targets)]
     return {
         "schema": "tailgate.bench/v1",
         "tailgate_version": "0.1.0",
-        "started_at": "2026-12-02T16:00:00Z",
+        "started_at": 1764691200.0,
+        "finished_at": 1764691260.0,
         "command": ["tailgate", "bench", "--concurrency", "1,10,50"],
         "runs": runs,
         "decay": [
@@ -76,6 +90,12 @@ def _doc(targets: tuple[str, ...] = ("fast", "slow"), levels: tuple[int, ...] = 
                 "p99_ttft_ratio": 1 + c / 10,
                 "mean_tok_s_ratio": 1 / (1 + c / 40),
                 "req_per_s": 10.0 * c**0.5,
+                "p99_e2e_ms": None,
+                "p99_ttft_ms": None,
+                "mean_tok_s": None,
+                "output_tokens_per_s": None,
+                "output_tokens_per_s_ratio": None,
+                "error_rate": 0.0,
             }
             for t in targets
             for c in levels
@@ -85,10 +105,12 @@ def _doc(targets: tuple[str, ...] = ("fast", "slow"), levels: tuple[int, ...] = 
                 "expr": "p90(e2e)<3s",
                 "run": 0,
                 "target": None,
-                "load": None,
+                "load": {"mode": "closed", "concurrency": 1},
                 "value": 2100.0,
                 "limit": 3000.0,
+                "unit": "ms",
                 "passed": True,
+                "note": None,
             },
             {
                 "expr": "error_rate<1%",
@@ -97,11 +119,17 @@ def _doc(targets: tuple[str, ...] = ("fast", "slow"), levels: tuple[int, ...] = 
                 "load": {"mode": "closed", "concurrency": 50},
                 "value": 0.07,
                 "limit": 0.01,
+                "unit": "fraction",
                 "passed": False,
+                "note": None,
             },
         ],
         "notes": ["warm-up of 2 s excluded at each level"],
     }
+
+
+def _doc(targets: tuple[str, ...] = ("fast", "slow"), levels: tuple[int, ...] = (1, 10, 50)) -> BenchDocument:
+    return check_document(_data(targets, levels))
 
 
 class _Page(HTMLParser):
@@ -152,10 +180,10 @@ def test_report_has_every_chart_with_data_and_every_table() -> None:
 
 def test_report_is_self_contained() -> None:
     """No script, no external resource, no URL except the target base URLs shown as text."""
-    doc = _doc()
-    for run in doc["runs"]:
+    data = _data()
+    for run in data["runs"]:
         run["target"]["base_url"] = "127.0.0.1:9001"
-    html = render_html(doc)
+    html = render_html(check_document(data))
     page = _parse(html)
     assert "script" not in page.tags
     assert page.loads == []
@@ -165,10 +193,10 @@ def test_report_is_self_contained() -> None:
 
 def test_outside_text_is_escaped() -> None:
     """A hostile target name and error example come out as text, never as markup."""
-    doc = _doc(targets=("<script>alert(1)</script>",), levels=(1, 50))
-    doc["runs"][1]["errors"] = {"malformed": 1}
-    doc["runs"][1]["error_examples"] = {"malformed": '<img src=x onerror="alert(2)">'}
-    html = render_html(doc)
+    data = _data(targets=("<script>alert(1)</script>",), levels=(1, 50))
+    data["runs"][1]["errors"] = {"malformed": 1}
+    data["runs"][1]["error_examples"] = {"malformed": '<img src=x onerror="alert(2)">'}
+    html = render_html(check_document(data))
     assert "<script>" not in html
     assert "<img" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -185,12 +213,14 @@ def test_one_run_only() -> None:
 
 def test_no_successful_requests_says_so() -> None:
     """A run where everything failed (null metrics, empty histograms): no latency chart, a sentence instead."""
-    doc = _doc(targets=("down",), levels=(1,))
-    run = doc["runs"][0]
+    data = _data(targets=("down",), levels=(1,))
+    run = data["runs"][0]
     run.update(successes=0, errors={"connect": 200}, error_examples={"connect": "connection refused"}, error_rate=1.0)
-    run["metrics"] = {name: dict.fromkeys(("p50", "p90", "p95", "p99", "max", "mean"), None) for name in run["metrics"]}
+    run["metrics"] = {
+        name: dict.fromkeys(("p50", "p90", "p95", "p99", "max", "mean"), None) | {"count": 0} for name in run["metrics"]
+    }
     run["histograms"] = {"e2e_ms": LatencyHistogram().to_dict()}
-    html = render_html(doc)
+    html = render_html(check_document(data))
     page = _parse(html)
     assert "no successful requests" in html
     assert [k for k, _ in page.charts] == ["timeline"]
@@ -199,17 +229,17 @@ def test_no_successful_requests_says_so() -> None:
 
 def test_missing_histograms_are_named() -> None:
     """Without histograms the CDFs are skipped and the report says for which runs."""
-    doc = _doc(levels=(1,))
-    for run in doc["runs"]:
+    data = _data(levels=(1,))
+    for run in data["runs"]:
         run.pop("histograms")
-    html = render_html(doc)
+    html = render_html(check_document(data))
     assert "cdf" not in {k for k, _ in _parse(html).charts}
     assert "no histogram for: fast · c=1 (TTFT)" in html
 
 
 def test_empty_document_renders() -> None:
     """Not even a run: still a valid page with the sections explaining what is missing."""
-    html = render_html({"schema": "tailgate.bench/v1", "runs": []})
+    html = render_html(build_document([], command=[], started_at=0.0))
     assert "no runs" in html
     assert _parse(html).charts == []
 
@@ -217,7 +247,7 @@ def test_empty_document_renders() -> None:
 def test_cli_report_writes_html(tmp_path: Path) -> None:
     """`tailgate report results.json --html out.html --csv out.csv` writes both; a non-results file exits 2."""
     src, out, csv = tmp_path / "results.json", tmp_path / "out.html", tmp_path / "out.csv"
-    src.write_text(json.dumps(_doc()), encoding="utf-8")
+    src.write_text(json.dumps(_data()), encoding="utf-8")
     result = CliRunner().invoke(main, ["report", str(src), "--html", str(out), "--csv", str(csv)])
     assert result.exit_code == 0, result.output
     assert len(csv.read_text(encoding="utf-8").splitlines()) == 1 + 6

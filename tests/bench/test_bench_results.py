@@ -14,12 +14,13 @@ import pytest
 
 from tailgate.bench.document import build_document, decay_table, load_document, write_csv, write_json
 from tailgate.bench.results import ERROR_KEYS, SCHEMA, ResultsError, RunRecorder, describe_load, error_key
+from tailgate.bench.schema import BenchDocument, Load, Run, Stats, Target, Throughput, Tokens
 from tailgate.upstream.events import CallResult
 from tailgate.wire.errors import WireError
 
-TARGET = {"name": "a", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
-CLOSED = {"mode": "closed", "concurrency": 4}
-OPEN = {"mode": "open", "rate": 10.0, "arrival": "poisson"}
+TARGET = Target(name="a", base_url="http://127.0.0.1:1/v1", model="m")
+CLOSED = Load(mode="closed", concurrency=4)
+OPEN = Load(mode="open", rate=10.0, arrival="poisson")
 
 
 def ok(
@@ -149,7 +150,7 @@ def test_open_loop_lag_is_added_to_latency_not_to_itl() -> None:
     assert "schedule_lag_ms" not in closed["metrics"]
     assert "schedule_lag_ms" not in closed["histograms"]
     # rate stages are open loop too
-    assert RunRecorder(TARGET, {"mode": "stage", "stage": 0, "rate": 5.0}).open_loop
+    assert RunRecorder(TARGET, Load(mode="stage", stage=0, rate=5.0)).open_loop
 
 
 def test_itl_is_pooled_per_gap() -> None:
@@ -266,7 +267,7 @@ def _random_results(seed: int, n: int) -> list[tuple[CallResult, float, float]]:
 
 
 @pytest.mark.parametrize("load", [CLOSED, OPEN])
-def test_merge_equals_recording_all_in_one(load: dict[str, Any]) -> None:
+def test_merge_equals_recording_all_in_one(load: Load) -> None:
     data = _random_results(3, 600)
     whole = RunRecorder(TARGET, load)
     a = RunRecorder(TARGET, load)
@@ -294,7 +295,7 @@ def test_merge_equals_recording_all_in_one(load: dict[str, Any]) -> None:
 def test_merge_rejects_other_load_and_aligns_timelines() -> None:
     a = RunRecorder(TARGET, CLOSED)
     with pytest.raises(ValueError, match="different"):
-        a.merge(RunRecorder(TARGET, {"mode": "closed", "concurrency": 8}))
+        a.merge(RunRecorder(TARGET, Load(mode="closed", concurrency=8)))
     a.start(10.0)
     a.add(ok(1.0, 2.0), t_done=10.5)
     b = RunRecorder(TARGET, CLOSED)
@@ -322,21 +323,22 @@ def test_to_dict_from_dict_round_trip() -> None:
         RunRecorder.from_dict({"target": {}, "load": {}})
 
 
-def _run(name: str, c: int, p99_e2e: float | None, p99_ttft: float, tok: float, rps: float) -> dict[str, Any]:
-    def m(p99: float | None, mean: float | None = None) -> dict[str, Any]:
-        return {"p50": p99, "p90": p99, "p95": p99, "p99": p99, "max": p99, "mean": mean, "count": 1}
+def _run(name: str, c: int, p99_e2e: float | None, p99_ttft: float, tok: float, rps: float) -> Run:
+    def m(p99: float | None, mean: float | None = None) -> Stats:
+        return Stats(p50=p99, p90=p99, p95=p99, p99=p99, max=p99, mean=mean, count=1)
 
-    return {
-        "target": {"name": name},
-        "load": {"mode": "closed", "concurrency": c},
-        "metrics": {
-            "e2e_ms": m(p99_e2e),
-            "ttft_ms": m(p99_ttft),
-            "output_tokens_per_s": m(tok, tok),
-        },
-        "throughput": {"req_per_s": rps, "output_tokens_per_s": rps * 10},
-        "error_rate": 0.0,
-    }
+    return Run(
+        target=Target(name=name),
+        load=Load(mode="closed", concurrency=c),
+        requests=1,
+        successes=1,
+        errors={},
+        metrics={"e2e_ms": m(p99_e2e), "ttft_ms": m(p99_ttft), "output_tokens_per_s": m(tok, tok)},
+        throughput=Throughput(req_per_s=rps, output_tokens_per_s=rps * 10),
+        tokens=Tokens(output=0),
+        histograms={},
+        error_rate=0.0,
+    )
 
 
 def test_decay_table() -> None:
@@ -345,59 +347,59 @@ def test_decay_table() -> None:
         _run("b", 10, 3000.0, 900.0, 20.0, 8.0),  # b has no concurrency-1 run: skipped
         _run("a", 50, 2500.0, 1000.0, 25.0, 40.0),
         _run("a", 10, 1500.0, 300.0, 40.0, 9.0),
-        {"target": {"name": "a"}, "load": {"mode": "open", "rate": 5.0}, "metrics": {}, "throughput": {}},
+        msgspec.structs.replace(_run("a", 1, 1.0, 1.0, 1.0, 1.0), load=Load(mode="open", rate=5.0), metrics={}),
     ]
     rows = decay_table(runs)
-    assert [(r["target"], r["concurrency"]) for r in rows] == [("a", 1), ("a", 10), ("a", 50)]
-    assert rows[0]["p99_e2e_ratio"] == 1.0
-    assert rows[1]["p99_e2e_ratio"] == 1.5
-    assert rows[2]["p99_e2e_ratio"] == 2.5
-    assert rows[2]["p99_ttft_ratio"] == 5.0
-    assert rows[2]["mean_tok_s_ratio"] == 0.5
-    assert rows[2]["req_per_s"] == 40.0
-    assert rows[2]["output_tokens_per_s_ratio"] == 40.0
+    assert [(r.target, r.concurrency) for r in rows] == [("a", 1), ("a", 10), ("a", 50)]
+    assert rows[0].p99_e2e_ratio == 1.0
+    assert rows[1].p99_e2e_ratio == 1.5
+    assert rows[2].p99_e2e_ratio == 2.5
+    assert rows[2].p99_ttft_ratio == 5.0
+    assert rows[2].mean_tok_s_ratio == 0.5
+    assert rows[2].req_per_s == 40.0
+    assert rows[2].output_tokens_per_s_ratio == 40.0
     assert decay_table([runs[1]]) == []
     assert decay_table([]) == []
     # a baseline with no samples gives null ratios, not a division by zero
     empty_base = [_run("c", 1, None, 0.0, 50.0, 1.0), _run("c", 2, 10.0, 5.0, 50.0, 2.0)]
     rows = decay_table(empty_base)
-    assert rows[1]["p99_e2e_ratio"] is None
-    assert rows[1]["p99_ttft_ratio"] is None
+    assert rows[1].p99_e2e_ratio is None
+    assert rows[1].p99_ttft_ratio is None
 
 
 def test_describe_load() -> None:
     assert describe_load(CLOSED) == "closed c=4"
     assert describe_load(OPEN) == "open 10/s poisson"
-    assert describe_load({"mode": "stage", "stage": 2, "from": 10, "to": 50}) == "stage 2 10→50"
+    assert describe_load(Load(mode="stage", stage=2, from_=10, to=50)) == "stage 2 10→50"
 
 
-def _document(tmp: Path) -> dict[str, Any]:
+def _document(tmp: Path) -> BenchDocument:
     runs = []
     for c in (1, 4):
-        rec = RunRecorder(TARGET, {"mode": "closed", "concurrency": c})
+        rec = RunRecorder(TARGET, Load(mode="closed", concurrency=c))
         rec.start(0.0)
         for i in range(20):
             rec.add(ok(10.0 * c, 100.0 * c + i, tokens=11), t_done=i / 10)
         rec.add(fail("cut", detail="stream ended early"), t_done=1.0)
         rec.stop(2.0)
-        runs.append(rec.to_dict())
-    runs.append(RunRecorder(TARGET, OPEN).to_dict())  # an empty run: nulls in CSV
+        runs.append(rec.to_run())
+    runs.append(RunRecorder(TARGET, OPEN).to_run())  # an empty run: nulls in CSV
     return build_document(runs, command=["tailgate", "bench", "--concurrency", "1,4"], started_at=1.7e9)
 
 
 def test_json_write_and_load(tmp_path: Path) -> None:
     doc = _document(tmp_path)
-    assert doc["schema"] == SCHEMA == "tailgate.bench/v1"
-    assert [r["concurrency"] for r in doc["decay"]] == [1, 4]
-    assert doc["thresholds"] == []
-    assert doc["thresholds_passed"] is None
+    assert doc.schema == SCHEMA == "tailgate.bench/v1"
+    assert [r.concurrency for r in doc.decay] == [1, 4]
+    assert doc.thresholds == []
+    assert doc.thresholds_passed is None
     path = tmp_path / "results.json"
     write_json(doc, path)
     text = path.read_text()
     assert '"buckets":[' in text  # histograms kept compact
     back = load_document(path)
-    assert back == json.loads(json.dumps(doc))
-    merged = RunRecorder.from_dict(back["runs"][0])
+    assert back == doc
+    merged = RunRecorder.from_run(back.runs[0])
     assert merged.requests == 21
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from bench_support import as_json
 
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.schema import Load, Run, Target
 from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
 from tailgate.upstream.events import CallResult
 
@@ -85,26 +85,27 @@ def _ok(e2e: float, ttft: float = 10.0, tokens: int = 11) -> CallResult:
     )
 
 
-def _runs() -> list[dict[str, Any]]:
-    fast = RunRecorder({"name": "fast"}, {"mode": "closed", "concurrency": 1})
+def _runs() -> list[Run]:
+    fast = RunRecorder(Target(name="fast"), Load(mode="closed", concurrency=1))
     fast.start(0.0)
     for i in range(100):
         fast.add(_ok(100.0 + i), t_done=0.5)
     fast.stop(1.0)  # 100 req/s, 1100 tok/s
-    slow = RunRecorder({"name": "slow"}, {"mode": "closed", "concurrency": 1})
+    slow = RunRecorder(Target(name="slow"), Load(mode="closed", concurrency=1))
     slow.start(0.0)
     for i in range(98):
         slow.add(_ok(1000.0 + 100 * i), t_done=1.0)
     for _ in range(2):
         slow.add(CallResult(status=500, error_class="http_5xx", started_at=0.0, stream=True), t_done=1.0)
     slow.stop(10.0)  # 9.8 req/s, 2% errors
-    return [fast.to_dict(), slow.to_dict()]
+    return [fast.to_run(), slow.to_run()]
 
 
 def test_evaluate_pass_fail() -> None:
     runs = _runs()
     ths = [parse_threshold(t) for t in ("p90(e2e)<3s", "error_rate<1%", "req_per_s>=20", "tok_s>100")]
-    res = evaluate(ths, runs)
+    checks = evaluate(ths, runs)
+    res = as_json(checks)
     assert len(res) == 8
     assert [(r["expr"], r["run"], r["target"], r["passed"]) for r in res] == [
         ("p90(e2e)<3s", 0, "fast", True),
@@ -120,29 +121,29 @@ def test_evaluate_pass_fail() -> None:
     assert first["load"] == {"mode": "closed", "concurrency": 1}
     assert first["limit"] == 3000.0
     assert first["unit"] == "ms"
-    assert first["value"] == runs[0]["metrics"]["e2e_ms"]["p90"]
+    assert first["value"] == runs[0].metric("e2e_ms", "p90")
     assert res[3]["value"] == 0.02
-    assert breached(res)
-    assert not breached(res[:1])
+    assert breached(checks)
+    assert not breached(checks[:1])
     assert not breached([])
 
 
 def test_evaluate_histogram_stats_and_missing_values() -> None:
     runs = _runs()
-    res = evaluate([parse_threshold("p99.9(e2e)<=200ms"), parse_threshold("min(e2e)>=100")], runs[:1])
+    res = as_json(evaluate([parse_threshold("p99.9(e2e)<=200ms"), parse_threshold("min(e2e)>=100")], runs[:1]))
     assert res[0]["passed"] is True
     assert res[0]["value"] == pytest.approx(199.0, rel=1e-3)
     assert res[1]["value"] == 100.0
     assert res[1]["passed"] is True
     # a metric with no samples fails (no evidence is not a pass); lag in a closed loop does not apply
-    no_itl, lag = evaluate([parse_threshold("avg(itl)<50ms"), parse_threshold("p99(lag)<5ms")], runs[:1])
+    no_itl, lag = as_json(evaluate([parse_threshold("avg(itl)<50ms"), parse_threshold("p99(lag)<5ms")], runs[:1]))
     assert no_itl["value"] is None
     assert no_itl["passed"] is False
     assert "no itl_ms samples" in no_itl["note"]
     assert lag["value"] is None
     assert lag["passed"] is True
     assert "not measured" in lag["note"]
-    empty = RunRecorder({"name": "x"}, {"mode": "closed", "concurrency": 1}).to_dict()
-    (r,) = evaluate([parse_threshold("error_rate<1%")], [empty])
+    empty = RunRecorder(Target(name="x"), Load(mode="closed", concurrency=1)).to_run()
+    (r,) = as_json(evaluate([parse_threshold("error_rate<1%")], [empty]))
     assert r["passed"] is False
     assert r["value"] is None

@@ -86,8 +86,8 @@ def test_shared_prefix_prompts_really_share_their_prefix() -> None:
     if INSTALLED:
         assert tokens.load(INSTALLED[0]).count(system) == 1024
     d = wl.describe()
-    assert d["prefix_share"] == round(1024 / (1024 + 64), 4)
-    assert d["input_cost_ratio_all_hits"] == pytest.approx(0.2 * d["prefix_share"] + 1 - d["prefix_share"], abs=1e-4)
+    assert d.prefix_share == round(1024 / (1024 + 64), 4)
+    assert d.input_cost_ratio_all_hits == pytest.approx(0.2 * d.prefix_share + 1 - d.prefix_share, abs=1e-4)
 
 
 def test_multi_turn_conversations_grow() -> None:
@@ -130,7 +130,7 @@ def test_results_compare_intended_lengths_with_usage(tmp_path: Path, threaded_si
     sim = threaded_sim("instant")
     family = INSTALLED[0] if INSTALLED else "none"
     out = tmp_path / "r.json"
-    opts = BenchOptions(
+    opts = BenchOptions.from_flags(
         base_url=sim.url,
         model="m",
         concurrency="2",

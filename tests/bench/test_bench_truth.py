@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
+from bench_support import as_json
 
 from conftest import MockProcess
 from loop_lateness import LoopLateness, sim_step_lateness_p99
@@ -91,7 +92,7 @@ def test_closed_loop_percentiles_match_truth(mock_process: Callable[..., MockPro
         bounds = Bounds(duration=duration, warmup=warmup)
         plan = Plan("closed", bounds, levels=(concurrency,))
         async with LoopLateness() as loop_late:
-            run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
+            run = as_json(await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
         requests = run["requests"]
         assert requests >= {1: 2, 50: 100, 500: 800}[concurrency]
         assert run["successes"] == requests
@@ -119,7 +120,7 @@ def test_open_loop_percentiles_match_truth(mock_process: Callable[..., MockProce
         spec = TargetSpec("sim", mp.url, "m")
         plan = Plan("open", Bounds(duration=4.0, warmup=0.0), rate=100.0)
         async with LoopLateness() as loop_late:
-            run = (await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
+            run = as_json(await run_plan([spec], _workload(4), plan, asyncio.Event()))[0]
         truth = [r for r in await sim_truth(mp.url) if r["status"] == 200]
         assert run["requests"] == run["successes"] == len(truth) >= 370
         # The generator kept its schedule: late by no more than 20 ms beyond what the loop itself was late.
@@ -146,7 +147,7 @@ def test_open_loop_shows_a_server_stall_closed_loop_would_hide(mock_process: Cal
             mp.proc.send_signal(signal.SIGSTOP)  # a real stall: the whole server process stops
             await asyncio.sleep(2.0)
             mp.proc.send_signal(signal.SIGCONT)
-            run = (await task)[0]
+            run = as_json(await task)[0]
         # The client's loop at its latest (not the simulator's: its steps were late by the 2 s freeze itself).
         late_ms = 1000.0 * loop_late.max_s
         e2e = run["metrics"]["e2e_ms"]

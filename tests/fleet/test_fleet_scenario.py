@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
 from tailgate.scenario import build_document, check_document, load_scenario, run_scenario
+from tailgate.scenario.document import dumps_document
 
 # tests/scenario/test_scenario_smoke.py's run, adaptive only, on three replicas.
 SHORT = """
@@ -40,7 +42,8 @@ async def test_a_scenario_runs_on_three_replicas(tmp_path: Path) -> None:
     path.write_text(SHORT, encoding="utf-8")
     cfg = load_scenario(path)
     records = await run_scenario(cfg, cfg.policies, asyncio.Event(), replicas=3)
-    doc = check_document(build_document(cfg, records, source=str(path)))
+    doc = json.loads(dumps_document(build_document(cfg, records, source=str(path))))
+    check_document(doc)  # the file reads back as the typed document
     (run,) = doc["runs"]
     assert run["overall"]["requests"] == 240
     assert run["overall"]["errors"] == 0

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import SimFactory
-from tailgate.bench.profile import run_profile
+from tailgate.bench.profile import ProfileResult, run_profile
 from tailgate.config.loader import validate_data
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig
@@ -70,7 +70,7 @@ async def test_peak_test_stores_levels_decay_and_capacity(sim: SimFactory, tmp_p
     assert requests_cap(providers["one"], profile) is None
     db = tmp_path / "m.db"
 
-    async def runner(*args: Any, **kw: Any) -> dict[str, Any]:
+    async def runner(*args: Any, **kw: Any) -> ProfileResult:
         kw["find_max_expr"] = kw["find_max_expr"] if args[1] == "m1" else ()
         return await run_profile(*args, **kw, ceiling=8)
 

@@ -13,10 +13,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["PALETTE", "Bars", "Line", "bar_chart", "fmt_num", "line_chart", "nice_ticks"]
+__all__ = ["PALETTE", "REPORT_CSS", "Bars", "Line", "bar_chart", "fmt_num", "line_chart", "nice_ticks"]
 
 # Tableau-10: distinguishable, and readable by most colour-blind viewers.
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7")
+
+#: The stylesheet of the offline HTML reports (bench and scenario share it: one look, one copy).
+REPORT_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1500px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.meta{color:#555;font-size:13px}.meta code{background:#f4f4f4;padding:1px 4px}
+.notes{background:#fff8e1;border-left:4px solid #f2b400;padding:6px 12px;margin:10px 0}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#f4f6f8}td.l,th.l{text-align:left}td.ex{white-space:normal;max-width:560px;text-align:left}
+.pass{color:#1b7d2f;font-weight:600}.fail{color:#c62828;font-weight:600}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+.empty{color:#777;font-style:italic}.scroll{overflow-x:auto}
+svg.chart{background:#fff;border:1px solid #e4e4e4}
+svg.chart text{font-size:11px;fill:#333}svg.chart text.title{font-size:13px;font-weight:600}
+svg.chart .axes line,svg.chart line.axes{stroke:#555}svg.chart .grid{stroke:#eee}
+"""
 
 _W, _H = 440, 250  # default box of axes and plot, before the legend column
 _LEFT, _RIGHT, _TOP, _BOTTOM = 58, 12, 30, 42

@@ -3,10 +3,9 @@ input cost per 1,000 requests at a price (``--price``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from tailgate.bench.schema import CacheSummary, InputCost, PriceShown, Run, UnsetType
 from tailgate.config.schema import PriceConfig
 from tailgate.upstream.events import CallResult
 
@@ -37,27 +36,27 @@ class CacheTally:
         self.reported_prompt_tokens += other.reported_prompt_tokens
         self.cached_tokens += other.cached_tokens
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CacheSummary:
         """The run object's ``cache``. ``hit_rate`` = cached ÷ prompt tokens over the successes whose usage
         reported cached tokens (OpenAI's ``prompt_tokens_details.cached_tokens`` or DeepSeek's
         ``prompt_cache_hit_tokens``); null when none did: a provider that says nothing about caching is "not
         reported", never a 0 % that would read as misses."""
         prompt = self.reported_prompt_tokens
-        return {
-            "requests": self.requests,
-            "reported": self.reported,
-            "reported_prompt_tokens": prompt,
-            "cached_tokens": self.cached_tokens,
-            "hit_rate": round(self.cached_tokens / prompt, 6) if prompt else None,
-        }
+        return CacheSummary(
+            requests=self.requests,
+            reported=self.reported,
+            reported_prompt_tokens=prompt,
+            cached_tokens=self.cached_tokens,
+            hit_rate=round(self.cached_tokens / prompt, 6) if prompt else None,
+        )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CacheTally:
+    def from_summary(cls, d: CacheSummary) -> CacheTally:
         """Back from :meth:`summary`'s output."""
-        return cls(int(d["requests"]), int(d["reported"]), int(d["reported_prompt_tokens"]), int(d["cached_tokens"]))
+        return cls(d.requests, d.reported, d.reported_prompt_tokens, d.cached_tokens)
 
 
-def input_cost(run: Mapping[str, Any], price: PriceConfig) -> dict[str, Any] | None:
+def input_cost(run: Run, price: PriceConfig) -> InputCost | None:
     """The input cost of a run object per 1,000 requests at ``price`` (``--price``), and without the cache.
 
     Over the successes whose usage gave ``prompt_tokens``: cached tokens (where reported) at
@@ -65,15 +64,14 @@ def input_cost(run: Mapping[str, Any], price: PriceConfig) -> dict[str, Any] | N
     pays full input); ``uncached_per_1k_requests`` is the same prompts all at ``input``. None without such
     successes.
     """
-    cache = run.get("cache") or {}
-    requests = int(cache.get("requests") or 0)
-    prompt = (run.get("tokens") or {}).get("input")
-    if not requests or prompt is None:
+    cache = run.cache
+    prompt = run.tokens.input
+    if isinstance(cache, UnsetType) or not cache.requests or prompt is None:
         return None
-    per_1k = 1000.0 / requests
-    return {
-        "per_1k_requests": round(price.input_cost(int(prompt), int(cache.get("cached_tokens") or 0)) * per_1k, 6),
-        "uncached_per_1k_requests": round(price.input_cost(int(prompt)) * per_1k, 6),
-        "currency": price.currency,
-        "price": {"input": price.input, "cached_input": price.cached_rate},
-    }
+    per_1k = 1000.0 / cache.requests
+    return InputCost(
+        per_1k_requests=round(price.input_cost(prompt, cache.cached_tokens) * per_1k, 6),
+        uncached_per_1k_requests=round(price.input_cost(prompt) * per_1k, 6),
+        currency=price.currency,
+        price=PriceShown(input=price.input, cached_input=price.cached_rate),
+    )

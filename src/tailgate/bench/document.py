@@ -1,6 +1,6 @@
 """The results document of a bench run: decay table, JSON (``tailgate.bench/v1``) and CSV, reading back.
 
-Run objects come from :meth:`tailgate.bench.results.RunRecorder.to_dict`; the schema is documented in
+Run objects come from :meth:`tailgate.bench.results.RunRecorder.to_run`; the schema is documented in
 docs/bench-results.md.
 """
 
@@ -12,9 +12,11 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import cast
+
+import msgspec
 
 from tailgate import __version__
 from tailgate.bench.results import (
@@ -28,11 +30,16 @@ from tailgate.bench.results import (
     describe_load,
     target_name,
 )
-
-
-def _metric(run: Mapping[str, Any], name: str, stat: str) -> float | None:
-    value = ((run.get("metrics") or {}).get(name) or {}).get(stat)
-    return None if value is None else float(value)
+from tailgate.bench.schema import (
+    BenchDocument,
+    DecayRow,
+    Run,
+    ThresholdResult,
+    UnsetType,
+    from_json_obj,
+    to_json_obj,
+    to_json_obj_map,
+)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -41,74 +48,74 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3)
 
 
-def decay_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def decay_table(runs: list[Run]) -> list[DecayRow]:
     """Per target, each closed-loop level as a ratio to that target's concurrency-1 run.
 
     One row per closed-loop run of a target that has a concurrency-1 run (the baseline row itself
     included, with ratios 1.0), ordered by target (first appearance) then concurrency. A ratio is
     null when either side has no samples. ``[]`` when no target has a concurrency-1 run.
     """
-    by_target: dict[str, list[dict[str, Any]]] = {}
+    by_target: dict[str, list[tuple[int, Run]]] = {}
     for run in runs:
-        load = run.get("load") or {}
-        if load.get("mode") != "closed" or load.get("concurrency") is None:
+        c = run.load.get_concurrency()
+        if run.load.mode != "closed" or c is None:
             continue
-        by_target.setdefault(target_name(run.get("target") or {}), []).append(run)
-    rows: list[dict[str, Any]] = []
+        by_target.setdefault(target_name(run.target), []).append((c, run))
+    rows: list[DecayRow] = []
     for name, target_runs in by_target.items():
-        base = next((r for r in target_runs if r["load"]["concurrency"] == 1), None)
+        base = next((r for c, r in target_runs if c == 1), None)
         if base is None:
             continue
-        b_e2e = _metric(base, "e2e_ms", "p99")
-        b_ttft = _metric(base, "ttft_ms", "p99")
-        b_tok = _metric(base, "output_tokens_per_s", "mean")
-        b_agg = (base.get("throughput") or {}).get("output_tokens_per_s")
-        for run in sorted(target_runs, key=lambda r: int(r["load"]["concurrency"])):
-            e2e = _metric(run, "e2e_ms", "p99")
-            ttft = _metric(run, "ttft_ms", "p99")
-            tok = _metric(run, "output_tokens_per_s", "mean")
-            thr = run.get("throughput") or {}
+        b_e2e = base.metric("e2e_ms", "p99")
+        b_ttft = base.metric("ttft_ms", "p99")
+        b_tok = base.metric("output_tokens_per_s", "mean")
+        b_agg = base.throughput.output_tokens_per_s
+        for c, run in sorted(target_runs, key=lambda cr: cr[0]):
+            e2e = run.metric("e2e_ms", "p99")
+            ttft = run.metric("ttft_ms", "p99")
+            tok = run.metric("output_tokens_per_s", "mean")
+            thr = run.throughput
             rows.append(
-                {
-                    "target": name,
-                    "concurrency": int(run["load"]["concurrency"]),
-                    "p99_e2e_ratio": _ratio(e2e, b_e2e),
-                    "p99_ttft_ratio": _ratio(ttft, b_ttft),
-                    "mean_tok_s_ratio": _ratio(tok, b_tok),
-                    "req_per_s": thr.get("req_per_s"),
-                    "p99_e2e_ms": e2e,
-                    "p99_ttft_ms": ttft,
-                    "mean_tok_s": tok,
-                    "output_tokens_per_s": thr.get("output_tokens_per_s"),
-                    "output_tokens_per_s_ratio": _ratio(thr.get("output_tokens_per_s"), b_agg),
-                    "error_rate": run.get("error_rate"),
-                }
+                DecayRow(
+                    target=name,
+                    concurrency=c,
+                    p99_e2e_ratio=_ratio(e2e, b_e2e),
+                    p99_ttft_ratio=_ratio(ttft, b_ttft),
+                    mean_tok_s_ratio=_ratio(tok, b_tok),
+                    req_per_s=thr.req_per_s,
+                    p99_e2e_ms=e2e,
+                    p99_ttft_ms=ttft,
+                    mean_tok_s=tok,
+                    output_tokens_per_s=thr.output_tokens_per_s,
+                    output_tokens_per_s_ratio=_ratio(thr.output_tokens_per_s, b_agg),
+                    error_rate=run.error_rate,
+                )
             )
     return rows
 
 
 def build_document(
-    runs: list[dict[str, Any]],
+    runs: list[Run],
     *,
     command: list[str],
     started_at: float,
-    thresholds: list[dict[str, Any]] | None = None,
+    thresholds: list[ThresholdResult] | None = None,
     notes: list[str] | None = None,
-) -> dict[str, Any]:
+) -> BenchDocument:
     """The whole ``results.json``: schema tag, provenance, runs, decay table, threshold results."""
     evaluated = list(thresholds or [])
-    return {
-        "schema": SCHEMA,
-        "tailgate_version": __version__,
-        "command": list(command),
-        "started_at": started_at,
-        "finished_at": round(time.time(), 3),
-        "runs": runs,
-        "decay": decay_table(runs),
-        "thresholds": evaluated,
-        "thresholds_passed": (all(t.get("passed") is not False for t in evaluated) if evaluated else None),
-        "notes": list(notes or []),
-    }
+    return BenchDocument(
+        schema=SCHEMA,
+        tailgate_version=__version__,
+        command=list(command),
+        started_at=started_at,
+        finished_at=round(time.time(), 3),
+        runs=runs,
+        decay=decay_table(runs),
+        thresholds=evaluated,
+        thresholds_passed=(all(t.passed is not False for t in evaluated) if evaluated else None),
+        notes=list(notes or []),
+    )
 
 
 def _atomic_write(path: str | os.PathLike[str], text: str) -> None:
@@ -123,25 +130,26 @@ def _atomic_write(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def dumps_document(doc: Mapping[str, Any]) -> str:
+def dumps_document(doc: BenchDocument) -> str:
     """The document as indented JSON, each histogram's bucket list kept on one line."""
-    runs = doc.get("runs") or []
+    data = cast("dict[str, object]", to_json_obj(doc))
     compact: dict[str, str] = {}
-    shallow_runs: list[Any] = []
-    for i, run in enumerate(runs):
-        if isinstance(run, Mapping) and "histograms" in run:
+    shallow_runs: list[object] = []
+    for i, run in enumerate(doc.runs):
+        shallow = cast("dict[str, object]", to_json_obj(run))
+        if not isinstance(run.histograms, UnsetType):
             marker = f"@@tailgate-histograms-{i}@@"
-            compact[marker] = json.dumps(run["histograms"], separators=(",", ":"), allow_nan=False)
-            shallow_runs.append({**run, "histograms": marker})
-        else:
-            shallow_runs.append(run)
-    text = json.dumps({**doc, "runs": shallow_runs}, indent=2, allow_nan=False, ensure_ascii=False)
+            compact[marker] = json.dumps(to_json_obj_map(run.histograms), separators=(",", ":"), allow_nan=False)
+            shallow["histograms"] = marker  # in its place: the key order stays the run's
+        shallow_runs.append(shallow)
+    data["runs"] = shallow_runs
+    text = json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False)
     for marker, body in compact.items():
         text = text.replace(json.dumps(marker), body, 1)
     return text + "\n"
 
 
-def write_json(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+def write_json(doc: BenchDocument, path: str | os.PathLike[str]) -> None:
     """Write the document (atomically: a reader never sees half a file)."""
     _atomic_write(path, dumps_document(doc))
 
@@ -169,39 +177,39 @@ def csv_header() -> list[str]:
     return head
 
 
-def _cell(x: Any) -> Any:
-    return "" if x is None else x
+Cell = str | int | float | None
 
 
-def csv_rows(doc: Mapping[str, Any]) -> Iterable[list[Any]]:
-    for run in doc.get("runs") or []:
-        target = run.get("target") or {}
-        load = run.get("load") or {}
-        thr = run.get("throughput") or {}
-        errors = run.get("errors") or {}
-        row: list[Any] = [
+def _cell(x: Cell | UnsetType) -> Cell:
+    return "" if x is None or isinstance(x, UnsetType) else x
+
+
+def csv_rows(doc: BenchDocument) -> Iterable[list[Cell]]:
+    for run in doc.runs:
+        target, load, thr = run.target, run.load, run.throughput
+        row: list[Cell | UnsetType] = [
             target_name(target),
-            target.get("model"),
-            target.get("base_url"),
+            target.model,
+            target.base_url,
             describe_load(load),
-            load.get("mode"),
-            load.get("concurrency"),
-            load.get("rate"),
-            load.get("stage"),
-            run.get("requests"),
-            run.get("successes"),
-            sum(int(v) for v in errors.values()),
-            run.get("error_rate"),
-            thr.get("req_per_s"),
-            thr.get("output_tokens_per_s"),
-            thr.get("duration_s"),
+            load.mode,
+            load.concurrency,
+            load.rate,
+            load.stage,
+            run.requests,
+            run.successes,
+            sum(run.errors.values()),
+            run.error_rate,
+            thr.req_per_s,
+            thr.output_tokens_per_s,
+            thr.duration_s,
         ]
-        row += [_metric(run, m, s) for m in CSV_METRICS for s in STATS]
-        row += [errors.get(k, 0) for k in ERROR_KEYS]
+        row += [run.metric(m, s) for m in CSV_METRICS for s in STATS]
+        row += [run.errors.get(k, 0) for k in ERROR_KEYS]
         yield [_cell(x) for x in row]
 
 
-def write_csv(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+def write_csv(doc: BenchDocument, path: str | os.PathLike[str]) -> None:
     """One row per run (see :func:`csv_header`); empty cells where a value is null."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -210,8 +218,8 @@ def write_csv(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
     _atomic_write(path, buf.getvalue())
 
 
-def check_document(doc: Any, *, source: str = "results") -> dict[str, Any]:
-    """Validate the schema tag and top-level shape; returns the document."""
+def check_document(doc: object, *, source: str = "results") -> BenchDocument:
+    """Validate the schema tag and shape of decoded JSON; returns the typed document."""
     if not isinstance(doc, dict):
         raise ResultsError(f"{source}: not a tailgate bench results document (top level is not an object)")
     schema = doc.get("schema")
@@ -232,10 +240,13 @@ def check_document(doc: Any, *, source: str = "results") -> dict[str, Any]:
         for key in ("target", "load", "metrics", "errors", "throughput"):
             if not isinstance(run.get(key), dict):
                 raise ResultsError(f"{source}: runs[{i}].{key} is missing or not an object")
-    return doc
+    try:
+        return from_json_obj(doc, BenchDocument)
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{source}: {exc}") from None
 
 
-def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_document(path: str | os.PathLike[str]) -> BenchDocument:
     """Read a ``results.json``; a wrong or unsupported schema raises :class:`ResultsError`."""
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.schema import Capacity, CapacityPoint, DecayAtAnswer, Run, UnsetType
 from tailgate.bench.thresholds import Threshold
 
 BY = ("concurrency", "rate")
@@ -108,10 +108,14 @@ def near(th: Threshold, value: float | None, margin: float) -> bool:
     return abs(value - th.limit) <= margin * scale
 
 
-def verdict(thresholds: Sequence[Threshold], run: dict[str, Any], margin: float) -> tuple[bool, bool, dict[str, Any]]:
+Values = dict[str, float | bool | None]
+"""One run's value per threshold expression (and ``completed_per_s``/``keeps_up`` when searching by rate)."""
+
+
+def verdict(thresholds: Sequence[Threshold], run: Run, margin: float) -> tuple[bool, bool, Values]:
     """(passed, near the boundary, value per expression) of one run."""
     passed, close = True, False
-    values: dict[str, Any] = {}
+    values: Values = {}
     for th in thresholds:
         value, _ = th.value(run)
         values[th.text] = value
@@ -121,51 +125,62 @@ def verdict(thresholds: Sequence[Threshold], run: dict[str, Any], margin: float)
     return passed, close, values
 
 
-def completed_per_s(run: dict[str, Any]) -> float | None:
+def completed_per_s(run: Run) -> float | None:
     """Open loop: requests finished per second in the run's steady part, None when too short to tell.
 
     The timeline counts finished requests per second; the first seconds (until the first answers come
     back, E2E P50 rounded up) and the last one are left out. A provider that keeps up finishes what it is
     offered; one past its service rate finishes at that rate while its queue grows.
     """
-    timeline = run.get("timeline") or []
-    duration = (run.get("throughput") or {}).get("duration_s") or 0.0
-    e2e = ((run.get("metrics") or {}).get("e2e_ms") or {}).get("p50") or 0.0
-    inner = timeline[int(e2e / 1000.0) + 1 : int(duration)]
+    duration = run.throughput.duration_s or 0.0
+    e2e = run.metric("e2e_ms", "p50") or 0.0
+    inner = run.points()[int(e2e / 1000.0) + 1 : int(duration)]
     if len(inner) < 3:
         return None
-    return round(sum(int(b["ok"]) + int(b["errors"]) for b in inner) / len(inner), 3)
+    return round(sum(b.ok + b.errors for b in inner) / len(inner), 3)
 
 
-def keeps_up(run: dict[str, Any]) -> tuple[bool | None, float | None]:
+def keeps_up(run: Run) -> tuple[bool | None, float | None]:
     """(whether an open-loop run finished what it was offered, its completion rate); (None, …) if unknown.
 
     Past its service rate a provider's queue grows for as long as the level lasts, so its latency is only
     bounded by the level's length: such a level fails whatever its percentiles (5 % and one request of
     slack for counting whole requests per second).
     """
-    rate = (run.get("load") or {}).get("rate")
+    rate = run.load.get_rate()
     done = completed_per_s(run)
     if rate is None or done is None:
         return None, done
-    return bool(done >= 0.95 * float(rate) - 1.0), done
+    return bool(done >= 0.95 * rate - 1.0), done
 
 
-RunLevel = Callable[[float], Awaitable[dict[str, Any]]]
+RunLevel = Callable[[float], Awaitable[Run]]
 """Runs one level once (a concurrency or a rate) against one target and returns its run object."""
+
+
+@dataclass
+class _Level:
+    """One level searched: its verdict, the votes of its repeats, their runs' indexes and values, pooled."""
+
+    level: float
+    passed: bool
+    votes: list[bool]
+    runs: list[int]
+    values: list[Values]
+    pooled: Run
 
 
 async def find_max(
     spec: FindSpec, run_level: RunLevel, *, stopped: Callable[[], bool] = lambda: False
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[Run], Capacity]:
     """Search one target. Returns (every run made, in order; the ``capacity`` entry for the document)."""
     search = Search(spec)
-    runs: list[dict[str, Any]] = []
-    levels: list[dict[str, Any]] = []
+    runs: list[Run] = []
+    levels: list[_Level] = []
     while (level := search.next_level()) is not None and not stopped():
-        tries: list[dict[str, Any]] = []
+        tries: list[Run] = []
         votes: list[bool] = []
-        values: list[dict[str, Any]] = []
+        values: list[Values] = []
         while True:
             run = await run_level(level)
             runs.append(run)
@@ -188,59 +203,63 @@ async def find_max(
         passed = votes.count(True) > len(votes) / 2
         search.record(level, passed)
         levels.append(
-            {
-                "level": level,
-                "passed": passed,
-                "votes": votes,
-                "runs": [len(runs) - len(tries) + i for i in range(len(tries))],
-                "values": values,
-                "pooled": _pooled(tries),
-            }
+            _Level(
+                level=level,
+                passed=passed,
+                votes=votes,
+                runs=[len(runs) - len(tries) + i for i in range(len(tries))],
+                values=values,
+                pooled=_pooled(tries),
+            )
         )
     return runs, _capacity(spec, search, levels, runs)
 
 
-def _pooled(tries: list[dict[str, Any]]) -> dict[str, Any]:
+def _pooled(tries: list[Run]) -> Run:
     """One run object of the repeats of a level, merged exactly (histograms, counts)."""
-    acc = RunRecorder.from_dict(tries[0])
+    acc = RunRecorder.from_run(tries[0])
     for other in tries[1:]:
-        acc.merge(RunRecorder.from_dict(other))
+        acc.merge(RunRecorder.from_run(other))
     if len(tries) > 1:
         # The repeats ran one after another: the pooled window is the sum of their windows, not the span
         # from the first start to the last stop (which would count the gaps and understate req/s).
-        total = sum(float(t["throughput"]["duration_s"] or 0.0) for t in tries)
+        total = sum(t.throughput.duration_s or 0.0 for t in tries)
         if acc.t_start is not None:
             acc.t_stop = acc.t_start + total
-    return acc.to_dict()
+    return acc.to_run()
 
 
-def _point(level: dict[str, Any]) -> dict[str, Any]:
-    run = level["pooled"]
-    m = run["metrics"]
-    thr = run["throughput"]
-    good = run.get("goodput")
-    return {
-        "level": level["level"],
-        "passed": level["passed"],
-        "repeats": len(level["votes"]),
-        "req_per_s": thr["req_per_s"],
-        "attempts_per_s": thr["attempts_per_s"],
-        "output_tokens_per_s": thr["output_tokens_per_s"],
-        "goodput_req_per_s": None if good is None else good["req_per_s"],
-        "error_rate": run["error_rate"],
-        "rate_limited": run["errors"].get("rate_limited", 0),
-        **{f"{name}_{stat}": m[name][stat] for name in ("ttft_ms", "e2e_ms") for stat in ("p50", "p90", "p99")},
-        "mean_tok_s": m["output_tokens_per_s"]["mean"],
-        "completed_per_s": _median([v.get("completed_per_s") for v in level["values"]]),
-        "values": level["values"],
-    }
+def _point(level: _Level) -> CapacityPoint:
+    run = level.pooled
+    thr = run.throughput
+    good = run.goodput
+    return CapacityPoint(
+        level=level.level,
+        passed=level.passed,
+        repeats=len(level.votes),
+        req_per_s=thr.req_per_s,
+        attempts_per_s=thr.attempts_per_s,
+        output_tokens_per_s=thr.output_tokens_per_s,
+        goodput_req_per_s=None if isinstance(good, UnsetType) else good.req_per_s,
+        error_rate=run.error_rate,
+        rate_limited=run.refused(),
+        ttft_ms_p50=run.metric("ttft_ms", "p50"),
+        ttft_ms_p90=run.metric("ttft_ms", "p90"),
+        ttft_ms_p99=run.metric("ttft_ms", "p99"),
+        e2e_ms_p50=run.metric("e2e_ms", "p50"),
+        e2e_ms_p90=run.metric("e2e_ms", "p90"),
+        e2e_ms_p99=run.metric("e2e_ms", "p99"),
+        mean_tok_s=run.metric("output_tokens_per_s", "mean"),
+        completed_per_s=_median([v.get("completed_per_s") for v in level.values]),
+        values=level.values,
+    )
 
 
 def _rate_text(x: float | None) -> str:
     return "?" if x is None else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
 
-def _median(xs: list[Any]) -> float | None:
+def _median(xs: Sequence[float | bool | None]) -> float | None:
     vals = sorted(float(x) for x in xs if x is not None)
     return None if not vals else vals[len(vals) // 2]
 
@@ -267,10 +286,10 @@ def knee(points: Sequence[tuple[float, float]]) -> float | None:
     return at if best >= 0.1 else None
 
 
-def _ratio(a: Any, b: Any) -> float | None:
+def _ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or not b:
         return None
-    return round(float(a) / float(b), 3)
+    return round(a / b, 3)
 
 
 def _curve_metric(spec: FindSpec) -> tuple[str, str]:
@@ -281,51 +300,49 @@ def _curve_metric(spec: FindSpec) -> tuple[str, str]:
     return "e2e_ms", "p90"
 
 
-def _capacity(
-    spec: FindSpec, search: Search, levels: list[dict[str, Any]], runs: list[dict[str, Any]]
-) -> dict[str, Any]:
-    points = sorted((_point(lv) for lv in levels), key=lambda p: p["level"])
+def _capacity(spec: FindSpec, search: Search, levels: list[_Level], runs: list[Run]) -> Capacity:
+    points = sorted((_point(lv) for lv in levels), key=lambda p: p.level)
     metric, stat = _curve_metric(spec)
-    knee_at = knee([(p["level"], p[f"{metric}_{stat}"]) for p in points])
-    target = runs[0]["target"] if runs else {}
+    knee_at = knee([(p.level, y) for p in points if (y := p.latency(metric, stat)) is not None])
+    name = runs[0].target.name if runs else None
     answer = search.lo
     base = points[0] if points else None
-    at = next((p for p in points if p["level"] == answer), None)
+    at = next((p for p in points if p.level == answer), None)
     decay = None
     if base is not None and at is not None:
-        decay = {
-            "base_level": base["level"],
-            "level": answer,
-            "p99_e2e_ratio": _ratio(at["e2e_ms_p99"], base["e2e_ms_p99"]),
-            "p99_ttft_ratio": _ratio(at["ttft_ms_p99"], base["ttft_ms_p99"]),
-            "mean_tok_s_ratio": _ratio(at["mean_tok_s"], base["mean_tok_s"]),
-        }
-    limited = [p["level"] for p in points if p["rate_limited"]]
+        decay = DecayAtAnswer(
+            base_level=base.level,
+            level=answer,
+            p99_e2e_ratio=_ratio(at.e2e_ms_p99, base.e2e_ms_p99),
+            p99_ttft_ratio=_ratio(at.ttft_ms_p99, base.ttft_ms_p99),
+            mean_tok_s_ratio=_ratio(at.mean_tok_s, base.mean_tok_s),
+        )
+    limited = [p.level for p in points if p.rate_limited]
     behind = [
-        p["completed_per_s"]
+        p.completed_per_s
         for p in points
-        if p["completed_per_s"] is not None and not p["passed"] and p["completed_per_s"] < 0.95 * p["level"] - 1.0
+        if p.completed_per_s is not None and not p.passed and p.completed_per_s < 0.95 * p.level - 1.0
     ]
-    return {
-        "target": target.get("name"),
-        "by": spec.by,
-        "thresholds": [th.text for th in spec.thresholds],
-        "answer": answer,
-        "failed_at": search.hi,
-        "uncertainty": search.step_at_answer,
-        "ceiling": spec.ceiling,
-        "ceiling_held": search.hi is None and answer is not None,
-        "knee": knee_at,
-        "knee_metric": f"{stat}({metric})",
-        "decay_at_answer": decay,
-        "rate_limited_from": min(limited) if limited else None,
-        "service_rate_per_s": _median(behind) if spec.by == "rate" else None,
-        "curve": points,
-        "levels_run": [lv["level"] for lv in levels],
-        "runs": [i for lv in levels for i in lv["runs"]],
-        "summary": describe(spec, search, target.get("name"), min(limited) if limited else None)
+    return Capacity(
+        target=name,
+        by=spec.by,
+        thresholds=[th.text for th in spec.thresholds],
+        answer=answer,
+        failed_at=search.hi,
+        uncertainty=search.step_at_answer,
+        ceiling=spec.ceiling,
+        ceiling_held=search.hi is None and answer is not None,
+        knee=knee_at,
+        knee_metric=f"{stat}({metric})",
+        decay_at_answer=decay,
+        rate_limited_from=min(limited) if limited else None,
+        service_rate_per_s=_median(behind) if spec.by == "rate" else None,
+        curve=points,
+        levels_run=[lv.level for lv in levels],
+        runs=[i for lv in levels for i in lv.runs],
+        summary=describe(spec, search, name, min(limited) if limited else None)
         + (f"; offered more, it finishes ~{_rate_text(_median(behind))} req/s (its service rate)" if behind else ""),
-    }
+    )
 
 
 def _fmt(level: float | None, by: str) -> str:
@@ -334,7 +351,7 @@ def _fmt(level: float | None, by: str) -> str:
     return f"{level:g}" + ("" if by == "concurrency" else " req/s")
 
 
-def describe(spec: FindSpec, search: Search, name: Any, limited_from: float | None) -> str:
+def describe(spec: FindSpec, search: Search, name: str | None, limited_from: float | None) -> str:
     """One sentence for the summary: the answer, its bracket, and why it might be the limiter's."""
     what = " and ".join(th.text for th in spec.thresholds)
     unit = ("concurrent request" + ("" if search.lo == 1 else "s")) if spec.by == "concurrency" else "req/s"

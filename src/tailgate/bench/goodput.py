@@ -10,7 +10,6 @@ Goodput of a run = good requests ÷ the run's measured duration. A bare number i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tailgate.config.units import parse_duration
 from tailgate.upstream.events import CallResult
@@ -68,6 +67,3 @@ class SLO:
             if value is None or value > limit:
                 return False
         return True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"expr": self.text, "limits_ms": dict(self.limits)}

@@ -35,6 +35,8 @@ from tailgate.accuracy import Task, grade
 from tailgate.bench.alarm import Alarm
 from tailgate.bench.goodput import SLO
 from tailgate.bench.results import RunRecorder
+from tailgate.bench.schema import UNSET, Load
+from tailgate.bench.schema import Target as RunTarget
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
 from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
@@ -55,9 +57,9 @@ class Target:
     api: str = "openai"
     """The protocol spoken to it: ``openai`` (``/chat/completions``) or ``anthropic`` (``/v1/messages``)."""
 
-    def describe(self) -> dict[str, Any]:
-        out = {"name": self.name, "base_url": self.client.endpoint.base_url, "model": self.model}
-        return out if self.api == "openai" else {**out, "api": self.api}
+    def describe(self) -> RunTarget:
+        api = UNSET if self.api == "openai" else self.api
+        return RunTarget(name=self.name, base_url=self.client.endpoint.base_url, model=self.model, api=api)
 
     @property
     def path(self) -> str:
@@ -172,8 +174,8 @@ class LoadGenerator:
     def _next_target(self) -> int:
         return next(self._turn) % len(self.targets)
 
-    def _new_phase(self, label: str, load: dict[str, Any], bounds: Bounds) -> Phase:
-        recorders = [RunRecorder(t.describe(), dict(load)) for t in self.targets]
+    def _new_phase(self, label: str, load: Load, bounds: Bounds) -> Phase:
+        recorders = [RunRecorder(t.describe(), load) for t in self.targets]
         for rec in recorders:
             rec.slo = self.slo
         phase = Phase(label, recorders, bounds.requests)
@@ -343,10 +345,10 @@ class LoadGenerator:
 
     # -- closed loop -----------------------------------------------------------------------------
 
-    async def closed(self, concurrency: int, bounds: Bounds, load: dict[str, Any] | None = None) -> list[RunRecorder]:
+    async def closed(self, concurrency: int, bounds: Bounds, load: Load | None = None) -> list[RunRecorder]:
         """``concurrency`` workers, each sending its next request as soon as the previous one ends."""
         phase = self._new_phase(
-            f"concurrency {concurrency}", load or {"mode": "closed", "concurrency": concurrency}, bounds
+            f"concurrency {concurrency}", load or Load(mode="closed", concurrency=concurrency), bounds
         )
         t0 = time.perf_counter()
         measure_from = t0 + bounds.warmup
@@ -391,7 +393,7 @@ class LoadGenerator:
         self, rate: float, bounds: Bounds, *, arrival: str = "constant", seed: int = 0, max_in_flight: int = 10_000
     ) -> list[RunRecorder]:
         """Send at ``rate`` req/s from a schedule; latency counts from each request's intended send time."""
-        load = {"mode": "open", "rate": rate, "arrival": arrival}
+        load = Load(mode="open", rate=rate, arrival=arrival)
         phase = self._new_phase(f"rate {rate:g}/s", load, bounds)
         rng = random.Random(seed)
         t0 = time.perf_counter() + 0.005
@@ -422,12 +424,9 @@ class LoadGenerator:
     ) -> list[RunRecorder]:
         """Send a recorded trace on its own schedule (× ``time_scale``), open loop: latency from intended send."""
         span = entries[-1].t * time_scale
-        load = {
-            "mode": "open",
-            "replay": name,
-            "time_scale": time_scale,
-            "rate": round(len(entries) / span, 3) if span > 0 else None,
-        }
+        load = Load(
+            mode="open", replay=name, time_scale=time_scale, rate=round(len(entries) / span, 3) if span > 0 else None
+        )
         phase = self._new_phase(f"replay {name}", load, bounds)
         t0 = time.perf_counter() + 0.005
         end = t0 + bounds.duration if bounds.duration is not None else None
@@ -446,7 +445,7 @@ class LoadGenerator:
         out = []
         current = 0.0
         for i, (seconds, target_vus) in enumerate(plan):
-            load = {"mode": "stage", "stage": i, "from": round(current), "to": target_vus, "duration_s": seconds}
+            load = Load(mode="stage", stage=i, from_=round(current), to=target_vus, duration_s=seconds)
             phase = self._new_phase(f"stage {i + 1}: {round(current)}→{target_vus}", load, bounds)
             start = time.perf_counter()
             end = start + seconds

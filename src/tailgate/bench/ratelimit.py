@@ -23,7 +23,9 @@ import re
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
+
+from tailgate.bench.schema import HeaderRate, LimitEntry, RateFlag, Run, UnsetType
 
 FLAG = "rate-limited above ~{n} req/s per key: these numbers measure the limiter, not the service"
 
@@ -32,7 +34,7 @@ STEADY_MIN = 5
 """Admitted requests after the first 429 needed before the steady-state rate replaces the run's average."""
 
 
-def admitted_per_s(run: Mapping[str, Any]) -> float | None:
+def admitted_per_s(run: Run) -> float | None:
     """Steady-state admitted (not refused) requests per second of one run.
 
     Open loop: requests admitted after the first 429 per second from then on (the bucket is empty from
@@ -40,26 +42,31 @@ def admitted_per_s(run: Mapping[str, Any]) -> float | None:
     offered rate × the admitted fraction. Closed loop: the median of the per-second counts of finished
     requests, first and last second left out.
     """
-    timeline = run.get("timeline") or []
-    refused = (run.get("errors") or {}).get("rate_limited", 0)
-    load = run.get("load") or {}
-    requests = int(run.get("requests") or 0)
-    steady = run.get("rate_limit") or {}
-    if steady.get("steady_per_s") is not None and int(steady.get("steady_admitted") or 0) >= STEADY_MIN:
-        return round(float(steady["steady_per_s"]), 3)
-    if load.get("mode") == "open" and load.get("rate") and requests:
-        return round(float(load["rate"]) * (requests - int(refused)) / requests, 3)
+    timeline = run.points()
+    refused = run.refused()
+    requests = run.requests
+    rl = run.rate_limit
+    if (
+        not isinstance(rl, UnsetType)
+        and not isinstance(rl.steady_per_s, UnsetType)
+        and not isinstance(rl.steady_admitted, UnsetType)
+        and rl.steady_admitted >= STEADY_MIN
+    ):
+        return round(rl.steady_per_s, 3)
+    rate = run.load.get_rate()
+    if run.load.mode == "open" and rate and requests:
+        return round(rate * (requests - refused) / requests, 3)
     interior = timeline[1:-1]
     if len(interior) >= 3:
         # Errors other than 429 are admitted too (the provider took them in); the timeline does not split
         # error kinds, so they are apportioned: refused share of the run's errors is left out.
-        errors = max(1, sum(b["errors"] for b in timeline))
+        errors = max(1, sum(b.errors for b in timeline))
         keep = 1.0 - refused / errors if refused else 1.0
-        return round(float(statistics.median(b["ok"] + b["errors"] * keep for b in interior)), 3)
-    duration = (run.get("throughput") or {}).get("duration_s")
+        return round(float(statistics.median(b.ok + b.errors * keep for b in interior)), 3)
+    duration = run.throughput.duration_s
     if not duration:
         return None
-    return round((int(run["requests"]) - int(refused)) / float(duration), 3)
+    return round((run.requests - refused) / duration, 3)
 
 
 PERIODS = (1.0, 60.0, 3600.0, 86400.0)
@@ -77,7 +84,7 @@ def _reset_s(text: str | None) -> float | None:
     return total if found else None
 
 
-def header_rate(headers: Mapping[str, str], remaining_min: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+def header_rate(headers: Mapping[str, str], remaining_min: Mapping[str, int] | None = None) -> HeaderRate | None:
     """The limit the provider states in ``x-ratelimit-*-requests``, as requests per second.
 
     The headers give a count (``limit-requests``) but not its period. A bucket that refills evenly
@@ -98,14 +105,14 @@ def header_rate(headers: Mapping[str, str], remaining_min: Mapping[str, int] | N
         how = f"period from x-ratelimit-reset-requests ({headers.get('reset-requests')})"
     else:
         period, how = 60.0, "no usable reset header: read as per minute, OpenAI's convention"
-    return {"limit": limit, "period_s": period, "per_s": round(limit / period, 4), "how": how}
+    return HeaderRate(limit=limit, period_s=period, per_s=round(limit / period, 4), how=how)
 
 
 AGREE = 0.05
 """Measured and stated limits within 5 % of each other agree."""
 
 
-def verdict(measured: float | None, stated: Mapping[str, Any] | None) -> tuple[str, float | None, str]:
+def verdict(measured: float | None, stated: HeaderRate | None) -> tuple[str, float | None, str]:
     """(which to trust: ``header`` | ``measured`` | ``none``, that rate, one sentence saying why)."""
     if stated is None:
         if measured is None:
@@ -115,7 +122,7 @@ def verdict(measured: float | None, stated: Mapping[str, Any] | None) -> tuple[s
             measured,
             "the provider states no limit in x-ratelimit-* headers: the measured rate is the answer",
         )
-    per_s = float(stated["per_s"])
+    per_s = stated.per_s
     if measured is None:
         return "header", per_s, "nothing measured: only the provider's stated limit"
     off = abs(measured - per_s) / per_s
@@ -134,61 +141,62 @@ def verdict(measured: float | None, stated: Mapping[str, Any] | None) -> tuple[s
     )
 
 
-def _num(text: Any) -> float | None:
+def _num(text: str | None) -> float | None:
     try:
         return float(str(text).strip())
     except (TypeError, ValueError):
         return None
 
 
-def assess(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def assess(runs: Sequence[Run]) -> list[RateFlag]:
     """One entry per target whose runs met 429s: the admitted rate, the headers, and the flag text."""
-    by_target: dict[str, list[Mapping[str, Any]]] = {}
+    by_target: dict[str, list[Run]] = {}
     for run in runs:
-        name = str((run.get("target") or {}).get("name"))
-        by_target.setdefault(name, []).append(run)
-    out: list[dict[str, Any]] = []
+        by_target.setdefault(run.target.name, []).append(run)
+    out: list[RateFlag] = []
     for name, target_runs in by_target.items():
-        limited = [r for r in target_runs if (r.get("errors") or {}).get("rate_limited", 0) > 0]
+        limited = [r for r in target_runs if r.refused() > 0]
         if not limited:
             continue
         # The most refused run says the most about the limit: its admitted rate is the limiter's.
-        worst = max(limited, key=lambda r: r["errors"]["rate_limited"] / max(1, r["requests"]))
+        worst = max(limited, key=lambda r: r.refused() / max(1, r.requests))
         per_s = admitted_per_s(worst)
         headers: dict[str, str] = {}
         remaining: dict[str, int] = {}
         retry: float | None = None
         for r in target_runs:
-            rl = r.get("rate_limit") or {}
-            headers.update(rl.get("headers") or {})
-            for k, v in (rl.get("remaining_min") or {}).items():
-                remaining[k] = min(int(v), remaining.get(k, int(v)))
-            ra = rl.get("retry_after_s_max")
+            if isinstance(r.rate_limit, UnsetType):
+                continue
+            headers.update(r.rate_limit.headers)
+            for k, v in r.rate_limit.remaining_min.items():
+                remaining[k] = min(v, remaining.get(k, v))
+            ra = r.rate_limit.retry_after_s_max
             if ra is not None:
-                retry = max(retry or 0.0, float(ra))
-        refused = sum(r["errors"]["rate_limited"] for r in target_runs)
-        requests = sum(r["requests"] for r in target_runs)
+                retry = max(retry or 0.0, ra)
+        refused = sum(r.refused() for r in target_runs)
+        requests = sum(r.requests for r in target_runs)
         shown = "?" if per_s is None else f"{per_s:.0f}" if per_s >= 10 else f"{per_s:.1f}"
         stated = header_rate(headers, remaining)
         trust, answer, why = verdict(per_s, stated)
+        steady = None if isinstance(worst.rate_limit, UnsetType) else worst.rate_limit.steady_admitted
         out.append(
-            {
-                "target": name,
-                "per_s": per_s,
-                "rpm": None if per_s is None else round(per_s * 60.0, 1),
-                "tpm_header": _num(headers.get("limit-tokens")),
-                "limit_requests_header": _num(headers.get("limit-requests")),
-                "retry_after_s_max": retry,
-                "refused": refused,
-                "requests": requests,
-                "from_run": list(runs).index(worst),
-                "steady_admitted": (worst.get("rate_limit") or {}).get("steady_admitted"),
-                "header": stated,
-                "trust": trust,
-                "answer_per_s": answer,
-                "why": why,
-                "flag": FLAG.format(n=shown),
-            }
+            RateFlag(
+                target=name,
+                per_s=per_s,
+                rpm=None if per_s is None else round(per_s * 60.0, 1),
+                tpm_header=_num(headers.get("limit-tokens")),
+                limit_requests_header=_num(headers.get("limit-requests")),
+                retry_after_s_max=retry,
+                refused=refused,
+                requests=requests,
+                from_run=list(runs).index(worst),
+                steady_admitted=None if isinstance(steady, UnsetType) else steady,
+                header=stated,
+                trust=trust,
+                answer_per_s=answer,
+                why=why,
+                flag=FLAG.format(n=shown),
+            )
         )
     return out
 
@@ -211,7 +219,7 @@ class LimitSpec:
     measures long enough for this many."""
 
 
-RunRate = Callable[[float, float], Awaitable[dict[str, Any]]]
+RunRate = Callable[[float, float], Awaitable[Run]]
 """Runs an open loop at (rate, measured seconds) and returns the run object."""
 
 
@@ -221,7 +229,7 @@ def _sent(rate: float, seconds: float, warmup_s: float) -> int:
 
 async def find_limit(
     spec: LimitSpec, run_rate: RunRate, *, stopped: Callable[[], bool] = lambda: False
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[Run], LimitEntry]:
     """Ramp until refused, then measure the limiter's steady state; returns (the runs, the ``limit`` entry).
 
     Each step is an open loop at a fixed rate. A token bucket admits its whole burst before it refuses,
@@ -230,10 +238,11 @@ async def find_limit(
     rests on fewer than ``confirm_admitted`` requests, one confirming step at 1.5× the estimate (or the
     refused rate, if higher) runs long enough for them, within the cap.
     """
-    runs: list[dict[str, Any]] = []
+    runs: list[Run] = []
     sent = 0
     rate = spec.start
-    found: dict[str, Any] | None = None
+    found: RateFlag | None = None
+    offered = 0.0
     note = None
     while rate <= spec.ceiling and not stopped():
         budget = spec.cap - sent
@@ -244,20 +253,19 @@ async def find_limit(
         run = await run_rate(rate, seconds)
         runs.append(run)
         sent += _sent(rate, seconds, spec.warmup_s)
-        refused = run["errors"].get("rate_limited", 0)
-        if run["requests"] and refused / run["requests"] >= spec.refuse_fraction:
+        if run.requests and run.refused() / run.requests >= spec.refuse_fraction:
             found = assess([run])[0]
-            found["offered_per_s"] = rate
+            offered = rate
             break
         rate = round(rate * spec.factor, 3)
     else:
         if not stopped():
             note = f"no 429 up to the ceiling of {spec.ceiling:g} req/s"
-    if found is not None and found["per_s"] and not stopped():
-        admitted = int(found.get("steady_admitted") or 0)
+    if found is not None and found.per_s and not stopped():
+        admitted = found.steady_admitted or 0
         if admitted < spec.confirm_admitted:
-            est = float(found["per_s"])
-            confirm = round(max(found["offered_per_s"], 1.5 * est), 3)
+            est = found.per_s
+            confirm = round(max(offered, 1.5 * est), 3)
             # Long enough to empty a bucket of one second's worth at (confirm − est) and then admit the rest.
             seconds = spec.confirm_admitted / est + est / max(confirm - est, 1e-9)
             seconds = min(seconds, (spec.cap - sent - 1) / confirm - spec.warmup_s)
@@ -265,37 +273,38 @@ async def find_limit(
                 run = await run_rate(confirm, seconds)
                 runs.append(run)
                 sent += _sent(confirm, seconds, spec.warmup_s)
-                if run["errors"].get("rate_limited", 0):
+                if run.refused():
                     better = assess([run])[0]
-                    if int(better.get("steady_admitted") or 0) > admitted:
-                        better["offered_per_s"] = found["offered_per_s"]
+                    if (better.steady_admitted or 0) > admitted:
                         found = better
-    target = (runs[0]["target"] if runs else {}).get("name")
-    entry: dict[str, Any] = {
-        "target": target,
-        "found": found is not None,
-        "per_s": None if found is None else found["per_s"],
-        "rpm": None if found is None else found["rpm"],
-        "tpm_header": None if found is None else found["tpm_header"],
-        "limit_requests_header": None if found is None else found["limit_requests_header"],
-        "header": None if found is None else found["header"],
-        "trust": None if found is None else found["trust"],
-        "answer_per_s": None if found is None else found["answer_per_s"],
-        "why": None if found is None else found["why"],
-        "steady_admitted": None if found is None else found.get("steady_admitted"),
-        "retry_after_s_max": None if found is None else found["retry_after_s_max"],
-        "refused_at_offered_per_s": None if found is None else found["offered_per_s"],
-        "rates_tried": [r["load"].get("rate") for r in runs],
-        "requests_sent_max": sent,
-        "cap": spec.cap,
-        "note": note,
-    }
+    target = runs[0].target.name if runs else None
+    rates_tried = [r.load.get_rate() for r in runs]
     if found is not None:
-        entry["summary"] = _summary(str(target), found)
+        summary = _summary(str(target), found, offered)
     else:
-        last = entry["rates_tried"][-1] if entry["rates_tried"] else None
-        below = "?" if last is None else _rate(float(last))
-        entry["summary"] = f"{target}: no rate limit found below {below} req/s ({note})"
+        last = rates_tried[-1] if rates_tried else None
+        below = "?" if last is None else _rate(last)
+        summary = f"{target}: no rate limit found below {below} req/s ({note})"
+    entry = LimitEntry(
+        target=target,
+        found=found is not None,
+        per_s=None if found is None else found.per_s,
+        rpm=None if found is None else found.rpm,
+        tpm_header=None if found is None else found.tpm_header,
+        limit_requests_header=None if found is None else found.limit_requests_header,
+        header=None if found is None else found.header,
+        trust=None if found is None else found.trust,
+        answer_per_s=None if found is None else found.answer_per_s,
+        why=None if found is None else found.why,
+        steady_admitted=None if found is None else found.steady_admitted,
+        retry_after_s_max=None if found is None else found.retry_after_s_max,
+        refused_at_offered_per_s=None if found is None else offered,
+        rates_tried=rates_tried,
+        requests_sent_max=sent,
+        cap=spec.cap,
+        note=note,
+        summary=summary,
+    )
     return runs, entry
 
 
@@ -306,33 +315,37 @@ def _rate(x: float) -> str:
 _PERIOD_NAMES = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}
 
 
-def _summary(target: str, found: Mapping[str, Any]) -> str:
+def _summary(target: str, found: RateFlag, offered: float) -> str:
     """One line: the answer, the measured rate beside the stated one, and which to trust."""
-    measured = found["per_s"]
-    n = found.get("steady_admitted")
+    measured = found.per_s or 0.0
+    n = found.steady_admitted
     basis = f"steady state, {n} admitted after the first 429" if n else "average over the refused step"
     parts = [
-        f"{target}: refused from {_rate(found['offered_per_s'])} req/s offered",
+        f"{target}: refused from {_rate(offered)} req/s offered",
         f"measured ~{_rate(measured)} req/s per key (RPM ~{measured * 60:.0f}; {basis})",
     ]
-    stated = found.get("header")
+    stated = found.header
     if stated:
-        period = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "day"}.get(
-            stated["period_s"], f"{stated['period_s']:g}s"
-        )
-        parts.append(
-            f"stated {stated['limit']:g}/{period} = {_rate(stated['per_s'])} req/s (x-ratelimit-limit-requests)"
-        )
+        period = _PERIOD_NAMES.get(stated.period_s, f"{stated.period_s:g}s")
+        parts.append(f"stated {stated.limit:g}/{period} = {_rate(stated.per_s)} req/s (x-ratelimit-limit-requests)")
     else:
         parts.append("no x-ratelimit-limit-requests header")
-    if found.get("tpm_header"):
-        parts.append(f"TPM {found['tpm_header']:g} (header)")
-    answer = found.get("answer_per_s")
-    head = f"limit ~{_rate(answer)} req/s ({found['trust']}): " if answer is not None else ""
-    return head + "; ".join(parts) + f". {found['why'][0].upper()}{found['why'][1:]}."
+    if found.tpm_header:
+        parts.append(f"TPM {found.tpm_header:g} (header)")
+    answer = found.answer_per_s
+    head = f"limit ~{_rate(answer)} req/s ({found.trust}): " if answer is not None else ""
+    return head + "; ".join(parts) + f". {found.why[0].upper()}{found.why[1:]}."
 
 
-def steady_rate(sends: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+class Steady(TypedDict, total=False):
+    """The limiter's steady state of one run (the run object's ``rate_limit.steady_*``)."""
+
+    steady_per_s: float
+    steady_admitted: int
+    steady_s: float
+
+
+def steady_rate(sends: Sequence[tuple[float, bool]]) -> Steady:
     """What a limiter admits once its bucket is empty: requests admitted after the first 429 per second.
 
     ``sends``: an open-loop run's (send time, refused with 429) per request (``RunRecorder.sends``). A token
@@ -348,4 +361,4 @@ def steady_rate(sends: Sequence[tuple[float, bool]]) -> dict[str, Any]:
     if window <= 0:
         return {}
     admitted = sum(1 for t, refused in sends if t > first_refused and not refused)
-    return {"steady_per_s": round(admitted / window, 3), "steady_admitted": admitted, "steady_s": round(window, 3)}
+    return Steady(steady_per_s=round(admitted / window, 3), steady_admitted=admitted, steady_s=round(window, 3))

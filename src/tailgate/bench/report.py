@@ -8,98 +8,82 @@ the command line and from the network.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from html import escape
 from itertools import pairwise
-from typing import Any
 
-from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, fmt_num, line_chart
+import msgspec
+
+from tailgate.bench._svg import PALETTE, REPORT_CSS, Bars, Line, bar_chart, fmt_num, line_chart
 from tailgate.bench.results import describe_load
+from tailgate.bench.schema import Accuracy, BenchDocument, DecayRow, Load, Run, ThresholdResult, UnsetType
 from tailgate.stats import LatencyHistogram
 from tailgate.stats.shown import wilson
 
 __all__ = ["render_html"]
 
-Doc = Mapping[str, Any]
 _DASHES = {"p50": "", "p90": "6 3", "p99": "2 3"}
 _CDF_QS = [q / 2 for q in range(181)] + [90.5 + q / 2 for q in range(19)] + [99.5, 99.9, 100.0]
 _NO_OK = "no successful requests"
-
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1500px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-.meta{color:#555;font-size:13px}.meta code{background:#f4f4f4;padding:1px 4px}
-.notes{background:#fff8e1;border-left:4px solid #f2b400;padding:6px 12px;margin:10px 0}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#f4f6f8}td.l,th.l{text-align:left}td.ex{white-space:normal;max-width:560px;text-align:left}
-.pass{color:#1b7d2f;font-weight:600}.fail{color:#c62828;font-weight:600}
-.charts{display:flex;flex-wrap:wrap;gap:12px}
-.empty{color:#777;font-style:italic}.scroll{overflow-x:auto}
-svg.chart{background:#fff;border:1px solid #e4e4e4}
-svg.chart text{font-size:11px;fill:#333}svg.chart text.title{font-size:13px;font-weight:600}
-svg.chart .axes line,svg.chart line.axes{stroke:#555}svg.chart .grid{stroke:#eee}
-"""
 
 
 # -- reading the document ----------------------------------------------------------------------
 
 
-def _num(v: Any) -> float | None:
-    """A finite number or None (null fields, a missing key, a string where a number was expected)."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+def _num(v: float | None) -> float | None:
+    """A finite number or None."""
+    if v is None or isinstance(v, bool) or not math.isfinite(v):
         return None
     return float(v)
 
 
-def _metric(run: Doc, name: str, field: str) -> float | None:
-    return _num(((run.get("metrics") or {}).get(name) or {}).get(field))
+def _metric(run: Run, name: str, field: str) -> float | None:
+    return _num(run.metric(name, field))
 
 
-def _target(run: Doc) -> str:
-    return str((run.get("target") or {}).get("name") or "?")
+def _target(run: Run) -> str:
+    return run.target.name or "?"
 
 
-def _load_label(load: Doc) -> str:
+def _load_label(load: Load) -> str:
     """The load as results.py names it everywhere, with ``closed`` dropped: ``c=10`` fits an axis tick."""
     return describe_load(load).removeprefix("closed ")
 
 
-def _load_key(load: Doc) -> float:
+def _load_key(load: Load) -> float:
     """Sort key inside one mode: concurrency or rate (stages keep their order: key 0, stable sort)."""
-    return _num(load.get("concurrency")) or _num(load.get("rate")) or 0.0
+    c = load.get_concurrency()
+    return (None if c is None else float(c)) or load.get_rate() or 0.0
 
 
-def _run_label(run: Doc) -> str:
-    return f"{_target(run)} · {_load_label(run.get('load') or {})}"
+def _run_label(run: Run) -> str:
+    return f"{_target(run)} · {_load_label(run.load)}"
 
 
-def _has_ok(run: Doc) -> bool:
-    return bool(run.get("successes")) and _metric(run, "e2e_ms", "p50") is not None
+def _has_ok(run: Run) -> bool:
+    return bool(run.successes) and _metric(run, "e2e_ms", "p50") is not None
 
 
-def _loads(runs: Sequence[Doc]) -> list[str]:
+def _loads(runs: Sequence[Run]) -> list[str]:
     """Distinct load labels, ordered by mode then concurrency / rate / first appearance."""
     order = {"closed": 0, "open": 1, "stage": 2}
     seen: dict[str, tuple[int, float, int]] = {}
     for i, r in enumerate(runs):
-        load = r.get("load") or {}
-        seen.setdefault(_load_label(load), (order.get(str(load.get("mode")), 3), _load_key(load), i))
+        seen.setdefault(_load_label(r.load), (order.get(r.load.mode, 3), _load_key(r.load), i))
     return sorted(seen, key=seen.__getitem__)
 
 
-def _targets(runs: Sequence[Doc]) -> list[str]:
+def _targets(runs: Sequence[Run]) -> list[str]:
     return list(dict.fromkeys(_target(r) for r in runs))
 
 
-def _histogram(run: Doc, name: str) -> LatencyHistogram | None:
-    data = (run.get("histograms") or {}).get(name)
-    if not isinstance(data, Mapping):
+def _histogram(run: Run, name: str) -> LatencyHistogram | None:
+    data = run.histogram(name)
+    if data is None:
         return None
     try:
-        h = LatencyHistogram.from_dict(data)
+        h = LatencyHistogram.from_dict(msgspec.structs.asdict(data))
     except ValueError:
         return None
     return h if h.count else None
@@ -112,14 +96,14 @@ def _color(targets: Sequence[str], name: str) -> str:
     return PALETTE[targets.index(name) % len(PALETTE)]
 
 
-def _latency_vs_load(runs: Sequence[Doc]) -> list[str]:
+def _latency_vs_load(runs: Sequence[Run]) -> list[str]:
     """P50/P90/P99 of E2E and TTFT per load level: colour = target, dash = percentile."""
     loads, targets = _loads(runs), _targets(runs)
     charts = []
     for metric, title in (("e2e_ms", "E2E latency"), ("ttft_ms", "TTFT")):
         lines = []
         for t in targets:
-            by_load = {_load_label(r.get("load") or {}): r for r in runs if _target(r) == t}
+            by_load = {_load_label(r.load): r for r in runs if _target(r) == t}
             for pct, dash in _DASHES.items():
                 pts = [
                     (float(i), _metric(by_load[lv], metric, pct) if lv in by_load else None)
@@ -134,7 +118,7 @@ def _latency_vs_load(runs: Sequence[Doc]) -> list[str]:
     return charts
 
 
-def _cdfs(runs: Sequence[Doc]) -> tuple[list[str], list[str]]:
+def _cdfs(runs: Sequence[Run]) -> tuple[list[str], list[str]]:
     """One CDF chart per metric with one line per run; the runs without that histogram are named."""
     charts, missing = [], []
     for metric, title in (("ttft_ms", "TTFT"), ("e2e_ms", "E2E latency")):
@@ -151,29 +135,29 @@ def _cdfs(runs: Sequence[Doc]) -> tuple[list[str], list[str]]:
     return charts, missing
 
 
-def _timeline(run: Doc) -> str | None:
+def _timeline(run: Run) -> str | None:
     """Successful and failed requests per second over the run, from the per-interval timeline."""
-    tl = [p for p in run.get("timeline") or [] if isinstance(p, Mapping) and _num(p.get("t")) is not None]
+    tl = run.points()
     if not tl:
         return None
-    ts = [_num(p["t"]) or 0.0 for p in tl]
+    ts = [float(p.t) for p in tl]
     steps = sorted(b - a for a, b in pairwise(ts) if b > a)
     dt = steps[len(steps) // 2] if steps else 1.0  # the interval width; a median ignores a short last one
-    ok = [(t, (_num(p.get("ok")) or 0.0) / dt) for t, p in zip(ts, tl, strict=True)]
-    err = [(t, (_num(p.get("errors")) or 0.0) / dt) for t, p in zip(ts, tl, strict=True)]
+    ok = [(t, float(p.ok) / dt) for t, p in zip(ts, tl, strict=True)]
+    err = [(t, float(p.errors) / dt) for t, p in zip(ts, tl, strict=True)]
     lines = [Line("ok req/s", ok, PALETTE[0]), Line("errors/s", err, PALETTE[3], "4 2")]
     label = _run_label(run)
     return line_chart("timeline", label, lines, x_label="seconds", y_label="per second", width=330, legend_width=90)
 
 
-def _target_bars(runs: Sequence[Doc]) -> list[str]:
+def _target_bars(runs: Sequence[Run]) -> list[str]:
     """Target vs target at each load: P90 TTFT, P90 E2E and req/s side by side."""
     loads, targets = _loads(runs), _targets(runs)
-    cell = {(_target(r), _load_label(r.get("load") or {})): r for r in runs}
-    specs: list[tuple[str, str, Callable[[Doc], float | None]]] = [
+    cell = {(_target(r), _load_label(r.load)): r for r in runs}
+    specs: list[tuple[str, str, Callable[[Run], float | None]]] = [
         ("P90 TTFT", "ms", lambda r: _metric(r, "ttft_ms", "p90")),
         ("P90 E2E", "ms", lambda r: _metric(r, "e2e_ms", "p90")),
-        ("Throughput", "req/s", lambda r: _num((r.get("throughput") or {}).get("req_per_s"))),
+        ("Throughput", "req/s", lambda r: _num(r.throughput.req_per_s)),
     ]
     charts = []
     for title, unit, get in specs:
@@ -188,7 +172,7 @@ def _target_bars(runs: Sequence[Doc]) -> list[str]:
 # -- tables --------------------------------------------------------------------------------------
 
 
-def _cell(v: Any, cls: str = "") -> str:
+def _cell(v: str | int | None, cls: str = "") -> str:
     attr = f' class="{cls}"' if cls else ""
     return f"<td{attr}>{escape(str(v))}</td>"
 
@@ -212,8 +196,8 @@ def _pct(v: float | None) -> str:
 _LAT_LABEL = {"ttft_answer_ms": "TTFT answer"}
 
 
-def _summary_table(runs: Sequence[Doc]) -> str:
-    lag = any((r.get("metrics") or {}).get("schedule_lag_ms") for r in runs)
+def _summary_table(runs: Sequence[Run]) -> str:
+    lag = any(r.metrics.get("schedule_lag_ms") for r in runs)
     head = ["target", "load", "requests", "ok", "error rate", "req/s", "out tok/s"]
     lat = [(m, p) for m in ("ttft_ms", "e2e_ms", "itl_ms") for p in ("p50", "p90", "p99")]
     lat.insert(3, ("ttft_answer_ms", "p90"))  # time to first answer token (thinking models), beside TTFT
@@ -221,85 +205,79 @@ def _summary_table(runs: Sequence[Doc]) -> str:
     head += ["lag P99 ms"] if lag else []
     rows = []
     for r in runs:
-        tp = r.get("throughput") or {}
-        est = " (est.)" if (r.get("tokens") or {}).get("estimated") else ""
-        row = [_cell(_target(r), "l"), _cell(_load_label(r.get("load") or {}), "l")]
-        row += [_cell(r.get("requests", "—")), _cell(r.get("successes", "—")), _cell(_pct(_num(r.get("error_rate"))))]
-        row += [_cell(_ms(_num(tp.get("req_per_s")))), _cell(_ms(_num(tp.get("output_tokens_per_s"))) + est)]
+        tp = r.throughput
+        est = " (est.)" if r.tokens.estimated else ""
+        row = [_cell(_target(r), "l"), _cell(_load_label(r.load), "l")]
+        row += [_cell(r.requests), _cell(r.successes), _cell(_pct(_num(r.error_rate)))]
+        row += [_cell(_ms(_num(tp.req_per_s))), _cell(_ms(_num(tp.output_tokens_per_s)) + est)]
         row += [_cell(_ms(_metric(r, m, p))) for m, p in lat]
         row += [_cell(_ms(_metric(r, "schedule_lag_ms", "p99")))] if lag else []
         rows.append(row)
     return '<div class="scroll">' + _table(head, rows, left=2) + "</div>"
 
 
-def _errors_table(runs: Sequence[Doc]) -> str | None:
+def _errors_table(runs: Sequence[Run]) -> str | None:
     rows = []
     for r in runs:
-        examples = r.get("error_examples") or {}
-        for cls, n in sorted((r.get("errors") or {}).items(), key=lambda kv: -(_num(kv[1]) or 0)):
-            ex = str(examples.get(cls, ""))
+        examples = {} if isinstance(r.error_examples, UnsetType) else r.error_examples
+        for cls, n in sorted(r.errors.items(), key=lambda kv: -kv[1]):
+            ex = examples.get(cls, "")
             ex = ex if len(ex) <= 400 else ex[:400] + "…"
-            rows.append([_cell(_target(r), "l"), _cell(_load_label(r.get("load") or {}), "l"), _cell(cls, "l")])
+            rows.append([_cell(_target(r), "l"), _cell(_load_label(r.load), "l"), _cell(cls, "l")])
             rows[-1] += [_cell(n), _cell(ex, "ex")]
     return _table(["target", "load", "class", "count", "example"], rows, left=3, last_left=True) if rows else None
 
 
-def _decay_table(decay: Sequence[Doc]) -> str | None:
-    def ratio(v: Any) -> str:
+def _decay_table(decay: Sequence[DecayRow]) -> str | None:
+    def ratio(v: float | None) -> str:
         x = _num(v)
         return "—" if x is None else f"{x:.2f}×"
 
     rows = [
-        [_cell(d.get("target", "?"), "l"), _cell(d.get("concurrency", "?"))]
-        + [_cell(ratio(d.get(k))) for k in ("p99_e2e_ratio", "p99_ttft_ratio", "mean_tok_s_ratio")]
-        + [_cell(_ms(_num(d.get("req_per_s"))))]
+        [_cell(d.target, "l"), _cell(d.concurrency)]
+        + [_cell(ratio(x)) for x in (d.p99_e2e_ratio, d.p99_ttft_ratio, d.mean_tok_s_ratio)]
+        + [_cell(_ms(_num(d.req_per_s)))]
         for d in decay
     ]
     head = ["target", "concurrency", "P99 E2E ÷ c=1", "P99 TTFT ÷ c=1", "mean tok/s ÷ c=1", "req/s"]
     return _table(head, rows, left=1) if rows else None
 
 
-def _thresholds_table(thresholds: Sequence[Doc]) -> str | None:
+def _thresholds_table(thresholds: Sequence[ThresholdResult]) -> str | None:
     rows = []
     for t in thresholds:
-        ok = bool(t.get("passed"))
-        value = t.get("value")
-        shown = fmt_num(v) if (v := _num(value)) is not None else ("—" if value is None else value)
-        load = t.get("load")
-        load = _load_label(load) if isinstance(load, Mapping) else load or ""
-        verdict = _cell("PASS", "pass") if ok else _cell("FAIL", "fail")
-        rows.append([_cell(t.get("expr", "?"), "l"), _cell(t.get("target") or "all", "l"), _cell(load, "l")])
-        limit = t.get("limit", "")
-        rows[-1] += [_cell(shown), _cell(fmt_num(x) if (x := _num(limit)) is not None else limit), verdict]
+        shown = fmt_num(v) if (v := _num(t.value)) is not None else "—"
+        verdict = _cell("PASS", "pass") if t.passed else _cell("FAIL", "fail")
+        rows.append([_cell(t.expr, "l"), _cell(t.target or "all", "l"), _cell(_load_label(t.load), "l")])
+        limit = _num(t.limit)
+        rows[-1] += [_cell(shown), _cell("" if limit is None else fmt_num(limit)), verdict]
     return _table(["threshold", "target", "load", "value", "limit", "result"], rows, left=3) if rows else None
 
 
-def _accuracy_table(runs: Sequence[Doc]) -> str | None:
-    """Accuracy fields as given (scalars shown, nested values as compact JSON): the suite owns their meaning."""
-    acc = [(r, r["accuracy"]) for r in runs if isinstance(r.get("accuracy"), Mapping)]
-    keys = list(dict.fromkeys(k for _, a in acc for k in a))
+def _accuracy_table(runs: Sequence[Run]) -> str | None:
+    """Right, total and percent of the runs that graded answers, with the Wilson interval."""
+    acc = [(r, r.accuracy) for r in runs if isinstance(r.accuracy, Accuracy)]
     if not acc:
         return None
 
-    def show(v: Any) -> str:
-        if isinstance(v, float):
-            return fmt_num(v)
-        return "—" if v is None else str(v) if isinstance(v, str | int) else json.dumps(v, ensure_ascii=False)
-
-    def interval(a: Mapping[str, Any]) -> str:
-        right, total = a.get("right"), a.get("total")
-        if not isinstance(right, int) or not isinstance(total, int) or total <= 0:
+    def interval(a: Accuracy) -> str:
+        if a.total <= 0:
             return "—"
-        lo, hi = wilson(right, total)
-        return f"{100 * lo:.0f}–{100 * hi:.0f} % (n={total})"
+        lo, hi = wilson(a.right, a.total)
+        return f"{100 * lo:.0f}–{100 * hi:.0f} % (n={a.total})"
 
     rows = [
-        [_cell(_target(r), "l"), _cell(_load_label(r.get("load") or {}), "l")]
-        + [_cell(show(a.get(k))) for k in keys]
-        + [_cell(interval(a))]
+        [
+            _cell(_target(r), "l"),
+            _cell(_load_label(r.load), "l"),
+            _cell(a.right),
+            _cell(a.total),
+            _cell(fmt_num(a.pct)),
+            _cell(interval(a)),
+        ]
         for r, a in acc
     ]
-    return _table(["target", "load", *keys, "95% interval (Wilson)"], rows, left=2)
+    return _table(["target", "load", "right", "total", "pct", "95% interval (Wilson)"], rows, left=2)
 
 
 # -- page ----------------------------------------------------------------------------------------
@@ -313,39 +291,37 @@ def _charts(items: Sequence[str]) -> str:
     return '<div class="charts">\n' + "\n".join(items) + "\n</div>"
 
 
-def _when(epoch: Any) -> str:
+def _when(epoch: float) -> str:
     """A readable UTC time (``2026-12-04 21:46:16 UTC``) for the document's Unix ``started_at``."""
     import datetime as dt
 
     try:
-        return dt.datetime.fromtimestamp(float(epoch), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "?" if epoch is None else str(epoch)
+        return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        return str(epoch)
 
 
-def _header(doc: Doc, runs: Sequence[Doc]) -> str:
-    cmd = " ".join(str(c) for c in doc.get("command") or [])
+def _header(doc: BenchDocument, runs: Sequence[Run]) -> str:
+    cmd = " ".join(doc.command)
     meta = [
-        f"tailgate {escape(str(doc.get('tailgate_version', '?')))}",
-        f"started {escape(_when(doc.get('started_at')))}",
+        f"tailgate {escape(doc.tailgate_version)}",
+        f"started {escape(_when(doc.started_at))}",
         f"{len(runs)} run(s), {len(_targets(runs))} target(s)",
     ]
     out = ["<h1>tailgate bench report</h1>", f'<p class="meta">{" · ".join(meta)}</p>']
     if cmd:
         out.append(f'<p class="meta"><code>{escape(cmd)}</code></p>')
-    targets = {_target(r): r.get("target") or {} for r in runs}
-    rows = [
-        [_cell(n, "l"), _cell(t.get("base_url", ""), "l"), _cell(t.get("model", ""), "l")] for n, t in targets.items()
-    ]
+    targets = {_target(r): r.target for r in runs}
+    rows = [[_cell(n, "l"), _cell(_given(t.base_url), "l"), _cell(_given(t.model), "l")] for n, t in targets.items()]
     if rows:
         out.append(_table(["target", "base URL", "model"], rows, left=3))
-    notes = [str(n) for n in doc.get("notes") or []]
+    notes = doc.notes
     if notes:
         out.append('<div class="notes"><ul>' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul></div>")
     return "\n".join(out)
 
 
-def _chart_sections(runs: Sequence[Doc]) -> list[str]:
+def _chart_sections(runs: Sequence[Run]) -> list[str]:
     ok_runs = [r for r in runs if _has_ok(r)]
     cdfs, missing = _cdfs(ok_runs)
     cdf_body = _charts(cdfs) if cdfs else None
@@ -361,9 +337,13 @@ def _chart_sections(runs: Sequence[Doc]) -> list[str]:
     ]
 
 
-def render_html(doc: Doc) -> str:
+def _given(x: str | UnsetType) -> str:
+    return "" if isinstance(x, UnsetType) else x
+
+
+def render_html(doc: BenchDocument) -> str:
     """The whole report for one ``results.json`` document, as a self-contained HTML page."""
-    runs = [r for r in doc.get("runs") or [] if isinstance(r, Mapping)]
+    runs = doc.runs
     title = "tailgate bench: " + ", ".join(_targets(runs))
     from tailgate.bench.report_findings import capacity_section, rate_limit_section
 
@@ -380,15 +360,15 @@ def render_html(doc: Doc) -> str:
         _section("Errors by class", _errors_table(runs), "no errors"),
         _section(
             "Decay (ratio to concurrency 1)",
-            _decay_table(doc.get("decay") or []),
+            _decay_table(doc.decay),
             "no decay table: the sweep has no concurrency 1",
         ),
-        _section("Thresholds", _thresholds_table(doc.get("thresholds") or []), "no thresholds given"),
+        _section("Thresholds", _thresholds_table(doc.thresholds), "no thresholds given"),
         _section("Accuracy", _accuracy_table(runs), "accuracy suite not run"),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        f"<title>{escape(title)}</title>\n<style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{escape(title)}</title>\n<style>{REPORT_CSS}</style></head>\n<body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )

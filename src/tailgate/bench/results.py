@@ -27,10 +27,31 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from tailgate.bench.cache import CacheTally
 from tailgate.bench.goodput import SLO
 from tailgate.bench.ratelimit import steady_rate
+from tailgate.bench.schema import (
+    UNSET,
+    Accuracy,
+    Clock,
+    Goodput,
+    Load,
+    PromptTokens,
+    RateLimit,
+    Run,
+    Stats,
+    Target,
+    Throughput,
+    TimelinePoint,
+    Tokens,
+    UnsetType,
+    from_json_obj,
+    to_json_obj,
+)
 from tailgate.stats import LatencyHistogram
+from tailgate.stats._schema import HistogramWire
 from tailgate.upstream.events import CallResult
 
 __all__ = [
@@ -43,6 +64,7 @@ __all__ = [
     "RunRecorder",
     "describe_load",
     "error_key",
+    "label",
     "run_label",
     "summarize",
     "target_name",
@@ -92,29 +114,46 @@ def error_key(error_class: str) -> str | None:
     return "other"  # http_other and anything a later upstream version adds
 
 
-def _is_open_loop(load: Mapping[str, Any]) -> bool:
+def _is_open_loop(load: Load) -> bool:
     """Open loop: ``mode == "open"``, or a stage that paces by rate rather than concurrency."""
-    return load.get("mode") == "open" or (load.get("mode") == "stage" and load.get("rate") is not None)
+    return load.mode == "open" or (load.mode == "stage" and load.get_rate() is not None)
 
 
 def _r3(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
-def summarize(h: LatencyHistogram) -> dict[str, Any]:
+def summarize(h: LatencyHistogram) -> Stats:
     """P50/P90/P95/P99/max/mean rounded to 3 decimals, and count; every stat null when empty."""
     if h.count == 0:
-        return {"p50": None, "p90": None, "p95": None, "p99": None, "max": None, "mean": None, "count": 0}
+        return Stats()
     s = h.summary()
-    return {
-        "p50": round(s["p50"], 3),
-        "p90": round(s["p90"], 3),
-        "p95": round(s["p95"], 3),
-        "p99": round(s["p99"], 3),
-        "max": round(s["max"], 3),
-        "mean": round(s["mean"], 3),
-        "count": s["count"],
-    }
+    return Stats(
+        p50=round(s["p50"], 3),
+        p90=round(s["p90"], 3),
+        p95=round(s["p95"], 3),
+        p99=round(s["p99"], 3),
+        max=round(s["max"], 3),
+        mean=round(s["mean"], 3),
+        count=s["count"],
+    )
+
+
+def _wire(h: LatencyHistogram) -> HistogramWire:
+    d = h.to_dict()
+    return HistogramWire(
+        version=d["version"],
+        unit=d["unit"],
+        count=d["count"],
+        total=d["total"],
+        min=d["min"],
+        max=d["max"],
+        buckets=d["buckets"],
+    )
+
+
+def _histogram(w: HistogramWire) -> LatencyHistogram:
+    return LatencyHistogram.from_dict(msgspec.structs.asdict(w))
 
 
 def _example(result: CallResult) -> str:
@@ -136,9 +175,9 @@ class RunRecorder:
     progress display.
     """
 
-    def __init__(self, target: dict[str, Any], load: dict[str, Any]) -> None:
-        self.target: dict[str, Any] = dict(target)
-        self.load: dict[str, Any] = dict(load)
+    def __init__(self, target: Target, load: Load) -> None:
+        self.target = target
+        self.load = load
         self.open_loop = _is_open_loop(self.load)
         self.requests = 0
         self.successes = 0
@@ -338,8 +377,8 @@ class RunRecorder:
         """
         if other.target != self.target or other.load != self.load:
             raise ValueError(
-                f"cannot merge runs of different targets/loads: {run_label(other.to_summary())} "
-                f"into {run_label(self.to_summary())}"
+                f"cannot merge runs of different targets/loads: {label(other.target, other.load)} "
+                f"into {label(self.target, self.load)}"
             )
         self.sends += other.sends  # perf_counter times: system-wide, so the workers' sends interleave
         self.requests += other.requests
@@ -396,147 +435,132 @@ class RunRecorder:
 
     # -- serialization -----------------------------------------------------------------------
 
-    def to_summary(self) -> dict[str, Any]:
-        """Just ``{"target", "load"}`` (for labels)."""
-        return {"target": self.target, "load": self.load}
-
-    def to_dict(self) -> dict[str, Any]:
+    def to_run(self) -> Run:
         """The run object of the results schema (docs/bench-results.md)."""
         duration = self.duration_s
         hists = self._histograms()
+        timeline: list[TimelinePoint] = []
         if self.timeline:
-            last = max(self.timeline)
-            timeline = [
-                {"t": s, "ok": b[0], "errors": b[1], "output_tokens": b[2]}
-                for s in range(last + 1)
-                for b in (self.timeline.get(s, [0, 0, 0]),)
-            ]
-        else:
-            timeline = []
-        return {
-            "target": dict(self.target),
-            "load": dict(self.load),
-            "requests": self.requests,
-            "successes": self.successes,
-            "errors": dict(self.error_counts),
-            "error_examples": {k: self.error_examples[k] for k in ERROR_KEYS if k in self.error_examples},
-            "error_rate": round(self.errors / self.requests, 6) if self.requests else None,
-            "cancelled": self.cancelled,
-            "throughput": {
-                "duration_s": _r3(duration),
-                "req_per_s": round(self.successes / duration, 3) if duration else None,
-                "attempts_per_s": round(self.requests / duration, 3) if duration else None,
-                "output_tokens_per_s": round(self.output_tokens / duration, 3) if duration else None,
-            },
-            "tokens": {"output": self.output_tokens, "input": self.input_tokens, "estimated": self.tokens_estimated}
-            | ({"reasoning": self.reasoning_tokens} if self.reasoning_tokens else {}),  # of output, spent thinking
-            "metrics": {name: summarize(h) for name, h in hists.items()},
-            "timeline": timeline,
-            "accuracy": (
-                {
-                    "right": self.accuracy_right,
-                    "total": self.accuracy_total,
-                    "pct": round(100.0 * self.accuracy_right / self.accuracy_total, 3),
-                }
+            for s in range(max(self.timeline) + 1):
+                b = self.timeline.get(s, [0, 0, 0])
+                timeline.append(TimelinePoint(t=s, ok=b[0], errors=b[1], output_tokens=b[2]))
+        n, intended, usage = self.prompt_counts
+        return Run(
+            target=self.target,
+            load=self.load,
+            requests=self.requests,
+            successes=self.successes,
+            errors=dict(self.error_counts),
+            error_examples={k: self.error_examples[k] for k in ERROR_KEYS if k in self.error_examples},
+            error_rate=round(self.errors / self.requests, 6) if self.requests else None,
+            cancelled=self.cancelled,
+            throughput=Throughput(
+                duration_s=_r3(duration),
+                req_per_s=round(self.successes / duration, 3) if duration else None,
+                attempts_per_s=round(self.requests / duration, 3) if duration else None,
+                output_tokens_per_s=round(self.output_tokens / duration, 3) if duration else None,
+            ),
+            tokens=Tokens(
+                output=self.output_tokens,
+                input=self.input_tokens,
+                estimated=self.tokens_estimated,
+                reasoning=self.reasoning_tokens or UNSET,  # of output, spent thinking
+            ),
+            metrics={name: summarize(h) for name, h in hists.items()},
+            timeline=timeline,
+            accuracy=(
+                Accuracy(
+                    right=self.accuracy_right,
+                    total=self.accuracy_total,
+                    pct=round(100.0 * self.accuracy_right / self.accuracy_total, 3),
+                )
                 if self.accuracy_total
                 else None
             ),
-            "clock": {"start": self.t_start, "stop": self.t_stop, "last": self.t_last},
-            "histograms": {name: dict(h.to_dict()) for name, h in hists.items()},
-            **self._extras(duration),
-        }
-
-    def _extras(self, duration: float | None) -> dict[str, Any]:
-        """The run object's additive fields: ``goodput`` (with --goodput) and ``rate_limit``."""
-        out: dict[str, Any] = {}
-        if self.slo is not None:
-            out["goodput"] = {
-                **self.slo.to_dict(),
-                "good": self.good,
-                "req_per_s": round(self.good / duration, 3) if duration else None,
-                "fraction": round(self.good / self.requests, 6) if self.requests else None,
-            }
-        n, intended, usage = self.prompt_counts
-        if n:
-            out["prompt_tokens"] = {
-                "count": n,
-                "intended_mean": round(intended / n, 3),
-                "usage_mean": round(usage / n, 3),
-                "usage_minus_intended_mean": round((usage - intended) / n, 3),
-            }
-        out["cache"] = self.cache.summary()
-        out["rate_limit"] = {
-            **steady_rate(self.sends),
-            "refused": self.error_counts.get("rate_limited", 0),
-            "refused_ms": summarize(self.refused),
-            "retry_after_s_max": self.retry_after_max,
-            "headers": dict(sorted(self.ratelimit_headers.items())),
-            "remaining_min": dict(sorted(self.remaining_min.items())),
-            "histogram": dict(self.refused.to_dict()),
-        }
-        return out
+            clock=Clock(start=self.t_start, stop=self.t_stop, last=self.t_last),
+            histograms={name: _wire(h) for name, h in hists.items()},
+            goodput=UNSET
+            if self.slo is None
+            else Goodput(
+                expr=self.slo.text,
+                limits_ms=dict(self.slo.limits),
+                good=self.good,
+                req_per_s=round(self.good / duration, 3) if duration else None,
+                fraction=round(self.good / self.requests, 6) if self.requests else None,
+            ),
+            prompt_tokens=UNSET
+            if not n
+            else PromptTokens(
+                count=n,
+                intended_mean=round(intended / n, 3),
+                usage_mean=round(usage / n, 3),
+                usage_minus_intended_mean=round((usage - intended) / n, 3),
+            ),
+            cache=self.cache.summary(),
+            rate_limit=RateLimit(
+                **steady_rate(self.sends),
+                refused=self.error_counts.get("rate_limited", 0),
+                refused_ms=summarize(self.refused),
+                retry_after_s_max=self.retry_after_max,
+                headers=dict(sorted(self.ratelimit_headers.items())),
+                remaining_min=dict(sorted(self.remaining_min.items())),
+                histogram=_wire(self.refused),
+            ),
+        )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RunRecorder:
-        """Rebuild a recorder from :meth:`to_dict` output (e.g. to merge runs from files)."""
+    def from_run(cls, d: Run) -> RunRecorder:
+        """Rebuild a recorder from :meth:`to_run` output (e.g. to merge runs from files)."""
         try:
-            rec = cls(dict(d["target"]), dict(d["load"]))
-            rec.requests = int(d["requests"])
-            rec.successes = int(d["successes"])
-            rec.error_counts.update({str(k): int(v) for k, v in d["errors"].items()})
+            rec = cls(d.target, d.load)
+            rec.requests = d.requests
+            rec.successes = d.successes
+            rec.error_counts.update(d.errors)
             rec.errors = sum(rec.error_counts.values())
-            rec.error_examples = {str(k): str(v) for k, v in (d.get("error_examples") or {}).items()}
-            rec.cancelled = int(d.get("cancelled") or 0)
-            tokens = d["tokens"]
-            rec.output_tokens = int(tokens["output"])
-            rec.input_tokens = None if tokens.get("input") is None else int(tokens["input"])
-            rec.tokens_estimated = bool(tokens.get("estimated", False))
-            acc = d.get("accuracy")
-            if acc:
-                rec.accuracy_right = int(acc["right"])
-                rec.accuracy_total = int(acc["total"])
-            clock = d.get("clock") or {}
-            rec.t_start = clock.get("start")
-            rec.t_stop = clock.get("stop")
-            rec.t_last = clock.get("last")
-            if rec.t_start is None and rec.t_stop is None:
-                duration = (d.get("throughput") or {}).get("duration_s")
-                if duration is not None:
-                    rec.t_start, rec.t_stop = 0.0, float(duration)
+            rec.error_examples = {} if isinstance(d.error_examples, UnsetType) else dict(d.error_examples)
+            rec.cancelled = 0 if isinstance(d.cancelled, UnsetType) else d.cancelled
+            rec.output_tokens = d.tokens.output
+            rec.input_tokens = d.tokens.input
+            rec.tokens_estimated = d.tokens.estimated
+            if d.accuracy:
+                rec.accuracy_right = d.accuracy.right
+                rec.accuracy_total = d.accuracy.total
+            if not isinstance(d.clock, UnsetType):
+                rec.t_start, rec.t_stop, rec.t_last = d.clock.start, d.clock.stop, d.clock.last
+            if rec.t_start is None and rec.t_stop is None and d.throughput.duration_s is not None:
+                rec.t_start, rec.t_stop = 0.0, float(d.throughput.duration_s)
             rec.timeline = {
-                int(b["t"]): [int(b["ok"]), int(b["errors"]), int(b["output_tokens"])]
-                for b in d.get("timeline") or []
-                if b["ok"] or b["errors"] or b["output_tokens"]
+                b.t: [b.ok, b.errors, b.output_tokens] for b in d.points() if b.ok or b.errors or b.output_tokens
             }
-            hists = d["histograms"]
-            rec.ttft = LatencyHistogram.from_dict(hists["ttft_ms"])
+            hists = d.histograms
+            if isinstance(hists, UnsetType):
+                raise ResultsError(f"not a {SCHEMA} run object: it has no histograms")
+            rec.ttft = _histogram(hists["ttft_ms"])
             if "ttft_answer_ms" in hists:  # absent in files written before it existed
-                rec.ttft_answer = LatencyHistogram.from_dict(hists["ttft_answer_ms"])
-            rec.reasoning_tokens = int(tokens.get("reasoning") or 0)
-            rec.e2e = LatencyHistogram.from_dict(hists["e2e_ms"])
-            rec.itl = LatencyHistogram.from_dict(hists["itl_ms"])
-            rec.tpot = LatencyHistogram.from_dict(hists["tpot_ms"])
-            rec.tok_s = LatencyHistogram.from_dict(hists["output_tokens_per_s"])
+                rec.ttft_answer = _histogram(hists["ttft_answer_ms"])
+            rec.reasoning_tokens = 0 if isinstance(d.tokens.reasoning, UnsetType) else d.tokens.reasoning
+            rec.e2e = _histogram(hists["e2e_ms"])
+            rec.itl = _histogram(hists["itl_ms"])
+            rec.tpot = _histogram(hists["tpot_ms"])
+            rec.tok_s = _histogram(hists["output_tokens_per_s"])
             if LAG_METRIC in hists:
-                rec.lag = LatencyHistogram.from_dict(hists[LAG_METRIC])
-            good = d.get("goodput")
-            if good:
-                rec.slo = SLO(tuple((str(k), float(v)) for k, v in good["limits_ms"].items()), str(good["expr"]))
-                rec.good = int(good["good"])
-            pt = d.get("prompt_tokens")
-            if pt:
-                n = int(pt["count"])
-                rec.prompt_counts = [n, round(pt["intended_mean"] * n), round(pt["usage_mean"] * n)]
-            cache = d.get("cache")
-            if cache:  # absent in files written before it existed
-                rec.cache = CacheTally.from_dict(cache)
-            rl = d.get("rate_limit")
-            if rl:
-                rec.refused = LatencyHistogram.from_dict(rl["histogram"])
-                rec.retry_after_max = rl.get("retry_after_s_max")
-                rec.ratelimit_headers = {str(k): str(v) for k, v in (rl.get("headers") or {}).items()}
-                rec.remaining_min = {str(k): int(v) for k, v in (rl.get("remaining_min") or {}).items()}
-        except (KeyError, TypeError, AttributeError) as exc:
+                rec.lag = _histogram(hists[LAG_METRIC])
+            if not isinstance(d.goodput, UnsetType):
+                rec.slo = SLO(tuple(d.goodput.limits_ms.items()), d.goodput.expr)
+                rec.good = d.goodput.good
+            if not isinstance(d.prompt_tokens, UnsetType):
+                pt = d.prompt_tokens
+                rec.prompt_counts = [pt.count, round(pt.intended_mean * pt.count), round(pt.usage_mean * pt.count)]
+            if not isinstance(d.cache, UnsetType):  # absent in files written before it existed
+                rec.cache = CacheTally.from_summary(d.cache)
+            rl = d.rate_limit
+            if not isinstance(rl, UnsetType):
+                if not isinstance(rl.histogram, UnsetType):
+                    rec.refused = _histogram(rl.histogram)
+                rec.retry_after_max = rl.retry_after_s_max
+                rec.ratelimit_headers = dict(rl.headers)
+                rec.remaining_min = dict(rl.remaining_min)
+        except (KeyError, ValueError) as exc:
             raise ResultsError(f"not a {SCHEMA} run object: missing or invalid {exc}") from exc
         if rec.successes + rec.errors != rec.requests:
             raise ResultsError(
@@ -544,9 +568,24 @@ class RunRecorder:
             )
         return rec
 
+    def to_dict(self) -> dict[str, Any]:  # reason: the JSON edge, the run object as a file holds it
+        """:meth:`to_run` as JSON builtins (key order = the file's)."""
+        out = to_json_obj(self.to_run())
+        assert isinstance(out, dict)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> RunRecorder:
+        """Rebuild a recorder from a run object read from a file (decoded JSON)."""
+        try:
+            run = from_json_obj(data, Run)
+        except msgspec.ValidationError as exc:
+            raise ResultsError(f"not a {SCHEMA} run object: {exc}") from exc
+        return cls.from_run(run)
+
     def __repr__(self) -> str:
         return (
-            f"RunRecorder({run_label(self.to_summary())}, requests={self.requests}, "
+            f"RunRecorder({label(self.target, self.load)}, requests={self.requests}, "
             f"successes={self.successes}, errors={self.errors})"
         )
 
@@ -554,34 +593,35 @@ class RunRecorder:
 # -- labels ------------------------------------------------------------------------------------
 
 
-def _num(x: Any) -> str:
+def _num(x: float) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def describe_load(load: Mapping[str, Any]) -> str:
+def describe_load(load: Load) -> str:
     """A short human label: ``closed c=10``, ``open 20/s poisson``, ``stage 2 10→50``."""
-    mode = str(load.get("mode", "?"))
-    parts = [mode]
-    if mode == "stage" and load.get("stage") is not None:
-        parts.append(str(load["stage"]))
-    if load.get("from") is not None and load.get("to") is not None:
-        parts.append(f"{_num(load['from'])}→{_num(load['to'])}")
-    if load.get("concurrency") is not None:
-        parts.append(f"c={load['concurrency']}")
-    if load.get("rate") is not None:
-        parts.append(f"{_num(load['rate'])}/s")
-    if load.get("arrival"):
-        parts.append(str(load["arrival"]))
+    parts = [load.mode]
+    if load.mode == "stage" and not isinstance(load.stage, UnsetType):
+        parts.append(str(load.stage))
+    if not isinstance(load.from_, UnsetType) and not isinstance(load.to, UnsetType):
+        parts.append(f"{_num(load.from_)}→{_num(load.to)}")
+    if not isinstance(load.concurrency, UnsetType):
+        parts.append(f"c={load.concurrency}")
+    if (rate := load.get_rate()) is not None:
+        parts.append(f"{_num(load.rate) if isinstance(load.rate, int) else _num(rate)}/s")
+    if not isinstance(load.arrival, UnsetType) and load.arrival:
+        parts.append(load.arrival)
     return " ".join(parts)
 
 
-def target_name(target: Mapping[str, Any]) -> str:
-    return str(target.get("name") or target.get("base_url") or "?")
+def target_name(target: Target) -> str:
+    return target.name or (target.base_url if isinstance(target.base_url, str) else "") or "?"
 
 
-def run_label(run: Mapping[str, Any]) -> str:
+def label(target: Target, load: Load) -> str:
+    """``target · load``."""
+    return f"{target_name(target)} · {describe_load(load)}"
+
+
+def run_label(run: Run) -> str:
     """``target · load`` for a run object."""
-    return f"{target_name(run.get('target') or {})} · {describe_load(run.get('load') or {})}"
-
-
-# -- the document ------------------------------------------------------------------------------
+    return label(run.target, run.load)

@@ -9,8 +9,8 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -18,7 +18,8 @@ from rich.text import Text
 from tailgate.bench.goodput import SLO
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target, anthropic_body
 from tailgate.bench.results import RunRecorder
-from tailgate.bench.workload import TraceEntry, Workload
+from tailgate.bench.schema import Load, Run
+from tailgate.bench.workload import RequestBody, TraceEntry, Workload
 from tailgate.config.units import DURATION_FORMS, parse_duration
 from tailgate.upstream import Endpoint, Timeouts, UpstreamClient, call
 from tailgate.wire.anthropic import API_VERSION
@@ -170,7 +171,7 @@ async def preflight(specs: list[TargetSpec]) -> list[str]:
     problems = []
     for spec in specs:
         target = spec.build(2)
-        body: dict[str, Any] = {"model": spec.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        body: RequestBody = {"model": spec.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
         headers = None
         if spec.api == "anthropic":
             body, headers = anthropic_body(body), {"anthropic-version": API_VERSION}
@@ -198,8 +199,8 @@ async def run_plan(
     plan: Plan,
     stop: asyncio.Event,
     on_phase: Callable[[Phase], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Run the whole plan in this process; return the run dicts in order."""
+) -> list[Run]:
+    """Run the whole plan in this process; return the run objects in order."""
     # Closed loop never has more requests in flight than workers; an open loop has as many as the
     # server holds, so its pool must not cap them (a capped pool would queue requests inside the
     # generator, where neither the schedule lag nor the server sees it).
@@ -215,7 +216,7 @@ async def run_plan(
                 runs += (
                     await gen.closed(level, plan.bounds_for_level(i))
                     if level > 0
-                    else _empty(targets, {"mode": "closed", "concurrency": level})
+                    else _empty(targets, Load(mode="closed", concurrency=level))
                 )
                 if stop.is_set():
                     break
@@ -229,10 +230,10 @@ async def run_plan(
     finally:
         for t in targets:
             await t.client.close()
-    return [r.to_dict() for r in runs]
+    return [r.to_run() for r in runs]
 
 
-def _empty(targets: list[Target], load: dict[str, Any]) -> list[RunRecorder]:
+def _empty(targets: list[Target], load: Load) -> list[RunRecorder]:
     recs = [RunRecorder(t.describe(), load) for t in targets]
     now = time.perf_counter()
     for r in recs:
@@ -241,13 +242,13 @@ def _empty(targets: list[Target], load: dict[str, Any]) -> list[RunRecorder]:
     return recs
 
 
-def _worker_entry(specs: list[TargetSpec], workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+def _worker_entry(specs: list[TargetSpec], workload: Workload, plan: Plan) -> list[Run]:
     from tailgate._runtime import run
 
     return run(lambda stop: run_plan(specs, workload, plan, stop))
 
 
-def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers: int) -> list[dict[str, Any]]:
+def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers: int) -> list[Run]:
     """Run the plan in ``workers`` processes (each with its share) and merge their runs exactly."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
@@ -262,26 +263,24 @@ def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers
     # whole level, and shares of an uneven split must carry one label to merge at all.
     for runs in results:
         for j, run_ in enumerate(runs):
-            run_["load"] = _whole_load(run_["load"], plan, j // max(1, len(specs)))
-    merged: list[dict[str, Any]] = []
-    for runs in zip(*results, strict=False):
-        acc = RunRecorder.from_dict(runs[0])
-        for other in runs[1:]:
-            acc.merge(RunRecorder.from_dict(other))
-        merged.append(acc.to_dict())
+            run_.load = _whole_load(run_.load, plan, j // max(1, len(specs)))
+    merged: list[Run] = []
+    for parts in zip(*results, strict=False):
+        acc = RunRecorder.from_run(parts[0])
+        for other in parts[1:]:
+            acc.merge(RunRecorder.from_run(other))
+        merged.append(acc.to_run())
     return merged
 
 
-def _whole_load(load: dict[str, Any], plan: Plan, k: int) -> dict[str, Any]:
+def _whole_load(load: Load, plan: Plan, k: int) -> Load:
     """A worker's run label with its share replaced by the whole plan's value for phase ``k``."""
-    load = dict(load)
-    if load.get("mode") == "closed" and k < len(plan.levels):
-        load["concurrency"] = plan.levels[k]
-    elif load.get("mode") == "open":
-        load["rate"] = plan.rate
-    elif load.get("mode") == "stage" and k < len(plan.stages):
-        load["from"] = plan.stages[k - 1][1] if k else 0
-        load["to"] = plan.stages[k][1]
+    if load.mode == "closed" and k < len(plan.levels):
+        return msgspec.structs.replace(load, concurrency=plan.levels[k])
+    if load.mode == "open":
+        return msgspec.structs.replace(load, rate=plan.rate)
+    if load.mode == "stage" and k < len(plan.stages):
+        return msgspec.structs.replace(load, from_=plan.stages[k - 1][1] if k else 0, to=plan.stages[k][1])
     return load
 
 

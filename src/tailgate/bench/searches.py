@@ -11,13 +11,13 @@ import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from tailgate.bench.finder import FindSpec, find_max
 from tailgate.bench.goodput import SLO
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase
 from tailgate.bench.ratelimit import LimitSpec, find_limit
 from tailgate.bench.runner import TargetSpec
+from tailgate.bench.schema import Capacity, LimitEntry, Run
 from tailgate.bench.workload import Workload
 
 
@@ -31,10 +31,10 @@ async def run_find_max(
     slo: SLO | None = None,
     arrival: str = "constant",
     on_phase: Callable[[Phase], None] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Run], list[Capacity]]:
     """(all runs, one capacity entry per target)."""
-    runs: list[dict[str, Any]] = []
-    entries: list[dict[str, Any]] = []
+    runs: list[Run] = []
+    entries: list[Capacity] = []
     for ts in specs:
         max_conn = 10_000 if spec.by == "rate" else int(spec.ceiling) + 16
         target = ts.build(max_conn)
@@ -42,19 +42,19 @@ async def run_find_max(
         gen.slo = slo
         gen.on_phase = on_phase
 
-        async def level(x: float, gen: LoadGenerator = gen) -> dict[str, Any]:
+        async def level(x: float, gen: LoadGenerator = gen) -> Run:
             if spec.by == "concurrency":
                 recs = await gen.closed(int(x), bounds)
             else:
                 recs = await gen.open(x, bounds, arrival=arrival, seed=os.getpid())
-            return recs[0].to_dict()
+            return recs[0].to_run()
 
         try:
             made, entry = await find_max(spec, level, stopped=stop.is_set)
         finally:
             await target.client.close()
         offset = len(runs)
-        entry["runs"] = [offset + i for i in entry["runs"]]
+        entry.runs = [offset + i for i in entry.runs]
         runs += made
         entries.append(entry)
     return runs, entries
@@ -68,20 +68,20 @@ async def run_find_limit(
     *,
     slo: SLO | None = None,
     on_phase: Callable[[Phase], None] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Run], list[LimitEntry]]:
     """(all runs, one limit entry per target)."""
-    runs: list[dict[str, Any]] = []
-    entries: list[dict[str, Any]] = []
+    runs: list[Run] = []
+    entries: list[LimitEntry] = []
     for ts in specs:
         target = ts.build(10_000)
         gen = LoadGenerator([target], workload, stop=stop)
         gen.slo = slo
         gen.on_phase = on_phase
 
-        async def at(rate: float, seconds: float, gen: LoadGenerator = gen) -> dict[str, Any]:
+        async def at(rate: float, seconds: float, gen: LoadGenerator = gen) -> Run:
             bounds = replace(Bounds(), duration=seconds, warmup=spec.warmup_s)
             recs = await gen.open(rate, bounds, seed=os.getpid())
-            return recs[0].to_dict()
+            return recs[0].to_run()
 
         try:
             made, entry = await find_limit(spec, at, stopped=stop.is_set)

@@ -23,10 +23,10 @@ import random
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
 
+from tailgate.bench.schema import UNSET, WorkloadInfo
 from tailgate.bench.tokens import FAMILIES, FamilyTokenizer, TokenizerUnavailable, load
-from tailgate.bench.workload import LengthDist, RequestSpec, Workload, WorkloadError
+from tailgate.bench.workload import LengthDist, RequestBody, RequestSpec, Workload, WorkloadError
 
 WORKLOADS = ("synthetic", "shared-prefix", "long-context", "multi-turn", "writing")
 SYSTEM_LEAD = "You are the writing assistant of a busy editorial team. House rules and style guide follow:"
@@ -35,7 +35,7 @@ CACHE_HIT_PRICE = 0.2
 neither ``--price`` nor the ``--provider``'s price (``price.cached_input`` ÷ ``price.input``) gives one."""
 
 
-def writing_prompts() -> list[dict[str, Any]]:
+def writing_prompts() -> list[RequestBody]:
     """The bundled writing-assistant prompts: ``{"task", "lang", "prompt"}`` per line."""
     text = resources.files("tailgate.bench").joinpath("data/writing.jsonl").read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -51,7 +51,7 @@ class ShapedWorkload(Workload):
     turns: int = 5
     _tok: FamilyTokenizer | None = field(init=False, default=None, repr=False)
     _prefix: str = field(init=False, default="", repr=False)
-    _writing: list[dict[str, Any]] = field(init=False, default_factory=list, repr=False)
+    _writing: list[RequestBody] = field(init=False, default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,7 +70,7 @@ class ShapedWorkload(Workload):
         return f"{lead or 'Summarise the following notes in a few sentences:'} {words}"
 
     def _body(self, messages: list[dict[str, str]], intended: int | None) -> RequestSpec:
-        body: dict[str, Any] = {"max_tokens": self.max_tokens, "stream": self.stream, "messages": messages}
+        body: RequestBody = {"max_tokens": self.max_tokens, "stream": self.stream, "messages": messages}
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.stream:
@@ -106,28 +106,25 @@ class ShapedWorkload(Workload):
         n = self.input_tokens.draw(self._rng)  # synthetic and long-context
         return self._body([{"role": "user", "content": self.text(n, self._rng)}], n)
 
-    def describe(self, cache_price: tuple[float, str] = (CACHE_HIT_PRICE, "default")) -> dict[str, Any]:
+    def describe(self, cache_price: tuple[float, str] = (CACHE_HIT_PRICE, "default")) -> WorkloadInfo:
         """The ``workload`` section of the results document; ``cache_price``: (a cached prompt token's price ÷ an
         uncached one's, where that came from: ``--price``, ``provider`` or ``default``)."""
-        out: dict[str, Any] = {
-            "name": self.shape,
-            "tokenizer": self.family,
-            "exact_lengths": self._tok is not None,
-            "library": None if self._tok is None else self._tok.library,
-        }
+        out = WorkloadInfo(
+            name=self.shape,
+            tokenizer=self.family,
+            exact_lengths=self._tok is not None,
+            library=None if self._tok is None else self._tok.library,
+        )
         if self.shape == "shared-prefix":
             unique = self.input_tokens.mean
             share = self.prefix_tokens / (self.prefix_tokens + unique)
-            out.update(
-                prefix_tokens=self.prefix_tokens,
-                unique_tokens_mean=unique,
-                prefix_share=round(share, 4),
-                input_cost_ratio_all_hits=round(share * cache_price[0] + (1 - share), 4),
-                cache_price_ratio=round(cache_price[0], 4),
-                cache_price_from=cache_price[1],
-            )
-        if self.shape == "multi-turn":
-            out["turns"] = self.turns
+            out.prefix_tokens = self.prefix_tokens
+            out.unique_tokens_mean = unique
+            out.prefix_share = round(share, 4)
+            out.input_cost_ratio_all_hits = round(share * cache_price[0] + (1 - share), 4)
+            out.cache_price_ratio = round(cache_price[0], 4)
+            out.cache_price_from = cache_price[1]
+        out.turns = self.turns if self.shape == "multi-turn" else UNSET
         return out
 
 

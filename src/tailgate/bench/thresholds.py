@@ -25,10 +25,12 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+import msgspec
+
+from tailgate.bench.schema import Run, ThresholdResult, Throughput, UnsetType
 from tailgate.stats import LatencyHistogram
 
 __all__ = ["ACCEPTED_FORMS", "Threshold", "ThresholdError", "breached", "evaluate", "parse_threshold"]
@@ -116,30 +118,26 @@ class Threshold:
         """Whether ``value`` (canonical unit) satisfies the threshold."""
         return _OPS[self.op](value, self.limit)
 
-    def applies(self, run: Mapping[str, Any]) -> bool:
+    def applies(self, run: Run) -> bool:
         """False for a metric the run does not measure at all (``lag`` in a closed loop)."""
-        return self.scalar or self.metric in (run.get("metrics") or {})
+        return self.scalar or self.metric in run.metrics
 
-    def value(self, run: Mapping[str, Any]) -> tuple[float | None, str | None]:
+    def value(self, run: Run) -> tuple[float | None, str | None]:
         """The run's value for this threshold and a note: (None, why) when it has none."""
         if self.scalar:
-            if self.metric == "error_rate":
-                raw = run.get("error_rate")
-            else:
-                raw = (run.get("throughput") or {}).get(self.metric)
+            raw = run.error_rate if self.metric == "error_rate" else _throughput(run.throughput, self.metric)
             return (None, "no requests measured") if raw is None else (float(raw), None)
-        metrics = run.get("metrics") or {}
-        if self.metric not in metrics:
+        summary = run.metrics.get(self.metric)
+        if summary is None:
             return None, f"{self.metric} is not measured in this run"
-        summary = metrics[self.metric] or {}
-        if not summary.get("count"):
+        if not summary.count:
             return None, f"no {self.metric} samples"
-        if self.stat in _SUMMARY_STATS and summary.get(self.stat) is not None:
-            return float(summary[self.stat]), None
-        hist_data = (run.get("histograms") or {}).get(self.metric)
+        if self.stat in _SUMMARY_STATS and (known := summary.stat(str(self.stat))) is not None:
+            return known, None
+        hist_data = run.histogram(self.metric)
         if hist_data is None:
             return None, f"{self.stat} needs the {self.metric} histogram, which the run lacks"
-        h = LatencyHistogram.from_dict(hist_data)
+        h = LatencyHistogram.from_dict(msgspec.structs.asdict(hist_data))
         v = h.min if self.stat == "min" else h.percentile(self.percentile if self.percentile is not None else 50.0)
         return round(v, 3), None
 
@@ -242,36 +240,46 @@ def parse_threshold(text: str) -> Threshold:
     )
 
 
-def evaluate(thresholds: Sequence[Threshold], runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _throughput(t: Throughput, metric: str) -> float | None:
+    """A scalar of the run's ``throughput`` by its key (``req_per_s``, ``output_tokens_per_s``, ...)."""
+    return {
+        "req_per_s": t.req_per_s,
+        "attempts_per_s": t.attempts_per_s,
+        "output_tokens_per_s": t.output_tokens_per_s,
+        "duration_s": t.duration_s,
+    }.get(metric)
+
+
+def evaluate(thresholds: Sequence[Threshold], runs: Sequence[Run]) -> list[ThresholdResult]:
     """One entry per (threshold, run), thresholds outer, runs in order.
 
     Entry: ``{"expr", "run" (index into runs), "target" (name), "load", "value", "limit", "unit",
     "passed", "note"}``; ``value`` and ``limit`` in the canonical unit (ms, a fraction, per second),
     ``value`` null with a ``note`` when the run has no such value.
     """
-    out: list[dict[str, Any]] = []
+    out: list[ThresholdResult] = []
     for th in thresholds:
         for i, run in enumerate(runs):
-            target = run.get("target") or {}
             value, note = th.value(run)
             # Not applicable (e.g. lag in a closed loop) passes; applicable but unmeasured fails.
             passed = not th.applies(run) if value is None else th.check(value)
+            base_url = run.target.base_url
             out.append(
-                {
-                    "expr": th.text,
-                    "run": i,
-                    "target": target.get("name") or target.get("base_url"),
-                    "load": dict(run.get("load") or {}),
-                    "value": value,
-                    "limit": th.limit,
-                    "unit": th.unit,
-                    "passed": passed,
-                    "note": note,
-                }
+                ThresholdResult(
+                    expr=th.text,
+                    run=i,
+                    target=run.target.name or (None if isinstance(base_url, UnsetType) else base_url),
+                    load=run.load,
+                    value=value,
+                    limit=th.limit,
+                    unit=th.unit,
+                    passed=passed,
+                    note=note,
+                )
             )
     return out
 
 
-def breached(results: Sequence[Mapping[str, Any]]) -> bool:
+def breached(results: Sequence[ThresholdResult]) -> bool:
     """True when any evaluated threshold failed."""
-    return any(not r.get("passed") for r in results)
+    return any(not r.passed for r in results)

@@ -69,11 +69,15 @@ class LengthDist:
         return dist
 
 
+RequestBody = dict[str, Any]  # reason: a chat request body as sent: free-form JSON the upstream client encodes
+"""A request body (OpenAI chat) without ``model``; also a prompt file's line (``{"prompt"|"messages", ...}``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     """One request to send: the body (without ``model``), and the task when it is an accuracy question."""
 
-    body: dict[str, Any]
+    body: RequestBody
     stream: bool
     task: Task | None = None
     traffic_class: str | None = None
@@ -89,7 +93,7 @@ class Workload:
     max_tokens: int = 128
     stream: bool = True
     temperature: float | None = None
-    prompts: list[dict[str, Any]] | None = None
+    prompts: list[RequestBody] | None = None
     accuracy: bool = False
     seed: int = 0
     _rng: random.Random = field(init=False, repr=False)
@@ -108,7 +112,7 @@ class Workload:
 
     def for_entry(self, entry: TraceEntry) -> RequestSpec:
         """The request a trace line describes: its input length, output length and traffic class."""
-        body: dict[str, Any] = {
+        body: RequestBody = {
             "max_tokens": max(1, entry.output_tokens or self.max_tokens),
             "stream": entry.stream if entry.stream is not None else self.stream,
             "messages": [
@@ -122,7 +126,7 @@ class Workload:
     def next(self) -> RequestSpec:
         i = self._i
         self._i += 1
-        body: dict[str, Any] = {"max_tokens": self.max_tokens, "stream": self.stream}
+        body: RequestBody = {"max_tokens": self.max_tokens, "stream": self.stream}
         if self.temperature is not None:
             body["temperature"] = self.temperature
         task = None
@@ -140,9 +144,9 @@ class Workload:
         return RequestSpec(body=body, stream=self.stream, task=task)
 
 
-def load_prompts(path: str | Path) -> list[dict[str, Any]]:
+def load_prompts(path: str | Path) -> list[RequestBody]:
     """A JSONL file: each line ``{"prompt": "..."}`` or ``{"messages": [...]}``, optionally ``max_tokens``."""
-    out: list[dict[str, Any]] = []
+    out: list[RequestBody] = []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import Struct
+
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import load_resolved
 from tailgate.config.schema import GatewayConfig
@@ -100,24 +103,56 @@ def window_label(window_s: float) -> str:
 Peak = dict[tuple[str, str], LoadTest]
 
 
-def peak_json(test: LoadTest | None) -> dict[str, Any] | None:
+class PeakJson(Struct, kw_only=True):
+    """A row's ``peak`` object in ``--json``: the newest scheduled load test of the window."""
+
+    ts: float
+    profile: str
+    requests: int
+    errors: int
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    e2e_p90_ms: float | None
+    e2e_p99_ms: float | None
+    decay_p99_e2e: float | None
+    capacity: float | None
+    capacity_by: str | None
+    levels: list[dict[str, float | int | None]]
+    """The profile's levels as stored (``load_tests.detail``)."""
+
+
+class LeaderboardJson(Struct, kw_only=True):
+    """``tailgate leaderboard --json`` (schema ``tailgate.leaderboard/v1``, keys in docs/monitor.md)."""
+
+    schema: str
+    window_s: float
+    now: float
+    sort: str
+    model: str | None
+    bucket_s: float
+    minimums: dict[str, int]
+    rows: list[dict[str, object]]
+    """Each row: the leaderboard row's fields (``tailgate.ledger.leaderboard.LeaderRow``), then ``peak``."""
+
+
+def peak_json(test: LoadTest | None) -> PeakJson | None:
     """A row's ``peak`` object in ``--json``: the newest scheduled load test of the window."""
     if test is None:
         return None
-    return {
-        "ts": test.ts,
-        "profile": test.profile,
-        "requests": test.requests,
-        "errors": test.errors,
-        "ttft_p90_ms": test.ttft_p90_ms,
-        "ttft_p99_ms": test.ttft_p99_ms,
-        "e2e_p90_ms": test.e2e_p90_ms,
-        "e2e_p99_ms": test.e2e_p99_ms,
-        "decay_p99_e2e": test.decay_p99_e2e,
-        "capacity": test.capacity,
-        "capacity_by": test.capacity_by,
-        "levels": test.levels(),
-    }
+    return PeakJson(
+        ts=test.ts,
+        profile=test.profile,
+        requests=test.requests,
+        errors=test.errors,
+        ttft_p90_ms=test.ttft_p90_ms,
+        ttft_p99_ms=test.ttft_p99_ms,
+        e2e_p90_ms=test.e2e_p90_ms,
+        e2e_p99_ms=test.e2e_p99_ms,
+        decay_p99_e2e=test.decay_p99_e2e,
+        capacity=test.capacity,
+        capacity_by=test.capacity_by,
+        levels=test.levels(),
+    )
 
 
 _PCT = "{:.1f}%".format
@@ -253,24 +288,22 @@ def leaderboard_table(
 
 def leaderboard_json(
     rows: list[LeaderRow], *, window_s: float, now: float, sort: str, model: str | None, peak: Peak | None = None
-) -> dict[str, Any]:
+) -> LeaderboardJson:
     """The JSON document of ``--json`` (schema ``tailgate.leaderboard/v1``, keys in docs/monitor.md)."""
-    return {
-        "schema": JSON_SCHEMA,
-        "window_s": window_s,
-        "now": now,
-        "sort": sort,
-        "model": model,
-        "bucket_s": bucket_seconds(window_s),
-        "minimums": dict(MINIMUMS),
-        "rows": [
-            {
-                **row.to_dict(),
-                "peak": peak_json((peak or {}).get((row.provider, row.model)) if row.api == "openai" else None),
-            }
-            for row in rows
-        ],
-    }
+    out_rows: list[dict[str, object]] = []
+    for row in rows:
+        test = (peak or {}).get((row.provider, row.model)) if row.api == "openai" else None
+        out_rows.append({**row.to_dict(), "peak": peak_json(test)})
+    return LeaderboardJson(
+        schema=JSON_SCHEMA,
+        window_s=window_s,
+        now=now,
+        sort=sort,
+        model=model,
+        bucket_s=bucket_seconds(window_s),
+        minimums=dict(MINIMUMS),
+        rows=out_rows,
+    )
 
 
 def _config_info(path: Path) -> tuple[GatewayConfig, dict[str, ProviderInfo], list[tuple[str, str]]]:
@@ -326,7 +359,7 @@ def leaderboard_main(options: BoardOptions, echo: Callable[[str], None], show: C
         doc = leaderboard_json(
             rows, window_s=options.window_s, now=now, sort=options.sort, model=options.model, peak=peak
         )
-        echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        echo(json.dumps(msgspec.to_builtins(doc), indent=2, ensure_ascii=False))
         return 0
     if not rows:
         echo(

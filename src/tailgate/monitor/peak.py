@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import logging
 import re
 import sqlite3
@@ -25,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.ledger.loadtests import LoadTest, insert_load_test
@@ -37,6 +36,7 @@ from tailgate.upstream import Endpoint, endpoint_for
 __all__ = [
     "PeakProfile",
     "PeakSchedule",
+    "ProfileResult",
     "ProfileRunner",
     "peak_cells",
     "peak_line",
@@ -48,7 +48,35 @@ __all__ = [
 log = logging.getLogger("tailgate.monitor")
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-ProfileRunner = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class ProfileResult(Protocol):
+    """The numbers a profile run gives back (``tailgate.bench.profile.ProfileResult`` has this shape)."""
+
+    @property
+    def requests(self) -> int: ...
+    @property
+    def errors(self) -> int: ...
+    @property
+    def ttft_p90_ms(self) -> float | None: ...
+    @property
+    def ttft_p99_ms(self) -> float | None: ...
+    @property
+    def e2e_p90_ms(self) -> float | None: ...
+    @property
+    def e2e_p99_ms(self) -> float | None: ...
+    @property
+    def decay_p99_e2e(self) -> float | None: ...
+    @property
+    def capacity(self) -> float | None: ...
+    @property
+    def capacity_by(self) -> str | None: ...
+    def detail(self) -> str:
+        """The per-level numbers as the JSON text ``load_tests.detail`` keeps."""
+        ...
+
+
+ProfileRunner = Callable[..., Awaitable[ProfileResult]]
 """``run_profile(endpoint, model, *, levels, duration_s, warmup_s, max_tokens, find_max_expr, max_requests)``."""
 
 
@@ -157,16 +185,16 @@ async def run_peak(
                 provider=target.provider,
                 model=target.model,
                 profile=profile.label(),
-                requests=int(result["requests"]),
-                errors=int(result["errors"]),
-                ttft_p90_ms=result.get("ttft_p90_ms"),
-                ttft_p99_ms=result.get("ttft_p99_ms"),
-                e2e_p90_ms=result.get("e2e_p90_ms"),
-                e2e_p99_ms=result.get("e2e_p99_ms"),
-                decay_p99_e2e=result.get("decay_p99_e2e"),
-                capacity=result.get("capacity"),
-                capacity_by=result.get("capacity_by"),
-                detail=json.dumps(result.get("levels") or []),
+                requests=result.requests,
+                errors=result.errors,
+                ttft_p90_ms=result.ttft_p90_ms,
+                ttft_p99_ms=result.ttft_p99_ms,
+                e2e_p90_ms=result.e2e_p90_ms,
+                e2e_p99_ms=result.e2e_p99_ms,
+                decay_p99_e2e=result.decay_p99_e2e,
+                capacity=result.capacity,
+                capacity_by=result.capacity_by,
+                detail=result.detail(),
             )
         )
     await asyncio.to_thread(_store, db_path, rows)

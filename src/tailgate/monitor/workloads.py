@@ -43,7 +43,7 @@ class Probe:
     """One request of a workload: the body without ``model``, its task if graded, its token estimate."""
 
     workload: str
-    body: dict[str, Any]
+    body: dict[str, Any]  # reason: a chat request body as sent: free-form JSON the upstream client encodes
     task: Task | None = None
     tokens_estimate: int = 0
     """Prompt + expected output tokens, for the provider's TPM pacing."""

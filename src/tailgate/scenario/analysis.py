@@ -25,15 +25,20 @@ Definitions (docs/scenarios.md):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import functools
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
+
+from msgspec import UNSET
 
 from tailgate.ledger import LedgerRow
 from tailgate.routing import Route
 from tailgate.routing.promises import configured_split
 from tailgate.scenario.config import ScenarioConfig
 from tailgate.scenario.runner import UNTAGGED, PolicyRecord, Sample, UpstreamRecord
+from tailgate.scenario.schema import Event, Hedge, OverTime, ScenarioRun, Section, Stats, UpstreamCounts
 from tailgate.stats import LatencyHistogram
 
 __all__ = ["WINDOW", "PhaseSpan", "analyze_run", "phases_of"]
@@ -66,14 +71,48 @@ def phases_of(cfg: ScenarioConfig) -> list[PhaseSpan]:
     return out
 
 
-def _summary(h: LatencyHistogram) -> dict[str, Any]:
+def _summary(h: LatencyHistogram) -> Stats:
     if h.count == 0:
-        return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None, "count": 0}
+        return Stats()
     s = h.summary()
-    return {k: round(float(s[k]), 1) for k in ("p50", "p90", "p99", "max", "mean")} | {"count": h.count}
+    return Stats(
+        p50=round(float(s["p50"]), 1),
+        p90=round(float(s["p90"]), 1),
+        p99=round(float(s["p99"]), 1),
+        max=round(float(s["max"]), 1),
+        mean=round(float(s["mean"]), 1),
+        count=h.count,
+    )
 
 
-def _client(samples: Sequence[Sample]) -> dict[str, Any]:
+@dataclass
+class _Client:
+    """What the client saw of a span (the first fields of a :class:`Section`)."""
+
+    requests: int
+    errors: int
+    failed_before_first_token: int
+    failed_after_first_token: int
+    errors_by_class: dict[str, int]
+    ttft_ms: Stats
+    e2e_ms: Stats
+    cache_hit_rate: float | None
+
+
+@dataclass
+class _Served:
+    """What the gateway's ledger says it served in a span."""
+
+    gateway_requests: int
+    share: dict[str, float | None]
+    share_by_class: dict[str, dict[str, int | float]]
+    no_provider: int
+    multi_attempt: int
+    cost_per_1k: float | None
+    provider_e2e_ms: dict[str, Stats]
+
+
+def _client(samples: Sequence[Sample]) -> _Client:
     ttft, e2e = LatencyHistogram(), LatencyHistogram()
     errors: dict[str, int] = {}
     before = after = 0
@@ -95,19 +134,19 @@ def _client(samples: Sequence[Sample]) -> dict[str, Any]:
             before += 1
         else:
             after += 1
-    return {
-        "requests": len(samples),
-        "errors": before + after,
-        "failed_before_first_token": before,
-        "failed_after_first_token": after,
-        "errors_by_class": dict(sorted(errors.items())),
-        "ttft_ms": _summary(ttft),
-        "e2e_ms": _summary(e2e),
-        "cache_hit_rate": round(cached / prompt, 4) if prompt else None,
-    }
+    return _Client(
+        requests=len(samples),
+        errors=before + after,
+        failed_before_first_token=before,
+        failed_after_first_token=after,
+        errors_by_class=dict(sorted(errors.items())),
+        ttft_ms=_summary(ttft),
+        e2e_ms=_summary(e2e),
+        cache_hit_rate=round(cached / prompt, 4) if prompt else None,
+    )
 
 
-def _served(rows: Sequence[LedgerRow], providers: Sequence[str]) -> dict[str, Any]:
+def _served(rows: Sequence[LedgerRow], providers: Sequence[str]) -> _Served:
     counts = dict.fromkeys(providers, 0)
     e2e = {p: LatencyHistogram() for p in providers}
     none = fallbacks = 0
@@ -126,29 +165,30 @@ def _served(rows: Sequence[LedgerRow], providers: Sequence[str]) -> dict[str, An
         if row.provider is not None:
             c = by_class.setdefault(row.traffic_class or UNTAGGED, dict.fromkeys(providers, 0))
             c[row.provider] = c.get(row.provider, 0) + 1
-    return {
-        "gateway_requests": total,
-        "share": {p: round(n / total, 4) if total else None for p, n in counts.items()},
-        "share_by_class": {
-            cls: {"requests": sum(c.values()), **{p: round(n / sum(c.values()), 4) for p, n in c.items()}}
-            for cls, c in sorted(by_class.items())
-        },
-        "no_provider": none,
-        "multi_attempt": fallbacks,
-        "cost_per_1k": round(sum(r.cost or 0.0 for r in rows) / total * 1000, 6) if total else None,
-        "provider_e2e_ms": {p: _summary(h) for p, h in e2e.items()},
-    }
+    share_by_class: dict[str, dict[str, int | float]] = {}
+    for cls, c in sorted(by_class.items()):
+        n_cls = sum(c.values())
+        share_by_class[cls] = {"requests": n_cls, **{p: round(n / n_cls, 4) for p, n in c.items()}}
+    return _Served(
+        gateway_requests=total,
+        share={p: round(n / total, 4) if total else None for p, n in counts.items()},
+        share_by_class=share_by_class,
+        no_provider=none,
+        multi_attempt=fallbacks,
+        cost_per_1k=round(sum(r.cost or 0.0 for r in rows) / total * 1000, 6) if total else None,
+        provider_e2e_ms={p: _summary(h) for p, h in e2e.items()},
+    )
 
 
-def _upstream(records: Sequence[UpstreamRecord], providers: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, dict[str, int]] = {p: {"requests": 0, "rate_limited": 0, "errors": 0} for p in providers}
+def _upstream(records: Sequence[UpstreamRecord], providers: Sequence[str]) -> dict[str, UpstreamCounts]:
+    out = {p: UpstreamCounts() for p in providers}
     for u in records:
-        slot = out.setdefault(u.provider, {"requests": 0, "rate_limited": 0, "errors": 0})
-        slot["requests"] += 1
+        slot = out.setdefault(u.provider, UpstreamCounts())
+        slot.requests += 1
         if u.status == 429:
-            slot["rate_limited"] += 1
+            slot.rate_limited += 1
         if u.status != 200:
-            slot["errors"] += 1
+            slot.errors += 1
     return out
 
 
@@ -157,7 +197,12 @@ def _went_to(row: LedgerRow, provider: str) -> bool:
 
 
 def _first_window(
-    times: Sequence[float], flags: Sequence[bool], start: float, end: float, ok: Any, window: int = WINDOW
+    times: Sequence[float],
+    flags: Sequence[bool],
+    start: float,
+    end: float,
+    ok: Callable[[float], bool],
+    window: int = WINDOW,
 ) -> float | None:
     """Send time of the first request in [start, end) whose next ``window`` requests (within the span) pass ``ok``."""
     lo = bisect.bisect_left(times, start)
@@ -177,7 +222,7 @@ def _first_window(
     return None
 
 
-def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float | None]) -> list[dict[str, Any]]:
+def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float | None]) -> list[Event]:
     rows = sorted(record.ledger, key=lambda r: r.ts)
     times = [record.ledger_t(r) for r in rows]
     steps = cfg.steps
@@ -187,27 +232,27 @@ def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float
             continue
         provider = step.provider
         nxt = next((s.at for s in steps[k + 1 :] if s.provider == provider), record.duration_s)
-        event: dict[str, Any] = {"at_s": round(step.at, 3), "provider": provider, "kind": step.kind}
+        event = Event(at_s=round(step.at, 3), provider=provider, kind=step.kind)
         if step.phase is not None:
-            event["phase"] = step.phase
+            event.phase = step.phase
         if step.kind == "fault":
             flags = [_went_to(r, provider) for r in rows]
             t = _first_window(times, flags, step.at, nxt, lambda share: share < CUTOVER_SHARE)
-            event["cutover_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+            event.cutover_s = None if t is None else round(max(0.0, t - step.at), 3)
             t = _first_window(times, flags, step.at, nxt, lambda share: share < MOSTLY_OFF_SHARE, SHORT_WINDOW)
-            event["below_10pct_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+            event.below_10pct_s = None if t is None else round(max(0.0, t - step.at), 3)
         else:
             base = baseline.get(provider)
             flags = [r.provider == provider for r in rows]
             if base:
                 goal = READMIT_FRACTION * base
-                t = _first_window(times, flags, step.at, nxt, lambda share, goal=goal: share >= goal)
-                event["readmit_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+                t = _first_window(times, flags, step.at, nxt, functools.partial(operator.le, goal))
+                event.readmit_s = None if t is None else round(max(0.0, t - step.at), 3)
                 full = base - CONFIGURED_TOLERANCE
-                t = _first_window(times, flags, step.at, nxt, lambda share, full=full: share >= full)
-                event["configured_s"] = None if t is None else round(max(0.0, t - step.at), 3)
+                t = _first_window(times, flags, step.at, nxt, functools.partial(operator.le, full))
+                event.configured_s = None if t is None else round(max(0.0, t - step.at), 3)
             else:
-                event["readmit_s"] = event["configured_s"] = None
+                event.readmit_s = event.configured_s = None
         out.append(event)
     return out
 
@@ -217,28 +262,36 @@ def _section(
     rows: Sequence[LedgerRow],
     upstream: Sequence[UpstreamRecord],
     providers: Sequence[str],
-) -> dict[str, Any]:
+    span: PhaseSpan | None = None,
+) -> Section:
     client = _client(samples)
+    served = _served(rows, providers)
     up = _upstream(upstream, providers)
-    total_up = sum(v["requests"] for v in up.values())
-    limited = sum(v["rate_limited"] for v in up.values())
-    n = client["requests"]
-    return {
-        **client,
-        **_served(rows, providers),
-        "upstream": up,
-        "upstream_requests": total_up,
-        "upstream_rate_limited": limited,
-        "upstream_rate_limited_ratio": round(limited / n, 5) if n else None,
-        "extra_upstream_ratio": round(total_up / n - 1.0, 4) if n else None,
-    }
+    total_up = sum(v.requests for v in up.values())
+    limited = sum(v.rate_limited for v in up.values())
+    n = client.requests
+    return Section(
+        name=UNSET if span is None else span.name,
+        start_s=UNSET if span is None else round(span.start, 3),
+        end_s=UNSET if span is None else round(span.end, 3),
+        **vars(client),
+        **vars(served),
+        upstream=up,
+        upstream_requests=total_up,
+        upstream_rate_limited=limited,
+        upstream_rate_limited_ratio=round(limited / n, 5) if n else None,
+        extra_upstream_ratio=round(total_up / n - 1.0, 4) if n else None,
+    )
 
 
-def _between(items: Sequence[Any], times: Sequence[float], start: float, end: float) -> list[Any]:
+_T = TypeVar("_T")
+
+
+def _between(items: Sequence[_T], times: Sequence[float], start: float, end: float) -> list[_T]:
     return list(items[bisect.bisect_left(times, start) : bisect.bisect_left(times, end)])
 
 
-def _buckets(record: PolicyRecord, providers: Sequence[str], size: float) -> dict[str, Any]:
+def _buckets(record: PolicyRecord, providers: Sequence[str], size: float) -> OverTime:
     """Per time bucket: the share each provider served and the client's P99 E2E (for the charts)."""
     n = max(1, int(record.duration_s / size + 0.999))
     share: dict[str, list[float | None]] = {p: [None] * n for p in providers}
@@ -257,10 +310,10 @@ def _buckets(record: PolicyRecord, providers: Sequence[str], size: float) -> dic
         if 0 <= b < n and s.result.ok and s.result.e2e_ms is not None:
             hists[b].record(s.result.e2e_ms + s.lag_ms)
     p99 = [round(h.percentile(99.0), 1) if h.count else None for h in hists]
-    return {"bucket_s": size, "share": share, "p99_e2e_ms": p99}
+    return OverTime(bucket_s=size, share=share, p99_e2e_ms=p99)
 
 
-def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
+def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> ScenarioRun:
     """The run object of the results document (schema in docs/scenarios.md)."""
     providers = list(cfg.providers)
     spans = phases_of(cfg)
@@ -272,15 +325,17 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
     phases = []
     for span in spans:
         stop = end + 3600.0 if span is spans[-1] else span.end  # late arrivals belong to the last phase
-        section = _section(
-            _between(record.samples, s_times, span.start, stop),
-            _between(rows, r_times, span.start, stop),
-            _between(record.upstream, u_times, span.start, stop),
-            providers,
+        phases.append(
+            _section(
+                _between(record.samples, s_times, span.start, stop),
+                _between(rows, r_times, span.start, stop),
+                _between(record.upstream, u_times, span.start, stop),
+                providers,
+                span,
+            )
         )
-        phases.append({"name": span.name, "start_s": round(span.start, 3), "end_s": round(span.end, 3), **section})
     overall = _section(record.samples, rows, [u for u in record.upstream if u.t >= 0.0], providers)
-    baseline = phases[0]["share"] if phases else {}
+    baseline = phases[0].share if phases else {}
     bucket = max(0.5, round(record.duration_s / 60.0, 1))
     alias = cfg.gateway.models[cfg.alias]
     routes = [Route(cfg.alias, r.provider, r.model, r.weight, frozenset(r.classes)) for r in alias.routes]
@@ -289,17 +344,18 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> dict[str, Any]:
         cls: {r.provider: round(v, 4) for r, v in configured_split(routes, None if cls == UNTAGGED else cls).items()}
         for cls in classes
     }
-    return {
-        "name": record.run.label,
-        "policy": record.run.policy,
-        "configured_by_class": configured,
-        "hedge": None,
-        "pacing": record.run.pacing if record.run.pacing is not None else cfg.gateway.routing.pacing.enabled,
-        "affinity": record.run.affinity if record.run.affinity is not None else cfg.gateway.routing.affinity.enabled,
-        "stopped_early": record.stopped,
-        "overall": overall,
-        "phases": phases,
-        "events": _events(cfg, record, baseline),
-        "over_time": _buckets(record, providers, bucket),
-        "gateway_counters": dict(sorted(record.counters.items())),
-    }
+    hedge = cfg.hedge_of(record.run)
+    return ScenarioRun(
+        name=record.run.label,
+        policy=record.run.policy,
+        configured_by_class=configured,
+        hedge=None if hedge is None else Hedge(after=hedge.after, budget=hedge.budget),
+        pacing=record.run.pacing if record.run.pacing is not None else cfg.gateway.routing.pacing.enabled,
+        affinity=record.run.affinity if record.run.affinity is not None else cfg.gateway.routing.affinity.enabled,
+        stopped_early=record.stopped,
+        overall=overall,
+        phases=phases,
+        events=_events(cfg, record, baseline),
+        over_time=_buckets(record, providers, bucket),
+        gateway_counters=dict(sorted(record.counters.items())),
+    )

@@ -7,7 +7,6 @@ import datetime as dt
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -20,6 +19,7 @@ from tailgate.scenario.config import ScenarioConfig, load_scenario
 from tailgate.scenario.document import build_document, write_json
 from tailgate.scenario.report import render_html, render_markdown, rich_tables
 from tailgate.scenario.runner import LiveStatus, PolicyRecord, run_scenario
+from tailgate.scenario.schema import ScenarioDocument
 from tailgate.scenario.verdicts import time_scale_note, verdicts
 from tailgate.tables import console as tables_console
 
@@ -31,7 +31,7 @@ def prepare(path: Path, time_scale: float) -> ScenarioConfig:
     return load_scenario(path).scaled(time_scale)
 
 
-def _write(doc: dict[str, Any], out: Path | None, html: Path | None, markdown: Path | None) -> list[Path]:
+def _write(doc: ScenarioDocument, out: Path | None, html: Path | None, markdown: Path | None) -> list[Path]:
     written = []
     if out is not None:
         write_json(doc, out)
@@ -147,8 +147,8 @@ async def run_command(
         stdout.print(f"verdict: {line}", markup=False, highlight=False)
     if note := time_scale_note(doc):
         console.print(f"note: {note}", markup=False, highlight=False)
-    if doc["partial"]:
+    if doc.partial:
         console.print("[yellow]stopped early: the results are partial[/]")
     for written in await asyncio.to_thread(_write, doc, out, html, markdown):
         console.print(f"wrote {written}")
-    return 130 if doc["partial"] and stop.is_set() else 0
+    return 130 if doc.partial and stop.is_set() else 0

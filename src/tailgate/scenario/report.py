@@ -6,42 +6,49 @@ The HTML uses the load tester's inline-SVG charts (``tailgate.bench._svg``): no 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from html import escape
-from typing import Any
 
-from tailgate.bench._svg import PALETTE, Bars, Line, bar_chart, line_chart
+import msgspec
+from msgspec import UnsetType
+
+from tailgate.bench._svg import PALETTE, REPORT_CSS, Bars, Line, bar_chart, line_chart
+from tailgate.scenario.schema import ScenarioDocument, ScenarioRun, Section, Stats, Step
 from tailgate.scenario.verdicts import time_scale_note, verdicts
 from tailgate.stats.shown import percentile_minimum
 from tailgate.tables import Col, Grid
 
 __all__ = ["class_rows", "comparison_rows", "event_rows", "render_html", "render_markdown", "rich_tables"]
 
-Doc = Mapping[str, Any]
+Doc = ScenarioDocument
 
 
-def _ms(v: Any) -> str:
+def _ms(v: float | None) -> str:
     return "-" if v is None else f"{float(v):,.0f}"
 
 
-def _pq(summary: Mapping[str, Any], q: int) -> str:
+def _pq(summary: Stats, q: int) -> str:
     """A percentile in ms, withheld (``n<K``) below the minimums every face uses (tailgate.stats.shown)."""
-    n, minimum = int(summary.get("count") or 0), percentile_minimum(q)
+    n, minimum = summary.count, percentile_minimum(q)
     if 0 < n < minimum:
         return f"n<{minimum}"
-    return _ms(summary.get(f"p{q}"))
+    return _ms({50: summary.p50, 90: summary.p90, 99: summary.p99}.get(q))
 
 
-def _pct(v: Any) -> str:
+def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100.0 * float(v):.1f}%"
 
 
-def _secs(v: Any) -> str:
-    return "never" if v is None else f"{float(v):.1f} s"
+def _secs(v: float | UnsetType | None) -> str:
+    return "never" if v is None or isinstance(v, UnsetType) else f"{float(v):.1f} s"
+
+
+def _text(v: str | UnsetType) -> str:
+    return "" if isinstance(v, UnsetType) else v
 
 
 def _providers(doc: Doc) -> list[str]:
-    return list((doc.get("scenario") or {}).get("providers") or {})
+    return list(doc.scenario.providers)
 
 
 def comparison_head(doc: Doc) -> list[str]:
@@ -50,32 +57,31 @@ def comparison_head(doc: Doc) -> list[str]:
     return [*head, "upstream 429", "extra upstream", "cache hit", "cost /1k req"]
 
 
-def _sections(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _sections(run: ScenarioRun) -> list[Section]:
     """A run's phases and, when there is more than one, the whole run (``all``): one phase is the whole run."""
-    phases = list(run["phases"])
-    return phases if len(phases) == 1 else [*phases, {"name": "all", **run["overall"]}]
+    phases = list(run.phases)
+    return phases if len(phases) == 1 else [*phases, msgspec.structs.replace(run.overall, name="all")]
 
 
 def comparison_rows(doc: Doc) -> list[list[str]]:
     """One row per policy × phase (and the whole run), latency in ms."""
     rows = []
     providers = _providers(doc)
-    for run in doc.get("runs") or []:
+    for run in doc.runs:
         for ph in _sections(run):
-            share = ph.get("share") or {}
             rows.append(
                 [
-                    str(run["name"]),
-                    str(ph["name"]),
-                    str(ph["requests"]),
-                    *(_pq(ph["ttft_ms"], q) for q in (50, 90, 99)),
-                    *(_pq(ph["e2e_ms"], q) for q in (50, 90, 99)),
-                    f"{ph['errors']} ({ph['failed_before_first_token']}/{ph['failed_after_first_token']})",
-                    *[_pct(share.get(p)) for p in providers],
-                    str(ph["upstream_rate_limited"]),
-                    _pct(ph["extra_upstream_ratio"]),
-                    _pct(ph.get("cache_hit_rate")),
-                    "-" if ph.get("cost_per_1k") is None else f"{ph['cost_per_1k']:.4f}",
+                    run.name,
+                    _text(ph.name),
+                    str(ph.requests),
+                    *(_pq(ph.ttft_ms, q) for q in (50, 90, 99)),
+                    *(_pq(ph.e2e_ms, q) for q in (50, 90, 99)),
+                    f"{ph.errors} ({ph.failed_before_first_token}/{ph.failed_after_first_token})",
+                    *[_pct(ph.share.get(p)) for p in providers],
+                    str(ph.upstream_rate_limited),
+                    _pct(ph.extra_upstream_ratio),
+                    _pct(ph.cache_hit_rate),
+                    "-" if ph.cost_per_1k is None else f"{ph.cost_per_1k:.4f}",
                 ]
             )
     return rows
@@ -84,18 +90,18 @@ def comparison_rows(doc: Doc) -> list[list[str]]:
 def event_rows(doc: Doc) -> list[list[str]]:
     """One row per policy × timeline event: cut-over after a fault, re-admission after a recovery."""
     rows = []
-    for run in doc.get("runs") or []:
-        for ev in run["events"]:
-            if ev["kind"] == "fault":
-                pairs = [("fault → cut-over (<1% of new traffic)", ev.get("cutover_s"))]
-                if "below_10pct_s" in ev:
-                    pairs.insert(0, ("fault → <10% of new traffic", ev.get("below_10pct_s")))
+    for run in doc.runs:
+        for ev in run.events:
+            if ev.kind == "fault":
+                pairs = [("fault → cut-over (<1% of new traffic)", ev.cutover_s)]
+                if not isinstance(ev.below_10pct_s, UnsetType):
+                    pairs.insert(0, ("fault → <10% of new traffic", ev.below_10pct_s))
             else:
-                pairs = [("recovery → re-admission (≥½ first-phase share)", ev.get("readmit_s"))]
-                if "configured_s" in ev:
-                    pairs.append(("recovery → first-phase share (−3 points)", ev.get("configured_s")))
+                pairs = [("recovery → re-admission (≥½ first-phase share)", ev.readmit_s)]
+                if not isinstance(ev.configured_s, UnsetType):
+                    pairs.append(("recovery → first-phase share (−3 points)", ev.configured_s))
             for what, value in pairs:
-                rows.append([str(run["name"]), f"{ev['at_s']:g} s", str(ev["provider"]), what, _secs(value)])
+                rows.append([run.name, f"{ev.at_s:g} s", ev.provider, what, _secs(value)])
     return rows
 
 
@@ -105,17 +111,17 @@ CLASS_HEAD = ["policy", "phase", "class", "req", "configured", "served", "max de
 def class_rows(doc: Doc) -> list[list[str]]:
     """One row per policy × phase × traffic class: the configured split against the served one."""
     rows = []
-    for run in doc.get("runs") or []:
-        configured = run.get("configured_by_class") or {}
+    for run in doc.runs:
+        configured = run.configured_by_class
         for ph in _sections(run):
-            for cls, served in (ph.get("share_by_class") or {}).items():
+            for cls, served in ph.share_by_class.items():
                 want = configured.get(cls) or {}
                 providers = [p for p in served if p != "requests"]
                 dev = max((abs(served.get(p, 0.0) - want.get(p, 0.0)) for p in providers), default=0.0)
                 rows.append(
                     [
-                        str(run["name"]),
-                        str(ph["name"]),
+                        run.name,
+                        _text(ph.name),
                         cls,
                         str(served.get("requests", 0)),
                         " / ".join(f"{p} {_pct(want.get(p, 0.0))}" for p in providers),
@@ -148,8 +154,7 @@ def _cols(head: Sequence[str], left: int, keep: Sequence[int] | None = None) -> 
 
 def rich_tables(doc: Doc) -> list[Grid]:
     """The comparison, events and class tables, to fit to the terminal (``tailgate.tables``)."""
-    scenario = doc.get("scenario") or {}
-    title = f"scenario {scenario.get('name', '?')}: client latency (ms) per phase, share served per provider"
+    title = f"scenario {doc.scenario.name}: client latency (ms) per phase, share served per provider"
     head = comparison_head(doc)
     # Narrow terminals lose the P50s and the upstream extras first; policy, phase, P99s and shares stay.
     keep = [0, 0, 1, 3, 2, 1, 3, 2, 1, 2, *([1] * len(_providers(doc))), 4, 4, 3, 4]
@@ -198,21 +203,6 @@ def render_markdown(doc: Doc) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1500px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-.meta{color:#555;font-size:13px}.meta code{background:#f4f4f4;padding:1px 4px}
-.notes{background:#fff8e1;border-left:4px solid #f2b400;padding:6px 12px;margin:10px 0}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#f4f6f8}td.l{text-align:left}
-.charts{display:flex;flex-wrap:wrap;gap:12px}
-svg.chart{background:#fff;border:1px solid #e4e4e4}
-svg.chart text{font-size:11px;fill:#333}svg.chart text.title{font-size:13px;font-weight:600}
-svg.chart .axes line,svg.chart line.axes{stroke:#555}svg.chart .grid{stroke:#eee}
-"""
-
-
 def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 2) -> str:
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = "".join(
@@ -223,33 +213,38 @@ def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 
 
 
 def _charts(doc: Doc) -> list[str]:
-    runs = list(doc.get("runs") or [])
+    runs = doc.runs
     providers = _providers(doc)
-    colors = {run["name"]: PALETTE[i % len(PALETTE)] for i, run in enumerate(runs)}
+    colors = {run.name: PALETTE[i % len(PALETTE)] for i, run in enumerate(runs)}
     charts = []
-    phases = [p["name"] for p in (doc.get("scenario") or {}).get("phases") or []]
+    phases = [p.name for p in doc.scenario.phases]
     for metric in ("e2e_ms", "ttft_ms"):
-        series = [Bars(run["name"], [ph[metric]["p99"] for ph in run["phases"]], colors[run["name"]]) for run in runs]
+        series = [
+            Bars(
+                run.name, [(ph.e2e_ms if metric == "e2e_ms" else ph.ttft_ms).p99 for ph in run.phases], colors[run.name]
+            )
+            for run in runs
+        ]
         label = "E2E" if metric == "e2e_ms" else "TTFT"
         charts.append(bar_chart(f"p99-{metric}", f"P99 {label} per phase", phases, series, y_label="ms"))
     lines = []
     for run in runs:
-        ot = run["over_time"]
-        size = float(ot["bucket_s"])
-        pts = [(i * size, v) for i, v in enumerate(ot["p99_e2e_ms"])]
-        lines.append(Line(run["name"], pts, colors[run["name"]]))
+        ot = run.over_time
+        size = float(ot.bucket_s)
+        pts = [(i * size, v) for i, v in enumerate(ot.p99_e2e_ms)]
+        lines.append(Line(run.name, pts, colors[run.name]))
     charts.append(line_chart("p99-over-time", "client P99 E2E over time", lines, x_label="s", y_label="ms"))
     for p in providers:
         share_lines = []
         for run in runs:
-            ot = run["over_time"]
-            size = float(ot["bucket_s"])
-            vals = ot["share"].get(p) or []
+            ot = run.over_time
+            size = float(ot.bucket_s)
+            vals = ot.share.get(p) or []
             share_lines.append(
                 Line(
-                    run["name"],
+                    run.name,
                     [(i * size, None if v is None else 100.0 * v) for i, v in enumerate(vals)],
-                    colors[run["name"]],
+                    colors[run.name],
                 )
             )
         charts.append(
@@ -260,23 +255,20 @@ def _charts(doc: Doc) -> list[str]:
 
 def render_html(doc: Doc) -> str:
     """One self-contained page: header, comparison table, events, charts."""
-    scenario = doc.get("scenario") or {}
-    name = str(scenario.get("name", "scenario"))
-    cmd = " ".join(str(c) for c in doc.get("command") or [])
-    meta = f"tailgate {doc.get('tailgate_version', '?')} · started {doc.get('started_at', '?')}"
+    scenario = doc.scenario
+    name = scenario.name
+    cmd = " ".join(doc.command)
+    meta = f"tailgate {doc.tailgate_version} · started {doc.started_at}"
     parts = [f"<h1>tailgate scenario: {escape(name)}</h1>", f'<p class="meta">{escape(meta)}</p>']
     if cmd:
         parts.append(f'<p class="meta"><code>{escape(cmd)}</code></p>')
-    if scenario.get("description"):
-        parts.append(f"<p>{escape(str(scenario['description']))}</p>")
-    if doc.get("partial"):
+    if scenario.description:
+        parts.append(f"<p>{escape(scenario.description)}</p>")
+    if doc.partial:
         parts.append('<div class="notes">Stopped early: partial results.</div>')
     if note := time_scale_note(doc):
         parts.append(f'<div class="notes">{escape(note[0].upper() + note[1:])}.</div>')
-    timeline = [
-        [f"{s.get('at', 0):g} s", str(s.get("phase", "")), str(s.get("provider", "")), _step_text(s)]
-        for s in scenario.get("timeline") or []
-    ]
+    timeline = [[f"{s.at:g} s", _text(s.phase), _text(s.provider), _step_text(s)] for s in scenario.timeline]
     parts.append("<h2>Timeline</h2>" + _html_table(["at", "phase", "provider", "action"], timeline, left=4))
     parts.append("<h2>Comparison (client latency in ms)</h2>" + _html_table(comparison_head(doc), comparison_rows(doc)))
     events = event_rows(doc)
@@ -289,16 +281,16 @@ def render_html(doc: Doc) -> str:
     parts.append('<h2>Charts</h2><div class="charts">' + "\n".join(_charts(doc)) + "</div>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        f"<title>{escape('tailgate scenario: ' + name)}</title>\n<style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{escape('tailgate scenario: ' + name)}</title>\n<style>{REPORT_CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
 
 
-def _step_text(step: Mapping[str, Any]) -> str:
+def _step_text(step: Step) -> str:
     out = []
-    if step.get("clear"):
+    if step.clear is True:
         out.append("clear faults")
-    if step.get("set"):
-        out.append("set " + ", ".join(f"{k}={v}" for k, v in step["set"].items()))
+    if not isinstance(step.set, UnsetType) and step.set:
+        out.append("set " + ", ".join(f"{k}={v}" for k, v in step.set.items()))
     return "; ".join(out) or "phase marker"

@@ -195,7 +195,7 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
     for name, pc in gw.providers.items():
         sim = cluster.providers[name]
         keys = list(pc.api_keys) or [SecretStr(k) for k in sim.spec.api_keys[:1]] or [SecretStr(f"sk-scenario-{name}")]
-        update: dict[str, Any] = {"base_url": sim.url, "api_keys": keys}
+        update: dict[str, object] = {"base_url": sim.url, "api_keys": keys}
         if pc.anthropic_base_url is not None:  # any value: the simulator's Anthropic endpoint (its API root)
             update["anthropic_base_url"] = sim.url.removesuffix("/v1")
         providers[name] = pc.model_copy(update=update)

@@ -10,14 +10,14 @@ Reads the results document only (``tailgate.scenario/v1``), so a saved run gives
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from msgspec import UnsetType
+
+from tailgate.scenario.schema import ScenarioDocument, ScenarioRun, Section
 from tailgate.stats.shown import MINIMUMS
 
 __all__ = ["time_scale_note", "verdicts"]
-
-Doc = Mapping[str, Any]
 
 
 def _times(x: float) -> str:
@@ -25,11 +25,11 @@ def _times(x: float) -> str:
     return f"{x:.1f}×" if x < 10 else f"{x:.0f}×"
 
 
-def _p99(phase: Mapping[str, Any]) -> float | None:
-    ttft = phase.get("ttft_ms") or {}
-    if int(ttft.get("count") or 0) < MINIMUMS["p99"] or ttft.get("p99") is None:
+def _p99(phase: Section) -> float | None:
+    ttft = phase.ttft_ms
+    if ttft.count < MINIMUMS["p99"] or ttft.p99 is None:
         return None
-    return float(ttft["p99"])
+    return ttft.p99
 
 
 def _listing(items: Sequence[tuple[str, str]]) -> str:
@@ -37,21 +37,21 @@ def _listing(items: Sequence[tuple[str, str]]) -> str:
     return "; ".join(f"{name} {what}" for name, what in items)
 
 
-def _tail(runs: Sequence[Doc], index: int, baseline_name: str) -> str | None:
+def _tail(runs: Sequence[ScenarioRun], index: int, baseline_name: str) -> str | None:
     """Phase ``index``: each policy's P99 TTFT as a multiple of its own first (healthy) phase's."""
     ranked: list[tuple[float, str, str]] = []
     name = None
     for run in runs:
-        phases = run.get("phases") or []
+        phases = run.phases
         if index >= len(phases):
             continue
-        name = phases[index]["name"]
+        name = _name(phases[index])
         now, base = _p99(phases[index]), _p99(phases[0])
         if now is None or base is None or base <= 0:
-            ranked.append((float("inf"), run["name"], f"n<{MINIMUMS['p99']}"))
+            ranked.append((float("inf"), run.name, f"n<{MINIMUMS['p99']}"))
         else:
             ratio = now / base
-            ranked.append((ratio, run["name"], _times(ratio)))
+            ranked.append((ratio, run.name, _times(ratio)))
     if name is None or not ranked:
         return None
     ranked.sort()
@@ -62,28 +62,32 @@ def _tail(runs: Sequence[Doc], index: int, baseline_name: str) -> str | None:
     return head + (f"; {_listing([(n, w) for _, n, w in rest])}." if rest else ".")
 
 
-def _event_times(runs: Sequence[Doc], k: int, key: str) -> list[tuple[float, str, str]]:
+def _event_times(runs: Sequence[ScenarioRun], k: int, key: str) -> list[tuple[float, str, str]]:
     out = []
     for run in runs:
-        events = run.get("events") or []
+        events = run.events
         if k >= len(events):
             continue
-        value = events[k].get(key)
-        out.append((float("inf") if value is None else float(value), run["name"], _secs(value)))
+        value = events[k].seconds(key)
+        out.append((float("inf") if value is None else value, run.name, _secs(value)))
     return sorted(out)
 
 
-def _secs(value: Any) -> str:
-    return "never" if value is None else f"{float(value):.1f} s"
+def _secs(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
 
 
-def _events(runs: Sequence[Doc]) -> list[str]:
+def _name(phase: Section) -> str:
+    return "" if isinstance(phase.name, UnsetType) else phase.name
+
+
+def _events(runs: Sequence[ScenarioRun]) -> list[str]:
     if not runs:
         return []
     out = []
-    for k, ev in enumerate(runs[0].get("events") or []):
-        where = f"{ev['provider']} at {ev['at_s']:g} s"
-        if ev["kind"] == "fault":
+    for k, ev in enumerate(runs[0].events):
+        where = f"{ev.provider} at {ev.at_s:g} s"
+        if ev.kind == "fault":
             ranked = _event_times(runs, k, "cutover_s")
             out.append(
                 f"fault on {where}: new traffic left it (<1 %) after {_listing([(n, w) for _, n, w in ranked])}."
@@ -97,48 +101,47 @@ def _events(runs: Sequence[Doc]) -> list[str]:
     return out
 
 
-def _errors(runs: Sequence[Doc]) -> str | None:
+def _errors(runs: Sequence[ScenarioRun]) -> str | None:
     ranked = []
     for run in runs:
-        overall = run.get("overall") or {}
-        n, errors = int(overall.get("requests") or 0), int(overall.get("errors") or 0)
+        n, errors = run.overall.requests, run.overall.errors
         if n:
-            ranked.append((errors / n, run["name"], f"{errors:,} of {n:,} ({100.0 * errors / n:.1f} %)"))
+            ranked.append((errors / n, run.name, f"{errors:,} of {n:,} ({100.0 * errors / n:.1f} %)"))
     if not ranked:
         return None
     ranked.sort()
     return f"requests that failed for the client: {_listing([(n, w) for _, n, w in ranked])}."
 
 
-def _split(runs: Sequence[Doc]) -> str | None:
+def _split(runs: Sequence[ScenarioRun]) -> str | None:
     """Without faults: how far the served split strayed from the configured one (worst class, points)."""
     ranked = []
     for run in runs:
-        configured = run.get("configured_by_class") or {}
-        worst = None
-        for cls, served in ((run.get("overall") or {}).get("share_by_class") or {}).items():
+        configured = run.configured_by_class
+        worst: float | None = None
+        for cls, served in run.overall.share_by_class.items():
             want = configured.get(cls) or {}
             for p, v in served.items():
-                if p != "requests" and v is not None:
-                    dev = abs(float(v) - float(want.get(p, 0.0)))
+                if p != "requests":
+                    dev = abs(float(v) - want.get(p, 0.0))
                     worst = dev if worst is None else max(worst, dev)
         if worst is not None:
-            ranked.append((worst, run["name"], f"{100.0 * worst:.1f} points"))
+            ranked.append((worst, run.name, f"{100.0 * worst:.1f} points"))
     if not ranked:
         return None
     ranked.sort()
     return f"served split against the configured one (worst class): {_listing([(n, w) for _, n, w in ranked])}."
 
 
-def verdicts(doc: Doc) -> list[str]:
+def verdicts(doc: ScenarioDocument) -> list[str]:
     """One sentence per question the scenario asks, computed from the document's numbers."""
-    runs = [r for r in doc.get("runs") or [] if r.get("phases")]
+    runs = [r for r in doc.runs if r.phases]
     if not runs:
         return []
-    first = runs[0]["phases"][0]["name"]
+    first = _name(runs[0].phases[0])
     out: list[str] = []
-    has_faults = any(ev["kind"] == "fault" for r in runs for ev in r.get("events") or [])
-    for i in range(1, max(len(r["phases"]) for r in runs)):
+    has_faults = any(ev.kind == "fault" for r in runs for ev in r.events)
+    for i in range(1, max(len(r.phases) for r in runs)):
         sentence = _tail(runs, i, first)
         if sentence:
             out.append(sentence)
@@ -150,9 +153,9 @@ def verdicts(doc: Doc) -> list[str]:
     return out
 
 
-def time_scale_note(doc: Doc) -> str | None:
+def time_scale_note(doc: ScenarioDocument) -> str | None:
     """A caveat when the run was not at time scale 1 (the recorded results are)."""
-    scale = float((doc.get("scenario") or {}).get("time_scale") or 1.0)
+    scale = doc.scenario.time_scale or 1.0
     if scale == 1.0:
         return None
     return (

@@ -1,0 +1,178 @@
+"""The ``tailgate.scenario/v1`` results document as typed structs (schema in docs/scenarios.md).
+
+:func:`tailgate.scenario.analysis.analyze_run` builds a :class:`ScenarioRun` per policy; the report, the verdicts
+and the writer read fields, never string keys. Field order is the key order of the files written before (a
+test rewrites a stored file byte for byte); ``UNSET`` fields are left out of the file, ``None`` is ``null``.
+"""
+
+from __future__ import annotations
+
+from msgspec import UNSET, Struct, UnsetType
+
+__all__ = [
+    "ConfigEcho",
+    "Event",
+    "Hedge",
+    "OverTime",
+    "PhaseSpan",
+    "ScenarioDocument",
+    "ScenarioInfo",
+    "ScenarioRun",
+    "Section",
+    "Stats",
+    "Step",
+    "UpstreamCounts",
+]
+
+ConfigEcho = dict[str, object]
+"""A section of the scenario file as the config's ``model_dump`` writes it (routes, SLO, providers, load): its
+schema is the config's own (:mod:`tailgate.scenario.config`), echoed into the results for the record."""
+
+
+class Stats(Struct, kw_only=True):
+    """P50/P90/P99/max/mean rounded to 0.1 ms, and count; every stat null when empty."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    count: int = 0
+
+
+class UpstreamCounts(Struct, kw_only=True):
+    requests: int = 0
+    rate_limited: int = 0
+    errors: int = 0
+
+
+class Section(Struct, kw_only=True):
+    """One phase of a run (``name``, ``start_s``, ``end_s`` set) or the whole run (``overall``: those unset)."""
+
+    name: str | UnsetType = UNSET
+    start_s: float | UnsetType = UNSET
+    end_s: float | UnsetType = UNSET
+    # what the client saw
+    requests: int
+    errors: int
+    failed_before_first_token: int
+    failed_after_first_token: int
+    errors_by_class: dict[str, int]
+    ttft_ms: Stats
+    e2e_ms: Stats
+    cache_hit_rate: float | None
+    # what the gateway's ledger says it served
+    gateway_requests: int
+    share: dict[str, float | None]
+    share_by_class: dict[str, dict[str, int | float]]
+    """Per traffic class: ``requests`` and each provider's share."""
+    no_provider: int
+    multi_attempt: int
+    cost_per_1k: float | None
+    provider_e2e_ms: dict[str, Stats]
+    # what the providers saw
+    upstream: dict[str, UpstreamCounts]
+    upstream_requests: int
+    upstream_rate_limited: int
+    upstream_rate_limited_ratio: float | None
+    extra_upstream_ratio: float | None
+
+
+class Event(Struct, kw_only=True):
+    """A fault or recovery of one provider and how fast the routing followed it."""
+
+    at_s: float
+    provider: str
+    kind: str
+    phase: str | UnsetType = UNSET
+    cutover_s: float | UnsetType | None = UNSET
+    below_10pct_s: float | UnsetType | None = UNSET
+    readmit_s: float | UnsetType | None = UNSET
+    configured_s: float | UnsetType | None = UNSET
+
+    def seconds(self, key: str) -> float | None:
+        """One of the timing fields by its name (None when unset, null or unknown)."""
+        value = {
+            "cutover_s": self.cutover_s,
+            "below_10pct_s": self.below_10pct_s,
+            "readmit_s": self.readmit_s,
+            "configured_s": self.configured_s,
+        }.get(key)
+        return None if value is None or isinstance(value, UnsetType) else value
+
+
+class OverTime(Struct, kw_only=True):
+    bucket_s: float
+    share: dict[str, list[float | None]]
+    p99_e2e_ms: list[float | None]
+
+
+class Hedge(Struct, kw_only=True):
+    after: str | float
+    """A percentile of the first route's TTFT (``p90``…) or seconds."""
+    budget: float
+
+
+class ScenarioRun(Struct, kw_only=True):
+    """One policy's run."""
+
+    name: str
+    policy: str
+    configured_by_class: dict[str, dict[str, float]]
+    hedge: Hedge | None = None
+    pacing: bool
+    affinity: bool
+    stopped_early: bool
+    overall: Section
+    phases: list[Section]
+    events: list[Event]
+    over_time: OverTime
+    gateway_counters: dict[str, float]
+
+
+class Step(Struct, kw_only=True):
+    """One timeline step of the scenario file."""
+
+    at: float
+    kind: str
+    phase: str | UnsetType = UNSET
+    provider: str | UnsetType = UNSET
+    clear: bool | UnsetType = UNSET
+    set: ConfigEcho | UnsetType = UNSET
+
+
+class PhaseSpan(Struct, kw_only=True):
+    name: str
+    start_s: float
+    end_s: float
+
+
+class ScenarioInfo(Struct, kw_only=True):
+    """What was run: the scenario file's name, load, timeline, phases, and its config sections echoed."""
+
+    name: str
+    file: str
+    description: str
+    time_scale: float
+    sim_time_scale: float
+    seed: int
+    alias: str
+    routes: list[ConfigEcho]
+    slo: ConfigEcho
+    providers: dict[str, ConfigEcho]
+    load: ConfigEcho
+    timeline: list[Step]
+    phases: list[PhaseSpan]
+    window_requests: int
+
+
+class ScenarioDocument(Struct, kw_only=True):
+    """The whole ``--out`` document."""
+
+    schema: str
+    tailgate_version: str
+    started_at: str
+    command: list[str]
+    partial: bool
+    scenario: ScenarioInfo
+    runs: list[ScenarioRun]
