@@ -29,6 +29,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tailgate.routing.promises import quality_back, quality_worse, slow_start
 from tailgate.routing.route import Route
@@ -37,10 +38,12 @@ from tailgate.stats.shown import wilson
 __all__ = [
     "SIGNALS",
     "QualityBoard",
+    "QualityFields",
     "QualitySettings",
     "QualityVerdict",
     "QualityWindow",
     "SignalCounts",
+    "settings_from",
 ]
 
 SIGNALS: tuple[str, ...] = ("canary", "tool_call", "empty", "content_filter", "json", "reasoning")
@@ -275,4 +278,38 @@ def _evidence(signal: str, mine: SignalCounts, best: Route, theirs: SignalCounts
     return (
         f"{signal} {mine.shown()} below {best.provider}'s {theirs.shown()} "
         f"by more than {margin * 100:g} points (last {horizon:g}s)"
+    )
+
+
+class QualityFields(Protocol):
+    """What :func:`settings_from` reads: ``config.schema.QualityConfig`` (``routing.quality`` merged with an
+    alias's ``models.<alias>.quality``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def recent(self) -> float: ...
+    @property
+    def margin(self) -> float: ...
+    @property
+    def traffic_margin(self) -> float: ...
+    @property
+    def min_samples(self) -> int: ...
+    @property
+    def signals(self) -> Sequence[str] | None: ...
+
+
+def settings_from(config: QualityFields, slow_start_s: float = 15.0) -> QualitySettings:
+    """An alias's :class:`QualitySettings` from its config (``routing.adaptive.slow_start`` for the ramp)."""
+    return QualitySettings(
+        enabled=config.enabled,
+        window_s=config.window,
+        recent_s=min(config.recent, config.window),
+        margin=config.margin,
+        traffic_margin=config.traffic_margin,
+        min_samples=config.min_samples,
+        slow_start_s=slow_start_s,
+        signals=frozenset(config.signals) if config.signals is not None else None,
     )
