@@ -206,6 +206,7 @@ def test_a_route_at_the_threshold_does_not_flap_and_a_recovered_one_comes_back_o
 def test_a_held_route_with_no_evidence_is_tried_again_after_a_window() -> None:
     clock = Clock(0.0)
     board = QualityBoard()
+    pol = policy(board, clock)
     for _ in range(300):
         clock.t += 1.0
         for _ in range(5):
@@ -219,6 +220,12 @@ def test_a_held_route_with_no_evidence_is_tried_again_after_a_window() -> None:
     assert not v.held
     assert v.factor < 0.2
     assert "trying again" in v.evidence
+    exp = pol.explain([A, B])["a"]
+    assert exp["promise"] == "slow-start"
+    assert exp["reason"] == (  # weight 80 × 0.1 against b's 20: a 29 % share, 36 % of its configured 80 %
+        "re-admitting: 36% of configured, slow start "
+        "(quality re-admitted (tool_call: 0 samples in 600s since held, trying again))"
+    )
 
 
 # -- never every route, explanation, settings --------------------------------------------------------

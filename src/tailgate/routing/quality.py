@@ -122,9 +122,14 @@ class QualityWindow:
         self.bucket_s = bucket_s
         self._buckets: dict[tuple[Key, str], deque[list[int]]] = {}
         """[bucket index, successes, trials], oldest first."""
+        self._signals: dict[Key, set[str]] = {}
 
     def record(self, route: Route | Key, signal: str, ok: bool, now: float) -> None:
-        q = self._buckets.setdefault((_key(route), signal), deque())
+        key = _key(route)
+        q = self._buckets.get((key, signal))
+        if q is None:
+            q = self._buckets[(key, signal)] = deque()
+            self._signals.setdefault(key, set()).add(signal)
         index = math.floor(now / self.bucket_s)
         if q and q[-1][0] >= index:
             q[-1][1] += ok
@@ -146,15 +151,15 @@ class QualityWindow:
         if since is not None:
             first = max(first, math.ceil(since / self.bucket_s))
         ok = n = 0
-        for index, s, t in q:
-            if index >= first:
-                ok += s
-                n += t
+        for index, s, t in reversed(q):
+            if index < first:
+                break
+            ok += s
+            n += t
         return SignalCounts(ok, n)
 
     def signals(self, route: Route | Key) -> list[str]:
-        key = _key(route)
-        return sorted(s for k, s in self._buckets if k == key)
+        return sorted(self._signals.get(_key(route), ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +177,6 @@ class QualityVerdict:
 class _Hold:
     since: float | None = None
     signal: str = ""
-    best: str = ""
     released_at: float = -math.inf
     strikes: int = 0
     evidence: str = ""
@@ -185,8 +189,13 @@ class QualityBoard:
     settings: QualitySettings = field(default_factory=QualitySettings)
     per_alias: Mapping[str, QualitySettings] = field(default_factory=dict)
     bucket_s: float = 10.0
+    recompute_s: float = 0.25
+    """``judge`` answers from its last verdicts for this long (``routing.adaptive.recompute``)."""
     window: QualityWindow = field(init=False)
     _holds: dict[tuple[str, str, str], _Hold] = field(init=False, default_factory=dict)
+    _cache: dict[tuple[str, tuple[int, ...]], tuple[float, dict[Route, QualityVerdict]]] = field(
+        init=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         horizon = max([self.settings.window_s, *(s.window_s for s in self.per_alias.values())])
@@ -207,7 +216,19 @@ class QualityBoard:
         return {_key(r): {s: self.window.counts(r, s, now, w) for s in self.window.signals(r)} for r in routes}
 
     def judge(self, routes: Sequence[Route], now: float) -> dict[Route, QualityVerdict]:
-        """Promise 8 for one alias's routes (weight > 0 ones are compared; others are never held)."""
+        """Promise 8 for one alias's routes (weight > 0 ones are compared; others are never held). Judged at
+        most every ``recompute_s`` per alias and set of routes (the policy asks on every plan it builds)."""
+        key = (routes[0].alias if routes else "", tuple(id(r) for r in routes))
+        cached = self._cache.get(key)
+        if cached is not None and 0.0 <= now - cached[0] < self.recompute_s:
+            return cached[1]
+        out = self._judge(routes, now)
+        if len(self._cache) >= 1024:
+            self._cache.clear()
+        self._cache[key] = (now, out)
+        return out
+
+    def _judge(self, routes: Sequence[Route], now: float) -> dict[Route, QualityVerdict]:
         out = {r: QualityVerdict() for r in routes}
         if not routes:
             return out
@@ -218,15 +239,21 @@ class QualityBoard:
         signals = sorted({s for r in live for s in self.window.signals(r)})
         if cfg.signals is not None:
             signals = [s for s in signals if s in cfg.signals]
+        # Every route's counts per signal and horizon, once: (signal, horizon, counts per route, best route).
+        looks: list[tuple[str, float, dict[Route, SignalCounts], Route | None]] = []
+        for signal in signals:
+            for horizon in (cfg.window_s,) if signal.startswith("canary") else (cfg.window_s, cfg.recent_s):
+                counts = {r: self.window.counts(r, signal, now, horizon) for r in live}
+                looks.append((signal, horizon, counts, _best(counts, cfg.min_samples)))
         for r in live:
             h = self._holds.setdefault((r.alias, r.provider, r.model), _Hold())
             if h.since is not None:
-                self._maybe_release(r, h, live, cfg, now)
+                self._maybe_release(r, h, looks, cfg, now)
             if h.since is None:
-                worse = self._worse(r, live, signals, cfg, now)
+                worse = _worse(r, looks, cfg)
                 if worse is not None:
                     h.strikes = h.strikes + 1 if now - h.released_at < cfg.window_s else 0
-                    h.since, h.signal, h.best, h.evidence = now, worse[0], worse[1], worse[2]
+                    h.since, h.signal, h.evidence = now, worse[0], worse[1]
             if h.since is not None:
                 out[r] = QualityVerdict(True, 0.0, h.evidence, h.signal)
             elif now - h.released_at < cfg.slow_start_s:
@@ -234,23 +261,14 @@ class QualityBoard:
                 out[r] = QualityVerdict(False, factor, h.evidence, h.signal)
         return out
 
-    def _worse(
-        self, r: Route, live: Sequence[Route], signals: Sequence[str], cfg: QualitySettings, now: float
-    ) -> tuple[str, str, str] | None:
-        """(signal, best provider, evidence) of the first signal on which ``r`` is significantly worse."""
-        for signal in signals:
-            margin = cfg.margin_for(signal)
-            for horizon in (cfg.window_s, cfg.recent_s) if not signal.startswith("canary") else (cfg.window_s,):
-                counts = {p: self.window.counts(p, signal, now, horizon) for p in live}
-                best = _best(counts, cfg.min_samples)
-                if best is None or best is r:
-                    continue
-                mine = counts[r]
-                if quality_worse(mine, counts[best], margin, cfg.min_samples):
-                    return signal, best.provider, _evidence(signal, mine, best, counts[best], margin, horizon)
-        return None
-
-    def _maybe_release(self, r: Route, h: _Hold, live: Sequence[Route], cfg: QualitySettings, now: float) -> None:
+    def _maybe_release(
+        self,
+        r: Route,
+        h: _Hold,
+        looks: Sequence[tuple[str, float, dict[Route, SignalCounts], Route | None]],
+        cfg: QualitySettings,
+        now: float,
+    ) -> None:
         """Released when the samples since the hold show it back within the margin of the best, read
         pessimistically (hysteresis: held when confidently worse by more than the margin, released when
         confidently not; in between it stays as it is), or after a whole window with too few samples to tell
@@ -258,14 +276,27 @@ class QualityBoard:
         assert h.since is not None
         needed = cfg.min_samples * min(MAX_READMIT_FACTOR, 4**h.strikes)
         since = self.window.counts(r, h.signal, now, cfg.window_s, since=h.since)
-        counts = {p: self.window.counts(p, h.signal, now, cfg.window_s) for p in live if p is not r}
-        best = _best(counts, cfg.min_samples)
-        if since.trials >= needed and best is not None and quality_back(since, counts[best], cfg.margin_for(h.signal)):
+        window = next((c for s, w, c, _ in looks if s == h.signal and w == cfg.window_s), {})
+        best = _best({p: c for p, c in window.items() if p is not r}, cfg.min_samples)
+        if since.trials >= needed and best is not None and quality_back(since, window[best], cfg.margin_for(h.signal)):
             h.evidence = f"{h.signal} back: {since.shown()} since held"
             h.since, h.released_at = None, now
         elif since.trials < needed and now - h.since >= cfg.window_s:
             h.evidence = f"{h.signal}: {since.trials} samples in {cfg.window_s:g}s since held, trying again"
             h.since, h.released_at = None, now
+
+
+def _worse(
+    r: Route, looks: Sequence[tuple[str, float, dict[Route, SignalCounts], Route | None]], cfg: QualitySettings
+) -> tuple[str, str] | None:
+    """(signal, evidence) of the first look on which ``r`` is significantly worse than that look's best."""
+    for signal, horizon, counts, best in looks:
+        if best is None or best is r:
+            continue
+        margin = cfg.margin_for(signal)
+        if quality_worse(counts[r], counts[best], margin, cfg.min_samples):
+            return signal, _evidence(signal, counts[r], best, counts[best], margin, horizon)
+    return None
 
 
 def _best(counts: Mapping[Route, SignalCounts], min_samples: int) -> Route | None:
