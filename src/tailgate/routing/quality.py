@@ -6,11 +6,18 @@ The interface the gateway (and the monitor's canary rounds) call, pure and on an
   :class:`~tailgate.routing.route.Route`, or its ``(provider, model)``) on ``signal``: ``ok=True`` for a good
   one (a canary answered right, a tool call whose arguments parse and match the schema, a non-empty answer),
   ``False`` for a bad one. Counts are per provider × upstream model, whatever alias the request came by.
+  ``now`` is the policy's clock (``HealthRegistry.clock``, monotonic seconds), the same for every caller.
 - :meth:`QualityBoard.view` — per route, per signal, the counts and their 95 % Wilson interval
   (:class:`SignalCounts`), for ``/admin/providers``, the dashboard and the store.
 - :meth:`QualityBoard.judge` — per route of one alias, a :class:`QualityVerdict`: held off (promise 8,
   ``promises.quality_worse``), re-admitted on a slow start, or clear. ``AdaptivePolicy(quality=board)`` reads it
   in its split; the policy, not the board, keeps the rule that quality never takes every route away.
+  Verdicts are kept for ``recompute_s`` (give it ``routing.adaptive.recompute``).
+
+Wiring (the gateway, a few lines): one board per gateway, ``QualityBoard(settings_from(routing.quality),
+per_alias={alias: settings_from(routing.quality.merged(models[alias].quality), adaptive.slow_start)})``, passed as
+``AdaptivePolicy(quality=board)``; ``board.record(...)`` where an answer is graded; ``board.view(...)`` for the
+admin view, the dashboard and the store.
 
 Signals are free strings; the gateway and the monitor record these names (:data:`SIGNALS`): ``canary`` (a
 canary task graded against its known answer — providers legitimately differ by a few points, so the wider
