@@ -433,6 +433,70 @@ class AffinityOverride(_Strict):
         return None if v is None else AffinityConfig._sources(v)
 
 
+Margin = Annotated[float, Field(ge=0, lt=1)]
+
+
+class QualityConfig(_Strict):
+    """Promise 8 (docs/routing.md): a route whose quality on a signal is significantly worse than the alias's best
+    route's gets no client request while another route takes them, until it has recovered (issue 42)."""
+
+    enabled: bool = True
+    window: PositiveSeconds = 600.0
+    """The sliding window the counts per provider × model × signal are judged over."""
+    recent: PositiveSeconds = 120.0
+    """Live-traffic signals are also judged over the last ``recent`` alone (at most ``window``)."""
+    margin: Margin = 0.03
+    """Canary signals: held when the route's upper bound is more than this below the best route's lower bound."""
+    traffic_margin: Margin = 0.01
+    """Live-traffic failure signals (tool calls, empty answers, content-filter refusals, …): the same, this margin."""
+    min_samples: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    """Trials the route and the best route each need in the window before anything moves."""
+    signals: list[Name] | None = None
+    """The signals judged (``canary``, ``tool_call``, ``empty``, ``content_filter``, ``json``, ``reasoning``);
+    unset: all."""
+
+    @model_validator(mode="after")
+    def _recent_within_window(self) -> QualityConfig:
+        if self.recent > self.window:
+            raise PydanticCustomError(
+                "recent_over_window",
+                "recent ({recent}s) must be at most window ({window}s)",
+                {"recent": self.recent, "window": self.window},
+            )
+        return self
+
+    def merged(self, own: QualityOverride | None) -> QualityConfig:
+        """This config with an alias's ``models.<alias>.quality`` fields on top (the fields it gives)."""
+        if own is None:
+            return self
+        fields = self.model_dump() | own.model_dump(exclude_none=True)
+        if own.recent is None:
+            fields["recent"] = min(fields["recent"], fields["window"])  # an alias's shorter window bounds it
+        return QualityConfig.model_validate(fields)
+
+
+class QualityOverride(_Strict):
+    """``models.<alias>.quality``: the fields given replace ``routing.quality``'s for this alias."""
+
+    enabled: bool | None = None
+    window: PositiveSeconds | None = None
+    recent: PositiveSeconds | None = None
+    margin: Margin | None = None
+    traffic_margin: Margin | None = None
+    min_samples: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    signals: list[Name] | None = None
+
+    @model_validator(mode="after")
+    def _recent_within_window(self) -> QualityOverride:
+        if self.recent is not None and self.window is not None and self.recent > self.window:
+            raise PydanticCustomError(
+                "recent_over_window",
+                "recent ({recent}s) must be at most window ({window}s)",
+                {"recent": self.recent, "window": self.window},
+            )
+        return self
+
+
 class RoutingConfig(_Strict):
     policy: PolicyName = "adaptive"
     adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
@@ -445,6 +509,7 @@ class RoutingConfig(_Strict):
     pacing: PacingConfig = Field(default_factory=PacingConfig)
     shed: ShedConfig = Field(default_factory=ShedConfig)
     affinity: AffinityConfig = Field(default_factory=AffinityConfig)
+    quality: QualityConfig = Field(default_factory=QualityConfig)
 
 
 class ModelConfig(_Strict):
@@ -459,6 +524,8 @@ class ModelConfig(_Strict):
     """Hedge this alias's requests; unset: ``routing.hedge`` (off when that is unset too)."""
     affinity: AffinityOverride | None = None
     """This alias's conversation affinity: the fields given replace ``routing.affinity``'s."""
+    quality: QualityOverride | None = None
+    """This alias's promise 8 (quality): the fields given replace ``routing.quality``'s."""
 
     @model_validator(mode="after")
     def _some_weight(self) -> ModelConfig:
