@@ -438,7 +438,7 @@ Margin = Annotated[float, Field(ge=0, lt=1)]
 
 class QualityConfig(_Strict):
     """Promise 8 (docs/routing.md): a route whose quality on a signal is significantly worse than the alias's best
-    route's gets no client request while another route takes them, until it has recovered (issue 42)."""
+    route's gets no client request while another route takes them, until it has recovered."""
 
     enabled: bool = True
     window: PositiveSeconds = 600.0

@@ -1,4 +1,4 @@
-"""Promise 8's evidence: per route, per quality signal, successes / trials over a sliding window (issue 42).
+"""Promise 8's evidence: per route, per quality signal, successes / trials over a sliding window.
 
 The interface the gateway (and the monitor's canary rounds) call, pure and on an injected clock:
 
