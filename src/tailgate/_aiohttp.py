@@ -56,6 +56,8 @@ class BodyLimits:
     """The whole body must arrive within this; a client that sends half and stops gets a 408."""
     json_paths: tuple[str, ...] = ("/v1/",)
     """Path prefixes whose POST bodies must be JSON (415 for any other declared content type)."""
+    raw_paths: tuple[str, ...] = ()
+    """Paths whose POST bodies their handler reads itself, within its own limit (uploads: ``/v1/files``)."""
 
 
 BODY_LIMITS_KEY: web.AppKey[BodyLimits] = web.AppKey("tailgate_body_limits", BodyLimits)
@@ -105,7 +107,7 @@ async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.St
     """
     try:
         limits = request.app.get(BODY_LIMITS_KEY)
-        if limits is not None and request.method == "POST":
+        if limits is not None and request.method == "POST" and request.path not in limits.raw_paths:
             declared = "Content-Type" in request.headers  # aiohttp reads a missing one as octet-stream
             if declared and request.path.startswith(limits.json_paths) and not is_json_type(request.content_type):
                 response = error_response(

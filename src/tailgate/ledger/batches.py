@@ -59,6 +59,7 @@ __all__ = [
     "LeasedLine",
     "LineRecord",
     "active_batches",
+    "attach_files",
     "cancel_batch",
     "complete_line",
     "create_batch",
@@ -514,6 +515,17 @@ def expire_overdue(conn: StoreConn, *, now: float | None = None) -> list[BatchRe
     ).fetchall()
     moved = [transition(conn, bid, "expired", now=at) for (bid,) in due]
     return [b for b in moved if b is not None]
+
+
+def attach_files(conn: StoreConn, batch_id: str, *, output_file_id: str | None, error_file_id: str | None) -> bool:
+    """Name a final batch's output and error files, once: True for the replica that did it (a batch that
+    expired, or any batch finalised by several replicas together: the others delete the files they wrote)."""
+    cur = conn.execute(
+        "UPDATE batches SET output_file_id = ?, error_file_id = ? WHERE id = ? AND output_file_id IS NULL "
+        "AND error_file_id IS NULL",
+        (output_file_id, error_file_id, batch_id),
+    )
+    return bool(cur.rowcount)
 
 
 def cancel_batch(

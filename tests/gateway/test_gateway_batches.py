@@ -1,0 +1,190 @@
+"""The OpenAI Batch API on the gateway (issue 41): the official ``openai`` SDK, unchanged, uploads a file,
+creates a batch, polls it and reads its output and error files; the executor runs the lines on the batch lane
+(the gateway's own request path) or as a provider's batch job, by config; each line is answered and billed
+once, its ledger row naming the lane and the price tier, and the batch's cost is on the batch object."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+from openai.types import Batch
+
+from conftest import GatewayHandle, SimFactory
+from tailgate.ledger.store import open_store
+
+Oai = Callable[..., AsyncOpenAI]
+KEY_A = "sk-team-a-0123456789"
+KEY_B = "sk-team-b-0123456789"
+ADMIN = "sk-admin-0123456789"
+PRICE = {"input": 2.0, "output": 4.0, "batch": {"ratio": 0.5}}
+FAST = {"poll_interval": 0.05, "provider_poll_interval": 0.05, "concurrency": 8}
+
+
+def jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def chat_lines(n: int, model: str = "chat") -> list[dict[str, Any]]:
+    return [
+        {
+            "custom_id": f"req-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": f"line {i}"}], "max_tokens": 5},
+        }
+        for i in range(n)
+    ]
+
+
+async def wait_done(client: AsyncOpenAI, batch_id: str, within_s: float = 12.0) -> Batch:
+    deadline = time.monotonic() + within_s
+    while True:
+        batch = await client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        assert time.monotonic() < deadline, f"batch still {batch.status}: {batch.request_counts}"
+        await asyncio.sleep(0.05)
+
+
+async def read_file(client: AsyncOpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    if file_id is None:
+        return []
+    content = await client.files.content(file_id)
+    return [json.loads(line) for line in content.content.splitlines()]
+
+
+def config(p_url: str, *, batch_api: bool, **extra: Any) -> dict[str, Any]:
+    return {
+        "keys": [
+            {"id": "team-a", "key": KEY_A},
+            {"id": "team-b", "key": KEY_B, "models": ["other"]},
+        ],
+        "admin_key": ADMIN,
+        "providers": {
+            "p": {"base_url": p_url, "api_keys": ["sk-p-0123456789"], "price": PRICE, "batch_api": batch_api},
+        },
+        "models": {
+            "chat": {"routes": [{"provider": "p", "model": "up-m"}]},
+            "other": {"routes": [{"provider": "p", "model": "up-m"}]},
+        },
+        "routing": {"probes": {"enabled": False}},
+        "batch": {**FAST, **extra},
+    }
+
+
+def ledger_rows(gw: GatewayHandle) -> list[tuple[str, str | None, str | None, float | None]]:
+    assert gw.gateway.ledger is not None
+    with open_store(gw.gateway.ledger.path) as conn:
+        rows = conn.execute(
+            "SELECT request_id, lane, price_tier, cost FROM requests WHERE lane != 'interactive' ORDER BY request_id"
+        ).fetchall()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+@pytest.mark.parametrize("batch_api", [False, True], ids=["batch-lane", "provider-batch"])
+async def test_sdk_runs_a_batch_through_the_gateway(sim: SimFactory, gateway: Any, oai: Oai, batch_api: bool) -> None:
+    """Every custom_id answered once in the output file; the path chosen by config; the ledger rows carry the
+    lane and the price tier; the batch's cost (the ``tailgate`` field) is the sum of its lines' rows."""
+    p = await sim("instant", faults={"batch_turnaround_s": 0.2})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=batch_api))
+    client = oai(gw.url, key=KEY_A)
+    uploaded = await client.files.create(file=("in.jsonl", jsonl(chat_lines(12))), purpose="batch")
+    assert (uploaded.purpose, uploaded.filename) == ("batch", "in.jsonl")
+    batch = await client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"job": "t"}
+    )
+    assert batch.status == "in_progress"
+    assert batch.metadata == {"job": "t"}
+    done = await wait_done(client, batch.id)
+    assert done.status == "completed", done
+    assert done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (12, 12, 0)
+    assert done.error_file_id is None
+    out = await read_file(client, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(12))
+    for x in out:
+        assert x["response"]["status_code"] == 200
+        assert x["response"]["body"]["object"] == "chat.completion"
+        assert x["response"]["body"]["model"] == "up-m"  # as a live request answers it
+    lane = "provider-batch" if batch_api else "batch-lane"
+    tier = "batch" if batch_api else "standard"
+    rows = ledger_rows(gw)
+    assert len(rows) == 12
+    assert {(r[1], r[2]) for r in rows} == {(lane, tier)}
+    cost = sum(r[3] or 0.0 for r in rows)
+    assert cost > 0
+    extra = done.model_extra or {}
+    assert extra["tailgate"]["cost"] == pytest.approx(cost, rel=1e-6)
+    assert extra["tailgate"]["currency"] == "CNY"
+    if batch_api:  # the provider's job ran them at its batch price: half the live price of the same tokens
+        assert gw.gateway.ledger is not None
+        with open_store(gw.gateway.ledger.path) as conn:
+            tokens = conn.execute("SELECT SUM(prompt_tokens), SUM(output_tokens) FROM requests").fetchone()
+        assert cost == pytest.approx((tokens[0] * 2.0 + tokens[1] * 4.0) * 0.5 / 1e6)
+
+
+async def test_keys_see_only_their_own_and_refused_lines_go_to_the_error_file(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """Key B cannot see key A's batch or file; the admin key sees all. A batch of key B naming a model B may
+    not use: each of those lines lands in the error file with the reason, the allowed ones in the output."""
+    p = await sim("instant")
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False))
+    a, b, admin = oai(gw.url, key=KEY_A), oai(gw.url, key=KEY_B), oai(gw.url, key=ADMIN)
+    f = await a.files.create(file=("a.jsonl", jsonl(chat_lines(2))), purpose="batch")
+    batch = await a.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.NotFoundError):
+        await b.batches.retrieve(batch.id)
+    with pytest.raises(openai.NotFoundError):
+        await b.files.retrieve(f.id)
+    with pytest.raises(openai.NotFoundError):
+        await b.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert [x.id async for x in b.batches.list()] == []
+    assert (await admin.batches.retrieve(batch.id)).id == batch.id
+    await wait_done(a, batch.id)
+
+    lines = chat_lines(4, model="chat")[:2] + chat_lines(4, model="other")[2:]
+    for line in lines:  # one model per batch: the refused ones as a batch of their own
+        line["body"]["model"] = "chat"
+    fb = await b.files.create(file=("b.jsonl", jsonl(lines)), purpose="batch")
+    bb = await b.batches.create(input_file_id=fb.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = await wait_done(b, bb.id)
+    assert done.status == "completed"
+    assert done.request_counts is not None and done.request_counts.failed == 4
+    errors = await read_file(b, done.error_file_id)
+    assert sorted(x["custom_id"] for x in errors) == [f"req-{i}" for i in range(4)]
+    for x in errors:
+        assert x["response"]["status_code"] == 403
+        assert "chat" in x["response"]["body"]["error"]["message"]
+    assert done.output_file_id is None
+
+
+async def test_a_bad_upload_names_its_line_and_cancel_is_honoured(sim: SimFactory, gateway: Any, oai: Oai) -> None:
+    p = await sim("instant", engine={"step_ms": 50.0})  # slow lines: the batch is still running when cancelled
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False, concurrency=1))
+    client = oai(gw.url, key=KEY_A)
+    bad = jsonl(chat_lines(2)) + b'{"custom_id": "x", "method": "GET"}\n'
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.files.create(file=("bad.jsonl", bad), purpose="batch")
+    assert "line 3" in str(caught.value)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(40))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="1h")
+    await asyncio.sleep(0.3)
+    cancelled = await client.batches.cancel(batch.id)
+    assert cancelled.status in ("cancelling", "cancelled")
+    done = await wait_done(client, batch.id)
+    assert done.status == "cancelled"
+    assert done.request_counts is not None
+    answered = await read_file(client, done.output_file_id)
+    errors = await read_file(client, done.error_file_id)
+    assert sorted(x["custom_id"] for x in answered + errors) == sorted(f"req-{i}" for i in range(40))
+    assert any(x["error"] and x["error"]["code"] == "batch_cancelled" for x in errors)
+    deleted = await client.files.delete(f.id)
+    assert deleted.deleted
