@@ -186,3 +186,96 @@ async def test_a_bad_upload_names_its_line_and_cancel_is_honoured(sim: SimFactor
     assert any(x["error"] and x["error"]["code"] == "batch_cancelled" for x in errors)
     deleted = await client.files.delete(f.id)
     assert deleted.deleted
+
+
+async def test_an_overdue_batch_expires_with_its_unrun_lines_in_the_error_file(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """The window closes with lines left: the batch moves to ``expired``, the lines answered so far are in the
+    output file and the rest in the error file, code ``batch_expired``."""
+    p = await sim("instant", engine={"step_ms": 50.0})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False, concurrency=1))
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(30))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    await asyncio.sleep(0.3)
+    assert gw.gateway.ledger is not None
+    with open_store(gw.gateway.ledger.path) as conn:  # its window closes now
+        conn.execute("UPDATE batches SET expires_at = ? WHERE id = ?", (time.time() - 1, batch.id))
+    done = await wait_done(client, batch.id)
+    assert done.status == "expired"
+    answered = await read_file(client, done.output_file_id)
+    errors = await read_file(client, done.error_file_id)
+    assert sorted(x["custom_id"] for x in answered + errors) == sorted(f"req-{i}" for i in range(30))
+    assert errors
+    assert {x["error"]["code"] for x in errors if x["error"]} == {"batch_expired"}
+
+
+async def test_a_restarted_gateway_resumes_the_batch_and_bills_each_line_once(
+    sim: SimFactory, gateway: Any, oai: Oai, tmp_path: Any
+) -> None:
+    """A gateway stops mid-batch (its leased lines go back); another on the same store finishes the batch:
+    every custom_id once in the output file, one ledger row per line."""
+    p = await sim("instant", engine={"step_ms": 20.0})
+    cfg = config(p.url, batch_api=False, concurrency=2)
+    cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
+    first: GatewayHandle = await gateway(cfg)
+    client = oai(first.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(24))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    await asyncio.sleep(0.4)
+    await first.stop()
+    with open_store(tmp_path / "shared.db") as conn:
+        done_before, leased = conn.execute(
+            "SELECT SUM(state = 'done'), SUM(state = 'leased') FROM batch_lines WHERE batch_id = ?", (batch.id,)
+        ).fetchone()
+    assert 0 < done_before < 24, "the first gateway stopped mid-batch"
+    assert leased == 0, "a stopping gateway gives its leased lines back"
+    second: GatewayHandle = await gateway(cfg)
+    client2 = oai(second.url, key=KEY_A)
+    done = await wait_done(client2, batch.id, within_s=15)
+    assert done.status == "completed"
+    out = await read_file(client2, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(24))
+    await second.stop()
+    with open_store(tmp_path / "shared.db") as conn:
+        (rows,) = conn.execute("SELECT COUNT(*) FROM requests WHERE lane = 'batch-lane'").fetchone()
+    assert rows == 24
+
+
+async def test_operators_cli_lists_shows_waits_and_cancels(sim: SimFactory, gateway: Any, oai: Oai) -> None:
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    p = await sim("instant")
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False))
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(5))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    env = {"TAILGATE_URL": gw.root_url, "TAILGATE_ADMIN_KEY": ADMIN}
+
+    def cli(*args: str) -> Any:
+        return CliRunner().invoke(main, ["batches", *args], env=env)
+
+    shown = await asyncio.to_thread(cli, "show", batch.id, "--wait", "--interval", "0.05", "--json")
+    assert shown.exit_code == 0, shown.output
+    got = json.loads(shown.output[shown.output.index("{") :])
+    assert got["status"] == "completed"
+    assert got["request_counts"] == {"total": 5, "completed": 5, "failed": 0}
+    listed = await asyncio.to_thread(cli, "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [b["id"] for b in json.loads(listed.output)] == [batch.id]
+    refused = await asyncio.to_thread(cli, "cancel", batch.id)
+    assert refused.exit_code == 2
+    assert "completed" in refused.output
+    other = await asyncio.to_thread(  # another key's view: not this batch
+        CliRunner().invoke, main, ["batches", "list", "--json"], env={**env, "TAILGATE_ADMIN_KEY": KEY_B}
+    )
+    assert other.exit_code == 0, other.output
+    assert json.loads(other.output) == []
+    nobody = await asyncio.to_thread(
+        CliRunner().invoke, main, ["batches", "list"], env={**env, "TAILGATE_ADMIN_KEY": "sk-wrong-0123456789"}
+    )
+    assert nobody.exit_code == 2
+    assert "401" in nobody.output
