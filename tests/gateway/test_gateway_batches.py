@@ -130,13 +130,14 @@ async def test_sdk_runs_a_batch_through_the_gateway(sim: SimFactory, gateway: An
         assert cost == pytest.approx((tokens[0] * 2.0 + tokens[1] * 4.0) * 0.5 / 1e6)
 
 
+@pytest.mark.parametrize("batch_api", [False, True], ids=["batch-lane", "provider-batch"])
 async def test_keys_see_only_their_own_and_refused_lines_go_to_the_error_file(
-    sim: SimFactory, gateway: Any, oai: Oai
+    sim: SimFactory, gateway: Any, oai: Oai, batch_api: bool
 ) -> None:
     """Key B cannot see key A's batch or file; the admin key sees all. A batch of key B naming a model B may
     not use: each of those lines lands in the error file with the reason, the allowed ones in the output."""
-    p = await sim("instant")
-    gw: GatewayHandle = await gateway(config(p.url, batch_api=False))
+    p = await sim("instant", faults={"batch_turnaround_s": 0.1})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=batch_api))
     a, b, admin = oai(gw.url, key=KEY_A), oai(gw.url, key=KEY_B), oai(gw.url, key=ADMIN)
     f = await a.files.create(file=("a.jsonl", jsonl(chat_lines(2))), purpose="batch")
     batch = await a.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
@@ -239,8 +240,16 @@ async def test_a_restarted_gateway_resumes_the_batch_and_bills_each_line_once(
     assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(24))
     await second.stop()
     with open_store(tmp_path / "shared.db") as conn:
-        (rows,) = conn.execute("SELECT COUNT(*) FROM requests WHERE lane = 'batch-lane'").fetchone()
-    assert rows == 24
+        served, billed = conn.execute(
+            "SELECT COUNT(*), SUM(cost) FROM requests WHERE lane = 'batch-lane' AND status = 200"
+        ).fetchone()
+        (unbilled,) = conn.execute(  # calls cut by the first gateway's stop: on the lane, billed nothing
+            "SELECT COUNT(*) FROM requests WHERE lane = 'batch-lane' AND status != 200 AND cost IS NOT NULL"
+        ).fetchone()
+    assert served == 24
+    assert unbilled == 0
+    extra = done.model_extra or {}
+    assert extra["tailgate"]["cost"] == pytest.approx(billed, rel=1e-6)
 
 
 async def test_operators_cli_lists_shows_waits_and_cancels(sim: SimFactory, gateway: Any, oai: Oai) -> None:

@@ -72,7 +72,7 @@ _ENDPOINTS = {
 }
 _RETRY_STATUSES = frozenset({429, 503})
 """A lane line answered this (no capacity now) goes back to pending for a later try, up to ``_MAX_TRIES``."""
-_MAX_TRIES = 5
+_MAX_TRIES = 20
 _NOMINAL_TOKENS = (1000, 300)
 """The (prompt, output) tokens placement prices a line at when it compares paths."""
 
@@ -165,6 +165,10 @@ class BatchExecutor:
         self._alias: dict[str, str] = {}
         self._session: aiohttp.ClientSession | None = None
         self._last_renew = 0.0
+        self._hold: dict[str, float] = {}
+        """Batch id → wall time before which its lines are not leased (a 429 / 503's ``Retry-After``)."""
+        self._orphans: set[str] = set()
+        """Request ids of lane lines cancelled mid-call (a stop): their rows, when they come, are the lane's."""
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -190,6 +194,11 @@ class BatchExecutor:
         """The books' hook: True (and the row is the executor's) for a lane line's request."""
         fut = self._waiting.pop(row.request_id, None)
         if fut is None:
+            if row.request_id in self._orphans:  # billed nothing (no answer): recorded, on the lane it ran on
+                self._orphans.discard(row.request_id)
+                if self.record is not None:
+                    self.record(msgspec.structs.replace(row, lane="batch-lane"))
+                return True
             return False
         if not fut.done():
             fut.set_result(row)
@@ -254,7 +263,7 @@ class BatchExecutor:
         left = (rec.expires_at or float("inf")) - time.time()
         placement = place(self.core, alias, left, cfg)
         if placement.lane == "provider-batch" and placement.route is not None:
-            if counts["pending"] == 0:
+            if counts["pending"] == 0 or self._hold.get(rec.id, 0.0) > time.time():
                 return
             lines = await self._store(
                 lambda c: store.lease_lines(
@@ -267,7 +276,7 @@ class BatchExecutor:
                 self._spawn(self._provider_job(rec, route, lines), f"tailgate-batch-job-{rec.id}")
             return
         free = cfg.concurrency - self._lane_running
-        if free <= 0:
+        if free <= 0 or self._hold.get(rec.id, 0.0) > time.time():
             return
         lines = await self._store(
             lambda c: store.lease_lines(c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id)
@@ -388,7 +397,11 @@ class BatchExecutor:
         self._waiting[rid] = fut
         headers = {"Content-Type": "application/json", "x-request-id": rid, "x-tailgate-class": "batch"}
         try:
-            reply = await handle(_LineExchange(rec.key_id, headers, json.dumps(body).encode()))
+            try:
+                reply = await handle(_LineExchange(rec.key_id, headers, json.dumps(body).encode()))
+            except asyncio.CancelledError:
+                self._orphans.add(rid)
+                raise
             await self.core.books.drain()  # the request's row, now
             try:
                 row: LedgerRow | None = await asyncio.wait_for(asyncio.shield(fut), timeout=5.0)
@@ -402,6 +415,11 @@ class BatchExecutor:
             return
         left = (rec.expires_at or float("inf")) - time.time()
         if reply.status in _RETRY_STATUSES and line.attempts < _MAX_TRIES and left > 60:
+            try:
+                wait = float(reply.headers.get("Retry-After", "1"))
+            except ValueError:
+                wait = 1.0
+            self._hold[rec.id] = max(self._hold.get(rec.id, 0.0), time.time() + min(max(wait, 0.5), 60.0))
             if row is not None and self.record is not None:
                 self.record(msgspec.structs.replace(row, lane="batch-lane"))  # a refused attempt: bills nothing
             await self._store(
@@ -447,8 +465,12 @@ class BatchExecutor:
             raise
         except Exception as exc:
             log.warning("batch %s: a job on %s failed (%s); its lines go back to pending", rec.id, route.provider, exc)
+            self._hold[rec.id] = time.time() + self.config().provider_poll_interval
             with contextlib.suppress(Exception):
-                ids = [x.custom_id for x in lines]
+                for line in lines:
+                    if line.attempts >= _MAX_TRIES:
+                        await self._fail(rec, line, 502, "provider_batch_error", f"{route.provider}: {exc}")
+                ids = [x.custom_id for x in lines if x.attempts < _MAX_TRIES]
                 await self._store(lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids))
         finally:
             self._jobs[rec.id] -= 1
