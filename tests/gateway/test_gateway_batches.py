@@ -288,3 +288,33 @@ async def test_operators_cli_lists_shows_waits_and_cancels(sim: SimFactory, gate
     )
     assert nobody.exit_code == 2
     assert "401" in nobody.output
+
+
+async def test_two_replicas_on_postgresql_share_one_batch(
+    sim: SimFactory, gateway: Any, oai: Oai, pg_url: str, tmp_path: Any
+) -> None:
+    """A fleet: two gateways on one PostgreSQL store. A batch created through one is run by both (each leases
+    lines the other does not hold); every line is done once, by one replica, and billed once in the store."""
+    p = await sim("instant", engine={"step_ms": 10.0})  # lines take long enough for both replicas to lease some
+    replicas = []
+    for i in range(2):
+        cfg = config(p.url, batch_api=False, concurrency=2)
+        cfg["ledger"] = {"enabled": True, "path": str(tmp_path / f"spool{i}.db"), "url": pg_url}
+        replicas.append(await gateway(cfg))
+    client = oai(replicas[0].url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(40))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = await wait_done(oai(replicas[1].url, key=KEY_A), batch.id, within_s=15)  # any replica answers
+    assert done.status == "completed"
+    out = await read_file(client, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(40))
+    with open_store(pg_url) as conn:
+        owners = dict(
+            conn.execute("SELECT done_by, COUNT(*) FROM batch_lines WHERE batch_id = ? GROUP BY done_by", (batch.id,))
+        )
+        billed, ids = conn.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT origin_id) FROM requests WHERE origin = ?", (f"batch:{batch.id}",)
+        ).fetchone()
+    assert len(owners) == 2, owners  # both replicas ran lines
+    assert sum(owners.values()) == 40
+    assert (billed, ids) == (40, 40)

@@ -34,6 +34,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,8 +48,9 @@ from tailgate.config.schema import BatchConfig
 from tailgate.gateway.auth import SelfCall
 from tailgate.gateway.exchange import Reply, Stream
 from tailgate.ledger import batches as store
+from tailgate.ledger.errors import redact_url
 from tailgate.ledger.row import LedgerRow
-from tailgate.ledger.store import StoreConn, open_store
+from tailgate.ledger.store import StoreConn, db_errors, open_store
 from tailgate.wire.batch import TERMINAL_STATUSES, BatchRequestOutput, decode_output_file
 
 if TYPE_CHECKING:
@@ -165,6 +167,11 @@ class BatchExecutor:
         self._alias: dict[str, str] = {}
         self._session: aiohttp.ClientSession | None = None
         self._last_renew = 0.0
+        self._threads: ThreadPoolExecutor | None = None
+        """Store calls run here, not on the loop's default executor: one blocked in a locked store must not hold
+        the process's exit (the default executor is joined when the loop ends)."""
+        self._leased = False
+        """This replica has leased lines (and may hold some): give them back when it stops."""
         self._hold: dict[str, float] = {}
         """Batch id → wall time before which its lines are not leased (a 429 / 503's ``Retry-After``)."""
         self._orphans: set[str] = set()
@@ -175,6 +182,7 @@ class BatchExecutor:
     async def start(self) -> None:
         if self.target is None or not self.config().enabled or self._task is not None:
             return
+        self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tailgate-batches")
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="tailgate-batch-executor")
 
     async def close(self) -> None:
@@ -183,12 +191,15 @@ class BatchExecutor:
             self._task = None
         for task in list(self._work):
             await stop_task(task)
-        if self.target is not None:
+        if self.target is not None and self._leased:  # give the lines this replica holds back, at once
             with contextlib.suppress(Exception):
-                await self._store(lambda c: store.release_lines(c, owner=self.owner))
+                await asyncio.wait_for(self._store(lambda c: store.release_lines(c, owner=self.owner)), 2.0)
         if self._session is not None:
             await self._session.close()
             self._session = None
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
 
     def divert(self, row: LedgerRow) -> bool:
         """The books' hook: True (and the row is the executor's) for a lane line's request."""
@@ -212,17 +223,32 @@ class BatchExecutor:
             with open_store(target) as conn:
                 return fn(conn)
 
-        return await asyncio.to_thread(run)
+        if self._threads is None:  # not started (tests call tick directly), or stopping
+            return await asyncio.to_thread(run)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, run)
 
     async def _loop(self) -> None:
+        failing: str | None = None
+        store_errors = db_errors()
         while True:
+            delay = self.config().poll_interval
             try:
                 await self.tick()
+                if failing is not None:
+                    log.info("batch executor: the store answers again")
+                failing = None
             except asyncio.CancelledError:
                 raise
+            except store_errors as exc:  # the store is down or busy: say so once, retry every few seconds
+                said = redact_url(str(exc))
+                if said != failing:
+                    log.warning("batch executor: the store failed (%s); retrying", said)
+                failing = said
+                delay = max(delay, 5.0)
             except Exception:
                 log.exception("batch executor: a round failed; trying again")
-            await asyncio.sleep(self.config().poll_interval)
+                delay = max(delay, 5.0)
+            await asyncio.sleep(delay)
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         async def run() -> None:
@@ -271,6 +297,7 @@ class BatchExecutor:
                 )
             )
             if lines:
+                self._leased = True
                 route = placement.route
                 self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
                 self._spawn(self._provider_job(rec, route, lines), f"tailgate-batch-job-{rec.id}")
@@ -281,6 +308,7 @@ class BatchExecutor:
         lines = await self._store(
             lambda c: store.lease_lines(c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id)
         )
+        self._leased = self._leased or bool(lines)
         for line in lines:
             self._lane_running += 1
             self._spawn(self._lane_line(rec, line), f"tailgate-batch-line-{rec.id}-{line.line}")
