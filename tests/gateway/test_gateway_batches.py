@@ -318,3 +318,45 @@ async def test_two_replicas_on_postgresql_share_one_batch(
     assert len(owners) == 2, owners  # both replicas ran lines
     assert sum(owners.values()) == 40
     assert (billed, ids) == (40, 40)
+
+
+async def test_placement_keeps_a_batch_on_the_lane_when_a_provider_job_is_no_cheaper_or_too_slow(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """A provider with a batch API gets a batch only when its batch price is the cheapest path and the batch has
+    ``batch.provider_min_left`` of its window left: a ``1h`` batch, and a batch of an alias whose provider sells
+    batch at its live price, run on the batch lane."""
+    p = await sim("instant", faults={"batch_turnaround_s": 0.1})
+    q = await sim("instant", faults={"batch_turnaround_s": 0.1})
+    cfg = config(p.url, batch_api=True)
+    cfg["providers"]["q"] = {
+        "base_url": q.url,
+        "api_keys": ["sk-q-0123456789"],
+        "price": {"input": 2.0, "output": 4.0, "batch": {"ratio": 1.0}},
+        "batch_api": True,
+    }
+    cfg["models"]["other"] = {"routes": [{"provider": "q", "model": "up-q"}]}
+    gw: GatewayHandle = await gateway(cfg)
+    client = oai(gw.url, key=KEY_A)
+    lanes = {}
+    for model, window in (("chat", "1h"), ("other", "24h"), ("chat", "24h")):
+        f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(2, model=model))), purpose="batch")
+        b = await client.batches.create(
+            input_file_id=f.id,
+            endpoint="/v1/chat/completions",
+            completion_window=window,  # type: ignore[arg-type]  # the SDK types 24h only
+        )
+        assert (await wait_done(client, b.id)).status == "completed"
+        assert gw.gateway.ledger is not None
+        with open_store(gw.gateway.ledger.path) as conn:
+            lanes[(model, window)] = {
+                lane
+                for (lane,) in conn.execute(
+                    "SELECT lane FROM batch_lines WHERE batch_id = ? AND state = 'done'", (b.id,)
+                ).fetchall()
+            }
+    assert lanes == {
+        ("chat", "1h"): {"batch-lane"},  # too little window left for a provider job
+        ("other", "24h"): {"batch-lane"},  # q's batch price is its live price: no saving
+        ("chat", "24h"): {"provider-batch"},  # p's batch price is half
+    }
