@@ -360,3 +360,27 @@ async def test_placement_keeps_a_batch_on_the_lane_when_a_provider_job_is_no_che
         ("other", "24h"): {"batch-lane"},  # q's batch price is its live price: no saving
         ("chat", "24h"): {"provider-batch"},  # p's batch price is half
     }
+
+
+async def test_uploads_are_held_to_the_batch_limits_not_the_request_body_limit(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """An input file larger than ``max_body_bytes`` (8 MiB) uploads through the front door; one larger than
+    ``batch.max_file_bytes`` is a 413 naming the limit; more lines than ``batch.max_lines`` a 400 naming the line."""
+    p = await sim("instant")
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False, max_file_bytes=12 * 1024 * 1024, max_lines=9000))
+    client = oai(gw.url, key=KEY_A, timeout=30)
+    line = chat_lines(1)[0]
+    line["body"]["messages"][0]["content"] = "x" * 1100
+    big = jsonl([{**line, "custom_id": f"c{i}"} for i in range(8500)])
+    assert 8 * 1024 * 1024 < len(big) < 12 * 1024 * 1024
+    uploaded = await client.files.create(file=("big.jsonl", big), purpose="batch")
+    assert uploaded.bytes == len(big)
+    with pytest.raises(openai.APIStatusError) as too_big:
+        await client.files.create(file=("huge.jsonl", big + big[: 4 * 1024 * 1024]), purpose="batch")
+    assert too_big.value.status_code == 413
+    assert "batch.max_file_bytes" in str(too_big.value)
+    many = jsonl([{**chat_lines(1)[0], "custom_id": f"c{i}"} for i in range(9001)])
+    with pytest.raises(openai.BadRequestError) as too_many:
+        await client.files.create(file=("many.jsonl", many), purpose="batch")
+    assert "line 9001" in str(too_many.value)
