@@ -264,9 +264,8 @@ class BatchExecutor:
         """Expire, renew, finalise, lease and start lines: one round of the executor."""
         cfg = self.config()
         now = time.time()
-        for rec in await self._store(lambda c: store.expire_overdue(c, now=now)):
-            log.info("batch %s expired: its window closed", rec.id)
-            await self._write_files(rec, attach=True)
+        for rec in await self._store(lambda c: store.expire_overdue(c, now=now, files=_write_files)):
+            log.info("batch %s expired: its window closed with %d of %d lines done", rec.id, rec.completed, rec.total)
         if now - self._last_renew >= cfg.lease / 3:
             self._last_renew = now
             await self._store(lambda c: store.renew_leases(c, owner=self.owner, lease_s=cfg.lease))
@@ -325,75 +324,18 @@ class BatchExecutor:
         counts = await self._store(lambda c: store.line_counts(c, rec.id))
         if counts["leased_live"] > 0:
             return
-        moved = await self._store(lambda c: store.transition(c, rec.id, "cancelled"))
+        moved = await self._store(lambda c: store.transition(c, rec.id, "cancelled", files=_write_files))
         if moved is not None:
-            await self._write_files(moved, attach=True)
+            log.info(
+                "batch %s cancelled: %d lines done, %d not", rec.id, moved.completed, moved.total - moved.completed
+            )
 
     async def _complete(self, rec: store.BatchRecord) -> None:
-        out, err = await self._write_files(rec, attach=False)
-        done = await self._store(
-            lambda c: store.transition(c, rec.id, "completed", output_file_id=out, error_file_id=err)
-        )
-        if done is None:  # another replica finished it first
-            await self._drop_files(out, err)
-        else:
+        """``finalizing`` → ``completed``, its files written in the same transaction (one replica does it)."""
+        done = await self._store(lambda c: store.transition(c, rec.id, "completed", files=_write_files))
+        if done is not None:
             log.info("batch %s completed: %d lines, %d failed", rec.id, done.completed, done.failed)
         self._alias.pop(rec.id, None)
-
-    async def _drop_files(self, *ids: str | None) -> None:
-        def drop(conn: StoreConn) -> None:
-            for fid in ids:
-                if fid is not None:
-                    store.delete_file(conn, fid, key_id=None, admin=True)
-
-        await self._store(drop)
-
-    async def _write_files(self, rec: store.BatchRecord, *, attach: bool) -> tuple[str | None, str | None]:
-        """Write the batch's output (lines answered 2xx) and error files (every other line) to the store."""
-
-        def build(conn: StoreConn) -> tuple[str | None, str | None]:
-            ok: list[bytes] = []
-            bad: list[bytes] = []
-            after = -1
-            while True:
-                page = store.read_lines(conn, rec.id, after_line=after, limit=1000)
-                if not page:
-                    break
-                after = page[-1].line
-                for line in page:
-                    if line.state in ("pending", "leased"):
-                        continue
-                    item = _output_line(rec.id, line)
-                    (ok if item.ok else bad).append(msgspec.json.encode(item) + b"\n")
-            expires = time.time() + 30 * 86400
-            out = err = None
-            with conn.transaction():
-                if ok:
-                    out = store.create_file(
-                        conn,
-                        key_id=rec.key_id,
-                        purpose="batch_output",
-                        filename=f"{rec.id}_output.jsonl",
-                        content=b"".join(ok),
-                        expires_at=expires,
-                    ).id
-                if bad:
-                    err = store.create_file(
-                        conn,
-                        key_id=rec.key_id,
-                        purpose="batch_output",
-                        filename=f"{rec.id}_error.jsonl",
-                        content=b"".join(bad),
-                        expires_at=expires,
-                    ).id
-                if attach and not store.attach_files(conn, rec.id, output_file_id=out, error_file_id=err):
-                    for fid in (out, err):
-                        if fid is not None:
-                            store.delete_file(conn, fid, key_id=None, admin=True)
-                    out = err = None
-            return out, err
-
-        return await self._store(build)
 
     # -- the batch lane ------------------------------------------------------------------------------
 
@@ -430,7 +372,7 @@ class BatchExecutor:
             except asyncio.CancelledError:
                 self._orphans.add(rid)
                 raise
-            await self.core.books.drain()  # the request's row, now
+            self.core.books.flush()  # the request's row, now (it ended with the handler: no tail to wait for)
             try:
                 row: LedgerRow | None = await asyncio.wait_for(asyncio.shield(fut), timeout=5.0)
             except TimeoutError:
@@ -657,6 +599,40 @@ def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
         int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
         int(cached) if isinstance(cached, int) else None,
     )
+
+
+def _write_files(conn: StoreConn, rec: store.BatchRecord) -> tuple[str | None, str | None]:
+    """The batch's output file (lines answered 2xx) and error file (every other settled line), written inside
+    the caller's transaction (``store.transition(files=…)``); their ids, None for an empty one (as OpenAI)."""
+    ok: list[bytes] = []
+    bad: list[bytes] = []
+    after = -1
+    while True:
+        page = store.read_lines(conn, rec.id, after_line=after, limit=1000)
+        if not page:
+            break
+        after = page[-1].line
+        for line in page:
+            if line.state in ("pending", "leased"):
+                continue
+            item = _output_line(rec.id, line)
+            (ok if item.ok else bad).append(msgspec.json.encode(item) + b"\n")
+    expires = time.time() + 30 * 86400
+    ids: list[str | None] = []
+    for kind, lines in (("output", ok), ("error", bad)):
+        ids.append(
+            store.create_file(
+                conn,
+                key_id=rec.key_id,
+                purpose="batch_output",
+                filename=f"{rec.id}_{kind}.jsonl",
+                content=b"".join(lines),
+                expires_at=expires,
+            ).id
+            if lines
+            else None
+        )
+    return ids[0], ids[1]
 
 
 def _output_line(batch_id: str, line: store.LineRecord) -> BatchRequestOutput:
