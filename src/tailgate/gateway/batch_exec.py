@@ -264,12 +264,21 @@ class BatchExecutor:
         """Expire, renew, finalise, lease and start lines: one round of the executor."""
         cfg = self.config()
         now = time.time()
-        for rec in await self._store(lambda c: store.expire_overdue(c, now=now, files=_write_files)):
-            log.info("batch %s expired: its window closed with %d of %d lines done", rec.id, rec.completed, rec.total)
-        if now - self._last_renew >= cfg.lease / 3:
+        renew = now - self._last_renew >= cfg.lease / 3
+        if renew:
             self._last_renew = now
-            await self._store(lambda c: store.renew_leases(c, owner=self.owner, lease_s=cfg.lease))
-        for rec in await self._store(store.active_batches):
+
+        def sweep(conn: StoreConn) -> tuple[list[store.BatchRecord], list[store.BatchRecord]]:
+            """One connection for an idle round: expire, renew this replica's leases, list the active batches."""
+            expired = store.expire_overdue(conn, now=now, files=_write_files)
+            if renew:
+                store.renew_leases(conn, owner=self.owner, lease_s=cfg.lease)
+            return expired, store.active_batches(conn)
+
+        expired, active = await self._store(sweep)
+        for rec in expired:
+            log.info("batch %s expired: its window closed with %d of %d lines done", rec.id, rec.completed, rec.total)
+        for rec in active:
             if rec.status == "in_progress":
                 await self._progress(rec, cfg)
             elif rec.status == "cancelling":
