@@ -268,6 +268,10 @@ class ProviderConfig(_Strict):
     """Top-level request fields left out of every OpenAI-shaped request (chat, completions, embeddings, responses,
     a translated ``/v1/messages``) before it goes to this provider, because the provider refuses them; every other
     field the client sent goes as sent. Unset: the preset's (``openai``: the vendor fields api.openai.com refuses)."""
+    batch_api: bool = False
+    """The provider serves OpenAI's Batch API (``/v1/files`` + ``/v1/batches``, e.g. Bailian, Volcengine Ark,
+    SiliconFlow, the simulator's presets): the gateway's batch executor may send batch lines routed here as one
+    provider job, billed at ``price.batch`` (docs/batch.md, "Paths")."""
 
 
 class RouteConfig(_Strict):
@@ -697,6 +701,30 @@ class StateConfig(_Strict):
         return self
 
 
+class BatchConfig(_Strict):
+    """The gateway's Batch API (``/v1/files``, ``/v1/batches``) and its executor (docs/batch.md)."""
+
+    enabled: bool = True
+    """Serve the Batch API and run the executor (it needs a store: the ledger, or ``ledger.url``)."""
+    max_file_bytes: Annotated[int, Field(ge=1024, le=1024**3)] = 200 * 1024 * 1024
+    """The largest upload (OpenAI's 200 MB)."""
+    max_lines: Annotated[int, Field(ge=1, le=1_000_000)] = 50_000
+    """The most requests one input file may hold (OpenAI's 50,000)."""
+    concurrency: Annotated[int, Field(ge=1, le=10_000)] = 16
+    """Batch-lane lines this replica runs at once (each one upstream call at the lowest priority)."""
+    lease: PositiveSeconds = 120.0
+    """How long a leased line is this replica's before another may take it (renewed while it runs)."""
+    poll_interval: PositiveSeconds = 1.0
+    """How often the executor looks for work, finalises and expires batches."""
+    provider_poll_interval: PositiveSeconds = 10.0
+    """How often a provider's batch job is polled."""
+    provider_job_lines: Annotated[int, Field(ge=1, le=50_000)] = 5_000
+    """The most lines sent to a provider in one job."""
+    provider_min_left: PositiveSeconds = 43200.0
+    """A provider job is created with a ``24h`` window; only a batch with at least this much of its own window
+    left (12 h) is sent to a provider's batch API, a batch with less runs on the batch lane."""
+
+
 class GatewayConfig(_Strict):
     """The whole gateway config file."""
 
@@ -717,6 +745,7 @@ class GatewayConfig(_Strict):
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     trace: TraceConfig = Field(default_factory=TraceConfig)
     state: StateConfig = Field(default_factory=StateConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
 
     @model_validator(mode="after")
     def _routes_name_known_providers(self) -> GatewayConfig:
