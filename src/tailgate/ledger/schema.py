@@ -84,6 +84,15 @@ Schema version 4 adds ``load_tests``: one row per provider × model per schedule
 at the highest level run), decay_p99_e2e (P99 E2E there ÷ at the lowest level), capacity and
 capacity_by (the finder's answer, when the profile searches), detail (the levels as JSON).
 
+    quality_counts                answer-quality signals (v10; tailgate.quality.signals, canaries), per hour
+      hour              REAL    NOT NULL      Unix seconds, start of the UTC hour
+      provider          TEXT    NOT NULL
+      model             TEXT    NOT NULL      upstream model id
+      signal            TEXT    NOT NULL      a signal name (tool_args_invalid_json …, canary_wrong)
+      checked           INTEGER NOT NULL      answers the signal was checked on
+      hits              INTEGER NOT NULL      of those, how many showed it
+      PRIMARY KEY (hour, provider, model, signal)
+
     schema_version                one row per applied migration
       version           INTEGER PRIMARY KEY
       applied_at        REAL    NOT NULL      Unix seconds
@@ -399,6 +408,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             "FROM usage_hourly",
             "DROP TABLE usage_hourly",
             "ALTER TABLE usage_hourly_v9 RENAME TO usage_hourly",
+        ),
+    ),
+    Migration(
+        10,
+        "quality_counts: answer-quality signals per hour x provider x model x signal (checked, hits)",
+        (
+            """
+            CREATE TABLE quality_counts (
+                hour      REAL    NOT NULL,
+                provider  TEXT    NOT NULL,
+                model     TEXT    NOT NULL,
+                signal    TEXT    NOT NULL,
+                checked   INTEGER NOT NULL,
+                hits      INTEGER NOT NULL,
+                PRIMARY KEY (hour, provider, model, signal)
+            )
+            """,
         ),
     ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.

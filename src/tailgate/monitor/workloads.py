@@ -4,8 +4,9 @@
 * ``long``: a ~1,000-token prompt (notes to summarise) asking for ~200 tokens, ``max_tokens`` 200:
   the request behind the throughput and E2E columns. Its first line carries the round number and the
   wall-clock time, so a provider's prefix cache cannot make one round look faster than another.
-* ``accuracy``: one task of the verifiable suite (tailgate.accuracy) per round, the same task for every
-  provider in a round, graded exactly; ``max_tokens`` 1024 leaves room for a reasoning model.
+* ``accuracy``: one canary of the text canary set (tailgate.accuracy: arithmetic, counting, ordering, format,
+  recall) per round, the same task for every provider in a round, graded exactly; ``max_tokens`` 1024 leaves
+  room for a reasoning model.
 
 Every probe streams (TTFT needs a stream) and asks for ``stream_options.include_usage`` (exact tokens).
 """
@@ -16,7 +17,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from tailgate.accuracy import Task, generate
+from tailgate.accuracy import TEXT_CANARY_KINDS, Task, generate
 from tailgate.wire.sse import content_text
 
 __all__ = ["LONG_MAX_TOKENS", "WORKLOADS", "Probe", "build_probe", "content_text", "long_prompt"]
@@ -64,7 +65,7 @@ def _task(round_index: int, wall: float) -> Task:
 
 @functools.cache
 def _tasks() -> tuple[Task, ...]:
-    return tuple(generate(_TASK_COUNT, seed=_TASKS_SEED))
+    return tuple(generate(_TASK_COUNT, seed=_TASKS_SEED, kinds=TEXT_CANARY_KINDS))
 
 
 def build_probe(workload: str, round_index: int, wall: float) -> Probe:
@@ -80,5 +81,5 @@ def build_probe(workload: str, round_index: int, wall: float) -> Probe:
     if workload == "accuracy":
         task = _task(round_index, wall)
         body = {"messages": [{"role": "user", "content": task.prompt}], "max_tokens": ACCURACY_MAX_TOKENS, **stream}
-        return Probe(workload, body, task, 64 + ACCURACY_MAX_TOKENS)
+        return Probe(workload, body, task, len(task.prompt) // 3 + 16 + ACCURACY_MAX_TOKENS)
     raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
