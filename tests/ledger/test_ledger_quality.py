@@ -90,3 +90,17 @@ def test_leaderboard_carries_quality_with_intervals(store: StoreConn) -> None:
     assert quality_cell(rows["p2"]) == "ok n=120"
     bare = compute(store, window_s=60, now=T0 + 3600 * 5)
     assert all(not r.quality for r in bare)
+
+
+def test_quality_cell_withholds_below_the_rate_minimum() -> None:
+    from tailgate.ledger.leaderboard import LeaderRow
+    from tailgate.ledger.quality import QualityRate
+
+    few = QualityRate("p", "m", "empty_answer", 3, 3).to_dict()
+    many = QualityRate("p", "m", "tool_unknown_name", 50, 1).to_dict()
+    assert quality_cell(LeaderRow("p", "m")) == "-"
+    assert quality_cell(LeaderRow("p", "m", quality={"empty_answer": few})) == "n<5"
+    # The 100 % of 3 answers is withheld; the 2 % of 50 is the worst shown.
+    assert quality_cell(LeaderRow("p", "m", quality={"empty_answer": few, "tool_unknown_name": many})).startswith(
+        "tool name 2.0% [0.4–"
+    )

@@ -100,12 +100,17 @@ _SHORT = {
 
 def quality_cell(row: LeaderRow) -> str:
     """The worst answer-quality signal of the row's traffic: ``tool JSON 4.0% [2.5–6.4] n=400``; ``ok n=…``
-    when no signal hit (n = the most answers any signal was checked on); ``-`` without counts."""
+    when no signal hit (n = the most answers any signal was checked on); ``n<5`` while no signal was checked
+    on the rate minimum; ``-`` without counts."""
     if not row.quality:
         return "-"
-    name, worst = max(row.quality.items(), key=lambda kv: (kv[1]["pct"], kv[1]["checked"]))
+    minimum = MINIMUMS["rate"]
+    shown = {k: v for k, v in row.quality.items() if v["checked"] >= minimum}
+    if not shown:
+        return f"n<{minimum}"
+    name, worst = max(shown.items(), key=lambda kv: (kv[1]["pct"], kv[1]["checked"]))
     if not worst["hits"]:
-        return f"ok n={max(int(q['checked']) for q in row.quality.values())}"
+        return f"ok n={max(int(q['checked']) for q in shown.values())}"
     short = _SHORT.get(name, name)
     return f"{short} {worst['pct']:.1f}% [{worst['low_pct']:.1f}–{worst['high_pct']:.1f}] n={int(worst['checked'])}"
 
