@@ -35,9 +35,9 @@ from typing import Any
 KINDS = ("arithmetic", "counting", "ordering")
 """The original suite: what ``generate`` cycles through by default (bench's ``accuracy`` workload)."""
 TEXT_CANARY_KINDS = (*KINDS, "format", "recall")
-"""Canaries answered in text: what the monitor's ``accuracy`` workload cycles through."""
+"""The canaries answered in text (no tool to declare)."""
 CANARY_KINDS = (*TEXT_CANARY_KINDS, "tool")
-"""The whole canary set: one task of each per :func:`canary_round`."""
+"""The whole canary set: one task of each per :func:`canary_round`; the monitor's ``accuracy`` workload cycles it."""
 ALL_KINDS = CANARY_KINDS
 RECALL_RECORDS = 100
 TOOL_NAME = "record_order"
