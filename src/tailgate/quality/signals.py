@@ -13,8 +13,10 @@ Signals (the names are the store's, the leaderboard's and the ``signal`` label's
 
 * ``tool_args_invalid_json``: a tool call whose ``arguments`` do not parse as a JSON object.
 * ``tool_args_schema_mismatch``: arguments that parse but do not match the declared function's
-  ``parameters`` JSON Schema (validated with ``jsonschema``, the schema's own draft, 2020-12 by default;
-  a schema that is itself invalid is the client's problem and is not judged).
+  ``parameters`` JSON Schema (draft 2020-12 semantics unless the schema names its draft; a schema that is
+  itself invalid is the client's problem and is not judged). The keywords tool schemas use are checked by
+  plain Python compiled once per schema (:func:`_fast`, cross-checked against ``jsonschema`` in the tests);
+  any other keyword hands the schema to ``jsonschema``.
 * ``tool_unknown_name``: a tool call naming a function the request did not declare.
 * ``empty_answer``: finish ``stop`` (or none) with no content, no tool call (reasoning alone does not
   count as an answer). An answer cut by ``length`` is the client's budget and is not judged.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,29 +145,187 @@ def declared_tools(request: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+Check = Callable[[Any, str], "str | None"]
+"""A compiled schema: ``(value, path) → None`` when valid, else why not (``path: keyword value``)."""
+
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "format", "deprecated", "readOnly", "writeOnly"}
+)
+_FAST_KEYWORDS = _ANNOTATIONS | {
+    "type", "properties", "required", "enum", "const", "additionalProperties", "items", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems",
+}  # fmt: skip
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer()),
+}
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``, ``1`` is ``1.0``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def _fast(schema: Any) -> Check | None:
+    """The schema compiled to plain Python when it uses only the keywords tool schemas use (type, properties,
+    required, enum, const, additionalProperties, items, numeric and length bounds, annotations); ``None`` for
+    anything else (``$ref``, ``anyOf``, ``pattern`` …, or a ``$schema`` naming a draft): jsonschema decides."""
+    if isinstance(schema, bool):
+        return (lambda v, p: None) if schema else (lambda v, p: f"{p}: false schema")
+    if not isinstance(schema, dict) or not set(schema) <= _FAST_KEYWORDS:
+        return None
+    checks: list[Check] = []
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not kinds or not all(isinstance(k, str) and k in _TYPES for k in kinds):
+            return None
+        tests = [_TYPES[k] for k in kinds]
+        checks.append(lambda v, p: None if any(t(v) for t in tests) else f"{p}: type {kind!r}")
+    if "enum" in schema:
+        enum = schema["enum"]
+        if not isinstance(enum, list):
+            return None
+        checks.append(lambda v, p: None if any(_json_equal(v, e) for e in enum) else f"{p}: enum {enum!r}")
+    if "const" in schema:
+        const = schema["const"]
+        checks.append(lambda v, p: None if _json_equal(v, const) else f"{p}: const {const!r}")
+    for key, cmp in (
+        ("minimum", lambda v, b: v >= b),
+        ("maximum", lambda v, b: v <= b),
+        ("exclusiveMinimum", lambda v, b: v > b),
+        ("exclusiveMaximum", lambda v, b: v < b),
+    ):
+        if key in schema:
+            bound = schema[key]
+            if isinstance(bound, bool) or not isinstance(bound, int | float):
+                return None
+            checks.append(_bound(key, bound, cmp, _TYPES["number"]))
+    for key, of, at_least in (
+        ("minLength", str, True),
+        ("maxLength", str, False),
+        ("minItems", list, True),
+        ("maxItems", list, False),
+    ):
+        if key in schema:
+            size = schema[key]
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                return None
+            checks.append(_size(key, size, of, at_least))
+    if "properties" in schema or "required" in schema or "additionalProperties" in schema:
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra = schema.get("additionalProperties", True)
+        if not isinstance(props, dict) or not isinstance(required, list):
+            return None
+        compiled = {name: _fast(sub) for name, sub in props.items()}
+        extra_check = _fast(extra)
+        if any(c is None for c in compiled.values()) or extra_check is None:
+            return None
+        checks.append(_object(compiled, required, extra_check))  # type: ignore[arg-type]
+    if "items" in schema:
+        item = _fast(schema["items"])
+        if item is None:
+            return None
+        checks.append(_items(item))
+
+    def check(value: Any, path: str) -> str | None:
+        for c in checks:
+            if (why := c(value, path)) is not None:
+                return why
+        return None
+
+    return check
+
+
+def _bound(key: str, bound: float, cmp: Callable[[Any, float], bool], number: Callable[[Any], bool]) -> Check:
+    return lambda v, p: None if not number(v) or cmp(v, bound) else f"{p}: {key} {bound!r}"
+
+
+def _size(key: str, size: int, of: type[str] | type[list[Any]], at_least: bool) -> Check:
+    def check(v: Any, p: str) -> str | None:
+        if not isinstance(v, of):
+            return None
+        n = len(v)  # a string's length in code points, as JSON Schema counts it
+        return None if (n >= size if at_least else n <= size) else f"{p}: {key} {size}"
+
+    return check
+
+
+def _object(props: dict[str, Check], required: list[Any], extra: Check) -> Check:
+    def check(v: Any, p: str) -> str | None:
+        if not isinstance(v, dict):
+            return None
+        missing = [r for r in required if r not in v]
+        if missing:
+            return f"{p}: required {missing[:1]!r}"
+        for name, value in v.items():
+            sub = props.get(name, extra)
+            where = name if p == "(root)" else f"{p}/{name}"
+            if (why := sub(value, where)) is not None:
+                return why
+        return None
+
+    return check
+
+
+def _items(item: Check) -> Check:
+    def check(v: Any, p: str) -> str | None:
+        if not isinstance(v, list):
+            return None
+        for i, x in enumerate(v):
+            if (why := item(x, f"{i}" if p == "(root)" else f"{p}/{i}")) is not None:
+                return why
+        return None
+
+    return check
+
+
 @functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Any:
-    """The compiled validator of one schema (``None`` when the schema itself is invalid)."""
+def _validator(schema_json: str) -> Check | None:
+    """The compiled check of one schema (``None`` when the schema itself is invalid): plain Python for the
+    common subset (:func:`_fast`), else a ``jsonschema`` validator of the schema's draft."""
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)
     except jsonschema_exceptions.SchemaError:
         return None
-    return cls(schema)
+    if (fast := _fast(schema)) is not None:
+        return fast
+    validator = cls(schema)
+
+    def slow(value: Any, path: str) -> str | None:
+        error = jsonschema_exceptions.best_match(validator.iter_errors(value))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        return f"{where}: {error.validator} {error.validator_value!r}"
+
+    return slow
 
 
 def _schema_error(schema: Any, value: Any) -> str | None:
     if not isinstance(schema, Mapping) or not schema:
         return None
-    validator = _validator(json.dumps(schema, sort_keys=True))
-    if validator is None:
+    check = _validator(json.dumps(schema))
+    if check is None:
         return None
-    error = jsonschema_exceptions.best_match(validator.iter_errors(value))
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-    return f"{where}: {error.validator} {error.validator_value!r}"[:200]
+    why = check(value, "(root)")
+    return None if why is None else why[:200]
 
 
 def tool_call_problems(request: Mapping[str, Any], response: Mapping[str, Any]) -> list[Observation]:
