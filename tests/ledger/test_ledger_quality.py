@@ -104,3 +104,13 @@ def test_quality_cell_withholds_below_the_rate_minimum() -> None:
     assert quality_cell(LeaderRow("p", "m", quality={"empty_answer": few, "tool_unknown_name": many})).startswith(
         "tool name 2.0% [0.4–"
     )
+
+
+def test_retention_drops_quality_hours_with_the_usage_roll_ups(store: StoreConn) -> None:
+    from tailgate.ledger.usage import retention
+
+    add_counts(store, T0, [QualityCount("p", "m", "empty_answer", 10, 1)])
+    add_counts(store, T0 + 10 * 86400, [QualityCount("p", "m", "empty_answer", 20, 2)])
+    retention(store, now=T0 + 10 * 86400 + 60, raw_s=3600, rollup_s=5 * 86400)
+    rows = store.execute("SELECT hour, checked FROM quality_counts").fetchall()
+    assert [(float(h), int(c)) for h, c in rows] == [(T0 + 10 * 86400, 20)]
