@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tailgate.quality.signals import CONTENT_FILTERED, EMPTY_ANSWER, FILTER_REASONS, content_filtered, empty_answer
+from tailgate.quality.signals import FILTER_REASONS, content_filtered, empty_answer
 
 __all__ = ["FirstByteGate", "Verdict", "non_answer"]
 
@@ -47,9 +47,9 @@ class FirstByteGate:
             reason = choice.get("finish_reason")
             if reason is not None:
                 if reason in FILTER_REASONS:
-                    self.verdict = CONTENT_FILTERED
+                    self.verdict = "content_filtered"
                 elif reason == "stop":
-                    self.verdict = EMPTY_ANSWER
+                    self.verdict = "empty_answer"
                 else:  # length (the client's budget), tool_calls, anything else: not ours to replace
                     self.verdict = "answer"
                 return self.verdict
@@ -59,7 +59,7 @@ class FirstByteGate:
         """The stream ended (``[DONE]`` or the connection): a stream still held without any finish reason is
         empty."""
         if self.verdict == "hold":
-            self.verdict = EMPTY_ANSWER
+            self.verdict = "empty_answer"
         return self.verdict
 
 
@@ -75,10 +75,10 @@ def _has_output(delta: Mapping[str, Any]) -> bool:
 def non_answer(response: Mapping[str, Any]) -> Literal["content_filtered", "empty_answer"] | None:
     """The non-stream verdict: ``content_filtered`` or ``empty_answer`` (as the signals judge them), else ``None``."""
     if content_filtered(response).hit:
-        return CONTENT_FILTERED
+        return "content_filtered"
     empty = empty_answer(response)
     if empty is not None and empty.hit:
         message = (response.get("choices") or [{}])[0].get("message") or {}
         if not (message.get("reasoning_content") or message.get("reasoning")):
-            return EMPTY_ANSWER
+            return "empty_answer"
     return None
