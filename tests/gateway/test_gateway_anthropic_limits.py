@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from conftest import GatewayHandle, SimFactory
-from tailgate.gateway.responses import prompt_bound
+from tailgate.gateway.estimate import prompt_bound
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.ledger.usage import day_start, next_day
 from tailgate.sim.provider import SimProvider

@@ -36,7 +36,19 @@ from tailgate.bench.alarm import Alarm
 from tailgate.bench.goodput import SLO
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
-from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
+from tailgate.upstream import (
+    ANTHROPIC,
+    OPENAI,
+    Body,
+    Call,
+    CallResult,
+    Chunk,
+    Dialect,
+    Headers,
+    Sent,
+    UpstreamClient,
+    call,
+)
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
 from tailgate.wire.sse import content_text
 
@@ -58,6 +70,11 @@ class Target:
     def describe(self) -> dict[str, Any]:
         out = {"name": self.name, "base_url": self.client.endpoint.base_url, "model": self.model}
         return out if self.api == "openai" else {**out, "api": self.api}
+
+    @property
+    def dialect(self) -> Dialect:
+        """The protocol the measurement core reads the answers in (upstream/dialect.py)."""
+        return ANTHROPIC if self.api == "anthropic" else OPENAI
 
     @property
     def path(self) -> str:
@@ -122,7 +139,15 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
     if target.api == "anthropic":
         body = anthropic_body(body)
         headers = {**(headers or {}), "anthropic-version": API_VERSION}
-    c = call(target.client, target.path, body, stream=spec.stream, client_wants_usage=True, headers=headers)
+    c = call(
+        target.client,
+        target.path,
+        body,
+        stream=spec.stream,
+        client_wants_usage=True,
+        headers=headers,
+        dialect=target.dialect,
+    )
     return Prepared(idx, c, spec.task, spec.intended_tokens)
 
 

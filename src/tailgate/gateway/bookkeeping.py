@@ -166,7 +166,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     answer_ms = _answer_ms(ttft_ms, result)
     overhead_ms = ctx.overhead_ms(ctx.first_token_at if ctx.first_token_at is not None else now)
     pname = provider.name if provider is not None else "-"
-    sinks.metrics.request(ctx.alias, pname, ctx.outcome, ctx.api).inc()
+    sinks.metrics.request(ctx.alias, pname, ctx.outcome, ctx.protocol).inc()
     if served and provider is not None:
         m = sinks.metrics.served(ctx.alias, pname, provider.config.price.currency)
         m.e2e.observe(e2e_ms / 1000.0)
@@ -211,7 +211,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
                 ttft_answer_ms=answer_ms if served else None,
                 reasoning_tokens=result.reasoning_tokens if result is not None else None,
                 cached_tokens=result.cached_tokens if result is not None else None,
-                api=ctx.api,
+                api=ctx.protocol,
             )
         )
 

@@ -25,7 +25,7 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.samples import Sample, SampleStore, tok_s
 from tailgate.monitor.workloads import WORKLOADS, build_probe, content_text
 from tailgate.routing import Pacer
-from tailgate.upstream import Body, Chunk, UpstreamClient, call, endpoint_for
+from tailgate.upstream import ANTHROPIC, OPENAI, Body, Chunk, UpstreamClient, call, endpoint_for
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
 
 __all__ = ["APIS", "Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
@@ -259,13 +259,14 @@ class Monitor:
                 await asyncio.sleep(wait)
                 waited += wait
             body = {**probe.body, "model": target.model}
-            client, path, headers = state.client, "/chat/completions", None
+            client, path, headers, dialect = state.client, "/chat/completions", None, OPENAI
             if target.api == "anthropic":  # the same probe, said in Anthropic's Messages API
                 body = from_chat_body(body)
-                client, path, headers = (
+                client, path, headers, dialect = (
                     self._anthropic[target.provider],
                     "/v1/messages",
                     {"anthropic-version": API_VERSION},
+                    ANTHROPIC,
                 )
             text: list[str] = []
             request_id = f"tailgate-monitor-{index}-{workload}"
@@ -274,7 +275,14 @@ class Monitor:
             self.waiting[ticket] = (label, workload, time.perf_counter())
             try:
                 async with call(
-                    client, path, body, stream=True, client_wants_usage=True, request_id=request_id, headers=headers
+                    client,
+                    path,
+                    body,
+                    stream=True,
+                    client_wants_usage=True,
+                    request_id=request_id,
+                    headers=headers,
+                    dialect=dialect,
                 ) as c:
                     async for event in c:
                         if probe.task is not None and isinstance(event, Chunk | Body):
