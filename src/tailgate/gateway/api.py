@@ -6,7 +6,7 @@ chosen once by path, what only the API knows:
 
 * ``decode``: the body decoded and validated (a 400 naming the field), as a :class:`Decoded` request;
 * ``estimate``: the tokens its reservation and pacing count (estimate.py);
-* ``uncarried``: whether a route's provider can carry it at all (Anthropic's Messages API translated to chat
+* ``uncarried``: which routes' providers cannot carry it at all (Anthropic's Messages API translated to chat
   cannot carry every field); ``plan``: the upstream attempt for that route — where it goes, what it sends, in
   which dialect (upstream/dialect.py: how the measurement core reads the answer) and how the answer is turned
   back (:class:`Translator`, or None: relayed as it came);
@@ -18,7 +18,7 @@ gateway/apis/__init__.py). A server built afterwards serves ``POST /v1<path>`` w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tailgate.upstream import CallResult, Dialect, UpstreamClient
     from tailgate.wire.errors import WireError
 
-__all__ = ["Api", "Attempt", "Decoded", "Translator", "handlers", "register", "unregister"]
+__all__ = ["Api", "Attempt", "Decoded", "Translator", "handlers", "register", "uncarried_by", "unregister"]
 
 
 class Decoded(Protocol):
@@ -76,6 +76,8 @@ class Attempt:
     headers: dict[str, str] | None = None
     translated: Translator | None = None
     """None: the answer is relayed as it came."""
+    upstream_api: str | None = None
+    """``x-tailgate-upstream-api`` on the answer: how the provider was spoken to (None: no such header)."""
 
 
 class Api(Protocol):
@@ -100,21 +102,40 @@ class Api(Protocol):
         """(prompt, output) tokens the request may use (estimate.token_estimate)."""
         ...
 
-    def uncarried(self, req: Any, provider: ProviderState) -> WireError | None:
-        """Why a route to ``provider`` cannot carry ``req`` (the 400 it would answer), or None."""
+    def uncarried(self, req: Any, routes: Sequence[Route], providers: Mapping[str, ProviderState]) -> Set[str]:
+        """The providers among ``routes`` that cannot carry ``req`` (never ordered: the request goes to a route that
+        can); when none can, the 400 that says why (:func:`uncarried_by`)."""
         ...
 
     def plan(self, req: Any, provider: ProviderState, route: Route) -> Attempt: ...
-
-    def upstream_api(self, provider: ProviderState) -> str | None:
-        """``x-tailgate-upstream-api`` for an answer from ``provider`` (how it was spoken to), or None."""
-        ...
 
     def error_body(self, err: WireError, request_id: str) -> bytes: ...
 
     def error_frame(self, err: WireError, result: CallResult, translated: Translator | None) -> bytes:
         """The frame that ends a stream failing after its first byte (empty: the upstream's own ended it)."""
         ...
+
+
+def uncarried_by(
+    routes: Sequence[Route], providers: Mapping[str, ProviderState], why: Callable[[ProviderState], WireError | None]
+) -> set[str]:
+    """The providers among ``routes`` for which ``why`` answers an error: they cannot carry the request. When no
+    route of the alias can, the 400 of the first that cannot (it names the field). By provider: whether a route
+    can carry a request depends on its provider (native endpoint, thinking switch), not its model."""
+    uncarried: dict[str, WireError] = {}
+    carried = False
+    for route in routes:
+        provider = providers.get(route.provider)
+        if provider is None or route.provider in uncarried:
+            continue
+        err = why(provider)
+        if err is None:
+            carried = True
+        else:
+            uncarried[route.provider] = err
+    if uncarried and not carried:
+        raise next(iter(uncarried.values()))
+    return set(uncarried)
 
 
 _HANDLERS: dict[str, Api] = {}

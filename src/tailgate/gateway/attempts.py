@@ -177,14 +177,6 @@ class Attempts:
             raise asyncio.CancelledError
         return None, last
 
-    async def _after_answer(self, request: Exchange, ctx: Ctx) -> None:
-        """The client has its whole answer. Where the key's concurrency slot can go back at once (no limit, or
-        local state) and the server lets the connection go on (the front door), the connection serves its
-        next request now, and this one finishes — the call's end, health, breaker, metrics, books — with the
-        next batch of books (``Books.later``, ≤ 1 ms), while the gateway waits on that request's provider."""
-        if self.core.admission.free_slot_now(ctx.ticket) and (handler := request.detach()) is not None:
-            await self.core.books.later(handler)
-
     # -- one attempt, unary or streamed ------------------------------------------------------------
 
     async def _unary(
@@ -225,9 +217,10 @@ class Attempts:
                             except WireError as err:
                                 ctx.status, ctx.outcome = err.status, "malformed"
                                 body = api.error_body(err, ctx.request_id)
-                        reply = Reply(ctx.status, self._headers(ctx, api, now), body)
+                        reply = Reply(ctx.status, self._headers(ctx, upstream, now), body)
                         request.send(reply)
-                        await self._after_answer(request, ctx)
+                        if self.core.admission.free_slot_now(ctx.ticket) and (later := request.detach()) is not None:
+                            await self.core.books.later(later)  # see _commit
         finally:
             provider.in_flight -= 1
             if sent is not None:
@@ -284,7 +277,7 @@ class Attempts:
                                 raise asyncio.CancelledError  # another attempt won the race
                         if first is not None and event.last:
                             # The headers and every frame so far (the first token's whole read) in one write.
-                            resp = await self._commit(request, ctx, api, held, first, sent)
+                            resp = await self._commit(request, ctx, upstream, held, first, sent)
                             held.clear()
                             # Everything so far is written: the rest of the stream can be pushed to the
                             # client from the upstream connection's callback (Call._pump), where the front
@@ -298,18 +291,19 @@ class Attempts:
                         if resp is None:
                             if first is None and ctx.race is not None and not ctx.race.claim():
                                 raise asyncio.CancelledError  # another attempt won the race
-                            resp = await self._commit(request, ctx, api, held, first or time.perf_counter(), sent)
+                            resp = await self._commit(request, ctx, upstream, held, first or time.perf_counter(), sent)
                             held.clear()
                         held.append((event.raw or DONE_FRAME) if translated is None else translated.done())
                         # The stream is complete: the last frames and the end of the chunked body
                         # leave in one write.
                         await resp.write_eof(b"".join(held))
                         held.clear()
-                        await self._after_answer(request, ctx)
+                        if self.core.admission.free_slot_now(ctx.ticket) and (later := request.detach()) is not None:
+                            await self.core.books.later(later)  # see _commit
                 if resp is None and first is not None:
                     # The call failed later in the read that carried the first token: the stream was the
                     # client's from that token all the same (what came before the failure, then its error).
-                    resp = await self._commit(request, ctx, api, held, first, sent)
+                    resp = await self._commit(request, ctx, upstream, held, first, sent)
                     held.clear()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             raise asyncio.CancelledError from None  # the client went away while we wrote to it
@@ -341,27 +335,35 @@ class Attempts:
             await resp.write_eof()
         return resp, result
 
-    async def _commit(self, request: Exchange, ctx: Ctx, api: Api, held: list[bytes], at: float, sent: float) -> Stream:
+    async def _commit(
+        self, request: Exchange, ctx: Ctx, upstream: Attempt, held: list[bytes], at: float, sent: float
+    ) -> Stream:
         """Send headers and everything held so far: from here on this route owns the response. ``at``: when the
-        first token arrived (the end of the upstream read that carried it is when it leaves)."""
+        first token arrived (the end of the upstream read that carried it is when it leaves).
+
+        Once the client has its whole answer, where the key's concurrency slot can go back at once (no limit, or
+        local state) and the server lets the connection go on (the front door), the connection serves its next
+        request now, and this one finishes — the call's end, health, breaker, metrics, books — with the next
+        batch of books (``Books.later``, ≤ 1 ms), while the gateway waits on that request's provider (inline in
+        ``_unary`` and ``_stream``: one coroutine fewer per request)."""
         ctx.upstream_s += at - sent
         ctx.first_token_at = at
         ctx.status = 200
-        return await request.open_stream(self._headers(ctx, api, at), b"".join(held))
+        return await request.open_stream(self._headers(ctx, upstream, at), b"".join(held))
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
-    def _headers(self, ctx: Ctx, api: Api, now: float) -> dict[str, str]:
+    def _headers(self, ctx: Ctx, upstream: Attempt, now: float) -> dict[str, str]:
         headers = {
             "x-request-id": ctx.request_id,
             "x-tailgate-provider": ctx.provider.name if ctx.provider else "",
             "x-tailgate-attempts": str(ctx.attempts),
-            "x-tailgate-overhead-ms": f"{ctx.overhead_ms(now):.3f}",
+            "x-tailgate-overhead-ms": f"{max(0.0, (now - ctx.t0 - ctx.upstream_s) * 1000.0):.3f}",  # Ctx.overhead_ms
         }
         if ctx.hedged:
             headers["x-tailgate-hedged"] = "1"
-        if ctx.provider is not None and (spoken := api.upstream_api(ctx.provider)) is not None:
-            headers["x-tailgate-upstream-api"] = spoken  # how this provider was spoken to
+        if upstream.upstream_api is not None:
+            headers["x-tailgate-upstream-api"] = upstream.upstream_api  # how this provider was spoken to
         if ctx.ratelimit:
             headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers

@@ -112,7 +112,9 @@ class Proxy:
         ctx.traffic_class = traffic_class
         self.in_flight += 1
         try:
-            response = await self._serve(request, ctx, api, refused)
+            # two phases, not one coroutine around both: a stream's every resumption walks one level fewer
+            req, routes, order, tokens = await self._admitted(request, ctx, api, refused)
+            response = await self._attempts(request, ctx, api, req, routes, order, tokens)
         except WireError as err:
             ctx.status, ctx.outcome = err.status, ctx.outcome if ctx.outcome != "ok" else refusals.error_outcome(err)
             if ctx.key_id is not None and ctx.outcome != "key_revoked":
@@ -133,20 +135,32 @@ class Proxy:
         self.core.books.add(ctx, time.perf_counter())
         return response
 
-    async def _serve(self, request: Exchange, ctx: Ctx, api: Api, refused: WireError | None) -> Reply | Stream:
-        # The order of the checks (docs/keys.md, "The order of the checks"): who asks, what is asked, the key's
-        # standing, load shedding — none of them counts anything — then the key's rpm, then its tpm, budgets
-        # and concurrency (one reservation), then routing and pacing. A request refused at any step keeps
-        # nothing: until an attempt went upstream, its rpm and its reservation are given back when it ends
-        # (bookkeeping.settle).
+    async def _admitted(
+        self, request: Exchange, ctx: Ctx, api: Api, refused: WireError | None
+    ) -> tuple[Decoded, Sequence[Route], list[Route], float]:
+        """The steps before any attempt, in the order of the checks (docs/keys.md, "The order of the checks"): who
+        asks, what is asked, the key's standing, load shedding — none of them counts anything — then the key's
+        rpm, then its tpm, budgets and concurrency (one reservation), then the routing order. A request refused
+        at any step keeps nothing: until an attempt went upstream, its rpm and its reservation are given back when
+        it ends (bookkeeping.settle). Answers the request, its alias's routes, their order and its tokens."""
+        core = self.core
         self._identify(request, ctx, api, refused)
         req, routes = self._decode(request, ctx, api)
         prompt, output = api.estimate(req, request.body, ctx.table.pacing.default_max_tokens)
         ctx.prompt_estimate = prompt
-        self._shed(ctx)
-        await self._limit(ctx, routes, prompt, output)
-        order = self._order(request, ctx, api, req, routes)
-        return await self._attempts(request, ctx, api, req, routes, order, prompt + output)
+        if ctx.table.shed.max_in_flight is not None:
+            self._shed(ctx)
+        if (key_id := ctx.key_id) is not None:  # the key's own limits (docs/keys.md)
+            if (rpm := core.keys.rpm(key_id)) is not None:
+                try:
+                    ctx.rpm_taken = await core.fleet.admit_key(key_id, rpm)
+                except WireError:
+                    ctx.outcome = core.admission.refused(key_id, "rpm_limited")  # counted per key (admission.py)
+                    raise
+            await self._reserve(ctx, routes, prompt, output)
+            if rpm is not None or ctx.ticket is not None:
+                ctx.ratelimit = core.admission.headers(key_id, rpm, ctx.rpm_taken, ctx.ticket)
+        return req, routes, self._order(request, ctx, api, req, routes), prompt + output
 
     # -- the steps --------------------------------------------------------------------------------
 
@@ -179,27 +193,13 @@ class Proxy:
         return req, routes
 
     def _shed(self, ctx: Ctx) -> None:
-        """Load shedding: a 503 for a class the pressure of requests in flight sheds (docs/routing.md)."""
+        """Load shedding (``shed.max_in_flight`` set): a 503 for a class the pressure of requests in flight sheds
+        (docs/routing.md)."""
         shed = ctx.table.shed
-        if shed.max_in_flight is not None:
-            pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
-            if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
-                raise refusals.shed(self.core.shed_total, ctx, pressure, self.in_flight - 1)
-
-    async def _limit(self, ctx: Ctx, routes: Sequence[Route], prompt: float, output: float) -> None:
-        """The key's rpm, then its own limits (one reservation: tpm, budgets, concurrency; docs/keys.md)."""
-        core, key_id = self.core, ctx.key_id
-        if key_id is None:
-            return
-        if (rpm := core.keys.rpm(key_id)) is not None:
-            try:
-                ctx.rpm_taken = await core.fleet.admit_key(key_id, rpm)
-            except WireError:
-                ctx.outcome = core.admission.refused(key_id, "rpm_limited")  # counted per key (admission.py)
-                raise
-        await self._reserve(ctx, routes, prompt, output)
-        if rpm is not None or ctx.ticket is not None:
-            ctx.ratelimit = core.admission.headers(key_id, rpm, ctx.rpm_taken, ctx.ticket)
+        assert shed.max_in_flight is not None
+        pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
+        if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
+            raise refusals.shed(self.core.shed_total, ctx, pressure, self.in_flight - 1)
 
     def _order(self, request: Exchange, ctx: Ctx, api: Api, req: Decoded, routes: Sequence[Route]) -> list[Route]:
         """The routing order: the alias's policy over the routes whose provider is neither drained nor paused
@@ -208,7 +208,8 @@ class Proxy:
         ctx.stream = req.stream
         now = time.monotonic()
         exclude = {name for name, p in core.providers.items() if p.drained or p.paused(now)}
-        exclude |= self._uncarried(api, req, routes)  # a route that cannot carry it is never ordered
+        if uncarried := api.uncarried(req, routes, core.providers):  # a route that cannot carry it is never ordered
+            exclude |= uncarried
         sticky = None  # promise 7 (docs/routing.md): a conversation keeps its route among those the policy admits
         affinity = table.affinity.get(model) if api.affinity else None
         if affinity is not None and (key := affinity.key(request.headers, req.obj, ctx.prompt_estimate)) is not None:
@@ -261,28 +262,6 @@ class Proxy:
         if last is None and time.perf_counter() < deadline:  # every breaker refused at the door: say so
             raise refusals.no_route(core.providers, core.breakers, routes, time.monotonic(), ctx)
         raise refusals.final_error(last, ctx)
-
-    def _uncarried(self, api: Api, req: Decoded, routes: Sequence[Route]) -> set[str]:
-        """The providers among ``routes`` that cannot carry this request (its API's handler says why: e.g. a
-        translation cannot say a field or block of it), learnt before the routes are ordered: the request goes to
-        a route that can. When no route of the alias can, the 400 of the first that cannot (it names the field).
-        By provider, as ``exclude`` is: whether a route can carry a request depends on its provider (native
-        endpoint, thinking switch), not its model."""
-        uncarried: dict[str, WireError] = {}
-        carried = False
-        providers = self.core.providers
-        for route in routes:
-            provider = providers.get(route.provider)
-            if provider is None or route.provider in uncarried:
-                continue
-            err = api.uncarried(req, provider)
-            if err is None:
-                carried = True
-            else:
-                uncarried[route.provider] = err
-        if uncarried and not carried:
-            raise next(iter(uncarried.values()))
-        return set(uncarried)
 
     # -- the key ----------------------------------------------------------------------------------
 

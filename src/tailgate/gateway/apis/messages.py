@@ -23,13 +23,13 @@ own error event in a passthrough is the last frame: nothing follows it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
 
 from tailgate.gateway import client_headers
-from tailgate.gateway.api import Attempt, Translator, register
+from tailgate.gateway.api import Attempt, Translator, register, uncarried_by
 from tailgate.gateway.estimate import token_estimate
 from tailgate.upstream import ANTHROPIC, OPENAI
 from tailgate.wire import anthropic as wire
@@ -97,7 +97,7 @@ class Messages:
     def __init__(self, body: bytes, obj: dict[str, Any], headers: Mapping[str, str]) -> None:
         self.body = body
         self.obj = obj
-        self.head = head = wire.decode_head(body)  # 400 naming model / max_tokens when missing
+        self.head = head = wire.head_of(obj, body)  # 400 naming model / max_tokens when missing
         self.model = head.model
         self.stream = bool(head.stream)
         self.wants_usage = True  # usage is always part of Anthropic's stream, never dropped
@@ -129,7 +129,7 @@ class Messages:
         switch = cast("ThinkingSwitch", thinking_switch if thinking_switch in THINKING_SWITCHES else "thinking")
         made = self._chat.get(switch)
         if made is None:
-            made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
+            made = self._chat[switch] = msgspec.to_builtins(to_chat_request(req, thinking_switch=switch))
         return req, made
 
     def attempt(
@@ -150,14 +150,15 @@ class Messages:
         the provider refuses (``providers.NAME.drop_fields``), left out too."""
         if native is not None:
             payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
-            return Attempt(native, UPSTREAM_PATH, payload, ANTHROPIC, self.forward)
+            return Attempt(native, UPSTREAM_PATH, payload, ANTHROPIC, self.forward, upstream_api="anthropic")
         req, made = self._translation(thinking_switch)
         chat = {**made, "model": model}
         if not top_k:
             chat.pop("top_k", None)
         for name in drop_fields & chat.keys():  # the provider refuses them (providers.NAME.drop_fields)
             del chat[name]
-        return Attempt(client, "/chat/completions", chat, OPENAI, None, Translated(model, req.stop_sequences))
+        translated = Translated(model, req.stop_sequences)
+        return Attempt(client, "/chat/completions", chat, OPENAI, None, translated, upstream_api="openai")
 
 
 class Translated:
@@ -234,8 +235,8 @@ class MessagesApi:
     def estimate(self, req: Messages, body: bytes, default_max_tokens: int) -> tuple[float, float]:
         return token_estimate(req.obj, body, default_max_tokens)
 
-    def uncarried(self, req: Messages, provider: ProviderState) -> WireError | None:
-        return req.uncarried(provider.anthropic_client, provider.config.thinking_switch)
+    def uncarried(self, req: Messages, routes: Sequence[Route], providers: Mapping[str, ProviderState]) -> Set[str]:
+        return uncarried_by(routes, providers, lambda p: req.uncarried(p.anthropic_client, p.config.thinking_switch))
 
     def plan(self, req: Messages, provider: ProviderState, route: Route) -> Attempt:
         # passthrough or translation, by the provider (a 400 if untranslatable)
@@ -248,10 +249,6 @@ class MessagesApi:
             config.top_k,
             config.drop_fields,
         )
-
-    def upstream_api(self, provider: ProviderState) -> str | None:
-        """How this provider was spoken to: ``x-tailgate-upstream-api``."""
-        return "anthropic" if mode(provider.anthropic_client) == "passthrough" else "openai"
 
     def error_body(self, err: WireError, request_id: str) -> bytes:
         return wire.error_body(err, request_id)  # Anthropic's shape, whoever refused

@@ -9,14 +9,14 @@ with an SSE ``error`` event.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from tailgate.gateway.api import Attempt, Translator
 from tailgate.gateway.estimate import token_estimate
 from tailgate.upstream import OPENAI, Dialect
 from tailgate.wire import parse_json
-from tailgate.wire.types import RequestKind, decode_request
+from tailgate.wire.types import RequestKind, decode_request, request_decoder
 
 if TYPE_CHECKING:
     from tailgate.gateway.providers import ProviderState
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from tailgate.wire.errors import WireError
 
 __all__ = ["OpenAIApi", "OpenAIRequest"]
+
+_NONE: frozenset[str] = frozenset()
 
 
 class OpenAIRequest:
@@ -54,12 +56,13 @@ class OpenAIApi:
         self.name = name
         self.path = path
         self.kind: RequestKind = kind
+        self._decode = request_decoder(kind).decode
         self.dialect = dialect
         self.generates = generates
         self.affinity = generates  # a prompt cache to keep warm: not for embeddings
 
     def decode(self, body: bytes, headers: Mapping[str, str]) -> OpenAIRequest:
-        return OpenAIRequest(decode_request(self.kind, body, strict=False))
+        return OpenAIRequest(self._decode(body, strict=False))
 
     def model_of(self, body: bytes) -> str:
         return decode_request(self.kind, body, strict=False).model
@@ -68,8 +71,10 @@ class OpenAIApi:
         req.obj = obj = parse_json(body)
         return token_estimate(obj, body, default_max_tokens, generates=self.generates)
 
-    def uncarried(self, req: OpenAIRequest, provider: ProviderState) -> WireError | None:
-        return None
+    def uncarried(
+        self, req: OpenAIRequest, routes: Sequence[Route], providers: Mapping[str, ProviderState]
+    ) -> Set[str]:
+        return _NONE  # every provider speaks it
 
     def plan(self, req: OpenAIRequest, provider: ProviderState, route: Route) -> Attempt:
         # Fields the gateway does not know go as sent: they are the provider's business; those the provider is
@@ -82,9 +87,6 @@ class OpenAIApi:
         else:
             payload = {**obj, "model": route.model}
         return Attempt(provider.client, self.path, payload, self.dialect)
-
-    def upstream_api(self, provider: ProviderState) -> str | None:
-        return None
 
     def error_body(self, err: WireError, request_id: str) -> bytes:
         return err.body()
