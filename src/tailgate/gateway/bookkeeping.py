@@ -233,7 +233,7 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
     the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
-    count (``ctx.prompt_estimate``: the prompt bound, ``responses.prompt_bound``; the row is flagged
+    count (``ctx.prompt_estimate``: the prompt bound, ``estimate.prompt_bound``; the row is flagged
     ``tokens_estimated``). The cost prices the prompt tokens the provider served from its cache at
     ``price.cached_input`` (``ProviderState.cost``)."""
     result, provider = ctx.result, ctx.provider
