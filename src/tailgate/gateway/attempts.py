@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
     from tailgate.gateway.providers import ProviderState
-    from tailgate.gateway.routes import RouteTable
 
 
 class Attempts:
@@ -86,7 +86,7 @@ class Attempts:
                 # task of its own for the relay only cost a task and a loop turn before the upstream request
                 # went out (~85 µs at one connection; docs/benchmarks.md, "Run Q").
                 resp, result = await self._stream(
-                    request, ctx, api, provider, plan, req.wants_usage, lambda: health.first_token(handle)
+                    request, ctx, api, provider, plan, req.wants_usage, functools.partial(health.first_token, handle)
                 )
             else:
                 resp, result = await self._unary(request, ctx, api, provider, plan)
@@ -99,7 +99,12 @@ class Attempts:
             raise
         health.observe(result, handle=handle)
         core.breakers.get(route.provider).record_result(result)
-        self._observe(provider, result, ctx.table, route.model)
+        # the provider's health, the attempt's metric, a 429's pause (inline: once per attempt)
+        provider.observe(result, route.model)
+        core.metrics.attempt(provider.name, result.error_class or "ok").inc()
+        if result.error_class == "rate_limited":
+            limit = ctx.table.pacing.max_pause
+            provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
         return resp, result
 
     async def race(
@@ -367,13 +372,6 @@ class Attempts:
         if ctx.ratelimit:
             headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
-
-    def _observe(self, provider: ProviderState, result: CallResult, table: RouteTable, model: str) -> None:
-        provider.observe(result, model)
-        self.core.metrics.attempt(provider.name, result.error_class or "ok").inc()
-        if result.error_class == "rate_limited":
-            limit = table.pacing.max_pause
-            provider.pause(min(limit, result.retry_after_s if result.retry_after_s is not None else 1.0))
 
 
 def _drain(queue: deque[Route]) -> Iterator[Route]:
