@@ -55,7 +55,7 @@ class ResolvedProvider:
     """How its chat API switches reasoning, for translated ``/v1/messages`` requests (user's, else the preset's)."""
     top_k: bool = False
     """Its chat API takes ``top_k`` (the preset's ``top_k``): a translated ``/v1/messages`` request keeps the
-    client's ``top_k`` only then (gateway/anthropic.py)."""
+    client's ``top_k`` only then (gateway/apis/messages.py)."""
     cache_min_tokens: int = 64
     """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
     drop_fields: frozenset[str] = frozenset()

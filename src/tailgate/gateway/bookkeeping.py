@@ -169,7 +169,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     answer_ms = _answer_ms(ttft_ms, result)
     overhead_ms = ctx.overhead_ms(ctx.first_token_at if ctx.first_token_at is not None else now)
     pname = provider.name if provider is not None else "-"
-    sinks.metrics.request(ctx.alias, pname, ctx.outcome, ctx.api).inc()
+    sinks.metrics.request(ctx.alias, pname, ctx.outcome, ctx.protocol).inc()
     if served and provider is not None:
         m = sinks.metrics.served(ctx.alias, pname, provider.config.price.currency)
         m.e2e.observe(e2e_ms / 1000.0)
@@ -213,7 +213,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
             ttft_answer_ms=answer_ms if served else None,
             reasoning_tokens=result.reasoning_tokens if result is not None else None,
             cached_tokens=result.cached_tokens if result is not None else None,
-            api=ctx.api,
+            api=ctx.protocol,
             price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
         )
         if (sinks.divert is None or not sinks.divert(row)) and sinks.ledger is not None:
@@ -237,7 +237,7 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
     the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
-    count (``ctx.prompt_estimate``: the prompt bound, ``responses.prompt_bound``; the row is flagged
+    count (``ctx.prompt_estimate``: the prompt bound, ``estimate.prompt_bound``; the row is flagged
     ``tokens_estimated``). The cost prices the prompt tokens the provider served from its cache at
     ``price.cached_input`` (``ProviderState.cost``)."""
     result, provider = ctx.result, ctx.provider

@@ -25,7 +25,7 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.samples import Sample, SampleStore, tok_s
 from tailgate.monitor.workloads import WORKLOADS, Probe, build_probe, content_text, tool_call_of
 from tailgate.routing import Pacer
-from tailgate.upstream import Body, Chunk, UpstreamClient, call, endpoint_for
+from tailgate.upstream import ANTHROPIC, OPENAI, Body, Chunk, UpstreamClient, call, endpoint_for
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
 
 __all__ = ["APIS", "Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
@@ -259,7 +259,7 @@ class Monitor:
                 await asyncio.sleep(wait)
                 waited += wait
             body = {**probe.body, "model": target.model}
-            client, path, headers = state.client, "/chat/completions", None
+            client, path, headers, dialect = state.client, "/chat/completions", None, OPENAI
             if target.api == "anthropic":  # the same probe, said in Anthropic's Messages API
                 body = from_chat_body(body)
                 if probe.task is not None and probe.task.tools:  # the tool canary's tool, in Anthropic's shape
@@ -271,10 +271,11 @@ class Monitor:
                         }
                         for t in probe.task.tools
                     ]
-                client, path, headers = (
+                client, path, headers, dialect = (
                     self._anthropic[target.provider],
                     "/v1/messages",
                     {"anthropic-version": API_VERSION},
+                    ANTHROPIC,
                 )
             text: list[str] = []
             raws: list[bytes] = []
@@ -284,7 +285,14 @@ class Monitor:
             self.waiting[ticket] = (label, workload, time.perf_counter())
             try:
                 async with call(
-                    client, path, body, stream=True, client_wants_usage=True, request_id=request_id, headers=headers
+                    client,
+                    path,
+                    body,
+                    stream=True,
+                    client_wants_usage=True,
+                    request_id=request_id,
+                    headers=headers,
+                    dialect=dialect,
                 ) as c:
                     async for event in c:
                         if probe.task is not None and isinstance(event, Chunk | Body):
