@@ -1,0 +1,161 @@
+"""Claim: a fleet uses ≥ 0.95× of a provider's pacing target at any offered load, with 0 upstream 429s.
+
+Three real ``tailgate serve`` replicas on one real ``redis-server`` (``state: {backend: redis}``) pace
+provider ``a`` (``limits.rpm``; a simulator in this process that enforces that rpm and answers 429 past it);
+provider ``b`` (unlimited) takes what ``a``'s pacing spills. For each multiple (2×, 5×, 10× the pacing
+target ``headroom × rpm``), requests arrive at an even rate, round-robin over the replicas, for ``--seconds``
+after a warm-up; the share is what ``a`` answered 200 inside the window ÷ the target over the same window.
+Each multiple runs twice: ``interactive`` (no header: paced-out requests spill to ``b``) and ``batch``
+(``x-tailgate-class: batch``: they wait at ``a``'s pacer, up to ``routing.pacing.batch_wait``).
+
+Target: share ≥ 0.95 at every multiple, 0 upstream 429s. Exits 1 on any upstream 429.
+Usage: ``.venv/bin/python benchmarks/pacing_share.py [--quick] [--rpm 60] [--seconds 30] [--multiples 2,5,10]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from soak import start_gateway
+from tailgate.sim.faults import Faults
+from tailgate.sim.presets import preset
+from tailgate.sim.provider import ProviderSpec, SimProvider
+from tailgate.state.server import RedisServer
+
+HEADROOM = 0.9
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+def _config(tmp: Path, redis_url: str, a: str, b: str, rpm: float, lane: str) -> Path:
+    data: dict[str, Any] = {
+        "providers": {"a": {"base_url": a, "limits": {"rpm": rpm}}, "b": {"base_url": b}},
+        "models": {
+            "m": {
+                "routes": [
+                    {"provider": "a", "model": "up", "weight": 100},
+                    {"provider": "b", "model": "up", "weight": 0},
+                ]
+            }
+        },
+        "routing": {"probes": {"enabled": False}, "pacing": {"headroom": HEADROOM}},
+        "ledger": {"enabled": False},
+        "state": {"backend": "redis", "url": redis_url, "namespace": f"p{uuid.uuid4().hex[:8]}", "timeout": "250ms"},
+    }
+    path = tmp / f"fleet-{lane}-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+async def one_run(
+    redis_url: str, rpm: float, multiple: float, seconds: float, warmup: float, lane: str
+) -> dict[str, Any]:
+    """One fleet, one multiple, one lane: the share of the target that ``a`` served and its 429s."""
+    tmp = Path(tempfile.mkdtemp(prefix="tailgate-pacing-"))
+    a = SimProvider(
+        ProviderSpec(
+            name="a", params=preset("instant"), preset="instant", models=("up",), faults=Faults(rate_limit_rpm=rpm)
+        )
+    )
+    b = SimProvider(ProviderSpec(name="b", params=preset("instant"), preset="instant", models=("up",)))
+    await a.start()
+    await b.start()
+    config = _config(tmp, redis_url, a.url, b.url, rpm, lane)
+    procs = [start_gateway(config) for _ in range(3)]
+    target = HEADROOM * rpm / 60.0  # req/s fleet-wide
+    rate = multiple * target
+    headers = {"x-tailgate-class": "batch"} if lane == "batch" else {}
+    statuses: dict[int, int] = {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+
+            async def chat(url: str) -> None:
+                try:
+                    async with session.post(f"{url}/chat/completions", json=BODY, headers=headers) as r:
+                        await r.read()
+                        statuses[r.status] = statuses.get(r.status, 0) + 1
+                except (aiohttp.ClientError, OSError):
+                    statuses[0] = statuses.get(0, 0) + 1
+
+            await asyncio.sleep(1.0)  # the replicas learn of each other in their first sync ticks
+            tasks: list[asyncio.Task[None]] = []
+            t0 = time.time()
+            start = time.monotonic()
+            i = 0
+            total = warmup + seconds
+            while (due := start + i / rate) < start + total:
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                tasks.append(asyncio.create_task(chat(procs[i % 3][1])))
+                i += 1
+            w0, w1 = t0 + warmup, t0 + total
+            records = [r for r in a.truth.records() if w0 <= r.received_at < w1]
+            await asyncio.gather(*tasks)
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            proc.wait(timeout=15)
+        await a.stop()
+        await b.stop()
+    served = sum(r.status == 200 for r in records)
+    upstream_429 = sum(r.status == 429 for r in a.truth.records())
+    return {
+        "lane": lane,
+        "multiple": multiple,
+        "offered": i,
+        "served_by_a": served,
+        "target": round(target * seconds, 2),
+        "share": round(served / (target * seconds), 3),
+        "upstream_429": upstream_429,
+        "client_statuses": statuses,
+    }
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rpm", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--warmup", type=float, default=4.0)
+    parser.add_argument("--multiples", default="2,5,10")
+    parser.add_argument("--lanes", default="interactive,batch")
+    parser.add_argument("--quick", action="store_true", help="one multiple (5×), 8 s, rpm 240: the smoke test's run")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    multiples = [float(m) for m in args.multiples.split(",")]
+    if args.quick:
+        args.rpm, args.seconds, args.warmup, multiples = 240.0, 8.0, 3.0, [5.0]
+    results = []
+    with RedisServer() as redis:
+        redis.start()
+        for lane in args.lanes.split(","):
+            for m in multiples:
+                res = await one_run(redis.url, args.rpm, m, args.seconds, args.warmup, lane)
+                results.append(res)
+                print(
+                    f"{lane:<11} {m:>4g}x  offered {res['offered']:>5}  a served {res['served_by_a']:>4} of "
+                    f"target {res['target']:>6}  share {res['share']:.3f}  upstream 429s {res['upstream_429']}  "
+                    f"clients {res['client_statuses']}",
+                    flush=True,
+                )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    bad = [r for r in results if r["upstream_429"]]
+    if bad:
+        print(f"FAIL: upstream 429s in {len(bad)} run(s)")
+        return 1
+    print("no upstream 429s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,111 @@
+"""Priority at the pacer: interactive requests first, the batch lane on what they leave.
+
+**The promise** (one sentence, :func:`keep_level`): *a batch-lane take never leaves a provider's pacing bucket
+below the interactive reserve (the interactive demand measured over the last window × the bucket's burst time,
+at least 0), while an interactive take only needs the bucket at 0 or above — so the first interactive request
+at any moment is never delayed by batch work, and a burst of them is not delayed while it stays within the
+measured interactive rate.*
+
+The bucket is a token bucket (``rate`` per second, at most ``burst``) that may run into a debt of one request:
+an interactive request goes as soon as the level is not negative, whatever its size (a bucket of less than
+two requests would otherwise waste the refill that arrives while it is full and nobody is there to take it —
+the idle budget of issue 41). A batch take must keep ``reserve`` in the bucket after it, so it takes only
+tokens the interactive traffic measured over the last window would not have used.
+
+:class:`PaceBucket` is the bucket's arithmetic, in one place for both backends: ``LocalState.pace`` keeps one
+per name in the process, ``RedisState.pace`` runs the same steps in Lua on Redis's clock (``_lua.PACE``), so a
+fleet shares one bucket per provider. :class:`LaneMeter` measures the interactive demand the reserve is made
+of. :func:`lane_of` says which lane a live request is in.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+__all__ = ["Lane", "LaneMeter", "PaceBucket", "keep_level", "lane_of"]
+
+Lane = Literal["interactive", "batch"]
+
+
+def lane_of(traffic_class: str | None, body: Mapping[str, Any] | None) -> Lane:
+    """A live request's lane: ``batch`` when its class is ``batch`` (``x-tailgate-class: batch`` or the key's
+    default) or its body asks OpenAI's ``service_tier: "flex"``; ``interactive`` otherwise."""
+    if traffic_class == "batch":
+        return "batch"
+    if body is not None and body.get("service_tier") == "flex":
+        return "batch"
+    return "interactive"
+
+
+def keep_level(lane: Lane, amount: float, reserve: float) -> float:
+    """The level a take of ``amount`` must leave in the bucket (the promise in the module docstring).
+
+    Interactive: ``-amount`` — it goes whenever the bucket is at 0 or above (a debt of at most itself).
+    Batch: ``reserve`` (≥ 0) — it never takes the bucket below what the interactive traffic is expected to need."""
+    if lane == "interactive":
+        return -amount
+    return max(0.0, reserve)
+
+
+class PaceBucket:
+    """A token bucket with a debt floor (see the module docstring); times in seconds on any one clock."""
+
+    __slots__ = ("level", "updated")
+
+    def __init__(self, level: float, updated: float) -> None:
+        self.level = level
+        self.updated = updated
+
+    def take(self, now: float, amount: float, rate: float, burst: float, keep: float) -> tuple[bool, float, float]:
+        """Refill to ``now``, then take ``amount`` if the level after it stays ≥ ``keep``.
+
+        Returns ``(ok, retry_after_s, level after)``: when refused, the seconds until the same take could
+        succeed at ``rate`` (``inf`` when it never can: ``amount + keep`` above ``burst``)."""
+        if now > self.updated:
+            self.level = min(burst, self.level + (now - self.updated) * rate)
+            self.updated = now
+        if self.level - amount >= keep:
+            self.level -= amount
+            return True, 0.0, self.level
+        if amount + keep > burst or rate <= 0:
+            return False, math.inf, self.level
+        return False, (amount + keep - self.level) / rate, self.level
+
+
+class LaneMeter:
+    """Interactive demand (requests or tokens wanted, admitted or not) per second over the last ``window_s``.
+
+    ``reserve(burst_s)`` is what :func:`keep_level` keeps for it: the demand × the bucket's burst time."""
+
+    __slots__ = ("_clock", "_events", "_sum", "window_s")
+
+    def __init__(self, window_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._events: collections.deque[tuple[float, float]] = collections.deque()
+        self._sum = 0.0
+
+    def add(self, amount: float = 1.0) -> None:
+        self._events.append((self._clock(), amount))
+        self._sum += amount
+        self._trim()
+
+    def _trim(self) -> None:
+        lo = self._clock() - self.window_s
+        while self._events and self._events[0][0] < lo:
+            self._sum -= self._events.popleft()[1]
+        if not self._events:
+            self._sum = 0.0
+
+    def rate(self) -> float:
+        """Demand per second over the window."""
+        self._trim()
+        return max(0.0, self._sum) / self.window_s
+
+    def reserve(self, burst_s: float) -> float:
+        """What a batch take must leave in a bucket of ``burst_s`` seconds for this demand."""
+        return self.rate() * burst_s

@@ -1,0 +1,120 @@
+"""Priority at the pacer (``SharedState.pace``, ``state/priority.py``), run against both backends.
+
+The promise: a batch-lane take never leaves the bucket below the interactive reserve, while an interactive take
+only needs the bucket at 0 or above — so an interactive request is never refused because of batch work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+import pytest
+
+from conftest import StateFactory
+from tailgate.state import SharedState
+from tailgate.state.priority import LaneMeter, PaceBucket, keep_level, lane_of
+
+SLOW = 1e-4
+"""A refill rate slow enough that no test here sees a token come back (one per ~3 hours)."""
+
+
+async def test_an_interactive_take_goes_while_the_bucket_is_not_negative(state: SharedState) -> None:
+    """A bucket of 2: three requests go (the third leaves a debt of one request), the fourth waits for the
+    refill of that debt and one request (inf at this rate is not claimed: it can come back)."""
+    oks = [(await state.pace("p:rpm", 1, SLOW, 2)).ok for _ in range(4)]
+    assert oks == [True, True, True, False]
+    refused = await state.pace("p:rpm", 1, SLOW, 2)
+    assert refused.remaining == pytest.approx(-1, abs=1e-3)
+    assert refused.retry_after_s == pytest.approx(1 / SLOW, rel=0.01)
+    assert refused.limit == 2
+
+
+async def test_a_batch_take_leaves_the_interactive_reserve_and_interactive_still_goes(state: SharedState) -> None:
+    """The promise: batch with a reserve of 2 drains a bucket of 5 only to 2; every interactive request after
+    it is admitted exactly as without the batch takes down to a level of 0 (then one request of debt)."""
+    batch = [(await state.pace("p:rpm", 1, SLOW, 5, lane="batch", reserve=2)).ok for _ in range(5)]
+    assert batch == [True, True, True, False, False]
+    refused = await state.pace("p:rpm", 1, SLOW, 5, lane="batch", reserve=2)
+    assert refused.remaining == pytest.approx(2, abs=1e-3)
+    inter = [(await state.pace("p:rpm", 1, SLOW, 5)).ok for _ in range(4)]
+    assert inter == [True, True, True, False]  # 2 → 1 → 0 → -1, then refused: the reserve was theirs
+    never = await state.pace("p:rpm", 4, SLOW, 5, lane="batch", reserve=2)
+    assert not never.ok
+    assert never.retry_after_s == math.inf  # 4 + a reserve of 2 never fit a bucket of 5
+
+
+async def test_a_batch_take_never_puts_the_bucket_in_debt_even_without_a_reserve(state: SharedState) -> None:
+    """Reserve 0: batch stops at 0, where an interactive request still goes."""
+    assert [(await state.pace("p", 1, SLOW, 2, lane="batch")).ok for _ in range(3)] == [True, True, False]
+    assert (await state.pace("p", 1, SLOW, 2)).ok
+
+
+async def test_the_bucket_refills_at_its_rate(state: SharedState) -> None:
+    """20 per second, a bucket of 1: two go (one of debt), the third is told ~0.1 s and goes after it."""
+    assert (await state.pace("p:fast", 1, 20, 1)).ok
+    assert (await state.pace("p:fast", 1, 20, 1)).ok
+    refused = await state.pace("p:fast", 1, 20, 1)
+    assert not refused.ok
+    assert 0 < refused.retry_after_s <= 0.1 + 1e-6
+    await asyncio.sleep(refused.retry_after_s + 0.02)
+    assert (await state.pace("p:fast", 1, 20, 1)).ok
+
+
+async def test_pace_refuses_bad_arguments_by_name(state: SharedState) -> None:
+    with pytest.raises(ValueError, match="rate"):
+        await state.pace("p", 1, 0, 1)
+    with pytest.raises(ValueError, match="burst"):
+        await state.pace("p", 1, 1, math.inf)
+    with pytest.raises(ValueError, match="amount"):
+        await state.pace("p", -1, 1, 1)
+
+
+async def test_replicas_share_one_bucket_and_the_priority_holds_across_them(replicas: StateFactory) -> None:
+    """Two Redis replicas: batch on one drains the shared bucket to its reserve; interactive on the other
+    finds the reserve there (the priority is fleet-wide, not per replica)."""
+    a, b = await replicas(), await replicas()
+    assert [(await a.pace("p", 1, SLOW, 4, lane="batch", reserve=1)).ok for _ in range(4)] == [True] * 3 + [False]
+    assert [(await b.pace("p", 1, SLOW, 4)).ok for _ in range(3)] == [True, True, False]
+    assert not (await a.pace("p", 1, SLOW, 4, lane="batch", reserve=0)).ok
+
+
+def test_any_sequence_keeps_the_promise() -> None:
+    """The arithmetic both backends run (PaceBucket): over random takes of both lanes, an interactive take is
+    refused only when the level is negative, and a batch take never leaves less than its reserve."""
+    rng = random.Random(41)
+    bucket, now = PaceBucket(3.0, 0.0), 0.0
+    for _ in range(5000):
+        now += rng.expovariate(4.0)
+        lane = rng.choice(("interactive", "batch"))
+        reserve = rng.choice((0.0, 0.5, 1.5))
+        before = min(3.0, bucket.level + (now - bucket.updated) * 2.0)
+        ok, retry, after = bucket.take(now, 1.0, 2.0, 3.0, keep_level(lane, 1.0, reserve))
+        if lane == "interactive":
+            assert ok == (before >= 0), (before, after)
+            assert after >= -1.0
+        else:
+            assert ok == (before - 1.0 >= reserve)
+            if ok:
+                assert after >= reserve
+        assert ok or retry > 0
+
+
+def test_the_lane_of_a_request() -> None:
+    assert lane_of("batch", None) == "batch"
+    assert lane_of(None, {"service_tier": "flex"}) == "batch"
+    assert lane_of("interactive", {"service_tier": "auto"}) == "interactive"
+    assert lane_of(None, None) == "interactive"
+
+
+def test_the_meter_measures_the_interactive_demand_over_its_window() -> None:
+    t = [0.0]
+    meter = LaneMeter(2.0, clock=lambda: t[0])
+    for _ in range(6):
+        meter.add()
+        t[0] += 0.25
+    assert meter.rate() == pytest.approx(3.0)
+    assert meter.reserve(1.0) == pytest.approx(3.0)
+    t[0] += 2.0
+    assert meter.rate() == 0.0
