@@ -14,7 +14,7 @@ import pytest
 
 from conftest import StateFactory
 from tailgate.state import SharedState
-from tailgate.state.priority import LaneMeter, PaceBucket, keep_level, lane_of
+from tailgate.state.priority import Lane, LaneMeter, PaceBucket, keep_level, lane_of
 
 SLOW = 1e-4
 """A refill rate slow enough that no test here sees a token come back (one per ~3 hours)."""
@@ -87,7 +87,7 @@ def test_any_sequence_keeps_the_promise() -> None:
     bucket, now = PaceBucket(3.0, 0.0), 0.0
     for _ in range(5000):
         now += rng.expovariate(4.0)
-        lane = rng.choice(("interactive", "batch"))
+        lane: Lane = rng.choice(("interactive", "batch"))
         reserve = rng.choice((0.0, 0.5, 1.5))
         before = min(3.0, bucket.level + (now - bucket.updated) * 2.0)
         ok, retry, after = bucket.take(now, 1.0, 2.0, 3.0, keep_level(lane, 1.0, reserve))

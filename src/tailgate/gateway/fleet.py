@@ -5,6 +5,10 @@
 - **Provider pacing**: each replica paces a provider at its *share* of the provider's limits; the shares
   are proportional to the demand each replica publishes every sync tick, so they always add up to the
   provider's pacing target and follow the load balancer's spread. Nothing per request goes to Redis.
+- **Priority and small limits** (``pace``): the batch lane (``state/priority.py``) takes only what interactive
+  traffic leaves, and may wait for it; a provider whose per-replica slice of the bucket would hold fewer than
+  two requests is paced on one fleet-wide bucket (``SharedState.pace``, a round trip per attempt at these low
+  rates): slices that small left budget idle (a full slice wastes its refill until its replica's next request).
 - **429 pauses**: a provider's Retry-After pauses it fleet-wide (``provider:NAME`` pause).
 - **Breakers**: a replica whose breaker opens on its own evidence publishes ``breaker:NAME`` for the
   cool-down; every other replica's breaker is opened at its next sync (≤ ``sync_interval``) and held while
@@ -37,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
 from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
+from tailgate.state.priority import Lane, LaneMeter
 from tailgate.stats import SlidingWindow
 from tailgate.stats.window import ROUTING_PRECISION
 from tailgate.wire import errors as wire_errors
@@ -45,6 +50,7 @@ if TYPE_CHECKING:
     from tailgate.config.schema import StateConfig
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
+    from tailgate.routing.pacing import Pacer
 
 __all__ = ["Fleet", "FleetWindow"]
 
@@ -59,6 +65,9 @@ _DEMAND_FLOOR = 0.05
 that has seen no traffic yet can still send its first requests."""
 _DEMAND_WINDOW_S = 2.0
 """A replica's demand is its request rate over about this long (a sliding window of sync ticks)."""
+_FLEET_BUCKET_BELOW = 2.0
+"""A provider whose per-replica slice of the pacing bucket would hold fewer requests is paced on one fleet-wide
+bucket instead (``Fleet.fleet_paced``)."""
 
 
 class FleetWindow(SlidingWindow):
@@ -126,6 +135,10 @@ class Fleet:
         self._breaker_gen: dict[str, int] = {}
         self._trial_tokens: dict[str, str] = {}
         self._wanted: dict[str, int] = {}
+        self._meters: dict[str, LaneMeter] = {}
+        """Per provider: this replica's interactive demand (requests), the batch lane's reserve."""
+        self._lines: dict[str, asyncio.Lock] = {}
+        """Per provider: the batch lane's line (FIFO: only its head polls the pacer)."""
         self._demand: dict[str, float] = {}
         """Per provider (every one since ``install``): requests that wanted it this tick, and its demand."""
         self._demand_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
@@ -304,6 +317,85 @@ class Fleet:
     def wanted(self, provider: str) -> None:
         """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand."""
         self._wanted[provider] = self._wanted.get(provider, 0) + 1
+
+    # -- priority at the pacer (state/priority.py) ----------------------------------------------------------
+
+    def fleet_paced(self, provider: ProviderState) -> bool:
+        """Whether ``provider`` is paced on the fleet's one shared bucket: a shared state, an rpm limit, and a
+        per-replica slice of the bucket under two requests (a slice that small wastes its refill while full)."""
+        pacer = provider.pacer
+        if not self.shared or pacer.rpm_limit is None or pacer.rpm is None:
+            return False
+        rate = pacer.rpm_limit * pacer.headroom / 60.0
+        return rate * pacer.burst_s / max(1, self.state.replicas()) < _FLEET_BUCKET_BELOW
+
+    async def pace(self, provider: ProviderState, tokens: float, lane: Lane, wait_s: float) -> bool:
+        """Take ``provider``'s pacing for one attempt of ``tokens`` in ``lane``; a batch attempt may wait up to
+        ``wait_s`` for it, in a FIFO line per provider (only its head asks the pacer). An interactive attempt asks
+        once and never waits behind the line. True: admitted (the pacer's share is taken)."""
+        meter = self._meters.get(provider.name)
+        if meter is None:
+            meter = self._meters[provider.name] = LaneMeter(_DEMAND_WINDOW_S)
+        if lane == "interactive":
+            meter.add()
+            return await self._pace_once(provider, tokens, lane, meter) == 0.0
+        deadline = time.monotonic() + wait_s
+        line = self._lines.setdefault(provider.name, asyncio.Lock())
+        try:
+            await asyncio.wait_for(line.acquire(), max(0.0, wait_s))
+        except TimeoutError:
+            return False
+        try:
+            while True:
+                wait = await self._pace_once(provider, tokens, lane, meter)
+                if wait == 0.0:
+                    return True
+                if time.monotonic() + wait > deadline:
+                    return False
+                await asyncio.sleep(wait)
+        finally:
+            line.release()
+
+    async def _pace_once(self, provider: ProviderState, tokens: float, lane: Lane, meter: LaneMeter) -> float:
+        """One try: 0.0 when admitted, else the seconds until a retry could succeed."""
+        pacer = provider.pacer
+        now = time.monotonic()
+        if pacer.paused_until > now:
+            return pacer.paused_until - now
+        if self.fleet_paced(provider):
+            assert pacer.rpm_limit is not None  # fleet_paced says so
+            rate = pacer.rpm_limit * pacer.headroom / 60.0
+            if (wait := pacer.tokens_in(tokens)) > 0:
+                return wait
+            # The fleet's interactive reserve, from this replica's demand × the replicas (a balancer spreads it).
+            reserve = meter.reserve(pacer.burst_s) * max(1, self.state.replicas()) if lane == "batch" else 0.0
+            adm = await self.state.pace(
+                f"provider:{provider.name}:rpm", 1.0, rate, max(1.0, rate * pacer.burst_s), lane=lane, reserve=reserve
+            )
+            if not adm.ok:
+                return max(adm.retry_after_s, 1e-3)
+            pacer.take_tokens(tokens)
+            return 0.0
+        keep = (0.0, 0.0)
+        if lane == "batch":
+            keep = self._batch_keep(pacer, meter, tokens)
+        wait = pacer.available_in(tokens, keep)
+        if wait > 0:
+            return wait
+        return 0.0 if pacer.try_acquire(tokens, keep) else 1e-3
+
+    @staticmethod
+    def _batch_keep(pacer: Pacer, meter: LaneMeter, tokens: float) -> tuple[float, float]:
+        """What a batch take must leave in this replica's buckets: one interactive request and the interactive
+        reserve (requests; tokens at the size of this request). A bucket of under two requests holds no request
+        beside the batch's own, so there it keeps the reserve only."""
+        reserve = meter.reserve(pacer.burst_s)
+        rpm = pacer.rpm
+        keep_requests = reserve + (1.0 if rpm is not None and rpm.burst >= 2.0 + reserve else 0.0)
+        keep_tokens = 0.0
+        if pacer.tpm is not None and tokens > 0:
+            keep_tokens = min(keep_requests * tokens, max(0.0, pacer.tpm.burst - tokens))
+        return keep_requests, keep_tokens
 
     # -- drain / enable ---------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from tailgate.gateway.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request import PATHS, Ctx, Endpoint
 from tailgate.gateway.revocation import revoke_refused_key
 from tailgate.routing import Route, Sticky, should_shed
+from tailgate.state.priority import Lane, lane_of
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UnsendableHeader, UpstreamClient, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -202,11 +203,12 @@ class Proxy:
         queue = deque(order)
         paced: list[ProviderState] = []
         last: CallResult | None = None
+        lane = lane_of(ctx.traffic_class, obj)  # the batch lane waits for what interactive traffic leaves
         while queue and ctx.attempts < table.retry.max_attempts:
             if time.perf_counter() >= deadline:
                 break
             route = queue.popleft()
-            if not self._admit(route, tokens, paced):
+            if not await self._admit_lane(route, tokens, paced, lane, min(deadline, ctx.t0 + table.pacing.batch_wait)):
                 continue  # paced out (spills to the next route) or its breaker is open / its trials are taken
             if hedger is not None and ctx.attempts == 0 and queue:
                 resp, result = await self._race(request, ctx, route, queue, hedger, obj, wants_usage, tokens, paced)
@@ -287,6 +289,29 @@ class Proxy:
         except KeyRefused as refused:
             ctx.outcome = refused.reason
             raise refused.error from None
+
+    async def _admit_lane(
+        self, route: Route, tokens: float, paced: list[ProviderState], lane: Lane, wait_until: float
+    ) -> bool:
+        """:meth:`_admit` with priority at the pacer (``state/priority.py``, ``Fleet.pace``): a batch-lane attempt
+        takes only what interactive traffic leaves and may wait for it until ``wait_until`` (``perf_counter``:
+        the request's start + ``routing.pacing.batch_wait``, at most its retry deadline); a provider paced on
+        the fleet's shared bucket asks it. Otherwise :meth:`_admit`."""
+        core = self.core
+        provider = core.providers[route.provider]
+        fleet = core.fleet
+        if not provider.pacer.limited or (lane == "interactive" and not fleet.fleet_paced(provider)):
+            return self._admit(route, tokens, paced)
+        fleet.wanted(route.provider)
+        wait_s = 0.0
+        if lane == "batch":
+            wait_s = max(0.0, wait_until - time.perf_counter())
+        if not await fleet.pace(provider, tokens, lane, wait_s):
+            provider.paced += 1
+            paced.append(provider)
+            core.paced_total.labels(provider.name).inc()
+            return False
+        return core.breakers.get(route.provider).allow()
 
     def _admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
