@@ -128,12 +128,12 @@ async def main() -> int:
     parser.add_argument("--warmup", type=float, default=4.0)
     parser.add_argument("--multiples", default="2,5,10")
     parser.add_argument("--lanes", default="interactive,batch")
-    parser.add_argument("--quick", action="store_true", help="one multiple (5×), 8 s, rpm 240: the smoke test's run")
+    parser.add_argument("--quick", action="store_true", help="one multiple (5×), 6 s, rpm 240: the smoke test's run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     multiples = [float(m) for m in args.multiples.split(",")]
     if args.quick:
-        args.rpm, args.seconds, args.warmup, multiples = 240.0, 8.0, 3.0, [5.0]
+        args.rpm, args.seconds, args.warmup, multiples = 240.0, 6.0, 2.0, [5.0]
     results = []
     with RedisServer() as redis:
         redis.start()

@@ -21,45 +21,49 @@ SLOW = 1e-4
 
 
 async def test_an_interactive_take_goes_while_the_bucket_is_not_negative(state: SharedState) -> None:
-    """A bucket of 2: three requests go (the third leaves a debt of one request), the fourth waits for the
-    refill of that debt and one request (inf at this rate is not claimed: it can come back)."""
-    oks = [(await state.pace("p:rpm", 1, SLOW, 2)).ok for _ in range(4)]
+    """A bucket of 2 with a debt of 1: three requests go (the third leaves a debt of one request), the fourth
+    waits for the refill of that debt (inf at this rate is not claimed: it can come back)."""
+    oks = [(await state.pace("p:rpm", 1, SLOW, 2, debt=1)).ok for _ in range(4)]
     assert oks == [True, True, True, False]
-    refused = await state.pace("p:rpm", 1, SLOW, 2)
+    refused = await state.pace("p:rpm", 1, SLOW, 2, debt=1)
     assert refused.remaining == pytest.approx(-1, abs=1e-3)
     assert refused.retry_after_s == pytest.approx(1 / SLOW, rel=0.01)
     assert refused.limit == 2
 
 
 async def test_a_batch_take_leaves_the_interactive_reserve_and_interactive_still_goes(state: SharedState) -> None:
-    """The promise: batch with a reserve of 2 drains a bucket of 5 only to 2; every interactive request after
-    it is admitted exactly as without the batch takes down to a level of 0 (then one request of debt)."""
-    batch = [(await state.pace("p:rpm", 1, SLOW, 5, lane="batch", reserve=2)).ok for _ in range(5)]
+    """The promise: batch with a reserve of 2 drains a bucket of 5 (debt 1) only to 2; every interactive request
+    after it is admitted as if the level were its own: 2 → 1 → 0 → -1, then refused."""
+    batch = [(await state.pace("p:rpm", 1, SLOW, 5, lane="batch", reserve=2, debt=1)).ok for _ in range(5)]
     assert batch == [True, True, True, False, False]
-    refused = await state.pace("p:rpm", 1, SLOW, 5, lane="batch", reserve=2)
+    refused = await state.pace("p:rpm", 1, SLOW, 5, lane="batch", reserve=2, debt=1)
     assert refused.remaining == pytest.approx(2, abs=1e-3)
-    inter = [(await state.pace("p:rpm", 1, SLOW, 5)).ok for _ in range(4)]
-    assert inter == [True, True, True, False]  # 2 → 1 → 0 → -1, then refused: the reserve was theirs
+    inter = [(await state.pace("p:rpm", 1, SLOW, 5, debt=1)).ok for _ in range(4)]
+    assert inter == [True, True, True, False]  # the reserve was theirs
     never = await state.pace("p:rpm", 4, SLOW, 5, lane="batch", reserve=2)
     assert not never.ok
     assert never.retry_after_s == math.inf  # 4 + a reserve of 2 never fit a bucket of 5
 
 
-async def test_a_batch_take_never_puts_the_bucket_in_debt_even_without_a_reserve(state: SharedState) -> None:
-    """Reserve 0: batch stops at 0, where an interactive request still goes."""
-    assert [(await state.pace("p", 1, SLOW, 2, lane="batch")).ok for _ in range(3)] == [True, True, False]
-    assert (await state.pace("p", 1, SLOW, 2)).ok
+async def test_without_a_debt_batch_leaves_one_interactive_request(state: SharedState) -> None:
+    """A plain token bucket (no debt): batch stops at 1, where an interactive request still goes; with a debt of
+    one, batch stops at 0, where an interactive request still goes too."""
+    assert [(await state.pace("p", 1, SLOW, 3, lane="batch")).ok for _ in range(3)] == [True, True, False]
+    assert (await state.pace("p", 1, SLOW, 3)).ok
+    assert not (await state.pace("p", 1, SLOW, 3)).ok  # no debt: a plain bucket
+    assert [(await state.pace("q", 1, SLOW, 2, lane="batch", debt=1)).ok for _ in range(3)] == [True, True, False]
+    assert (await state.pace("q", 1, SLOW, 2, debt=1)).ok
 
 
 async def test_the_bucket_refills_at_its_rate(state: SharedState) -> None:
-    """20 per second, a bucket of 1: two go (one of debt), the third is told ~0.1 s and goes after it."""
-    assert (await state.pace("p:fast", 1, 20, 1)).ok
-    assert (await state.pace("p:fast", 1, 20, 1)).ok
-    refused = await state.pace("p:fast", 1, 20, 1)
+    """20 per second, a bucket of 1, a debt of 1: two go, the third is told ~0.1 s and goes after it."""
+    assert (await state.pace("p:fast", 1, 20, 1, debt=1)).ok
+    assert (await state.pace("p:fast", 1, 20, 1, debt=1)).ok
+    refused = await state.pace("p:fast", 1, 20, 1, debt=1)
     assert not refused.ok
     assert 0 < refused.retry_after_s <= 0.1 + 1e-6
     await asyncio.sleep(refused.retry_after_s + 0.02)
-    assert (await state.pace("p:fast", 1, 20, 1)).ok
+    assert (await state.pace("p:fast", 1, 20, 1, debt=1)).ok
 
 
 async def test_pace_refuses_bad_arguments_by_name(state: SharedState) -> None:
@@ -75,29 +79,33 @@ async def test_replicas_share_one_bucket_and_the_priority_holds_across_them(repl
     """Two Redis replicas: batch on one drains the shared bucket to its reserve; interactive on the other
     finds the reserve there (the priority is fleet-wide, not per replica)."""
     a, b = await replicas(), await replicas()
-    assert [(await a.pace("p", 1, SLOW, 4, lane="batch", reserve=1)).ok for _ in range(4)] == [True] * 3 + [False]
-    assert [(await b.pace("p", 1, SLOW, 4)).ok for _ in range(3)] == [True, True, False]
-    assert not (await a.pace("p", 1, SLOW, 4, lane="batch", reserve=0)).ok
+    batch = [(await a.pace("p", 1, SLOW, 4, lane="batch", reserve=1, debt=1)).ok for _ in range(4)]
+    assert batch == [True] * 3 + [False]
+    assert [(await b.pace("p", 1, SLOW, 4, debt=1)).ok for _ in range(3)] == [True, True, False]
+    assert not (await a.pace("p", 1, SLOW, 4, lane="batch", reserve=0, debt=1)).ok
 
 
 def test_any_sequence_keeps_the_promise() -> None:
-    """The arithmetic both backends run (PaceBucket): over random takes of both lanes, an interactive take is
-    refused only when the level is negative, and a batch take never leaves less than its reserve."""
+    """The arithmetic both backends run (PaceBucket): over random takes of both lanes and debts, an interactive
+    take is refused only when the level is below what it needs, and a batch take never leaves less than its
+    reserve plus what an interactive take needs."""
     rng = random.Random(41)
     bucket, now = PaceBucket(3.0, 0.0), 0.0
     for _ in range(5000):
         now += rng.expovariate(4.0)
         lane: Lane = rng.choice(("interactive", "batch"))
         reserve = rng.choice((0.0, 0.5, 1.5))
+        debt = rng.choice((0.0, 1.0))
         before = min(3.0, bucket.level + (now - bucket.updated) * 2.0)
-        ok, retry, after = bucket.take(now, 1.0, 2.0, 3.0, keep_level(lane, 1.0, reserve))
+        ok, retry, after = bucket.take(now, 1.0, 2.0, 3.0, keep_level(lane, 1.0, reserve, debt))
         if lane == "interactive":
-            assert ok == (before >= 0), (before, after)
-            assert after >= -1.0
-        else:
-            assert ok == (before - 1.0 >= reserve)
+            assert ok == (before >= 1.0 - debt), (before, after)
             if ok:
-                assert after >= reserve
+                assert after >= -debt
+        else:
+            assert ok == (before - 1.0 >= reserve + 1.0 - debt)
+            if ok:
+                assert after - (1.0 - debt) >= reserve  # an interactive take still goes, the reserve kept
         assert ok or retry > 0
 
 

@@ -369,8 +369,12 @@ class Fleet:
                 return wait
             # The fleet's interactive reserve, from this replica's demand × the replicas (a balancer spreads it).
             reserve = meter.reserve(pacer.burst_s) * max(1, self.state.replicas()) if lane == "batch" else 0.0
+            burst = max(1.0, rate * pacer.burst_s)
+            # A debt of one request where the headroom covers it: over any minute the fleet then sends at most
+            # headroom × limit + the bucket + that one request, still within the limit.
+            debt = 1.0 if (1.0 - pacer.headroom) * pacer.rpm_limit >= burst + 1.0 else 0.0
             adm = await self.state.pace(
-                f"provider:{provider.name}:rpm", 1.0, rate, max(1.0, rate * pacer.burst_s), lane=lane, reserve=reserve
+                f"provider:{provider.name}:rpm", 1.0, rate, burst, lane=lane, reserve=reserve, debt=debt
             )
             if not adm.ok:
                 return max(adm.retry_after_s, 1e-3)

@@ -79,7 +79,15 @@ class LocalState(SharedState):
         return self.take_now(name, amount, limit, window_s)
 
     def pace_now(
-        self, name: str, amount: float, rate: float, burst: float, *, lane: Lane = "interactive", reserve: float = 0.0
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
     ) -> Admission:
         """``pace`` without a coroutine (the local backend never waits)."""
         check_pace(amount, rate, burst)
@@ -87,13 +95,21 @@ class LocalState(SharedState):
         bucket = self._buckets.get(name)
         if bucket is None:
             bucket = self._buckets[name] = PaceBucket(burst, now)
-        ok, retry, level = bucket.take(now, amount, rate, burst, keep_level(lane, amount, reserve))
+        ok, retry, level = bucket.take(now, amount, rate, burst, keep_level(lane, amount, reserve, debt))
         return Admission(ok, retry, level, burst)
 
     async def pace(
-        self, name: str, amount: float, rate: float, burst: float, *, lane: Lane = "interactive", reserve: float = 0.0
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
     ) -> Admission:
-        return self.pace_now(name, amount, rate, burst, lane=lane, reserve=reserve)
+        return self.pace_now(name, amount, rate, burst, lane=lane, reserve=reserve, debt=debt)
 
     def adjust_now(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
         if not math.isfinite(delta):

@@ -1,16 +1,15 @@
 """Priority at the pacer: interactive requests first, the batch lane on what they leave.
 
 **The promise** (one sentence, :func:`keep_level`): *a batch-lane take never leaves a provider's pacing bucket
-below the interactive reserve (the interactive demand measured over the last window × the bucket's burst time,
-at least 0), while an interactive take only needs the bucket at 0 or above — so the first interactive request
-at any moment is never delayed by batch work, and a burst of them is not delayed while it stays within the
-measured interactive rate.*
+below what one interactive request needs plus the interactive reserve (the interactive demand measured over the
+last window × the bucket's burst time) — so the first interactive request at any moment is never delayed by
+batch work, and a burst of them is not delayed while it stays within the measured interactive rate.*
 
-The bucket is a token bucket (``rate`` per second, at most ``burst``) that may run into a debt of one request:
-an interactive request goes as soon as the level is not negative, whatever its size (a bucket of less than
-two requests would otherwise waste the refill that arrives while it is full and nobody is there to take it —
-the idle budget of issue 41). A batch take must keep ``reserve`` in the bucket after it, so it takes only
-tokens the interactive traffic measured over the last window would not have used.
+The bucket is a token bucket (``rate`` per second, at most ``burst``) that may run into a ``debt`` of at most
+one request where the limit's headroom covers it: an interactive request then goes as soon as the level is not
+negative (a bucket of less than two requests would otherwise waste the refill that arrives while it is full and
+nobody is there to take it — the idle budget of issue 41). A batch take must keep the reserve beside that, so
+it takes only tokens the interactive traffic measured over the last window would not have used.
 
 :class:`PaceBucket` is the bucket's arithmetic, in one place for both backends: ``LocalState.pace`` keeps one
 per name in the process, ``RedisState.pace`` runs the same steps in Lua on Redis's clock (``_lua.PACE``), so a
@@ -41,14 +40,17 @@ def lane_of(traffic_class: str | None, body: Mapping[str, Any] | None) -> Lane:
     return "interactive"
 
 
-def keep_level(lane: Lane, amount: float, reserve: float) -> float:
+def keep_level(lane: Lane, amount: float, reserve: float, debt: float = 0.0) -> float:
     """The level a take of ``amount`` must leave in the bucket (the promise in the module docstring).
 
-    Interactive: ``-amount`` — it goes whenever the bucket is at 0 or above (a debt of at most itself).
-    Batch: ``reserve`` (≥ 0) — it never takes the bucket below what the interactive traffic is expected to need."""
+    Interactive: ``-debt`` — it goes whenever the bucket holds ``amount - debt`` (``debt`` ≤ ``amount``: a bucket
+    may run that far below 0; 0, a plain token bucket). Batch: ``reserve`` (≥ 0) plus what an interactive take of
+    the same size needs, ``amount - debt`` — so after any batch take an interactive one still goes, and the
+    interactive traffic's reserve is still there."""
+    debt = min(max(0.0, debt), amount)
     if lane == "interactive":
-        return -amount
-    return max(0.0, reserve)
+        return -debt
+    return max(0.0, reserve) + amount - debt
 
 
 class PaceBucket:

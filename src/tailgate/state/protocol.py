@@ -237,15 +237,24 @@ class SharedState(abc.ABC):
 
     @abc.abstractmethod
     async def pace(
-        self, name: str, amount: float, rate: float, burst: float, *, lane: Lane = "interactive", reserve: float = 0.0
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
     ) -> Admission:
         """Take ``amount`` from the token bucket ``name`` (``rate`` per second, at most ``burst``), or nothing.
 
-        The priority rule of ``state/priority.py``: an ``interactive`` take succeeds whenever the level is at 0 or
-        above (it may leave a debt of at most itself), a ``batch`` take only when it leaves ``reserve`` (≥ 0) in the
-        bucket. With Redis every replica takes from one bucket per name, on Redis's clock. ``remaining``: the level
-        after the decision; ``limit``: ``burst``; ``retry_after_s``: when the same take could succeed (at
-        ``rate``; ``inf`` when ``amount`` + the level it must keep is above ``burst``)."""
+        The priority rule of ``state/priority.py`` (``keep_level``): an ``interactive`` take succeeds whenever the
+        bucket holds ``amount - debt`` (it may leave a debt of ``debt`` ≤ ``amount``), a ``batch`` take only when
+        it leaves ``reserve`` (≥ 0) + what an interactive take of its size needs. With Redis every replica takes
+        from one bucket per name, on Redis's clock. ``remaining``: the level after the decision; ``limit``:
+        ``burst``; ``retry_after_s``: when the same take could succeed (at ``rate``; ``inf`` when ``amount`` + the
+        level it must keep is above ``burst``)."""
 
     # -- concurrency gauges ----------------------------------------------------------------------------
 

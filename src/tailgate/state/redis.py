@@ -230,19 +230,27 @@ class RedisState(SharedState):
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
 
     async def pace(
-        self, name: str, amount: float, rate: float, burst: float, *, lane: Lane = "interactive", reserve: float = 0.0
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
     ) -> Admission:
         """One bucket per name for the whole fleet (``_lua.PACE``). Redis down or slow: this replica's own bucket
         at its share (``rate`` and ``burst`` ÷ the replicas alive), marked ``local``."""
         check_pace(amount, rate, burst)
         key = f"{self._p}pace:{name}"
-        keep = keep_level(lane, amount, reserve)
+        keep = keep_level(lane, amount, reserve, debt)
         try:
             ok, retry, level = await self._link.call(self._pace(keys=[key], args=[amount, rate, burst, keep]))
         except Unavailable:
             n = max(1, self._views.replicas)
             share = rate / n, max(burst / n, 1.0)
-            adm = self._alone.local.pace_now(name, amount, *share, lane=lane, reserve=reserve / n)
+            adm = self._alone.local.pace_now(name, amount, *share, lane=lane, reserve=reserve / n, debt=debt)
             return Admission(adm.ok, adm.retry_after_s, adm.remaining, adm.limit, local=True)
         return Admission(bool(ok), _f(retry), _f(level), burst)
 

@@ -1,0 +1,25 @@
+"""Smoke test of benchmarks/pacing_share.py: three real replicas on a real redis-server pace a simulator that
+enforces its rpm; 5× the pacing target offered, interactive and batch lanes.
+
+Correctness: 0 upstream 429s (the script exits 1 otherwise). The share is judged against a loose floor only (the
+full run's ≥ 0.95 is docs/benchmarks.md's business): it is a rate, so the test judges time.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from bench_support import run_quick
+
+from _require import require_redis_server
+
+
+@pytest.mark.timing
+def test_quick_run_uses_the_pacing_target_without_an_upstream_429() -> None:
+    require_redis_server()
+    stdout = run_quick("pacing_share.py", timeout=120)
+    assert "no upstream 429s" in stdout
+    shares = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+)\s+5x .* share (\d\.\d+)", stdout, re.M)}
+    assert set(shares) == {"interactive", "batch"}, stdout
+    assert all(s >= 0.8 for s in shares.values()), stdout
