@@ -37,7 +37,7 @@ HEADROOM = 0.9
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
-def _config(tmp: Path, redis_url: str, a: str, b: str, rpm: float, lane: str) -> Path:
+def _config(tmp: Path, redis_url: str, a: str, b: str, rpm: float, lane: str, batch_wait: float) -> Path:
     data: dict[str, Any] = {
         "providers": {"a": {"base_url": a, "limits": {"rpm": rpm}}, "b": {"base_url": b}},
         "models": {
@@ -48,7 +48,7 @@ def _config(tmp: Path, redis_url: str, a: str, b: str, rpm: float, lane: str) ->
                 ]
             }
         },
-        "routing": {"probes": {"enabled": False}, "pacing": {"headroom": HEADROOM}},
+        "routing": {"probes": {"enabled": False}, "pacing": {"headroom": HEADROOM, "batch_wait": batch_wait}},
         "ledger": {"enabled": False},
         "state": {"backend": "redis", "url": redis_url, "namespace": f"p{uuid.uuid4().hex[:8]}", "timeout": "250ms"},
     }
@@ -58,7 +58,7 @@ def _config(tmp: Path, redis_url: str, a: str, b: str, rpm: float, lane: str) ->
 
 
 async def one_run(
-    redis_url: str, rpm: float, multiple: float, seconds: float, warmup: float, lane: str
+    redis_url: str, rpm: float, multiple: float, seconds: float, warmup: float, lane: str, batch_wait: float
 ) -> dict[str, Any]:
     """One fleet, one multiple, one lane: the share of the target that ``a`` served and its 429s."""
     tmp = Path(tempfile.mkdtemp(prefix="tailgate-pacing-"))
@@ -70,7 +70,7 @@ async def one_run(
     b = SimProvider(ProviderSpec(name="b", params=preset("instant"), preset="instant", models=("up",)))
     await a.start()
     await b.start()
-    config = _config(tmp, redis_url, a.url, b.url, rpm, lane)
+    config = _config(tmp, redis_url, a.url, b.url, rpm, lane, batch_wait)
     procs = [start_gateway(config) for _ in range(3)]
     target = HEADROOM * rpm / 60.0  # req/s fleet-wide
     rate = multiple * target
@@ -130,17 +130,20 @@ async def main() -> int:
     parser.add_argument("--warmup", type=float, default=4.0)
     parser.add_argument("--multiples", default="2,5,10")
     parser.add_argument("--lanes", default="interactive,batch")
-    parser.add_argument("--quick", action="store_true", help="one multiple (5×), 6 s, rpm 240: the smoke test's run")
+    parser.add_argument("--batch-wait", type=float, default=30.0, help="routing.pacing.batch_wait (s)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one multiple (5×), 6 s, rpm 240, batch_wait 2 s: the smoke test's run"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     multiples = [float(m) for m in args.multiples.split(",")]
     if args.quick:
-        args.rpm, args.seconds, args.warmup, multiples = 240.0, 6.0, 2.0, [5.0]
+        args.rpm, args.seconds, args.warmup, args.batch_wait, multiples = 240.0, 6.0, 2.0, 2.0, [5.0]
     results = []
     with RedisServer() as redis:
         for lane in args.lanes.split(","):
             for m in multiples:
-                res = await one_run(redis.url, args.rpm, m, args.seconds, args.warmup, lane)
+                res = await one_run(redis.url, args.rpm, m, args.seconds, args.warmup, lane, args.batch_wait)
                 results.append(res)
                 print(
                     f"{lane:<11} {m:>4g}x  offered {res['offered']:>5}  a served {res['served_by_a']:>4} of "

@@ -16,9 +16,10 @@ from _require import require_redis_server
 
 
 @pytest.mark.timing
+@pytest.mark.timeout(150)  # two fleets of three replicas start inside it: ~40 s on an idle machine
 def test_quick_run_uses_the_pacing_target_without_an_upstream_429() -> None:
     require_redis_server()
-    stdout = run_quick("pacing_share.py", timeout=120)
+    stdout = run_quick("pacing_share.py", timeout=140)
     assert "no upstream 429s" in stdout
     shares = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+)\s+5x .* share (\d\.\d+)", stdout, re.M)}
     assert set(shares) == {"interactive", "batch"}, stdout
