@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
 from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
-from tailgate.state.priority import Lane, LaneMeter
+from tailgate.state.priority import Lane, LaneMeter, lane_weights
 from tailgate.stats import SlidingWindow
 from tailgate.stats.window import ROUTING_PRECISION
 from tailgate.wire import errors as wire_errors
@@ -65,6 +65,8 @@ _DEMAND_FLOOR = 0.05
 that has seen no traffic yet can still send its first requests."""
 _DEMAND_WINDOW_S = 2.0
 """A replica's demand is its request rate over about this long (a sliding window of sync ticks)."""
+_BATCH_KEY = "\x1fbatch"
+"""Suffix of a provider's name in the published demand: the batch lane's part of it."""
 _FLEET_BUCKET_BELOW = 2.0
 """A provider whose per-replica slice of the pacing bucket would hold fewer requests is paced on one fleet-wide
 bucket instead (``Fleet.fleet_paced``)."""
@@ -135,6 +137,9 @@ class Fleet:
         self._breaker_gen: dict[str, int] = {}
         self._trial_tokens: dict[str, str] = {}
         self._wanted: dict[str, int] = {}
+        self._wanted_batch: dict[str, int] = {}
+        self._batch_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
+        """Per provider: the batch lane's part of ``_wanted`` and of the demand ticks."""
         self._meters: dict[str, LaneMeter] = {}
         """Per provider: this replica's interactive demand (requests), the batch lane's reserve."""
         self._lines: dict[str, asyncio.Lock] = {}
@@ -314,9 +319,12 @@ class Fleet:
 
     # -- pacing demand ----------------------------------------------------------------------------------
 
-    def wanted(self, provider: str) -> None:
-        """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand."""
+    def wanted(self, provider: str, lane: Lane = "interactive") -> None:
+        """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand (the batch lane's
+        also counted apart: the split gives it only what the fleet's interactive demand leaves)."""
         self._wanted[provider] = self._wanted.get(provider, 0) + 1
+        if lane == "batch":
+            self._wanted_batch[provider] = self._wanted_batch.get(provider, 0) + 1
 
     # -- priority at the pacer (state/priority.py) ----------------------------------------------------------
 
@@ -506,7 +514,8 @@ class Fleet:
             await self.state.publish("config", self._version().encode(), ttl_s=5.0)
 
     async def _share_pacing(self) -> None:
-        """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``.
+        """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``, the demands
+        weighed by lane (``lane_weights``: interactive first, batch on what the fleet's interactive demand leaves).
 
         The replicas tick at different moments, so a replica sees a peer's new demand up to one tick
         after the peer itself acted on it. To keep the shares' sum ≤ 1 through such changes, a replica's
@@ -517,17 +526,24 @@ class Fleet:
         now = time.monotonic()
         dt, self._last_tick = max(1e-3, now - self._last_tick), now
         limited = [n for n, p in self._providers().items() if p.pacer.limited]
+        batch: dict[str, float] = {}
         for name in self._wanted:
-            ticks = self._demand_ticks.setdefault(name, collections.deque())
-            ticks.append((dt, self._wanted[name]))
-            self._wanted[name] = 0
-            span = sum(t for t, _ in ticks)
-            while len(ticks) > 1 and span - ticks[0][0] >= _DEMAND_WINDOW_S:
-                span -= ticks.popleft()[0]
-            self._demand[name] = sum(n for _, n in ticks) / span
+            for counts, store, out in (
+                (self._wanted, self._demand_ticks, self._demand),
+                (self._wanted_batch, self._batch_ticks, batch),
+            ):
+                ticks = store.setdefault(name, collections.deque())
+                ticks.append((dt, counts.get(name, 0)))
+                counts[name] = 0
+                span = sum(t for t, _ in ticks)
+                while len(ticks) > 1 and span - ticks[0][0] >= _DEMAND_WINDOW_S:
+                    span -= ticks.popleft()[0]
+                out[name] = sum(n for _, n in ticks) / span
         if not limited:
             return
         mine = {n: round(self._demand[n], 3) for n in limited}
+        # The batch lane's part under its own key (a replica without lanes ignores a name it has no provider for).
+        mine |= {n + _BATCH_KEY: round(batch.get(n, 0.0), 3) for n in limited}
         before, self._published_demand = self._published_demand, mine
         await self.state.publish("pacing", msgspec.json.encode(mine), ttl_s=max(1.0, 4 * self.sync_interval))
         seen: dict[str, tuple[bytes, dict[str, float], dict[str, float]]] = {}
@@ -540,9 +556,17 @@ class Fleet:
                 seen[replica] = (blob, latest, old[1] if old is not None else latest)
         self._peer_demand = seen
         for name in limited:
-            own = min(mine[name], before.get(name, mine[name])) + _DEMAND_FLOOR
-            others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
-            self._providers()[name].pacer.set_share(own / (own + others))
+            key = name + _BATCH_KEY
+            low = {k: min(mine[k], before.get(k, mine[k])) for k in (name, key)}
+            demands = [(low[name] - low[key], low[key])]
+            for _, new, prev in seen.values():
+                total = max(new.get(name, 0.0), prev.get(name, 0.0))
+                part = max(new.get(key, 0.0), prev.get(key, 0.0))
+                demands.append((total - part, part))
+            pacer = self._providers()[name].pacer
+            target = pacer.rpm_limit * pacer.headroom / 60.0 if pacer.rpm_limit is not None else None
+            weights = [w + _DEMAND_FLOOR for w in lane_weights(target, demands)]
+            pacer.set_share(weights[0] / sum(weights))
 
     # -- the dashboard's fleet view ----------------------------------------------------------------------
 

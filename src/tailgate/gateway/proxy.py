@@ -302,7 +302,7 @@ class Proxy:
         fleet = core.fleet
         if not provider.pacer.limited or (lane == "interactive" and not fleet.fleet_paced(provider)):
             return self._admit(route, tokens, paced)
-        fleet.wanted(route.provider)
+        fleet.wanted(route.provider, lane)
         wait_s = 0.0
         if lane == "batch":
             wait_s = max(0.0, wait_until - time.perf_counter())

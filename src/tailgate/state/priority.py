@@ -22,10 +22,10 @@ from __future__ import annotations
 import collections
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-__all__ = ["Lane", "LaneMeter", "PaceBucket", "keep_level", "lane_of"]
+__all__ = ["Lane", "LaneMeter", "PaceBucket", "keep_level", "lane_of", "lane_weights"]
 
 Lane = Literal["interactive", "batch"]
 
@@ -51,6 +51,24 @@ def keep_level(lane: Lane, amount: float, reserve: float, debt: float = 0.0) -> 
     if lane == "interactive":
         return -debt
     return max(0.0, reserve) + amount - debt
+
+
+def lane_weights(target: float | None, demands: Sequence[tuple[float, float]]) -> list[float]:
+    """The fleet-wide priority of a provider's pacing split: each replica's weight from its (interactive, batch)
+    demand (requests per second), its share of the target being its weight ÷ the weights' sum.
+
+    A replica weighs its interactive demand, plus — only where the fleet's interactive demand leaves part of
+    ``target`` (requests per second) — that spare part in proportion to its batch demand. So batch work on one
+    replica never takes the share another replica's interactive traffic needs; without batch demand (or without a
+    request-rate target) the weights are the total demands, the split as before."""
+    if target is None:
+        return [max(0.0, i) + max(0.0, b) for i, b in demands]
+    inter = sum(max(0.0, i) for i, _ in demands)
+    batch = sum(max(0.0, b) for _, b in demands)
+    spare = max(0.0, target - inter)
+    if batch <= 0:
+        return [max(0.0, i) for i, _ in demands]
+    return [max(0.0, i) + spare * max(0.0, b) / batch for i, b in demands]
 
 
 class PaceBucket:
