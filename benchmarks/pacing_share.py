@@ -5,8 +5,10 @@ provider ``a`` (``limits.rpm``; a simulator in this process that enforces that r
 provider ``b`` (unlimited) takes what ``a``'s pacing spills. For each multiple (2×, 5×, 10× the pacing
 target ``headroom × rpm``), requests arrive at an even rate, round-robin over the replicas, for ``--seconds``
 after a warm-up; the share is what ``a`` answered 200 inside the window ÷ the target over the same window.
-Each multiple runs twice: ``interactive`` (no header: paced-out requests spill to ``b``) and ``batch``
-(``x-tailgate-class: batch``: they wait at ``a``'s pacer, up to ``routing.pacing.batch_wait``).
+Each multiple runs in each lane: ``interactive`` (no header: paced-out requests spill to ``b``), ``batch``
+(``x-tailgate-class: batch``: they wait at ``a``'s pacer, up to ``routing.pacing.batch_wait``), and ``mixed``
+(interactive at 0.7× the target on replica 0 beside batch at the multiple on replicas 1 and 2: the interactive
+requests moved to ``b`` are counted — the lane split's fleet-wide priority).
 
 Target: share ≥ 0.95 at every multiple, 0 upstream 429s. Exits 1 on any upstream 429.
 Usage: ``.venv/bin/python benchmarks/pacing_share.py [--quick] [--rpm 60] [--seconds 30] [--multiples 2,5,10]``.
@@ -73,33 +75,45 @@ async def one_run(
     config = _config(tmp, redis_url, a.url, b.url, rpm, lane, batch_wait)
     procs = [start_gateway(config) for _ in range(3)]
     target = HEADROOM * rpm / 60.0  # req/s fleet-wide
-    rate = multiple * target
-    headers = {"x-tailgate-class": "batch"} if lane == "batch" else {}
+    batch = {"x-tailgate-class": "batch"}
     statuses: dict[int, int] = {}
+    moved = [0, 0]  # interactive requests of the mixed run: served by b (moved off a), all
     try:
         # No cap on the client's connections: batch requests hold theirs while they wait in the lane.
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
 
-            async def chat(url: str) -> None:
+            async def chat(url: str, headers: dict[str, str], watch: bool) -> None:
                 try:
                     async with session.post(f"{url}/chat/completions", json=BODY, headers=headers) as r:
                         await r.read()
                         statuses[r.status] = statuses.get(r.status, 0) + 1
+                        if watch:
+                            moved[0] += r.headers.get("x-tailgate-provider") != "a"
+                            moved[1] += 1
                 except (aiohttp.ClientError, OSError):
                     statuses[0] = statuses.get(0, 0) + 1
 
+            async def drive(rate: float, urls: list[str], headers: dict[str, str], watch: bool) -> int:
+                start, n = time.monotonic(), 0
+                while (due := start + n / rate) < start + warmup + seconds:
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    tasks.append(asyncio.create_task(chat(urls[n % len(urls)], headers, watch)))
+                    n += 1
+                return n
+
             await asyncio.sleep(1.0)  # the replicas learn of each other in their first sync ticks
             tasks: list[asyncio.Task[None]] = []
+            urls = [url for _, url in procs]
             t0 = time.time()
-            start = time.monotonic()
-            i = 0
-            total = warmup + seconds
-            while (due := start + i / rate) < start + total:
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
-                tasks.append(asyncio.create_task(chat(procs[i % 3][1])))
-                i += 1
-            w0, w1 = t0 + warmup, t0 + total
+            if lane == "mixed":  # interactive at 0.7× the target on replica 0, batch at the multiple on 1 and 2
+                counts = await asyncio.gather(
+                    drive(0.7 * target, urls[:1], {}, True), drive(multiple * target, urls[1:], batch, False)
+                )
+                i = sum(counts)
+            else:
+                i = await drive(multiple * target, urls, batch if lane == "batch" else {}, False)
+            w0, w1 = t0 + warmup, t0 + warmup + seconds
             records = [r for r in a.truth.records() if w0 <= r.received_at < w1]
             await asyncio.gather(*tasks)
     finally:
@@ -120,6 +134,8 @@ async def one_run(
         "share": round(served / (target * seconds), 3),
         "upstream_429": upstream_429,
         "client_statuses": statuses,
+        "interactive_moved": moved[0] if lane == "mixed" else None,
+        "interactive": moved[1] if lane == "mixed" else None,
     }
 
 
@@ -129,7 +145,7 @@ async def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=4.0)
     parser.add_argument("--multiples", default="2,5,10")
-    parser.add_argument("--lanes", default="interactive,batch")
+    parser.add_argument("--lanes", default="interactive,batch,mixed")
     parser.add_argument("--batch-wait", type=float, default=30.0, help="routing.pacing.batch_wait (s)")
     parser.add_argument(
         "--quick", action="store_true", help="one multiple (5×), 6 s, rpm 240, batch_wait 2 s: the smoke test's run"
@@ -148,7 +164,12 @@ async def main() -> int:
                 print(
                     f"{lane:<11} {m:>4g}x  offered {res['offered']:>5}  a served {res['served_by_a']:>4} of "
                     f"target {res['target']:>6}  share {res['share']:.3f}  upstream 429s {res['upstream_429']}  "
-                    f"clients {res['client_statuses']}",
+                    f"clients {res['client_statuses']}"
+                    + (
+                        f"  interactive moved to b {res['interactive_moved']} of {res['interactive']}"
+                        if lane == "mixed"
+                        else ""
+                    ),
                     flush=True,
                 )
     if args.json:
