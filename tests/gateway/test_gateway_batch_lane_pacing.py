@@ -67,14 +67,17 @@ async def test_batch_requests_wait_at_the_pacer_instead_of_moving_on(sim: SimFac
 
 
 async def test_a_batch_request_past_its_wait_moves_on(sim: SimFactory, gateway: GwFactory) -> None:
-    """``batch_wait: 0``: a batch request never waits; paced out, it goes to the fallback as interactive does."""
+    """``batch_wait: 0``: a batch request never waits; it goes to the primary while the bucket has budget (rpm 120:
+    a bucket of 1.8, the first goes) and, paced out, to the fallback as interactive does."""
     a = await sim("instant", models=("up",))
     b = await sim("instant", models=("up",))
-    gw = await gateway(_config(a.url, b.url, 60, 0.0))
+    gw = await gateway(_config(a.url, b.url, 120, 0.0))
     async with aiohttp.ClientSession() as session:
         out = [await _chat(session, gw, BATCH) for _ in range(4)]
     assert [s for s, _, _ in out] == [200] * 4
+    assert out[0][1] == "primary"
     assert Counter(p for _, p, _ in out)["secondary"] >= 2
+    assert max(t for _, _, t in out) < 0.5  # none waited
 
 
 async def test_interactive_requests_are_never_moved_off_the_provider_by_batch_work(

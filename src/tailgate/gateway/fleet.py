@@ -349,10 +349,15 @@ class Fleet:
             return await self._pace_once(provider, tokens, lane, meter) == 0.0
         deadline = time.monotonic() + wait_s
         line = self._lines.setdefault(provider.name, asyncio.Lock())
-        try:
-            await asyncio.wait_for(line.acquire(), max(0.0, wait_s))
-        except TimeoutError:
-            return False
+        if line.locked():
+            if wait_s <= 0:
+                return False  # others wait already: a batch request that may not wait is behind them
+            try:
+                await asyncio.wait_for(line.acquire(), wait_s)
+            except TimeoutError:
+                return False
+        else:
+            await line.acquire()  # free: taken at once (a timeout of 0 would refuse even a free lock)
         try:
             while True:
                 wait = await self._pace_once(provider, tokens, lane, meter)
