@@ -77,7 +77,7 @@ async def one_run(
     target = HEADROOM * rpm / 60.0  # req/s fleet-wide
     batch = {"x-tailgate-class": "batch"}
     statuses: dict[int, int] = {}
-    moved = [0, 0]  # interactive requests of the mixed run: served by b (moved off a), all
+    moved = [0, 0]  # interactive requests of the mixed run sent after the warm-up: served by b (moved off a), all
     try:
         # No cap on the client's connections: batch requests hold theirs while they wait in the lane.
         connector = aiohttp.TCPConnector(limit=0)
@@ -98,7 +98,8 @@ async def one_run(
                 start, n = time.monotonic(), 0
                 while (due := start + n / rate) < start + warmup + seconds:
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
-                    tasks.append(asyncio.create_task(chat(urls[n % len(urls)], headers, watch)))
+                    in_window = watch and due - start >= warmup  # after the warm-up: the split has converged
+                    tasks.append(asyncio.create_task(chat(urls[n % len(urls)], headers, in_window)))
                     n += 1
                 return n
 

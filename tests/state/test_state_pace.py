@@ -130,11 +130,11 @@ def test_the_meter_measures_the_interactive_demand_over_its_window() -> None:
 
 def test_the_fleet_split_gives_batch_only_what_interactive_demand_leaves() -> None:
     """Target 9/s: replica A has 10/s of batch work, B 3/s of interactive. A split by total demand would give B
-    9 × 3/13 ≈ 2.1/s (its interactive traffic spilling); the lane split gives B its 3/s and A the spare 6/s.
-    Interactive demand above the target: batch gets nothing. No batch demand: the totals, as before."""
+    9 × 3/13 ≈ 2.1/s (its interactive traffic spilling); the lane split gives B its 3/s × the margin (1.25) and A
+    the spare 5.25/s. Interactive demand above the target: batch gets nothing. No batch demand: the totals."""
     a, b = lane_weights(9.0, [(0.0, 10.0), (3.0, 0.0)])
-    assert 9.0 * b / (a + b) == pytest.approx(3.0)
-    assert 9.0 * a / (a + b) == pytest.approx(6.0)
-    assert lane_weights(9.0, [(0.0, 10.0), (12.0, 0.0)]) == [0.0, 12.0]
+    assert 9.0 * b / (a + b) == pytest.approx(3.75)
+    assert 9.0 * a / (a + b) == pytest.approx(5.25)
+    assert lane_weights(9.0, [(0.0, 10.0), (12.0, 0.0)]) == [0.0, 15.0]
     assert lane_weights(9.0, [(2.0, 0.0), (5.0, 0.0)]) == [2.0, 5.0]
     assert lane_weights(None, [(2.0, 1.0), (5.0, 0.0)]) == [3.0, 5.0]

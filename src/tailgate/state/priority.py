@@ -29,6 +29,9 @@ __all__ = ["Lane", "LaneMeter", "PaceBucket", "keep_level", "lane_of", "lane_wei
 
 Lane = Literal["interactive", "batch"]
 
+INTERACTIVE_MARGIN = 1.25
+"""In the fleet's split, interactive demand counts this much above its measured rate before batch gets the rest."""
+
 
 def lane_of(traffic_class: str | None, body: Mapping[str, Any] | None) -> Lane:
     """A live request's lane: ``batch`` when its class is ``batch`` (``x-tailgate-class: batch`` or the key's
@@ -53,22 +56,24 @@ def keep_level(lane: Lane, amount: float, reserve: float, debt: float = 0.0) -> 
     return max(0.0, reserve) + amount - debt
 
 
-def lane_weights(target: float | None, demands: Sequence[tuple[float, float]]) -> list[float]:
+def lane_weights(
+    target: float | None, demands: Sequence[tuple[float, float]], margin: float = INTERACTIVE_MARGIN
+) -> list[float]:
     """The fleet-wide priority of a provider's pacing split: each replica's weight from its (interactive, batch)
     demand (requests per second), its share of the target being its weight ÷ the weights' sum.
 
-    A replica weighs its interactive demand, plus — only where the fleet's interactive demand leaves part of
-    ``target`` (requests per second) — that spare part in proportion to its batch demand. So batch work on one
-    replica never takes the share another replica's interactive traffic needs; without batch demand (or without a
-    request-rate target) the weights are the total demands, the split as before."""
+    A replica weighs its interactive demand × ``margin`` (room for its jitter), plus — only where the fleet's
+    interactive demand × ``margin`` leaves part of ``target`` (requests per second) — that spare part in
+    proportion to its batch demand. So batch work on one replica never takes the share another replica's
+    interactive traffic needs; without batch demand (or without a request-rate target) the weights are the total
+    demands, the split as before."""
     if target is None:
         return [max(0.0, i) + max(0.0, b) for i, b in demands]
-    inter = sum(max(0.0, i) for i, _ in demands)
     batch = sum(max(0.0, b) for _, b in demands)
-    spare = max(0.0, target - inter)
     if batch <= 0:
         return [max(0.0, i) for i, _ in demands]
-    return [max(0.0, i) + spare * max(0.0, b) / batch for i, b in demands]
+    spare = max(0.0, target - sum(max(0.0, i) * margin for i, _ in demands))
+    return [max(0.0, i) * margin + spare * max(0.0, b) / batch for i, b in demands]
 
 
 class PaceBucket:
