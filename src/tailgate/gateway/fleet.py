@@ -140,6 +140,9 @@ class Fleet:
         self._wanted_batch: dict[str, int] = {}
         self._batch_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
         """Per provider: the batch lane's part of ``_wanted`` and of the demand ticks."""
+        self._fleet_batch: dict[str, float] = {}
+        self._fleet_interactive: dict[str, float] = {}
+        """Per provider: the fleet's batch and interactive demand (requests per second) as last published."""
         self._meters: dict[str, LaneMeter] = {}
         """Per provider: this replica's interactive demand (requests), the batch lane's reserve."""
         self._lines: dict[str, asyncio.Lock] = {}
@@ -329,11 +332,14 @@ class Fleet:
     # -- priority at the pacer (state/priority.py) ----------------------------------------------------------
 
     def fleet_paced(self, provider: ProviderState) -> bool:
-        """Whether ``provider`` is paced on the fleet's one shared bucket: a shared state, an rpm limit, and a
-        per-replica slice of the bucket under two requests (a slice that small wastes its refill while full)."""
+        """Whether ``provider`` is paced on the fleet's one shared bucket: a shared state, an rpm limit, and either
+        batch work in the fleet for it (slices would leave an interactive replica's margin idle) or a per-replica
+        slice of the bucket under two requests (a slice that small wastes its refill while full)."""
         pacer = provider.pacer
         if not self.shared or pacer.rpm_limit is None or pacer.rpm is None:
             return False
+        if self._fleet_batch.get(provider.name, 0.0) > 0:
+            return True  # batch work in the fleet: one bucket, so the lane uses all interactive traffic leaves
         rate = pacer.rpm_limit * pacer.headroom / 60.0
         return rate * pacer.burst_s / max(1, self.state.replicas()) < _FLEET_BUCKET_BELOW
 
@@ -380,8 +386,10 @@ class Fleet:
             rate = pacer.rpm_limit * pacer.headroom / 60.0
             if (wait := pacer.tokens_in(tokens)) > 0:
                 return wait
-            # The fleet's interactive reserve, from this replica's demand × the replicas (a balancer spreads it).
-            reserve = meter.reserve(pacer.burst_s) * max(1, self.state.replicas()) if lane == "batch" else 0.0
+            # The fleet's interactive reserve: the interactive demand the replicas published (at least this one's
+            # measured now × the replicas, before the first publications).
+            fleet_rate = max(self._fleet_interactive.get(provider.name, 0.0), meter.rate())
+            reserve = fleet_rate * pacer.burst_s if lane == "batch" else 0.0
             burst = max(1.0, rate * pacer.burst_s)
             # A debt of one request where the headroom covers it: over any minute the fleet then sends at most
             # headroom × limit + the bucket + that one request, still within the limit.
@@ -568,6 +576,8 @@ class Fleet:
                 total = max(new.get(name, 0.0), prev.get(name, 0.0))
                 part = max(new.get(key, 0.0), prev.get(key, 0.0))
                 demands.append((total - part, part))
+            self._fleet_interactive[name] = sum(max(0.0, i) for i, _ in demands)
+            self._fleet_batch[name] = sum(max(0.0, b) for _, b in demands)
             pacer = self._providers()[name].pacer
             target = pacer.rpm_limit * pacer.headroom / 60.0 if pacer.rpm_limit is not None else None
             weights = [w + _DEMAND_FLOOR for w in lane_weights(target, demands)]
