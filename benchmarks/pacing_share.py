@@ -149,13 +149,14 @@ async def main() -> int:
     parser.add_argument("--lanes", default="interactive,batch,mixed")
     parser.add_argument("--batch-wait", type=float, default=30.0, help="routing.pacing.batch_wait (s)")
     parser.add_argument(
-        "--quick", action="store_true", help="one multiple (5×), 6 s, rpm 240, batch_wait 2 s: the smoke test's run"
+        "--quick", action="store_true", help="interactive and mixed at 5×, 6 s, rpm 240, batch_wait 2 s: the smoke test's run"
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     multiples = [float(m) for m in args.multiples.split(",")]
     if args.quick:
         args.rpm, args.seconds, args.warmup, args.batch_wait, multiples = 240.0, 6.0, 2.0, 2.0, [5.0]
+        args.lanes = "interactive,mixed"
     results = []
     with RedisServer() as redis:
         for lane in args.lanes.split(","):
