@@ -149,7 +149,7 @@ async def main() -> int:
     parser.add_argument("--lanes", default="interactive,batch,mixed")
     parser.add_argument("--batch-wait", type=float, default=30.0, help="routing.pacing.batch_wait (s)")
     parser.add_argument(
-        "--quick", action="store_true", help="interactive and mixed at 5×, 6 s, rpm 240, batch_wait 2 s: the smoke test's run"
+        "--quick", action="store_true", help="interactive, mixed; 5×, 6 s, rpm 240, batch_wait 2 s: the smoke test's"
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
