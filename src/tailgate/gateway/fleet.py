@@ -389,11 +389,13 @@ class Fleet:
             # The fleet's interactive reserve: the interactive demand the replicas published (at least this one's
             # measured now × the replicas, before the first publications).
             fleet_rate = max(self._fleet_interactive.get(provider.name, 0.0), meter.rate())
-            reserve = fleet_rate * pacer.burst_s if lane == "batch" else 0.0
             burst = max(1.0, rate * pacer.burst_s)
             # A debt of one request where the headroom covers it: over any minute the fleet then sends at most
             # headroom × limit + the bucket + that one request, still within the limit.
             debt = 1.0 if (1.0 - pacer.headroom) * pacer.rpm_limit >= burst + 1.0 else 0.0
+            # The reserve, at most what the bucket holds beside a batch request and an interactive one's need: a
+            # full bucket's next token would be lost, so the lane may always take it.
+            reserve = min(fleet_rate * pacer.burst_s, max(0.0, burst - 2.0 + debt)) if lane == "batch" else 0.0
             adm = await self.state.pace(
                 f"provider:{provider.name}:rpm", 1.0, rate, burst, lane=lane, reserve=reserve, debt=debt
             )
@@ -412,11 +414,13 @@ class Fleet:
     @staticmethod
     def _batch_keep(pacer: Pacer, meter: LaneMeter, tokens: float) -> tuple[float, float]:
         """What a batch take must leave in this replica's buckets: one interactive request and the interactive
-        reserve (requests; tokens at the size of this request). A bucket of under two requests holds no request
-        beside the batch's own, so there it keeps the reserve only."""
+        reserve (requests; tokens at the size of this request), at most what the bucket holds beside the batch's
+        own request (a full bucket's next token would be lost: the lane may always take it)."""
         reserve = meter.reserve(pacer.burst_s)
         rpm = pacer.rpm
         keep_requests = reserve + (1.0 if rpm is not None and rpm.burst >= 2.0 + reserve else 0.0)
+        if rpm is not None:  # at most what the bucket holds beside the batch request: a full bucket's next token
+            keep_requests = min(keep_requests, max(0.0, rpm.burst - 1.0))  # would be lost, so it may take it
         keep_tokens = 0.0
         if pacer.tpm is not None and tokens > 0:
             keep_tokens = min(keep_requests * tokens, max(0.0, pacer.tpm.burst - tokens))
