@@ -2,8 +2,9 @@
 
 **The promise** (one sentence, :func:`keep_level`): *a batch-lane take never leaves a provider's pacing bucket
 below what one interactive request needs plus the interactive reserve (the interactive demand measured over the
-last window × the bucket's burst time, as much of it as the bucket holds beside a batch request) — so the first interactive request at any moment is never delayed by
-batch work, and a burst of them is not delayed while it stays within the measured interactive rate.*
+last window × the bucket's burst time, as much of it as the bucket holds beside a batch request) — so the first
+interactive request at any moment is never delayed by batch work, and a burst of them is not delayed while it
+stays within the measured interactive rate.*
 
 The bucket is a token bucket (``rate`` per second, at most ``burst``) that may run into a ``debt`` of at most
 one request where the limit's headroom covers it: an interactive request then goes as soon as the level is not
