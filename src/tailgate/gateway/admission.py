@@ -36,7 +36,7 @@ from typing import Literal, get_args
 from prometheus_client import CollectorRegistry, Counter
 
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.keys import KeyDirectory, KeyLimits
+from tailgate.gateway.access.key_directory import KeyDirectory, KeyLimits
 from tailgate.ledger.paths import default_db_path
 from tailgate.ledger.store import open_store
 from tailgate.ledger.usage import day_start, month_start, next_day, next_month, spend

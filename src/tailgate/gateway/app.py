@@ -23,35 +23,35 @@ from tailgate._aiohttp import BODY_LIMITS_KEY, openai_shaped_errors
 from tailgate._runtime import bounded_step
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.admin import add_admin_routes
-from tailgate.gateway.admin_keys import add_key_routes
+from tailgate.gateway.access.auth import AccessGuard, KeyRing
+from tailgate.gateway.access.key_directory import KeyDirectory
+from tailgate.gateway.access.lockout import SourceLockout
+from tailgate.gateway.admin.key_admin import add_key_routes
+from tailgate.gateway.admin.ops import Ops
+from tailgate.gateway.admin.provider_admin import add_admin_routes
+from tailgate.gateway.admin.reload import Reloader, add_config_routes, close_when_idle, replace_providers
 from tailgate.gateway.admission import KeyAdmission, key_store
-from tailgate.gateway.auth import AccessGuard, KeyRing
 from tailgate.gateway.bookkeeping import Books, Sinks, books_first
 from tailgate.gateway.core import Core
-from tailgate.gateway.fleet import Fleet
+from tailgate.gateway.fleet.fleet_sync import Fleet
+from tailgate.gateway.health.active_probes import Prober
+from tailgate.gateway.health.priors import seed_priors
 from tailgate.gateway.hedging import Hedger, hedge_counter
 from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
 from tailgate.gateway.http.listener import body_limits, use_lean_front
-from tailgate.gateway.keys import KeyDirectory
-from tailgate.gateway.lockout import SourceLockout
-from tailgate.gateway.metrics import GatewayMetrics
-from tailgate.gateway.ops import Ops
-from tailgate.gateway.priors import seed_priors
-from tailgate.gateway.probes import Prober
-from tailgate.gateway.providers import Providers, provider_state
-from tailgate.gateway.proxy import Proxy
-from tailgate.gateway.reload import Reloader, add_config_routes, close_when_idle, replace_providers
-from tailgate.gateway.revocation import revoked_counter
-from tailgate.gateway.routes import RouteTable, build_routes, unchanged_aliases
-from tailgate.gateway.store_metrics import (
+from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+from tailgate.gateway.metrics.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
     register_store_metrics,
     register_upstream_metrics,
 )
-from tailgate.gateway.trace import TraceWriter
-from tailgate.gateway.traffic import TrafficAggregator
+from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
+from tailgate.gateway.metrics.traffic_trace import TraceWriter
+from tailgate.gateway.providers import Providers, provider_state
+from tailgate.gateway.proxy import Proxy
+from tailgate.gateway.revocation import revoked_counter
+from tailgate.gateway.routes import RouteTable, build_routes, unchanged_aliases
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper
@@ -116,7 +116,7 @@ class Gateway:
             trusted_proxies=server.trusted_proxies,
         )
         provider_states = Providers(
-            {  # a reload swaps it (gateway/reload.py)
+            {  # a reload swaps it (gateway/admin/reload.py)
                 name: provider_state(resolved, config.routing.pacing) for name, resolved in providers.items()
             }
         )

@@ -20,10 +20,10 @@ from tailgate.upstream import CallResult
 
 if TYPE_CHECKING:
     from tailgate.gateway.admission import KeyAdmission
-    from tailgate.gateway.metrics import GatewayMetrics
+    from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+    from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
+    from tailgate.gateway.metrics.traffic_trace import TraceWriter
     from tailgate.gateway.request import Ctx
-    from tailgate.gateway.trace import TraceWriter
-    from tailgate.gateway.traffic import TrafficAggregator
     from tailgate.ledger import SQLiteLedger
     from tailgate.state import Admission
 

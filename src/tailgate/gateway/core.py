@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
+    from tailgate.gateway.access.auth import KeyRing
+    from tailgate.gateway.access.key_directory import KeyDirectory
     from tailgate.gateway.admission import KeyAdmission
-    from tailgate.gateway.auth import KeyRing
     from tailgate.gateway.bookkeeping import Books
-    from tailgate.gateway.fleet import Fleet
-    from tailgate.gateway.keys import KeyDirectory
-    from tailgate.gateway.metrics import GatewayMetrics
+    from tailgate.gateway.fleet.fleet_sync import Fleet
+    from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
     from tailgate.gateway.providers import Providers
     from tailgate.gateway.routes import RouteTable
     from tailgate.routing import BreakerRegistry, HealthRegistry

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from tailgate.gateway import anthropic, client_headers, refusals, responses
+from tailgate.gateway.access.auth import KnownKeyRefused
 from tailgate.gateway.admission import KeyRefused
-from tailgate.gateway.auth import KnownKeyRefused
 from tailgate.gateway.count_tokens import CountTokens
 from tailgate.gateway.hedging import Race
 from tailgate.gateway.http.exchange import Exchange, Reply, Stream, error_reply
@@ -44,10 +44,10 @@ from tailgate.wire.sse import DONE_FRAME
 from tailgate.wire.types import decode_request
 
 if TYPE_CHECKING:
+    from tailgate.gateway.access.key_directory import KeyLimits
     from tailgate.gateway.anthropic import Translated
     from tailgate.gateway.core import Core
     from tailgate.gateway.hedging import Hedger
-    from tailgate.gateway.keys import KeyLimits
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
 

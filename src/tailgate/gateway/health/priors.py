@@ -27,7 +27,7 @@ __all__ = ["PRIORS_WINDOW_S", "seed_priors"]
 PRIORS_WINDOW_S = 900.0
 """How far back the monitor's samples count: 15 minutes (older ones say little about now)."""
 
-log = logging.getLogger("tailgate.gateway.priors")
+log = logging.getLogger("tailgate.gateway.health.priors")
 
 
 def seed_priors(

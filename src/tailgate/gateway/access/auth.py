@@ -12,10 +12,10 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
-from tailgate.gateway.forwarded import TrustedProxies
+from tailgate.gateway.access.forwarded import TrustedProxies
+from tailgate.gateway.access.key_directory import KeyDirectory
+from tailgate.gateway.access.lockout import SourceLockout
 from tailgate.gateway.http.exchange import HasHeaders
-from tailgate.gateway.keys import KeyDirectory
-from tailgate.gateway.lockout import SourceLockout
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 

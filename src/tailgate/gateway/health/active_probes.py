@@ -50,7 +50,7 @@ PROBE_PROMPT = "Reply with the single word: ok"
 _PROMPT_TOKENS = 16  # the probe's prompt, rounded up, for the provider's TPM pacer
 _MAX_PAUSE_S = 300.0
 
-log = logging.getLogger("tailgate.gateway.probes")
+log = logging.getLogger("tailgate.gateway.health.active_probes")
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from tailgate.ledger.store import StoreConn, StoreError, open_store
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.access.auth import AccessGuard
     from tailgate.gateway.core import Core
     from tailgate.state import SharedState
 

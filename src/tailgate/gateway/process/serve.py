@@ -28,7 +28,7 @@ from tailgate.config.resolve import load_resolved
 from tailgate.gateway.app import CLOSE_STEP_S, Gateway
 from tailgate.gateway.http import listener as http_site
 from tailgate.gateway.http.listener import runner_kwargs
-from tailgate.gateway.workers import worker_gone
+from tailgate.gateway.process.workers import worker_gone
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -129,7 +129,7 @@ async def serve_gateway(
 
 
 def _on_sighup(gateway: Gateway, also: Callable[[], None] | None) -> None:
-    """SIGHUP re-reads the config file (gateway/reload.py); ``also`` passes it on to the worker processes."""
+    """SIGHUP re-reads the config file (gateway/admin/reload.py); ``also`` passes it on to the worker processes."""
     if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
         return
     tasks: set[asyncio.Task[object]] = set()

@@ -21,9 +21,9 @@ from tailgate.routing import Policy, Route
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
-    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.access.auth import AccessGuard
     from tailgate.gateway.core import Core
-    from tailgate.gateway.probes import Prober
+    from tailgate.gateway.health.active_probes import Prober
 
 log = logging.getLogger("tailgate.gateway")
 

@@ -38,7 +38,7 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.gateway.providers import Providers, pacer_for, provider_state
 
 if TYPE_CHECKING:
-    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.access.auth import AccessGuard
     from tailgate.gateway.core import Core
     from tailgate.gateway.providers import ProviderState
     from tailgate.state import SharedState

@@ -10,11 +10,11 @@ from aiohttp import web
 from prometheus_client import Gauge
 
 from tailgate._aiohttp import error_response
-from tailgate.gateway.admin import route_weights
+from tailgate.gateway.admin.provider_admin import route_weights
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.auth import AccessGuard
+    from tailgate.gateway.access.auth import AccessGuard
     from tailgate.gateway.core import Core
 
 __all__ = ["Ops"]
