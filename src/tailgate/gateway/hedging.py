@@ -22,27 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from tailgate.config.schema import HedgeConfig
 from tailgate.routing import HedgeBudget, ProviderHealth, hedge_delay
 
-__all__ = ["Hedger", "Race", "hedge_counter"]
+__all__ = ["Hedger", "Race"]
 
 MIN_SAMPLES = 10
 """Below this many samples in the window the percentile is not trusted: the delay is ``hedge_delay``'s
 default (1 s)."""
 
 _QUANTILES = {"p90": 90.0, "p95": 95.0, "p99": 99.0}
-
-
-def hedge_counter(registry: CollectorRegistry) -> Counter:
-    return Counter(
-        "tailgate_hedges",
-        "Hedged requests by alias and outcome (fired, won, lost, failed, no_budget, no_route).",
-        ["alias", "outcome"],
-        registry=registry,
-    )
 
 
 class Hedger:

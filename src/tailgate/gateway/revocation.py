@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 if TYPE_CHECKING:
     from tailgate.gateway.providers import ProviderState
@@ -22,15 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tailgate.gateway")
 
 _REFUSED = frozenset({401, 403})
-
-
-def revoked_counter(registry: CollectorRegistry) -> Counter:
-    return Counter(
-        "tailgate_provider_keys_revoked",
-        "Provider API keys taken out of rotation after the provider refused them (401/403).",
-        ["provider"],
-        registry=registry,
-    )
 
 
 def revoke_refused_key(provider: ProviderState, result: CallResult, counter: Counter) -> bool:

@@ -7,7 +7,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import Gauge
 
 from tailgate._aiohttp import error_response
 from tailgate.gateway.admin.provider_admin import route_weights
@@ -28,19 +27,8 @@ class Ops:
     def __init__(self, core: Core, guard: AccessGuard) -> None:
         self.core = core
         self.guard = guard
-        registry = core.metrics.registry
-        self.effective_weight = Gauge(
-            "tailgate_effective_weight",
-            "A route's effective weight under its alias's policy (configured weight x health factor), at scrape.",
-            ["alias", "provider"],
-            registry=registry,
-        )
-        self.breaker_state = Gauge(
-            "tailgate_breaker_state",
-            "Circuit breaker state per provider at scrape: 0 closed, 1 half-open, 2 open.",
-            ["provider"],
-            registry=registry,
-        )
+        self.effective_weight = core.metrics.effective_weight
+        self.breaker_state = core.metrics.breaker_state
 
     def add_routes(self, app: web.Application, *, metrics: bool) -> None:
         """``/v1/models``, the health checks and (with ``metrics``: not on a bind of its own) ``/metrics``."""

@@ -43,7 +43,15 @@ if TYPE_CHECKING:
     from tailgate.gateway.providers import ProviderState
     from tailgate.state import SharedState
 
-__all__ = ["Apply", "Reloader", "add_config_routes", "close_when_idle", "config_version", "replace_providers"]
+__all__ = [
+    "Apply",
+    "Reloader",
+    "add_config_routes",
+    "close_when_idle",
+    "config_version",
+    "loaded_version",
+    "replace_providers",
+]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -66,7 +74,14 @@ class Reloader:
     version), never the gateway."""
 
     def __init__(
-        self, path: Path | None, config: GatewayConfig, *, core: Core, state: SharedState, apply: Apply
+        self,
+        path: Path | None,
+        config: GatewayConfig,
+        *,
+        version: str,
+        core: Core,
+        state: SharedState,
+        apply: Apply,
     ) -> None:
         self.path = path
         self.config = config
@@ -74,7 +89,8 @@ class Reloader:
         self.core = core
         self.state = state
         self._apply = apply
-        self.version = config_version(path.read_bytes()) if path is not None else _model_version(config)
+        self.version = version
+        """The loaded config's version (``loaded_version`` at start, then each reload's)."""
         self.loaded_at = time.time()
         self.reloads = 0
         self.last: dict[str, Any] | None = None
@@ -98,8 +114,8 @@ class Reloader:
                 log.error("config reload rejected: cannot read %s: %s", self.path, exc.strerror)
                 self.last = {"ok": False, "version": self.version, "errors": [f"{self.path}: {exc.strerror}"]}
                 return self.last
+            self.version = config_version(data)  # before the swap: the owners it hands the new config read it
             changed = self.apply(config, providers)
-            self.version = config_version(data)
             self.loaded_at = time.time()
             self.reloads += 1
             self.last = {"ok": True, "version": self.version, "changed": changed, "at": self.loaded_at}
@@ -194,8 +210,9 @@ async def close_when_idle(p: ProviderState, limit_s: float = 600.0) -> None:
     await p.close()
 
 
-def _model_version(config: GatewayConfig) -> str:
-    return config_version(config.model_dump_json().encode())
+def loaded_version(path: Path | None, config: GatewayConfig) -> str:
+    """The version of the config a gateway starts with: its file's, or its model's when it has no file."""
+    return config_version(path.read_bytes()) if path is not None else config_version(config.model_dump_json().encode())
 
 
 def _describe(changed: dict[str, Any]) -> str:

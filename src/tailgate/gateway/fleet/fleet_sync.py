@@ -28,11 +28,10 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tailgate._runtime import stop_task
 from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
@@ -44,6 +43,7 @@ from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
     from tailgate.config.schema import StateConfig
+    from tailgate.gateway.metrics.gateway_metrics import StateSeries
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
 
@@ -95,29 +95,32 @@ class FleetWindow(SlidingWindow):
 class Fleet:
     """This replica's side of the fleet over its :class:`SharedState`; see the module docstring.
 
-    It is handed what it shares, never the gateway: the providers and the route table (functions: a reload swaps
-    them), the health windows and breakers, a callback for a drain flag that changed (the gauges), and the
-    running config's version (published for ``/admin/config`` and in the dashboard's fleet view)."""
+    It is handed what it shares, never the gateway: the providers, the route table and the running config's
+    version (published for ``/admin/config`` and in the dashboard's fleet view) — at construction and again by
+    :meth:`install` after each reload —, the health windows and breakers, its series (``StateSeries``) and a
+    callback for a drain flag that changed (the gauges)."""
 
     def __init__(
         self,
         state: SharedState,
         config: StateConfig,
         *,
-        providers: Callable[[], Mapping[str, ProviderState]],
+        routes: RouteTable,
+        providers: Mapping[str, ProviderState],
+        version: str,
         health: HealthRegistry,
         breakers: BreakerRegistry,
-        on_drained: Callable[[], None],
-        version: Callable[[], str],
-        routes: Callable[[], RouteTable],
+        series: StateSeries,
+        on_drained: Callable[[Mapping[str, ProviderState]], None],
     ) -> None:
         self.state = state
         self._providers = providers
         self._routes = routes
+        self._version = version
         self.health = health
         self.breakers = breakers
+        self._series = series
         self._on_drained = on_drained
-        self._version = version
         self.shared = state.backend != "local"
         self.limiter = LeasedLimiter(state)
         self.sync_interval = config.sync_interval
@@ -137,13 +140,29 @@ class Fleet:
         self._last_tick = time.monotonic()
         self._windows: dict[tuple[str, str], tuple[FleetWindow, FleetWindow]] = {}
         self.published = 0
+        self._counted = {"fallbacks": 0, "local": 0, "backend": 0, "calls": 0}
+        """The state's counts already added to the series."""
+        self.install()
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
-    def install(self, targets: Iterable[tuple[str, str]]) -> None:
-        """Hook the shared parts in (before serving, and after a reload): fleet windows on the health of every
-        (provider, upstream model) in ``targets`` (the route table's), the fleet's pauses on every provider."""
-        for name in self._providers():
+    def install(
+        self,
+        routes: RouteTable | None = None,
+        providers: Mapping[str, ProviderState] | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Hook the shared parts in (before serving, and after a reload, given what the reload swapped in): fleet
+        windows on the health of every (provider, upstream model) of the route table, the fleet's pauses on every
+        provider."""
+        if routes is not None:
+            self._routes = routes
+        if providers is not None:
+            self._providers = providers
+        if version is not None:
+            self._version = version
+        targets = self._routes.targets()
+        for name in self._providers:
             self._wanted.setdefault(name, 0)
             self._demand.setdefault(name, 0.0)
         if not self.shared:
@@ -155,45 +174,12 @@ class Fleet:
                 h.ttft = FleetWindow(h.ttft.width_s, h.ttft.buckets, clock)
                 h.e2e = FleetWindow(h.e2e.width_s, h.e2e.buckets, clock)
                 self._windows[target] = (h.ttft, h.e2e)
-        for p in self._providers().values():
+        for p in self._providers.values():
             p.shared = self.state
             p.on_pause = self._pause_provider
 
     def _pause_provider(self, name: str, seconds: float) -> None:
         self._spawn(self.state.pause(f"provider:{name}", seconds, f"429 seen by {self.state.replica}"))
-
-    def register_metrics(self, registry: CollectorRegistry) -> None:
-        self._m_connected = Gauge(
-            "tailgate_state_connected",
-            "1 while the state backend answers (always 1 for state: local).",
-            registry=registry,
-        )
-        self._m_fallback = Gauge(
-            "tailgate_state_fallback_active",
-            "1 while shared decisions are made by the local fallback (Redis down or slow).",
-            registry=registry,
-        )
-        self._m_fallbacks = Counter(
-            "tailgate_state_fallback",
-            "Decisions made by the local fallback instead of the state backend (Redis down, slow or failing).",
-            registry=registry,
-        )
-        self._m_replicas = Gauge(
-            "tailgate_state_replicas", "Replicas of the fleet seen alive (this one included).", registry=registry
-        )
-        self._m_leases = Counter(
-            "tailgate_state_limit_takes",
-            "Shared-limit takes by where they were decided: local (a leased slice) or backend (a round trip).",
-            ["where"],
-            registry=registry,
-        )
-        self._m_calls = Counter(
-            "tailgate_state_calls",
-            "Calls this replica made to the state backend (Redis round trips) for requests and their background "
-            "work (allowances, settlements); the sync loop's one per tick is not counted. 0 for state: local.",
-            registry=registry,
-        )
-        self._counted = {"fallbacks": 0, "local": 0, "backend": 0, "calls": 0}
 
     @property
     def replica_label(self) -> str | None:
@@ -203,19 +189,19 @@ class Fleet:
     def refresh_metrics(self) -> None:
         """Bring the state gauges and counters up to date (at scrape)."""
         st = self.state.status()
-        self._m_connected.set(1 if st.connected else 0)
-        self._m_fallback.set(1 if st.fallback_active else 0)
-        self._m_replicas.set(st.replicas)
+        self._series.connected.set(1 if st.connected else 0)
+        self._series.fallback_active.set(1 if st.fallback_active else 0)
+        self._series.replicas.set(st.replicas)
         now = {
             "fallbacks": int(getattr(self.state, "fallbacks", 0)),
             "local": self.limiter.local_takes,
             "backend": self.limiter.remote_takes,
             "calls": int(getattr(self.state, "calls", 0)),
         }
-        self._m_calls.inc(now["calls"] - self._counted["calls"])
-        self._m_fallbacks.inc(now["fallbacks"] - self._counted["fallbacks"])
-        self._m_leases.labels("local").inc(now["local"] - self._counted["local"])
-        self._m_leases.labels("backend").inc(now["backend"] - self._counted["backend"])
+        self._series.calls.inc(now["calls"] - self._counted["calls"])
+        self._series.fallbacks.inc(now["fallbacks"] - self._counted["fallbacks"])
+        self._series.limit_takes.labels("local").inc(now["local"] - self._counted["local"])
+        self._series.limit_takes.labels("backend").inc(now["backend"] - self._counted["backend"])
         self._counted = now
 
     async def start(self) -> None:
@@ -223,10 +209,10 @@ class Fleet:
         self.limiter.start()
         if self.shared:
             n = self.state.replicas()
-            for p in self._providers().values():
+            for p in self._providers.values():
                 if p.pacer.limited and n > 1:
                     p.pacer.set_share(1.0 / n)  # until the demands are known
-            for name in self._providers():
+            for name in self._providers:
                 self._breaker_gen[name] = self.state.generation(f"breaker:{name}")
             self._apply_flags()
             self._task = asyncio.create_task(self._loop(), name="tailgate-fleet")
@@ -308,26 +294,26 @@ class Fleet:
 
     async def set_drained(self, name: str, drained: bool) -> None:
         """Drain or enable ``name`` here now and, through the state, on every replica (persistent)."""
-        self._providers()[name].drained = drained  # KeyError: unknown provider
-        self._on_drained()
+        self._providers[name].drained = drained  # KeyError: unknown provider
+        self._on_drained(self._providers)
         await self.state.set_flag(f"drain:{name}", drained)
 
     def set_drained_soon(self, name: str, drained: bool) -> None:
         """``set_drained`` from synchronous code (the dashboard's controls): here now, the fleet shortly."""
-        self._providers()[name].drained = drained
-        self._on_drained()
+        self._providers[name].drained = drained
+        self._on_drained(self._providers)
         self._spawn(self.state.set_flag(f"drain:{name}", drained))
 
     def _apply_flags(self) -> None:
         changed = False
-        for name, p in self._providers().items():
+        for name, p in self._providers.items():
             flag = self.state.flag(f"drain:{name}")
             if flag is not None and flag != p.drained:
                 p.drained = flag
                 changed = True
                 log.info("provider %s %s by the fleet", name, "drained" if flag else "enabled")
         if changed:
-            self._on_drained()
+            self._on_drained(self._providers)
 
     # -- breakers ---------------------------------------------------------------------------------------
 
@@ -365,7 +351,7 @@ class Fleet:
         self._breaker_gen[provider] = await self.state.bump(f"breaker:{provider}")
 
     def _apply_breakers(self) -> None:
-        for name in self._providers():
+        for name in self._providers:
             breaker = self.breakers.get(name)
             key = f"breaker:{name}"
             gen = self.state.generation(key)
@@ -406,7 +392,7 @@ class Fleet:
     async def _publish_version(self) -> None:
         """Tell the fleet which config this replica runs (``/admin/config``'s ``fleet_versions``)."""
         with contextlib.suppress(Exception):
-            await self.state.publish("config", self._version().encode(), ttl_s=5.0)
+            await self.state.publish("config", self._version.encode(), ttl_s=5.0)
 
     async def _share_pacing(self) -> None:
         """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``.
@@ -419,7 +405,7 @@ class Fleet:
         of 0.25 s ticks was noisy enough to over-allocate by ~30 % for a tick: one upstream 429)."""
         now = time.monotonic()
         dt, self._last_tick = max(1e-3, now - self._last_tick), now
-        limited = [n for n, p in self._providers().items() if p.pacer.limited]
+        limited = [n for n, p in self._providers.items() if p.pacer.limited]
         for name in self._wanted:
             ticks = self._demand_ticks.setdefault(name, collections.deque())
             ticks.append((dt, self._wanted[name]))
@@ -445,18 +431,18 @@ class Fleet:
         for name in limited:
             own = min(mine[name], before.get(name, mine[name])) + _DEMAND_FLOOR
             others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
-            self._providers()[name].pacer.set_share(own / (own + others))
+            self._providers[name].pacer.set_share(own / (own + others))
 
     # -- the dashboard's fleet view ----------------------------------------------------------------------
 
     def _live_summary(self) -> dict[str, Any]:
         """This replica's live state in brief, as published on ``live`` for the others' dashboards."""
-        table = self._routes()
+        table = self._routes
         weights = {
             alias: {p: e["effective_weight"] for p, e in table.policy_for(alias).explain(routes).items()}
             for alias, routes in table.aliases.items()
         }
-        providers = self._providers()
+        providers = self._providers
         now = time.monotonic()
         return {
             "replica": self.state.replica,
@@ -465,7 +451,7 @@ class Fleet:
             "providers": {name: p.snapshot(now)["state"] for name, p in providers.items()},
             "breakers": {name: self.breakers.get(name).state for name in providers},
             "weights": weights,
-            "config": self._version(),
+            "config": self._version,
         }
 
     def live_view(self) -> dict[str, Any]:
@@ -478,7 +464,7 @@ class Fleet:
                 data = msgspec.json.decode(blob, type=dict[str, Any])
                 peers.append(data | {"replica": replica, "answering": False})
         windows = []
-        for routes in self._routes().aliases.values():
+        for routes in self._routes.aliases.values():
             for r in routes:
                 h = self.health.get(r.provider, r.model)
                 ttft, e2e = h.ttft.histogram(), h.e2e.histogram()

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from tailgate._runtime import stop_task
 from tailgate.config.schema import ProbesConfig
@@ -91,7 +91,7 @@ class Prober:
         health: HealthRegistry,
         breakers: BreakerRegistry,
         config: ProbesConfig,
-        registry: CollectorRegistry,
+        counter: Counter,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         degraded: Callable[[str, str], bool] | None = None,
@@ -104,12 +104,8 @@ class Prober:
         self.config = config
         self._clock = clock
         self._rng = rng or random.Random()
-        self.counter = Counter(
-            "tailgate_probes",
-            "Active probes by provider and outcome (ok, an error class, or paced = skipped by the pacer).",
-            ["provider", "outcome"],
-            registry=registry,
-        )
+        self.counter = counter
+        """``tailgate_probes`` by provider and outcome (made by the metrics owner)."""
         self.stats: dict[tuple[str, str], ProbeStats] = {t: ProbeStats() for t in self.targets}
         self._wake: dict[tuple[str, str], asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -130,12 +126,18 @@ class Prober:
         await asyncio.gather(*(stop_task(task) for task in tasks))
 
     async def retarget(
-        self, providers: Mapping[str, ProviderState], config: ProbesConfig, targets: Sequence[tuple[str, str]]
+        self,
+        providers: Mapping[str, ProviderState],
+        config: ProbesConfig,
+        targets: Sequence[tuple[str, str]],
+        degraded: Callable[[str, str], bool] | None,
     ) -> None:
-        """After a reload: stop, take the new providers, settings and targets (a target's stats stay), start."""
+        """After a reload: stop, take the new providers, settings, targets and the new route table's ``degraded``
+        (a target's stats stay), start."""
         await self.close()
         self.providers = providers
         self.config = config
+        self.degraded = degraded
         self.targets = list(dict.fromkeys(targets))
         for t in self.targets:
             self.stats.setdefault(t, ProbeStats())

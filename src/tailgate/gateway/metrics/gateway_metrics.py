@@ -1,5 +1,11 @@
 """Prometheus metrics of one gateway process (``GET /metrics``). Every metric is in docs/metrics.md.
 
+The one owner of the gateway's Prometheus objects: every counter, histogram and gauge is made here, in one
+registry, and handed to the module that counts it (the proxy's shed / paced / revoked counters, the hedgers',
+the probes', the fleet's state series, the gauges ``/metrics`` sets at scrape). The collectors that read a
+store or the pools at scrape time are registered by ``store_metrics``. The key gate's own counters are still
+made in ``admission.py``.
+
 Label values are aliases, provider names, outcomes and directions — never keys, never prompt text.
 """
 
@@ -8,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -107,9 +113,59 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.paced = Counter(
+            "tailgate_paced",
+            "Attempts skipped because the provider's pacer (limits.rpm/tpm, or a 429's pause) could not admit them.",
+            ["provider"],
+            registry=r,
+        )
+        self.shed = Counter(
+            "tailgate_shed",
+            "Requests refused by load shedding (routing.shed), by alias and traffic class.",
+            ["alias", "traffic_class"],
+            registry=r,
+        )
+        self.provider_keys_revoked = Counter(
+            "tailgate_provider_keys_revoked",
+            "Provider API keys taken out of rotation after the provider refused them (401/403).",
+            ["provider"],
+            registry=r,
+        )
+        self.count_tokens = Counter(
+            "tailgate_count_tokens",
+            "POST /v1/messages/count_tokens requests by alias, the provider that counted ('' when none) and status.",
+            ["alias", "provider", "status"],
+            registry=r,
+        )
+        self.hedges = hedge_counter(r)
+        self.probes = Counter(
+            "tailgate_probes",
+            "Active probes by provider and outcome (ok, an error class, or paced = skipped by the pacer).",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.effective_weight = Gauge(
+            "tailgate_effective_weight",
+            "A route's effective weight under its alias's policy (configured weight x health factor), at scrape.",
+            ["alias", "provider"],
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "tailgate_breaker_state",
+            "Circuit breaker state per provider at scrape: 0 closed, 1 half-open, 2 open.",
+            ["provider"],
+            registry=r,
+        )
+        self.state = StateSeries(r)
+
         self._requests: dict[tuple[str, str, str, str], Incrementable] = {}
         self._attempts: dict[tuple[str, str], Incrementable] = {}
         self._served: dict[tuple[str, str, str], Served] = {}
+
+    def show_providers(self, providers: Mapping[str, HasDrained]) -> None:
+        """``tailgate_provider_active``: 1 for a provider that takes new requests, 0 for a drained one."""
+        for name, p in providers.items():
+            self.provider_state.labels(name).set(0 if p.drained else 1)
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> CounterFamily:
         if self._local is not None:
@@ -162,6 +218,57 @@ class GatewayMetrics:
         else:
             text = generate_latest(self.registry)
         return with_label(text, "replica", replica) if replica else text
+
+
+def hedge_counter(registry: CollectorRegistry) -> Counter:
+    """``tailgate_hedges``: made by :class:`GatewayMetrics`; alone for a hedger built without a gateway (tests)."""
+    return Counter(
+        "tailgate_hedges",
+        "Hedged requests by alias and outcome (fired, won, lost, failed, no_budget, no_route).",
+        ["alias", "outcome"],
+        registry=registry,
+    )
+
+
+class HasDrained(Protocol):
+    @property
+    def drained(self) -> bool: ...
+
+
+class StateSeries:
+    """The fleet state's series (``tailgate_state_*``): set by the fleet's sync loop (fleet/fleet_sync.py)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.connected = Gauge(
+            "tailgate_state_connected",
+            "1 while the state backend answers (always 1 for state: local).",
+            registry=registry,
+        )
+        self.fallback_active = Gauge(
+            "tailgate_state_fallback_active",
+            "1 while shared decisions are made by the local fallback (Redis down or slow).",
+            registry=registry,
+        )
+        self.fallbacks = Counter(
+            "tailgate_state_fallback",
+            "Decisions made by the local fallback instead of the state backend (Redis down, slow or failing).",
+            registry=registry,
+        )
+        self.replicas = Gauge(
+            "tailgate_state_replicas", "Replicas of the fleet seen alive (this one included).", registry=registry
+        )
+        self.limit_takes = Counter(
+            "tailgate_state_limit_takes",
+            "Shared-limit takes by where they were decided: local (a leased slice) or backend (a round trip).",
+            ["where"],
+            registry=registry,
+        )
+        self.calls = Counter(
+            "tailgate_state_calls",
+            "Calls this replica made to the state backend (Redis round trips) for requests and their background "
+            "work (allowances, settlements); the sync loop's one per tick is not counted. 0 for state: local.",
+            registry=registry,
+        )
 
 
 def with_label(text: bytes, name: str, value: str) -> bytes:

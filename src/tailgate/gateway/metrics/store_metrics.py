@@ -13,8 +13,8 @@ spool's shipping to PostgreSQL and the roll-up job (docs/metrics.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -117,8 +117,8 @@ def register_store_metrics(
 class _UpstreamCollector(Collector):
     """Each provider's keep-alive pool (tailgate.upstream.http): connections in use and idle, and made so far."""
 
-    def __init__(self, providers: Callable[[], Mapping[str, ProviderState]]) -> None:
-        self.providers = providers
+    def __init__(self, holder: HoldsProviders) -> None:
+        self.holder = holder
 
     def collect(self) -> Iterator[Metric]:
         conns = GaugeMetricFamily(
@@ -131,7 +131,7 @@ class _UpstreamCollector(Collector):
             "New connections made to each provider (climbing with the traffic: keep-alive is not holding).",
             labels=["provider"],
         )
-        for name, provider in self.providers().items():
+        for name, provider in self.holder.providers.items():
             in_use, idle, made = provider.client.connections
             conns.add_metric([name, "in_use"], in_use)
             conns.add_metric([name, "idle"], idle)
@@ -140,8 +140,13 @@ class _UpstreamCollector(Collector):
         yield opened
 
 
-def register_upstream_metrics(
-    registry: CollectorRegistry, providers: Callable[[], Mapping[str, ProviderState]]
-) -> None:
-    """``providers``: the current providers (a reload swaps them)."""
-    registry.register(_UpstreamCollector(providers))
+class HoldsProviders(Protocol):
+    """What holds the current providers (the gateway's core: a reload swaps them in it)."""
+
+    @property
+    def providers(self) -> Mapping[str, ProviderState]: ...
+
+
+def register_upstream_metrics(registry: CollectorRegistry, holder: HoldsProviders) -> None:
+    """``holder.providers``: the current providers, read at each scrape."""
+    registry.register(_UpstreamCollector(holder))
