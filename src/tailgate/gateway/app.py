@@ -1,9 +1,9 @@
-"""The gateway's composition root: :class:`Gateway` builds the fleet state first, then the owners (providers,
-route table, keys and the key gate, fleet, books, metrics, probes, stores) and the core the proxy reads, hands
+"""The gateway's composition root: :class:`Gateway` builds the owners in two phases (each owner, handed real
+collaborators in an order that needs no lambda to an owner built later; then the scrape-time collectors), hands
 each owner its collaborators, serves the HTTP routes, applies reloads and runs start / stop.
 
-Nothing below this module imports it: the process entry points (``serve.py``, ``replicas.py``) and the
-compositions above the gateway (cli, demo, scenario) do (docs/architecture.md, "The gateway's house").
+Nothing below this module imports it: the process entry points (``process/serve.py``, ``process/replicas.py``)
+and the compositions above the gateway (cli, demo, scenario) do (docs/architecture.md, "The gateway's house").
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ class Gateway:
             degraded=routes.degraded,  # a reload hands the new table's (prober.retarget)
         )
         self.reloader = Reloader(  # SIGHUP, POST /admin/reload, GET /admin/config
-            config_path, config, version=version, core=self.core, state=state, apply=self._apply
+            config_path, config, version=version, in_force=self.core, state=state, apply=self._apply
         )
         self._reload_tasks: set[asyncio.Task[None]] = set()
         # -- phase 2: what /metrics reads at scrape time, over the owners above --------------------------------
@@ -292,7 +292,7 @@ class Gateway:
         self.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
         core.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
         self._note_access()
-        # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
+        # The one access decision follows the new file: admin key, dashboard_key, metrics.key (access/auth.py).
         self.guard.configure(
             core.keys,
             dashboard_key=config.dashboard_key,
@@ -429,9 +429,17 @@ class Gateway:
             app.router.add_post(path, aiohttp_route(handle))
         if self.config.server.http_front == "lean":  # these POSTs skip aiohttp (gateway/http/lean_connection.py)
             use_lean_front(app, hot, app[BODY_LIMITS_KEY], self.config.server)
-        self.ops.add_routes(app, metrics=self.config.metrics.listen is None)  # else metrics_app (serve.py)
-        add_admin_routes(app, self.core, access=self.guard, prober=self.prober)
-        add_key_routes(app, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
+        self.ops.add_routes(app, metrics=self.config.metrics.listen is None)  # else metrics_app (process/serve.py)
+        add_admin_routes(
+            app,
+            self.core,
+            health=self.health,
+            breakers=self.breakers,
+            fleet=self.fleet,
+            access=self.guard,
+            prober=self.prober,
+        )
+        add_key_routes(app, self.key_directory, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self.reloader, self.guard)
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.

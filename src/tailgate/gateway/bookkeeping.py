@@ -48,9 +48,9 @@ class Sinks:
     """Where an ended request's books go."""
 
     metrics: GatewayMetrics
-    """The Prometheus series (metrics.py)."""
+    """The Prometheus series (metrics/gateway_metrics.py)."""
     traffic: TrafficAggregator
-    """Per-minute traffic aggregates to the store (traffic.py)."""
+    """Per-minute traffic aggregates to the store (metrics/traffic_minutes.py)."""
     trace: TraceWriter | None
     """The traffic trace (``trace.path``), if any."""
     ledger: SQLiteLedger | None

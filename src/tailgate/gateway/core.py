@@ -3,13 +3,14 @@
 The composition root (``app.py``) builds the owners and this holder, hands it to the proxy, and swaps
 ``routes``, ``providers`` and ``keys`` in it on reload (one assignment each). A request reads ``routes`` once,
 when it arrives (routes.py); everything else here lives as long as the gateway. Modules below the root get
-this holder or, better, only the owners they use — never the gateway.
+this holder or, better, only the owners they use — never the gateway; one that reads what a reload swaps
+(the admin endpoints, the reloader, the pools' collector) gets it as :class:`InForce`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -24,7 +25,17 @@ if TYPE_CHECKING:
     from tailgate.gateway.routes import RouteTable
     from tailgate.routing import BreakerRegistry, HealthRegistry
 
-__all__ = ["Core"]
+__all__ = ["Core", "InForce"]
+
+
+class InForce(Protocol):
+    """The route table and providers in force now (a reload swaps them): :class:`Core` is one."""
+
+    @property
+    def routes(self) -> RouteTable: ...
+
+    @property
+    def providers(self) -> Providers: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -36,13 +47,13 @@ class Core:
     providers: Providers
     """Every provider's live state, by name (providers.py)."""
     keys: KeyRing
-    """The gateway keys and the admin key (auth.py)."""
+    """The gateway keys and the admin key (access/auth.py)."""
     key_directory: KeyDirectory
-    """The store's runtime keys and every key's limits (keys.py)."""
+    """The store's runtime keys and every key's limits (access/key_directory.py)."""
     admission: KeyAdmission
     """The key gate: reserve, free the slot, settle (admission.py)."""
     fleet: Fleet
-    """What this replica shares with the fleet: rpm, pacing demand, pauses, breakers (fleet.py)."""
+    """What this replica shares with the fleet: rpm, pacing demand, pauses, breakers (fleet/fleet_sync.py)."""
     books: Books
     """Ended requests' bookkeeping (bookkeeping.py)."""
     metrics: GatewayMetrics

@@ -26,7 +26,8 @@ from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import Core
+    from tailgate.gateway.access.key_directory import KeyDirectory
+    from tailgate.gateway.core import InForce
     from tailgate.state import SharedState
 
 __all__ = ["add_key_routes", "fields_from_json"]
@@ -53,10 +54,13 @@ def _known_models(fields: dict[str, Any], aliases: Collection[str]) -> None:
         )
 
 
-def add_key_routes(app: web.Application, core: Core, state: SharedState, *, access: AccessGuard) -> None:
-    """The routes above over the key directory (``core``), the access guard and the fleet's ``state`` (its
-    ``keys`` generation tells the other replicas to reload)."""
-    target = core.key_directory.target
+def add_key_routes(
+    app: web.Application, keys: KeyDirectory, in_force: InForce, state: SharedState, *, access: AccessGuard
+) -> None:
+    """The routes above over the key directory, the route table in force (a key's ``models`` must name its
+    aliases), the access guard and the fleet's ``state`` (its ``keys`` generation tells the other replicas to
+    reload)."""
+    target = keys.target
 
     def guard(request: web.Request) -> web.Response | None:
         refusal = access.check(request, "admin")  # the one access decision (auth.py)
@@ -80,7 +84,7 @@ def add_key_routes(app: web.Application, core: Core, state: SharedState, *, acce
 
     async def changed() -> None:
         await state.bump("keys")
-        await core.key_directory.reload()
+        await keys.reload()
 
     async def body_of(request: web.Request) -> dict[str, Any]:
         try:
@@ -116,7 +120,7 @@ def add_key_routes(app: web.Application, core: Core, state: SharedState, *, acce
             raise WireError(400, "'id' (the key's name, e.g. team-a) is required.", type="invalid_request_error")
         now = time.time()
         fields = fields_from_json(body, now)
-        _known_models(fields, core.routes.aliases)  # the table in force now
+        _known_models(fields, in_force.routes.aliases)  # the table in force now
         rec, secret = await in_store(lambda c: create_key(c, key_id, now=now, **fields))
         await changed()
         return web.json_response({"key": secret, **rec.public(now)}, status=201)
@@ -125,7 +129,7 @@ def add_key_routes(app: web.Application, core: Core, state: SharedState, *, acce
         body = await body_of(request)
         now = time.time()
         fields = fields_from_json(body, now)
-        _known_models(fields, core.routes.aliases)  # the table in force now
+        _known_models(fields, in_force.routes.aliases)  # the table in force now
         key_id = request.match_info["id"]
         rec: KeyRecord = await in_store(lambda c: update_key(c, key_id, now=now, **fields))
         await changed()

@@ -17,19 +17,30 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
-from tailgate.routing import Policy, Route
+from tailgate.routing import BreakerRegistry, HealthRegistry, Policy, Route
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import Core
+    from tailgate.gateway.core import InForce
+    from tailgate.gateway.fleet.fleet_sync import Fleet
     from tailgate.gateway.health.active_probes import Prober
 
 log = logging.getLogger("tailgate.gateway")
 
 
-def add_admin_routes(app: web.Application, core: Core, *, access: AccessGuard, prober: Prober) -> None:
-    """The routes above over the gateway's owners (``core``), the access guard and the prober."""
+def add_admin_routes(
+    app: web.Application,
+    in_force: InForce,
+    *,
+    health: HealthRegistry,
+    breakers: BreakerRegistry,
+    fleet: Fleet,
+    access: AccessGuard,
+    prober: Prober,
+) -> None:
+    """The routes above over the route table and providers in force, the health windows, breakers and fleet, the
+    access guard and the prober."""
 
     def guard(request: web.Request) -> web.Response | None:
         # Constant-time digest comparison, and a per-address lockout after repeated wrong keys (auth.py).
@@ -42,7 +53,7 @@ def add_admin_routes(app: web.Application, core: Core, *, access: AccessGuard, p
         now = time.monotonic()
         routing = {}
         weights_by_provider: dict[str, dict[str, Any]] = {}
-        table = core.routes
+        table = in_force.routes
         for alias, routes in table.aliases.items():
             policy = table.policy_for(alias)
             weights = route_weights(policy, routes)
@@ -56,19 +67,17 @@ def add_admin_routes(app: web.Application, core: Core, *, access: AccessGuard, p
             }
             for provider, w in weights.items():
                 weights_by_provider.setdefault(provider, {})[alias] = w
-        health = {(h.provider, h.model): h for h in core.health}
+        windows = {(h.provider, h.model): h for h in health}
         own = request.query.get("view") == "replica"  # a fleet: this replica's own windows, not the merged ones
         providers = []
-        for p in core.providers.values():
+        for p in in_force.providers.values():
             snap = p.snapshot(now)
-            snap["breaker"] = core.breakers.get(p.name).snapshot()
+            snap["breaker"] = breakers.get(p.name).snapshot()
             snap["effective_weights"] = weights_by_provider.get(p.name, {})
             models = sorted({r.model for routes in table.aliases.values() for r in routes if r.provider == p.name})
             snap["models"] = {
                 m: {
-                    "window": core.fleet.window_snapshot(health[(p.name, m)], own=own)
-                    if (p.name, m) in health
-                    else None,
+                    "window": fleet.window_snapshot(windows[(p.name, m)], own=own) if (p.name, m) in windows else None,
                     "probes": prober.stats[(p.name, m)].as_dict() if (p.name, m) in prober.stats else None,
                 }
                 for m in models
@@ -76,7 +85,7 @@ def add_admin_routes(app: web.Application, core: Core, *, access: AccessGuard, p
             providers.append(snap)
         return web.json_response(
             {
-                "fleet": core.fleet.view(own),
+                "fleet": fleet.view(own),
                 "policy": table.policy,
                 "routing": routing,
                 "providers": providers,
@@ -94,10 +103,10 @@ def add_admin_routes(app: web.Application, core: Core, *, access: AccessGuard, p
         if (denied := guard(request)) is not None:
             return denied
         name = request.match_info["name"]
-        provider = core.providers.get(name)
+        provider = in_force.providers.get(name)
         if provider is None:
             return error_response(wire_errors.not_found(f"No provider named {name!r}."))
-        await core.fleet.set_drained(name, drained)  # every replica of a fleet, within a second (docs/fleet.md)
+        await fleet.set_drained(name, drained)  # every replica of a fleet, within a second (docs/fleet.md)
         log.info("provider %s %s by admin", name, "drained" if drained else "enabled")
         return web.json_response({"provider": name, "state": "drained" if drained else "active"})
 

@@ -39,7 +39,7 @@ from tailgate.gateway.providers import Providers, pacer_for, provider_state
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import Core
+    from tailgate.gateway.core import InForce
     from tailgate.gateway.providers import ProviderState
     from tailgate.state import SharedState
 
@@ -69,9 +69,9 @@ Apply = Callable[[GatewayConfig, dict[str, ResolvedProvider]], dict[str, Any]]
 class Reloader:
     """Holds the path and version of the loaded config; reads, validates and hands a valid one to ``apply``.
 
-    It is given the running ``config`` (a restart-only field a reload changes is kept as it was), the
-    gateway's owners (``core``: what ``/admin/config`` lists) and the fleet ``state`` (every replica's
-    version), never the gateway."""
+    It is given the running ``config`` (a restart-only field a reload changes is kept as it was), its version,
+    the route table and providers in force (``in_force``: what ``/admin/config`` lists) and the fleet ``state``
+    (every replica's version), never the gateway."""
 
     def __init__(
         self,
@@ -79,14 +79,14 @@ class Reloader:
         config: GatewayConfig,
         *,
         version: str,
-        core: Core,
+        in_force: InForce,
         state: SharedState,
         apply: Apply,
     ) -> None:
         self.path = path
         self.config = config
         """The running config (after the last reload)."""
-        self.core = core
+        self.in_force = in_force
         self.state = state
         self._apply = apply
         self.version = version
@@ -153,8 +153,8 @@ class Reloader:
             },
             "fleet_versions": {state.replica: self.version, **fleet},
             "same_version_fleet_wide": all(v == self.version for v in fleet.values()),
-            "providers": sorted(self.core.providers),
-            "aliases": sorted(self.core.routes.aliases),
+            "providers": sorted(self.in_force.providers),
+            "aliases": sorted(self.in_force.routes.aliases),
         }
 
 
