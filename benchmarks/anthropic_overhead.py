@@ -6,7 +6,7 @@ One ``tailgate mock`` (preset ``instant``: 0.1 ms decode steps, no queue; it spe
 - ``pass``: a provider with ``anthropic_base_url`` → ``/v1/messages`` is passed through to the simulator's own
   ``/v1/messages`` (bytes relayed, Anthropic events measured);
 - ``trans``: a provider without it → the request is translated to chat, the simulator's chat answer or chunks
-  translated back (``gateway/anthropic.py``).
+  translated back (``gateway/apis/messages.py``).
 
 The client (this process, one keep-alive connection, one request at a time) sends the same Anthropic request to
 both, interleaved per round so drift on a shared machine hits both alike. Measured per mode, per round: the

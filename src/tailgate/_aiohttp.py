@@ -62,7 +62,7 @@ async def openai_shaped_errors(request: web.Request, handler: Handler) -> web.St
     """
     try:
         limits = request.app.get(BODY_LIMITS_KEY)
-        if limits is not None and request.method == "POST":
+        if limits is not None and request.method == "POST" and request.path not in limits.raw_paths:
             refused = http_refusals.before_body(
                 limits, request.path, request.headers.get("Content-Type"), request.content_length
             ) or await _read_body(request, limits)

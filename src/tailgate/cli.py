@@ -12,6 +12,7 @@ import click
 from rich.table import Table
 
 from tailgate import __version__
+from tailgate._cli_batches import batches
 from tailgate._cli_keys import keys, usage
 from tailgate._cli_monitor import leaderboard, monitor
 from tailgate._cli_util import _announce_store, _fail, _stdout
@@ -533,3 +534,4 @@ main.add_command(monitor)
 main.add_command(leaderboard)
 main.add_command(keys)
 main.add_command(usage)
+main.add_command(batches)  # the gateway's Batch API, over HTTP with the admin key (docs/batch.md)

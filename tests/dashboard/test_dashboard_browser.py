@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import time
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from dashboard_support import fill_store
+from dashboard_support import PAIRS, fill_store
 
 from _require import CHROMIUM, require_chromium
 from conftest import GatewayHandle, SimFactory, two_provider_config
+from tailgate.ledger.quality import QualityCount, add_counts
+from tailgate.ledger.schema import open_db
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "tg-admin-key-0123456789"
@@ -45,6 +48,13 @@ async def test_dashboard_renders_in_headless_chromium(
     gw = await gateway(two_provider_config(a.url, b.url, admin_key=ADMIN, routing={"policy": "adaptive"}))
     assert gw.gateway.ledger is not None
     fill_store(gw.gateway.ledger.path, time.time())
+    with contextlib.closing(open_db(gw.gateway.ledger.path)) as conn:  # answer-quality counts of the last hour
+        (p1, m1), (p2, m2) = PAIRS[:2]
+        add_counts(
+            conn,
+            time.time(),
+            [QualityCount(p1, m1, "tool_args_invalid_json", 400, 40), QualityCount(p2, m2, "empty_answer", 120, 0)],
+        )
     async with aiohttp.ClientSession() as s:
         for _ in range(8):
             payload = {"model": "deepseek-v3.2", "messages": [{"role": "user", "content": "hi"}]}
@@ -71,6 +81,10 @@ async def test_dashboard_renders_in_headless_chromium(
             cells = await page.locator("#leaderboard tbody tr").first.locator("td").all_text_contents()
             # the accuracy with its 95 % Wilson interval and task count, as the CLI shows it
             assert any(re.fullmatch(r"\d+% \[\d+–\d+\] n=\d+", c) for c in cells), cells
+            # the worst answer-quality signal with its 95 % Wilson interval, as the CLI's `quality` column shows it
+            every = await page.locator("#leaderboard tbody td").all_text_contents()
+            assert "tool JSON 10.0% [7.4–13.3] n=400" in every, every
+            assert "ok n=120" in every, every
             assert await page.locator("#compare tbody tr").count() == 2
             assert await page.locator("#heatmap td.cell").count() >= 24
             assert await page.locator("#live tbody tr").count() == 2

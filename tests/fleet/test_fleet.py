@@ -250,7 +250,12 @@ async def test_a_breaker_opened_by_one_replica_opens_on_all_within_a_second(
     """a's upstream is killed; only replica 0 sends traffic, so only it sees the failures. Replicas 1 and 2
     open their breakers within 1 s of replica 0, and their requests no longer try a."""
     a, b = await sim("instant", models=("up",)), await sim("instant", models=("up",))
-    replicas = await fleet(3, a.url, b.url)
+    # The weighted policy, as in test_fleet_breaker_trials.py: the subject is the breaker and its spread over the
+    # fleet. The default (adaptive) demotes a after 3 failed attempts within 1.5 s (its promise 3), judged at most
+    # every 0.25 s; a breaker opens on the 5th failure in a row. Only where replica 0 sent a five requests inside
+    # one 0.25 s judgement (an idle machine) did the breaker open; under load a was demoted after 3 or 4, got no
+    # more requests (probes off), and no replica ever showed an open breaker ([None, None, None]).
+    replicas = await fleet(3, a.url, b.url, routing={"policy": "weighted"})
     free = {"Authorization": "Bearer tg-free-key-0123"}
     async with aiohttp.ClientSession() as session:
         await a.stop()

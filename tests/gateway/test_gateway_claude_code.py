@@ -164,7 +164,7 @@ async def test_a_400_only_when_no_route_of_the_alias_can_carry_it(
 def test_a_translated_attempt_leaves_out_the_providers_drop_fields() -> None:
     """``providers.NAME.drop_fields`` holds for a translated ``/v1/messages`` attempt too: Claude Code's
     ``metadata.user_id`` becomes the chat ``user``, and a provider that drops ``user`` never gets it."""
-    from tailgate.gateway.anthropic import Messages
+    from tailgate.gateway.apis.messages import Messages
 
     body = json.dumps(RECORDED["body"]).encode()
     messages = Messages(body, json.loads(body), RECORDED["headers"])

@@ -20,7 +20,7 @@ from _require import require
 from conftest import GatewayHandle, SimFactory, eventually
 from sim_truth import truth as sim_truth
 from tailgate.bench.tokens import available, load
-from tailgate.gateway.responses import prompt_bound, token_estimate
+from tailgate.gateway.estimate import prompt_bound, token_estimate
 from tailgate.ledger import read_rows
 from tailgate.sim.text import estimate_tokens
 
@@ -190,7 +190,7 @@ async def test_n_is_reserved_n_times(sim: SimFactory, gateway: GwFactory) -> Non
 def test_the_output_reservation_multiplies_by_the_answers_asked_for(fields: dict[str, Any], output: float) -> None:
     """Defect 3: ``n`` (chat, completions) and ``best_of`` (completions, where larger) multiply the output budget."""
     body = json.dumps({"model": "m", "prompt": "x", **fields}).encode()
-    assert token_estimate(json.loads(body), body, "completions", 256)[1] == output
+    assert token_estimate(json.loads(body), body, 256)[1] == output
 
 
 @pytest.mark.parametrize("name", sorted(TEXTS))

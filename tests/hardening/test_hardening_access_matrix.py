@@ -47,7 +47,7 @@ SOURCES = (
     "revoked",
     "after reload",
 )
-FAMILIES = ("/v1", "/admin", "/metrics", "dashboard data", "dashboard controls", "public")
+FAMILIES = ("/v1", "/v1 batches", "/admin", "/metrics", "dashboard data", "dashboard controls", "public")
 
 # The expected answer of every (key source, family) to each caller, in CALLERS' order. docs/reliability.md
 # holds the same table; test_the_doc_states_the_matrix keeps them equal.
@@ -55,9 +55,11 @@ _ALL_OK = ("ok",) * 5
 _ADMIN_ONLY = ("401", "401", "401", "401", "ok")
 _TEAM_ONLY = ("401", "401", "ok", "401", "401")
 _READERS = ("401", "401", "401", "ok", "ok")
+_TEAM_AND_ADMIN = ("401", "401", "ok", "401", "ok")
 EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     # none: no YAML keys, an empty store, no dashboard_key: open on loopback (any bearer on /v1).
     ("none", "/v1"): _ALL_OK,
+    ("none", "/v1 batches"): _ALL_OK,
     ("none", "/admin"): _ADMIN_ONLY,
     ("none", "/metrics"): _ALL_OK,
     ("none", "dashboard data"): _ALL_OK,
@@ -65,6 +67,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("none", "public"): _ALL_OK,
     # YAML: the team's key in keys:, a dashboard_key.
     ("YAML", "/v1"): _TEAM_ONLY,
+    ("YAML", "/v1 batches"): _TEAM_AND_ADMIN,
     ("YAML", "/admin"): _ADMIN_ONLY,
     ("YAML", "/metrics"): _ALL_OK,
     ("YAML", "dashboard data"): _READERS,
@@ -72,6 +75,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("YAML", "public"): _ALL_OK,
     # store at start: the team's key in the store before the gateway starts, a dashboard_key.
     ("store at start", "/v1"): _TEAM_ONLY,
+    ("store at start", "/v1 batches"): _TEAM_AND_ADMIN,
     ("store at start", "/admin"): _ADMIN_ONLY,
     ("store at start", "/metrics"): _ALL_OK,
     ("store at start", "dashboard data"): _READERS,
@@ -79,6 +83,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("store at start", "public"): _ALL_OK,
     # store created at runtime: started open (no keys, no dashboard_key), then POST /admin/keys made the team's.
     ("store created at runtime", "/v1"): _TEAM_ONLY,
+    ("store created at runtime", "/v1 batches"): _TEAM_AND_ADMIN,
     ("store created at runtime", "/admin"): _ADMIN_ONLY,
     ("store created at runtime", "/metrics"): _ALL_OK,
     ("store created at runtime", "dashboard data"): _ADMIN_ONLY,
@@ -87,6 +92,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     # tailgate keys create at runtime: started open, then the command (in-process, the real CLI) made the team's
     # key in the store; the gateway's poll of the store picks it up.
     ("tailgate keys create at runtime", "/v1"): _TEAM_ONLY,
+    ("tailgate keys create at runtime", "/v1 batches"): _TEAM_AND_ADMIN,
     ("tailgate keys create at runtime", "/admin"): _ADMIN_ONLY,
     ("tailgate keys create at runtime", "/metrics"): _ALL_OK,
     ("tailgate keys create at runtime", "dashboard data"): _ADMIN_ONLY,
@@ -94,6 +100,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("tailgate keys create at runtime", "public"): _ALL_OK,
     # revoked: the store's only key (the team's), revoked with the store's revoke (`tailgate keys revoke`).
     ("revoked", "/v1"): ("401",) * 5,
+    ("revoked", "/v1 batches"): _ADMIN_ONLY,
     ("revoked", "/admin"): _ADMIN_ONLY,
     ("revoked", "/metrics"): _ALL_OK,
     ("revoked", "dashboard data"): _ADMIN_ONLY,
@@ -101,6 +108,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("revoked", "public"): _ALL_OK,
     # after reload: started open, then the file gained the team's key, a dashboard_key and metrics.key.
     ("after reload", "/v1"): _TEAM_ONLY,
+    ("after reload", "/v1 batches"): _TEAM_AND_ADMIN,
     ("after reload", "/admin"): _ADMIN_ONLY,
     ("after reload", "/metrics"): _ADMIN_ONLY,
     ("after reload", "dashboard data"): _READERS,
@@ -134,6 +142,16 @@ SURFACES: dict[tuple[str, str], Surface] = {
         "POST", "/v1/messages/count_tokens", "/v1", 404, {"model": UNKNOWN, "messages": CHAT["messages"]}
     ),
     ("GET", "/v1/models"): Surface("GET", "/v1/models", "/v1"),
+    # The Batch API (docs/batch.md): gateway keys, and the admin key (which sees every key's files and batches).
+    ("POST", "/v1/files"): Surface("POST", "/v1/files", "/v1 batches", 400, {}),  # not a multipart upload
+    ("GET", "/v1/files"): Surface("GET", "/v1/files", "/v1 batches"),
+    ("GET", "/v1/files/{id}"): Surface("GET", "/v1/files/file-nope", "/v1 batches", 404),
+    ("DELETE", "/v1/files/{id}"): Surface("DELETE", "/v1/files/file-nope", "/v1 batches", 404),
+    ("GET", "/v1/files/{id}/content"): Surface("GET", "/v1/files/file-nope/content", "/v1 batches", 404),
+    ("POST", "/v1/batches"): Surface("POST", "/v1/batches", "/v1 batches", 400, {}),  # nothing is created
+    ("GET", "/v1/batches"): Surface("GET", "/v1/batches", "/v1 batches"),
+    ("GET", "/v1/batches/{id}"): Surface("GET", "/v1/batches/batch_nope", "/v1 batches", 404),
+    ("POST", "/v1/batches/{id}/cancel"): Surface("POST", "/v1/batches/batch_nope/cancel", "/v1 batches", 404),
     ("GET", "/admin/providers"): Surface("GET", "/admin/providers", "/admin"),
     ("POST", "/admin/providers/{name}/drain"): Surface("POST", "/admin/providers/nope/drain", "/admin", 404),
     ("POST", "/admin/providers/{name}/enable"): Surface("POST", "/admin/providers/nope/enable", "/admin", 404),

@@ -71,6 +71,38 @@ async def test_the_common_request_makes_no_redis_call(replicas: StateFactory) ->
     assert await state.usage("key:t:tpm", 60.0) == pytest.approx(1001 * 60.0)
 
 
+async def test_a_balance_carried_into_a_renewal_in_a_newer_bucket_goes_back_to_its_own(
+    replicas: StateFactory,
+) -> None:
+    """A tpm slice taken in one of the window's buckets (1 s of 60 s) and renewed in a later one: the balance the
+    renewal carries over was counted in the earlier bucket and goes back there, and a refund settled to that
+    bucket joins it. Given back to the renewal's bucket, which counted only the renewal, the refund stopped at 0
+    there and the rest stayed counted for the window (tests/state/test_state_lease.py has the same case)."""
+    state = await replicas()
+    allow = Allowances(state)  # no ticks: the slices go back at close only
+    tpm = [Claim("key:t:tpm", 100.0, 1_000_000.0, 60.0)]
+    first = await allow.reserve(tpm, None)  # 100 tokens and a slice of 4 requests' worth (400)
+    assert first.ok
+    # Redis's clock (the buckets') moves on to a later bucket; nothing of this test is judged by the wait.
+    for _ in range(100):
+        if (await state.take("key:t:probe", 1, 1e9, 60.0)).bucket != first.admissions[0].bucket:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("Redis's bucket did not move on in 5 s")
+    spent = [allow.reserve_now(tpm, None) for _ in range(3)]  # 100 of 400 left: the renewal is asked for
+    assert all(r is not None and r.ok for r in spent)
+    await asyncio.gather(*allow._tasks)
+    assert allow.renewals == 1
+    after = allow.reserve_now(tpm, None)  # from the carried 100, counted in the first bucket
+    assert after is not None
+    # Used 40 of its 100: the refund of 60 goes to the first bucket (the carried part was spent whole).
+    assert allow.settle_now([Adjustment("key:t:tpm", -60.0, 60.0, after.admissions[0].bucket)]) == []
+    await allow.close()
+    assert await state.usage("key:t:tpm", 60.0) == pytest.approx(440.0)  # 4 × 100 + 40
+    assert after.admissions[0].bucket == first.admissions[0].bucket
+
+
 async def _fleet(replicas: StateFactory, n: int = 3) -> list[Allowances]:
     """``n`` replicas' allowances, once every replica sees the others (slices are sized per replica)."""
     allows = [Allowances(await replicas(), tick_s=0.05) for _ in range(n)]

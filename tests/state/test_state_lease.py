@@ -102,3 +102,32 @@ async def test_concurrent_takes_on_one_replica_leak_no_slice(replicas: StateFact
     await lim.close()
     assert await lim.state.usage("key:burst:rpm", 60.0) == 1200
     assert lim.remote_takes < 100
+
+
+async def test_a_balance_carried_into_a_renewal_in_a_newer_bucket_goes_back_to_its_own(
+    replicas: StateFactory,
+) -> None:
+    """A slice taken in one of the window's buckets (1 s of a 60 s window) and renewed in a later one: the balance
+    the renewal carries over was counted in the earlier bucket, and goes back there. Given back to the renewal's
+    bucket, which counted only the renewal, the refund stopped at 0 there and the rest stayed counted for the
+    window (8 units here; 1,205 counted for 1,200 spent in the burst test above under load)."""
+    # A frozen clock and no ticks: the slice is given back at close only, and every renewal is a full slice.
+    lim = LeasedLimiter(await replicas(), min_slice=20, clock=lambda: 1000.0)
+    first = await lim.take("key:carry:rpm", 1, 30_000, 60.0)  # the request's unit and a slice of 20
+    assert first.ok
+    assert lim.remote_takes == 1
+    # Redis's clock (the buckets') moves on to a later bucket; nothing of this test is judged by the wait.
+    for _ in range(100):
+        if (await lim.state.take("key:probe:rpm", 1, 30_000, 60.0)).bucket != first.bucket:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("Redis's bucket did not move on in 5 s")
+    for _ in range(11):  # down to 9 of 20: under half, so the renewal (300) is asked for
+        assert (await lim.take("key:carry:rpm", 1, 30_000, 60.0)).ok
+    await asyncio.gather(*lim._background)
+    assert lim.remote_takes == 2
+    renewed = await lim.take("key:carry:rpm", 1, 30_000, 60.0)
+    await lim.close()
+    assert await lim.state.usage("key:carry:rpm", 60.0) == 13  # 13 spent: 321 counted, 308 given back
+    assert renewed.bucket == first.bucket  # the carried units are spent first, as their own bucket's

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from upstream_support import Clients, SimFactory, chat_body
 
-from tailgate.upstream import Chunk, call
+from tailgate.upstream import RESPONSES, Chunk, call
 
 
 @pytest.fixture
@@ -67,15 +67,15 @@ async def test_responses_stream_is_measured_and_ends_at_completed(sim: SimFactor
     p = await sim("instant")
     body = {"model": "m", "input": "hi", "max_output_tokens": 7, "stream": True}
     client = clients(p.url)
-    await call(client, "/responses", body, stream=True).collect()  # warm-up: opens the connection
-    result = await call(client, "/responses", body, stream=True).collect()
+    await call(client, "/responses", body, stream=True, dialect=RESPONSES).collect()  # warm-up: opens the connection
+    result = await call(client, "/responses", body, stream=True, dialect=RESPONSES).collect()
     assert result.ok, result.detail
     assert (result.output_tokens, result.token_chunks, result.tokens_estimated) == (7, 7, False)
     assert result.ttft_ms is not None
     assert result.e2e_ms is not None
     assert 0 < result.ttft_ms <= result.e2e_ms
     assert p.truth.records()[-1].output_tokens == 7
-    unary = await call(client, "/responses", {**body, "stream": False}, stream=False).collect()
+    unary = await call(client, "/responses", {**body, "stream": False}, stream=False, dialect=RESPONSES).collect()
     assert unary.ok, unary.detail
     assert (unary.output_tokens, unary.prompt_tokens) == (7, 1)
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from upstream_support import Clients, run
 
-from tailgate.upstream import CallResult, Chunk, Done, call
+from tailgate.upstream import ANTHROPIC, CallResult, Chunk, Done, call
 
 EVENTS: list[dict[str, Any]] = [
     {
@@ -99,7 +99,7 @@ async def test_an_anthropic_stream_is_measured(
 ) -> None:
     url, bodies = upstream
     bodies["next"] = frames(EVENTS, "\n").replace(b"\n", eol.encode())
-    events = await run(call(clients(url, ("sk-native",)), "/v1/messages", BODY, stream=True))
+    events = await run(call(clients(url, ("sk-native",)), "/v1/messages", BODY, stream=True, dialect=ANTHROPIC))
     result = events[-1]
     assert isinstance(result, CallResult)
     assert result.ok, result
@@ -123,7 +123,7 @@ async def test_an_error_event_fails_the_stream_after_it_is_relayed(
     url, bodies = upstream
     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     bodies["next"] = frames([*EVENTS[:4], error], "\n")
-    events = await run(call(clients(url), "/v1/messages", BODY, stream=True))
+    events = await run(call(clients(url), "/v1/messages", BODY, stream=True, dialect=ANTHROPIC))
     result = events[-1]
     assert isinstance(result, CallResult)
     assert result.error_class == "stream_error"
@@ -160,7 +160,13 @@ async def test_the_request_carries_x_api_key_and_no_usage_injection(clients: Cli
     try:
         body = {**BODY, "stream": False}
         events = await run(
-            call(clients(f"http://127.0.0.1:{port}", ("sk-native",)), "/v1/messages", body, stream=False)
+            call(
+                clients(f"http://127.0.0.1:{port}", ("sk-native",)),
+                "/v1/messages",
+                body,
+                stream=False,
+                dialect=ANTHROPIC,
+            )
         )
     finally:
         await runner.cleanup()

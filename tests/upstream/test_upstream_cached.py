@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from upstream_support import Clients, SimFactory
 
-from tailgate.upstream import CallResult, call
+from tailgate.upstream import RESPONSES, CallResult, call
 from tailgate.upstream._frames import decode_body, decode_frame
 
 DOC = "the writing assistant resends the whole document every turn " * 40  # 2,400 chars = 600 tokens
@@ -69,8 +69,8 @@ async def test_responses_api_cached_tokens(sim: SimFactory, clients: Clients) ->
     p = await sim("instant")
     c = clients(p.url)
     req = {"model": "m", "input": DOC, "max_output_tokens": 2, "stream": True}
-    await call(c, "responses", req, stream=True).collect()
-    warm = await call(c, "responses", req, stream=True).collect()
+    await call(c, "responses", req, stream=True, dialect=RESPONSES).collect()
+    warm = await call(c, "responses", req, stream=True, dialect=RESPONSES).collect()
     assert warm.cached_tokens == 4 * 128
 
 

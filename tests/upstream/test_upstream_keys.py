@@ -26,16 +26,20 @@ async def clients() -> AsyncIterator[Clients]:
 def test_public_api() -> None:
     """The exported names change only on purpose."""
     assert sorted(tailgate.upstream.__all__) == [
+        "ANTHROPIC",
         "Body",
         "Call",
         "CallResult",
         "Chunk",
+        "Dialect",
         "Done",
         "Endpoint",
         "ErrorClass",
         "Event",
         "Headers",
         "KeyPool",
+        "OPENAI",
+        "RESPONSES",
         "Sent",
         "Tap",
         "Timeouts",

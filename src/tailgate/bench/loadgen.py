@@ -38,7 +38,19 @@ from tailgate.bench.results import RunRecorder
 from tailgate.bench.schema import UNSET, Load
 from tailgate.bench.schema import Target as RunTarget
 from tailgate.bench.workload import RequestSpec, TraceEntry, Workload
-from tailgate.upstream import Body, Call, CallResult, Chunk, Headers, Sent, UpstreamClient, call
+from tailgate.upstream import (
+    ANTHROPIC,
+    OPENAI,
+    Body,
+    Call,
+    CallResult,
+    Chunk,
+    Dialect,
+    Headers,
+    Sent,
+    UpstreamClient,
+    call,
+)
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
 from tailgate.wire.sse import content_text
 
@@ -60,6 +72,11 @@ class Target:
     def describe(self) -> RunTarget:
         api = UNSET if self.api == "openai" else self.api
         return RunTarget(name=self.name, base_url=self.client.endpoint.base_url, model=self.model, api=api)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The protocol the measurement core reads the answers in (upstream/dialect.py)."""
+        return ANTHROPIC if self.api == "anthropic" else OPENAI
 
     @property
     def path(self) -> str:
@@ -124,7 +141,15 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
     if target.api == "anthropic":
         body = anthropic_body(body)
         headers = {**(headers or {}), "anthropic-version": API_VERSION}
-    c = call(target.client, target.path, body, stream=spec.stream, client_wants_usage=True, headers=headers)
+    c = call(
+        target.client,
+        target.path,
+        body,
+        stream=spec.stream,
+        client_wants_usage=True,
+        headers=headers,
+        dialect=target.dialect,
+    )
     return Prepared(idx, c, spec.task, spec.intended_tokens)
 
 

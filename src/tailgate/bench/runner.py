@@ -176,7 +176,9 @@ async def preflight(specs: list[TargetSpec]) -> list[str]:
         if spec.api == "anthropic":
             body, headers = anthropic_body(body), {"anthropic-version": API_VERSION}
         try:
-            result = await call(target.client, target.path, body, stream=False, headers=headers).collect()
+            result = await call(
+                target.client, target.path, body, stream=False, headers=headers, dialect=target.dialect
+            ).collect()
         finally:
             await target.client.close()
         if result.error_class == "connect":

@@ -55,11 +55,13 @@ class ResolvedProvider:
     """How its chat API switches reasoning, for translated ``/v1/messages`` requests (user's, else the preset's)."""
     top_k: bool = False
     """Its chat API takes ``top_k`` (the preset's ``top_k``): a translated ``/v1/messages`` request keeps the
-    client's ``top_k`` only then (gateway/anthropic.py)."""
+    client's ``top_k`` only then (gateway/apis/messages.py)."""
     cache_min_tokens: int = 64
     """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
     drop_fields: frozenset[str] = frozenset()
     """Top-level request fields left out of what goes to it (the user's ``drop_fields``, else the preset's)."""
+    batch_api: bool = False
+    """It serves OpenAI's Batch API (``providers.NAME.batch_api``): the batch executor may send it jobs."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
@@ -268,6 +270,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
                 if pc.cache_min_tokens is not None
                 else (preset.cache_min_tokens if preset is not None and preset.cache_min_tokens is not None else 64)
             ),
+            batch_api=pc.batch_api,
         ),
         [],
     )

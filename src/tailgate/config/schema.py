@@ -268,6 +268,10 @@ class ProviderConfig(_Strict):
     """Top-level request fields left out of every OpenAI-shaped request (chat, completions, embeddings, responses,
     a translated ``/v1/messages``) before it goes to this provider, because the provider refuses them; every other
     field the client sent goes as sent. Unset: the preset's (``openai``: the vendor fields api.openai.com refuses)."""
+    batch_api: bool = False
+    """The provider serves OpenAI's Batch API (``/v1/files`` + ``/v1/batches``, e.g. Bailian, Volcengine Ark,
+    SiliconFlow, the simulator's presets): the gateway's batch executor may send batch lines routed here as one
+    provider job, billed at ``price.batch`` (docs/batch.md, "Paths")."""
 
 
 class RouteConfig(_Strict):
@@ -433,6 +437,70 @@ class AffinityOverride(_Strict):
         return None if v is None else AffinityConfig._sources(v)
 
 
+Margin = Annotated[float, Field(ge=0, lt=1)]
+
+
+class QualityConfig(_Strict):
+    """Promise 8 (docs/routing.md): a route whose quality on a signal is significantly worse than the alias's best
+    route's gets no client request while another route takes them, until it has recovered."""
+
+    enabled: bool = True
+    window: PositiveSeconds = 600.0
+    """The sliding window the counts per provider × model × signal are judged over."""
+    recent: PositiveSeconds = 120.0
+    """Live-traffic signals are also judged over the last ``recent`` alone (at most ``window``)."""
+    margin: Margin = 0.03
+    """Canary signals: held when the route's upper bound is more than this below the best route's lower bound."""
+    traffic_margin: Margin = 0.01
+    """Live-traffic failure signals (tool calls, empty answers, content-filter refusals, …): the same, this margin."""
+    min_samples: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    """Trials the route and the best route each need in the window before anything moves."""
+    signals: list[Name] | None = None
+    """The signals judged (``canary``, ``tool_call``, ``empty``, ``content_filter``, ``json``, ``reasoning``);
+    unset: all."""
+
+    @model_validator(mode="after")
+    def _recent_within_window(self) -> QualityConfig:
+        if self.recent > self.window:
+            raise PydanticCustomError(
+                "recent_over_window",
+                "recent ({recent}s) must be at most window ({window}s)",
+                {"recent": self.recent, "window": self.window},
+            )
+        return self
+
+    def merged(self, own: QualityOverride | None) -> QualityConfig:
+        """This config with an alias's ``models.<alias>.quality`` fields on top (the fields it gives)."""
+        if own is None:
+            return self
+        fields = self.model_dump() | own.model_dump(exclude_none=True)
+        if own.recent is None:
+            fields["recent"] = min(fields["recent"], fields["window"])  # an alias's shorter window bounds it
+        return QualityConfig.model_validate(fields)
+
+
+class QualityOverride(_Strict):
+    """``models.<alias>.quality``: the fields given replace ``routing.quality``'s for this alias."""
+
+    enabled: bool | None = None
+    window: PositiveSeconds | None = None
+    recent: PositiveSeconds | None = None
+    margin: Margin | None = None
+    traffic_margin: Margin | None = None
+    min_samples: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    signals: list[Name] | None = None
+
+    @model_validator(mode="after")
+    def _recent_within_window(self) -> QualityOverride:
+        if self.recent is not None and self.window is not None and self.recent > self.window:
+            raise PydanticCustomError(
+                "recent_over_window",
+                "recent ({recent}s) must be at most window ({window}s)",
+                {"recent": self.recent, "window": self.window},
+            )
+        return self
+
+
 class RoutingConfig(_Strict):
     policy: PolicyName = "adaptive"
     adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
@@ -445,6 +513,7 @@ class RoutingConfig(_Strict):
     pacing: PacingConfig = Field(default_factory=PacingConfig)
     shed: ShedConfig = Field(default_factory=ShedConfig)
     affinity: AffinityConfig = Field(default_factory=AffinityConfig)
+    quality: QualityConfig = Field(default_factory=QualityConfig)
 
 
 class ModelConfig(_Strict):
@@ -459,6 +528,8 @@ class ModelConfig(_Strict):
     """Hedge this alias's requests; unset: ``routing.hedge`` (off when that is unset too)."""
     affinity: AffinityOverride | None = None
     """This alias's conversation affinity: the fields given replace ``routing.affinity``'s."""
+    quality: QualityOverride | None = None
+    """This alias's promise 8 (quality): the fields given replace ``routing.quality``'s."""
 
     @model_validator(mode="after")
     def _some_weight(self) -> ModelConfig:
@@ -630,6 +701,30 @@ class StateConfig(_Strict):
         return self
 
 
+class BatchConfig(_Strict):
+    """The gateway's Batch API (``/v1/files``, ``/v1/batches``) and its executor (docs/batch.md)."""
+
+    enabled: bool = True
+    """Serve the Batch API and run the executor (it needs a store: the ledger, or ``ledger.url``)."""
+    max_file_bytes: Annotated[int, Field(ge=1024, le=1024**3)] = 200 * 1024 * 1024
+    """The largest upload (OpenAI's 200 MB)."""
+    max_lines: Annotated[int, Field(ge=1, le=1_000_000)] = 50_000
+    """The most requests one input file may hold (OpenAI's 50,000)."""
+    concurrency: Annotated[int, Field(ge=1, le=10_000)] = 16
+    """Batch-lane lines this replica runs at once (each one upstream call at the lowest priority)."""
+    lease: PositiveSeconds = 120.0
+    """How long a leased line is this replica's before another may take it (renewed while it runs)."""
+    poll_interval: PositiveSeconds = 1.0
+    """How often the executor looks for work, finalises and expires batches."""
+    provider_poll_interval: PositiveSeconds = 10.0
+    """How often a provider's batch job is polled."""
+    provider_job_lines: Annotated[int, Field(ge=1, le=50_000)] = 5_000
+    """The most lines sent to a provider in one job."""
+    provider_min_left: PositiveSeconds = 43200.0
+    """A provider job is created with a ``24h`` window; only a batch with at least this much of its own window
+    left (12 h) is sent to a provider's batch API, a batch with less runs on the batch lane."""
+
+
 class GatewayConfig(_Strict):
     """The whole gateway config file."""
 
@@ -650,6 +745,7 @@ class GatewayConfig(_Strict):
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     trace: TraceConfig = Field(default_factory=TraceConfig)
     state: StateConfig = Field(default_factory=StateConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
 
     @model_validator(mode="after")
     def _routes_name_known_providers(self) -> GatewayConfig:

@@ -1,7 +1,7 @@
 """Per-key admission: models, expiry, tpm, concurrency and budgets — reserve, then settle (rpm: gateway.fleet).
 
 At admission (``admit``) a request reserves what it may use: tokens = the prompt's upper bound
-(``responses.prompt_bound``) + ``max_tokens`` (or ``routing.pacing.default_max_tokens``) × ``n``, and
+(``estimate.prompt_bound``) + ``max_tokens`` (or ``routing.pacing.default_max_tokens``) × ``n``, and
 money = those tokens at the highest price among the alias's routes. The reservation is taken, all or
 nothing, from the key's counters in the fleet state (``tailgate.state``: exact across replicas with
 Redis): ``tpm`` over a 60 s sliding window, token and money budgets per UTC day and calendar month

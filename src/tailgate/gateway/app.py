@@ -37,6 +37,8 @@ from tailgate.gateway.admin.reload import (
     replace_providers,
 )
 from tailgate.gateway.admission import KeyAdmission, key_store
+from tailgate.gateway.batch_api import add_batch_routes
+from tailgate.gateway.batch_exec import BatchExecutor
 from tailgate.gateway.bookkeeping import Books, Sinks, books_first
 from tailgate.gateway.core import Core
 from tailgate.gateway.fleet.fleet_sync import Fleet
@@ -198,6 +200,7 @@ class Gateway:
                 ledger=self.ledger,
                 admission=self.admission,
                 refund_rpm=self.fleet.refund_key,
+                divert=lambda row: self.batch_exec.divert(row),  # the batch lane's rows (batch_exec.py)
             )
         )
         if self.ledger is not None:
@@ -234,6 +237,14 @@ class Gateway:
             config_path, config, version=version, in_force=self.core, state=state, apply=self._apply
         )
         self._reload_tasks: set[asyncio.Task[None]] = set()
+        ledger = self.ledger
+        self.batch_exec = BatchExecutor(  # runs the Batch API's lines (docs/batch.md)
+            self.core,
+            lambda: self.config.batch,
+            keys_at,
+            currency=self._currency,
+            record=ledger.record if ledger is not None else None,
+        )
         # -- phase 2: what /metrics reads at scrape time, over the owners above --------------------------------
         registry = metrics.registry
         register_runtime_metrics(registry)
@@ -367,6 +378,7 @@ class Gateway:
         store = self.config.ledger.url or (self.ledger.path if self.ledger is not None else None)
         seed_priors(store, self.core.routes)  # promise 5: start from what the monitor measured (docs/routing.md)
         self.prober.start()
+        await self.batch_exec.start()
 
     def _note_access(self) -> None:
         """Log when the gateway closes (its first key appeared) or opens (its last key disappeared): a client
@@ -390,6 +402,7 @@ class Gateway:
         True when every part finished in time (else a thread may still be blocked in a store call: the
         ``tailgate serve`` process then exits without waiting for it)."""
         steps: list[tuple[str, Callable[[], Awaitable[object]], float]] = [
+            ("batch executor (batch_exec.close)", self.batch_exec.close, CLOSE_STEP_S),
             # the last requests' rows and settlements, before the stores close
             ("bookkeeping (books.drain)", self.books.drain, CLOSE_STEP_S),
             ("health probes (prober.close)", self.prober.close, CLOSE_STEP_S),
@@ -441,6 +454,8 @@ class Gateway:
         )
         add_key_routes(app, self.key_directory, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self.reloader, self.guard)
+        add_batch_routes(app, self.core, self.guard, lambda: self.config.batch, self._currency)  # docs/batch.md
+        self.batch_exec.handlers = hot
         # The dashboard (docs/dashboard.md): read-only views of the store, this process's live state, and
         # drain/enable for admin-key holders. Imported here so that importing the gateway stays light.
         from tailgate.dashboard import Controls, mount

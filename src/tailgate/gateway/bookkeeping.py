@@ -59,6 +59,9 @@ class Sinks:
     """The settlement: the key gate corrects a ticket to what the request used (admission.py)."""
     refund_rpm: Callable[[str, Admission], None]
     """Gives a key's rpm count back (``Fleet.refund_key``): a request that never went upstream keeps nothing."""
+    divert: Callable[[LedgerRow], bool] | None = None
+    """Takes the rows of the batch lane's lines (gateway/batch_exec.py: True when it took one): the batch store
+    bills a line with its settlement, exactly once, so the ledger writer must not write it too."""
 
 
 class Books:
@@ -166,7 +169,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     answer_ms = _answer_ms(ttft_ms, result)
     overhead_ms = ctx.overhead_ms(ctx.first_token_at if ctx.first_token_at is not None else now)
     pname = provider.name if provider is not None else "-"
-    sinks.metrics.request(ctx.alias, pname, ctx.outcome, ctx.api).inc()
+    sinks.metrics.request(ctx.alias, pname, ctx.outcome, ctx.protocol).inc()
     if served and provider is not None:
         m = sinks.metrics.served(ctx.alias, pname, provider.config.price.currency)
         m.e2e.observe(e2e_ms / 1000.0)
@@ -186,35 +189,35 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms, stream=ctx.stream)  # per minute
     if sinks.trace is not None and ctx.alias in ctx.table.aliases:
         sinks.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
-    if sinks.ledger is not None:
-        sinks.ledger.record(
-            LedgerRow(
-                ts=ctx.wall,
-                request_id=ctx.request_id,
-                key_id=ctx.key_id,
-                alias=ctx.alias,
-                provider=provider.name if provider is not None else None,
-                upstream_model=ctx.route.model if ctx.route is not None else None,
-                endpoint=ctx.endpoint,
-                stream=ctx.stream,
-                traffic_class=ctx.traffic_class,
-                status=ctx.status,
-                outcome=ctx.outcome,
-                attempts=ctx.attempts,
-                prompt_tokens=prompt,
-                output_tokens=output,
-                tokens_estimated=estimated,
-                ttft_ms=ttft_ms if served else None,
-                e2e_ms=e2e_ms,
-                overhead_ms=overhead_ms if served else None,
-                cost=cost,
-                ttft_answer_ms=answer_ms if served else None,
-                reasoning_tokens=result.reasoning_tokens if result is not None else None,
-                cached_tokens=result.cached_tokens if result is not None else None,
-                api=ctx.api,
-                price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
-            )
+    if sinks.ledger is not None or sinks.divert is not None:
+        row = LedgerRow(
+            ts=ctx.wall,
+            request_id=ctx.request_id,
+            key_id=ctx.key_id,
+            alias=ctx.alias,
+            provider=provider.name if provider is not None else None,
+            upstream_model=ctx.route.model if ctx.route is not None else None,
+            endpoint=ctx.endpoint,
+            stream=ctx.stream,
+            traffic_class=ctx.traffic_class,
+            status=ctx.status,
+            outcome=ctx.outcome,
+            attempts=ctx.attempts,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            tokens_estimated=estimated,
+            ttft_ms=ttft_ms if served else None,
+            e2e_ms=e2e_ms,
+            overhead_ms=overhead_ms if served else None,
+            cost=cost,
+            ttft_answer_ms=answer_ms if served else None,
+            reasoning_tokens=result.reasoning_tokens if result is not None else None,
+            cached_tokens=result.cached_tokens if result is not None else None,
+            api=ctx.protocol,
+            price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
         )
+        if (sinks.divert is None or not sinks.divert(row)) and sinks.ledger is not None:
+            sinks.ledger.record(row)
 
 
 def settle(sinks: Sinks, ctx: Ctx) -> None:
@@ -234,7 +237,7 @@ def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
     the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
-    count (``ctx.prompt_estimate``: the prompt bound, ``responses.prompt_bound``; the row is flagged
+    count (``ctx.prompt_estimate``: the prompt bound, ``estimate.prompt_bound``; the row is flagged
     ``tokens_estimated``). The cost prices the prompt tokens the provider served from its cache at
     ``price.cached_input`` (``ProviderState.cost``)."""
     result, provider = ctx.result, ctx.provider

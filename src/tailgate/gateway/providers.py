@@ -64,7 +64,7 @@ class ProviderState:
     """Tells the fleet about a pause (set by ``gateway.fleet``)."""
     anthropic_client: UpstreamClient | None = None
     """A pool to the provider's native Anthropic endpoint (``anthropic_base_url``): ``/v1/messages`` requests
-    routed here pass through to it (gateway/anthropic.py); None: they are translated to OpenAI chat."""
+    routed here pass through to it (gateway/apis/messages.py); None: they are translated to OpenAI chat."""
 
     async def close(self) -> None:
         """Close the provider's connection pools."""

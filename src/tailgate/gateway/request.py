@@ -1,4 +1,4 @@
-"""One client request as it moves through the gateway (:class:`Ctx`), and the endpoints it may be for.
+"""One client request as it moves through the gateway (:class:`Ctx`).
 
 The request context is the proxy's: it creates one per request, fills it in as the request walks down (front →
 proxy → key gate → routing order → provider admission → ``upstream.call`` → reply) and hands it to the books
@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
-
-from tailgate.gateway import anthropic, responses
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tailgate.gateway.admission import Ticket
-    from tailgate.gateway.anthropic import Messages
     from tailgate.gateway.hedging import Race
     from tailgate.gateway.providers import ProviderState
     from tailgate.gateway.routes import RouteTable
@@ -24,18 +21,7 @@ if TYPE_CHECKING:
     from tailgate.state import Admission
     from tailgate.upstream import CallResult
 
-__all__ = ["PATHS", "Ctx", "Endpoint"]
-
-Endpoint = Literal["chat", "completions", "embeddings", "responses", "messages"]
-PATHS: dict[Endpoint, str] = {
-    "chat": "/chat/completions",
-    "completions": "/completions",
-    "embeddings": "/embeddings",
-    "responses": responses.PATH,
-    "messages": anthropic.PATH,
-}
-"""The client-facing paths under ``/v1``; an attempt's upstream path is the same, except for ``messages``
-(gateway/anthropic.py: the native endpoint's, or chat's when translated)."""
+__all__ = ["Ctx"]
 
 
 @dataclass(slots=True)
@@ -43,7 +29,8 @@ class Ctx:
     """One client request as it moves through the gateway."""
 
     request_id: str
-    endpoint: Endpoint
+    endpoint: str
+    """The API's name (gateway/api.py: ``chat``, ``messages`` …), as the ledger and metrics say it."""
     table: RouteTable
     """The route table read when the request arrived: its routing and settings to its end (routes.py)."""
     t0: float = field(default_factory=time.perf_counter)
@@ -75,16 +62,16 @@ class Ctx:
     """The conversation's affinity key (routing/affinity.py), when the route was chosen by it: the provider's
     API key is picked by it too (``KeyPool.pick``)."""
     prompt_estimate: float | None = None
-    """The gateway's own count of the prompt (its upper bound, ``responses.prompt_bound``): what a cut stream is
+    """The gateway's own count of the prompt (its upper bound, ``estimate.prompt_bound``): what a cut stream is
     charged when the provider never said (bookkeeping.py)."""
 
-    messages: Messages | None = None
-    """An Anthropic Messages API request (``endpoint == "messages"``): its head, and its translation once made."""
+    protocol: str = "openai"
+    """The client's protocol family (the API's ``protocol``): ``openai``, or ``anthropic`` (``/v1/messages``)."""
 
     @property
     def api(self) -> str:
-        """The client's protocol: ``anthropic`` (``/v1/messages``) or ``openai`` (everything else)."""
-        return "anthropic" if self.endpoint == "messages" else "openai"
+        """The client's protocol (see ``protocol``)."""
+        return self.protocol
 
     def overhead_ms(self, now: float) -> float:
         return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)

@@ -39,7 +39,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -56,6 +56,7 @@ __all__ = [
     "BatchStoreError",
     "Completion",
     "FileRecord",
+    "FileWriter",
     "LeasedLine",
     "LineRecord",
     "active_batches",
@@ -248,6 +249,10 @@ class Completion:
     state: str
     done_by: str | None
     done_at: float | None
+
+
+FileWriter = Callable[[StoreConn, BatchRecord], tuple[str | None, str | None]]
+"""Writes a batch's output and error files inside the caller's transaction; their ids (None: no such file)."""
 
 
 # -- owners ------------------------------------------------------------------------------------------------
@@ -448,6 +453,7 @@ def transition(
     output_file_id: str | None = None,
     error_file_id: str | None = None,
     errors: Sequence[Mapping[str, Any]] | None = None,
+    files: FileWriter | None = None,
 ) -> BatchRecord | None:
     """Move the batch to ``to`` and stamp ``{to}_at``, if it is in a status ``to`` may follow; else None.
 
@@ -455,12 +461,22 @@ def transition(
     ``finalizing`` needs every line settled (none pending or leased). ``failed``, ``expired`` and ``cancelled``
     settle the lines not yet done as ``cancelled`` (error code ``batch_failed`` / ``batch_expired`` /
     ``batch_cancelled``) in the same transaction, so a late completion of one is refused.
-    ``output_file_id`` / ``error_file_id`` / ``errors`` are set when given.
+    ``output_file_id`` / ``error_file_id`` / ``errors`` are set when given. ``files`` (the executor's) writes the
+    batch's output and error files in the same transaction, after its lines were settled, and returns their ids:
+    nobody sees the batch in its new status without them.
     """
     if to not in _FROM:
         raise BatchStoreError(f"a batch cannot be moved to {to!r}; one of {', '.join(_FROM)}")
     with conn.transaction():
-        return _transition(conn, batch_id, to, _now(now), output_file_id, error_file_id, errors)
+        rec = _transition(conn, batch_id, to, _now(now), output_file_id, error_file_id, errors)
+        if rec is not None and files is not None:
+            out, err = files(conn, rec)
+            if out is not None or err is not None:
+                conn.execute(
+                    "UPDATE batches SET output_file_id = ?, error_file_id = ? WHERE id = ?", (out, err, batch_id)
+                )
+                rec = get_batch(conn, batch_id, key_id=None, admin=True)
+        return rec
 
 
 def _transition(
@@ -502,7 +518,7 @@ def _transition(
     return get_batch(conn, batch_id, key_id=None, admin=True)
 
 
-def expire_overdue(conn: StoreConn, *, now: float | None = None) -> list[BatchRecord]:
+def expire_overdue(conn: StoreConn, *, now: float | None = None, files: FileWriter | None = None) -> list[BatchRecord]:
     """Move every batch whose window closed (``expires_at <= now``) and that is still validating, in progress
     or finalizing to ``expired`` (its unfinished lines ``cancelled``, code ``batch_expired``); return those this
     call moved — of replicas sweeping together, each batch is moved by one."""
@@ -512,7 +528,7 @@ def expire_overdue(conn: StoreConn, *, now: float | None = None) -> list[BatchRe
         "AND status IN ('validating', 'in_progress', 'finalizing') ORDER BY expires_at, id",
         (at,),
     ).fetchall()
-    moved = [transition(conn, bid, "expired", now=at) for (bid,) in due]
+    moved = [transition(conn, bid, "expired", now=at, files=files) for (bid,) in due]
     return [b for b in moved if b is not None]
 
 

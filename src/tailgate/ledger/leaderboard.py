@@ -27,9 +27,10 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypedDict
 
+from tailgate.ledger.quality import read_rates
 from tailgate.ledger.samples import Sample, TrafficMinute, read_samples
 from tailgate.ledger.store import Queryable, dialect_of
 from tailgate.ledger.traffic_hours import read_window
@@ -142,12 +143,16 @@ class LeaderRow:
     traffic_cache_hit_pct: float | None = None
     """The provider's observed prompt-cache hit rate over the gateway's requests (cached ÷ prompt tokens, of
     those whose answer reported cached tokens); None when none did."""
+    quality: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    """Answer-quality signals of the gateway's traffic in the window (``quality_counts``, on the ``openai``
+    row): signal → ``checked``, ``hits``, ``pct`` and its 95 % Wilson interval ``low_pct`` / ``high_pct``."""
     insufficient: dict[str, str] = field(default_factory=dict)
     """Column → why it is None (``"n<20"``): too few samples for the number to mean anything."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["insufficient"] = dict(self.insufficient)
+        out["quality"] = {k: dict(v) for k, v in self.quality.items()}
         return out
 
 
@@ -459,9 +464,18 @@ def compute(
     probes = {(p, m, a): _probe_cells_sql(conn, p, m, since, now, bucket_s, a) for p, m, a in found}
     wanted = [p for p in pairs if model is None or p[1] == model]
     hits = cache_hit_pct(conn, since=since, until=now)
-    return build(
+    rows = build(
         (), traffic, window_s=window_s, now=now, sort=sort, info=info, pairs=wanted, probes=probes, cache_hit=hits
     )
+    quality = read_rates(conn, since=since, until=now, model=model)
+    if not quality:
+        return rows
+    return [
+        replace(r, quality={s: q.to_dict() for s, q in quality[(r.provider, r.model)].items()})
+        if r.api == "openai" and (r.provider, r.model) in quality
+        else r
+        for r in rows
+    ]
 
 
 def cache_hit_pct(conn: Queryable, *, since: float, until: float) -> dict[str, float]:

@@ -322,6 +322,23 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             "ALTER INDEX usage_hourly_v9_pkey RENAME TO usage_hourly_pkey",
         ),
     ),
+    Migration(
+        10,
+        "quality_counts: answer-quality signals per hour x provider x model x signal (checked, hits)",
+        (
+            """
+            CREATE TABLE quality_counts (
+                hour      DOUBLE PRECISION NOT NULL,
+                provider  TEXT    NOT NULL,
+                model     TEXT    NOT NULL,
+                signal    TEXT    NOT NULL,
+                checked   BIGINT  NOT NULL,
+                hits      BIGINT  NOT NULL,
+                PRIMARY KEY (hour, provider, model, signal)
+            )
+            """,
+        ),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

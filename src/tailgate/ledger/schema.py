@@ -316,6 +316,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE usage_hourly_v9 RENAME TO usage_hourly",
         ),
     ),
+    Migration(
+        10,
+        "quality_counts: answer-quality signals per hour x provider x model x signal (checked, hits)",
+        (
+            """
+            CREATE TABLE quality_counts (
+                hour      REAL    NOT NULL,
+                provider  TEXT    NOT NULL,
+                model     TEXT    NOT NULL,
+                signal    TEXT    NOT NULL,
+                checked   INTEGER NOT NULL,
+                hits      INTEGER NOT NULL,
+                PRIMARY KEY (hour, provider, model, signal)
+            )
+            """,
+        ),
+    ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.
 )
 

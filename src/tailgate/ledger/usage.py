@@ -137,7 +137,8 @@ def rollup(conn: StoreConn) -> int:
 
 
 def retention(conn: StoreConn, *, now: float, raw_s: float, rollup_s: float) -> tuple[int, int]:
-    """Delete raw rows older than ``raw_s`` that are rolled up, and roll-ups older than ``rollup_s``.
+    """Delete raw rows older than ``raw_s`` that are rolled up, and roll-ups older than ``rollup_s`` (the hourly
+    ``quality_counts`` too, which live as long as the usage roll-ups; the count returned is usage's).
 
     The row at the watermark itself is kept: SQLite would hand its id out again after deleting the
     highest one, and a reused id below the watermark would never be rolled up.
@@ -146,6 +147,7 @@ def retention(conn: StoreConn, *, now: float, raw_s: float, rollup_s: float) -> 
         upto = _watermark(conn)
         raw = conn.execute("DELETE FROM requests WHERE id < ? AND ts < ?", (upto, now - raw_s)).rowcount
         hourly = conn.execute("DELETE FROM usage_hourly WHERE hour < ?", (hour_start(now - rollup_s),)).rowcount
+        conn.execute("DELETE FROM quality_counts WHERE hour < ?", (hour_start(now - rollup_s),))
     return int(raw), int(hourly)
 
 

@@ -89,6 +89,35 @@ def _accuracy(row: LeaderRow) -> str:
     return f"{row.accuracy_pct:.0f}% [{100 * lo:.0f}–{100 * hi:.0f}] n={row.accuracy_n}"
 
 
+_SHORT = {
+    "tool_args_invalid_json": "tool JSON",
+    "tool_args_schema_mismatch": "tool schema",
+    "tool_unknown_name": "tool name",
+    "empty_answer": "empty",
+    "content_filtered": "filtered",
+    "json_invalid": "json_object",
+    "reasoning_missing": "no reasoning",
+    "canary_wrong": "canary",
+}
+
+
+def quality_cell(row: LeaderRow) -> str:
+    """The worst answer-quality signal of the row's traffic: ``tool JSON 4.0% [2.5–6.4] n=400``; ``ok n=…``
+    when no signal hit (n = the most answers any signal was checked on); ``n<5`` while no signal was checked
+    on the rate minimum; ``-`` without counts."""
+    if not row.quality:
+        return "-"
+    minimum = MINIMUMS["rate"]
+    shown = {k: v for k, v in row.quality.items() if v["checked"] >= minimum}
+    if not shown:
+        return f"n<{minimum}"
+    name, worst = max(shown.items(), key=lambda kv: (kv[1]["pct"], kv[1]["checked"]))
+    if not worst["hits"]:
+        return f"ok n={max(int(q['checked']) for q in shown.values())}"
+    short = _SHORT.get(name, name)
+    return f"{short} {worst['pct']:.1f}% [{worst['low_pct']:.1f}–{worst['high_pct']:.1f}] n={int(worst['checked'])}"
+
+
 def window_label(window_s: float) -> str:
     """``7d``, ``24h``, ``1h``, ``8.6m``: whole units where they fit, else one decimal (no spurious precision)."""
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
@@ -185,6 +214,7 @@ COLUMNS: tuple[tuple[Col, Callable[[LeaderRow], str], bool], ...] = (
     (Col("peak_trough", "peak/\ntrough", 8), lambda r: _cell(r, "peak_trough", "{:.1f}×".format), False),
     (Col("reliability", "reliability", 2), lambda r: _cell(r, "reliability_pct", _PCT), True),
     (Col("accuracy", "accuracy\n[95% CI]", 3), _accuracy, True),
+    (Col("quality", "worst quality signal\n[95% CI]", 8), quality_cell, False),
     (Col("price", "price in/out\nper M", 8), _price, False),
     (
         Col("max_output", "max\noutput", 9),

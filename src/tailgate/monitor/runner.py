@@ -19,13 +19,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tailgate.accuracy import grade
+from tailgate.accuracy import grade, grade_call
 from tailgate.config.resolve import ResolvedProvider, display_url
 from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.samples import Sample, SampleStore, tok_s
-from tailgate.monitor.workloads import WORKLOADS, build_probe, content_text
+from tailgate.monitor.workloads import WORKLOADS, Probe, build_probe, content_text, tool_call_of
 from tailgate.routing import Pacer
-from tailgate.upstream import Body, Chunk, UpstreamClient, call, endpoint_for
+from tailgate.upstream import ANTHROPIC, OPENAI, Body, Chunk, UpstreamClient, call, endpoint_for
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
 
 __all__ = ["APIS", "Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
@@ -259,26 +259,47 @@ class Monitor:
                 await asyncio.sleep(wait)
                 waited += wait
             body = {**probe.body, "model": target.model}
-            client, path, headers = state.client, "/chat/completions", None
+            client, path, headers, dialect = state.client, "/chat/completions", None, OPENAI
             if target.api == "anthropic":  # the same probe, said in Anthropic's Messages API
                 body = from_chat_body(body)
-                client, path, headers = (
+                if probe.task is not None and probe.task.tools:  # the tool canary's tool, in Anthropic's shape
+                    body["tools"] = [
+                        {
+                            "name": t["function"]["name"],
+                            "description": t["function"].get("description", ""),
+                            "input_schema": t["function"]["parameters"],
+                        }
+                        for t in probe.task.tools
+                    ]
+                client, path, headers, dialect = (
                     self._anthropic[target.provider],
                     "/v1/messages",
                     {"anthropic-version": API_VERSION},
+                    ANTHROPIC,
                 )
             text: list[str] = []
+            raws: list[bytes] = []
             request_id = f"tailgate-monitor-{index}-{workload}"
             label = target.provider if target.api == "openai" else f"{target.provider} ({target.api})"
             ticket = id(text)  # unique while this probe runs
             self.waiting[ticket] = (label, workload, time.perf_counter())
             try:
                 async with call(
-                    client, path, body, stream=True, client_wants_usage=True, request_id=request_id, headers=headers
+                    client,
+                    path,
+                    body,
+                    stream=True,
+                    client_wants_usage=True,
+                    request_id=request_id,
+                    headers=headers,
+                    dialect=dialect,
                 ) as c:
                     async for event in c:
                         if probe.task is not None and isinstance(event, Chunk | Body):
-                            text.append(content_text(event.raw))
+                            if probe.task.tools:
+                                raws.append(event.raw)
+                            else:
+                                text.append(content_text(event.raw))
             finally:
                 del self.waiting[ticket]
         result = c.result
@@ -297,9 +318,19 @@ class Monitor:
             e2e_ms=result.e2e_ms,
             output_tokens=result.output_tokens if result.status is not None else None,
             tok_s=tok_s(result.output_tokens, result.ttft_ms, result.e2e_ms) if ok else None,
-            accuracy_ok=grade(probe.task, "".join(text)) if probe.task is not None and ok else None,
+            accuracy_ok=_graded(probe, text, raws) if ok else None,
             ttft_answer_ms=result.ttft_answer_ms,
             reasoning_tokens=result.reasoning_tokens,
             api=target.api,
         )
         return sample, None if ok else result.detail
+
+
+def _graded(probe: Probe, text: list[str], raws: list[bytes]) -> bool | None:
+    """A canary's grade: a tool task by its call's name and arguments, any other by the answer's text."""
+    task = probe.task
+    if task is None:
+        return None
+    if task.tools:
+        return grade_call(task, *tool_call_of(b"\n".join(raws)))
+    return grade(task, "".join(text))

@@ -19,6 +19,7 @@ from tailgate.routing.policies import (
     WeightedPolicy,
     should_shed,
 )
+from tailgate.routing.quality import QualityBoard, QualitySettings, SignalCounts
 from tailgate.routing.ratelimit import TokenBucket
 from tailgate.routing.route import Route
 
@@ -38,7 +39,10 @@ __all__ = [
     "Policy",
     "Price",
     "ProviderHealth",
+    "QualityBoard",
+    "QualitySettings",
     "Route",
+    "SignalCounts",
     "Sticky",
     "TokenBucket",
     "Transition",

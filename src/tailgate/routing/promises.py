@@ -1,4 +1,4 @@
-"""The adaptive router's six promises, one small function each (docs/routing.md states them).
+"""The adaptive router's promises 1–6 and 8, one small function each (docs/routing.md states them).
 
 1. :func:`configured_split` — a route that meets its SLO keeps its configured share: the split among the
    routes a request may use (class preference as ``weighted``), and :class:`SmoothSplit`, which serves a
@@ -11,6 +11,10 @@
 4. :func:`even_split` — when every route is over its SLO: weight × relative health ÷ relative queue depth.
 5. :func:`prior_ratio` — a route with no evidence of its own starts from the monitor's recent P90.
 6. :func:`explanation` — one line per route saying which promise is in force.
+8. :func:`quality_worse` / :func:`quality_back` — a route whose quality on a signal is significantly worse
+   than the alias's best route's (its Wilson upper bound more than a margin below the best's lower bound,
+   both over enough samples) gets no client request while another route takes them, until its lower bound
+   is back within the margin (``routing/quality.py`` keeps the counts, the hold and its hysteresis).
 
 Pure functions over numbers: no clock, no I/O.
 """
@@ -20,10 +24,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from tailgate.routing.policies._common import SLO
 from tailgate.routing.route import Route
+from tailgate.stats.shown import wilson
 
 __all__ = [
     "PROMISES",
@@ -37,11 +42,15 @@ __all__ = [
     "first_token_view",
     "prior_ratio",
     "probes_only",
+    "quality_back",
+    "quality_worse",
     "readmit_evidence",
     "slow_start",
 ]
 
-Promise = Literal["configured-split", "over-slo", "probes-only", "slow-start", "even-degradation", "fallback"]
+Promise = Literal[
+    "configured-split", "over-slo", "probes-only", "slow-start", "even-degradation", "fallback", "quality"
+]
 PROMISES: tuple[Promise, ...] = (
     "configured-split",
     "over-slo",
@@ -49,10 +58,12 @@ PROMISES: tuple[Promise, ...] = (
     "slow-start",
     "even-degradation",
     "fallback",
+    "quality",
 )
 """The ``promise`` an explanation names: within SLO at the configured share (1); over the SLO, weight moved
 off in proportion (1); no client traffic, probes only (2); re-admitted on probe evidence, slow start (2);
-every route over its SLO, split evenly (4); weight 0 in the configuration, fallback only."""
+every route over its SLO, split evenly (4); weight 0 in the configuration, fallback only; quality
+significantly worse than the best route's, no client traffic (8)."""
 
 
 # -- promise 1: the configured split ---------------------------------------------------------------
@@ -253,6 +264,36 @@ def prior_ratio(ttft_p90_s: float | None, error_rate: float | None, slo: SLO) ->
     return ratio, error_rate
 
 
+# -- promise 8: route around a degraded model ------------------------------------------------------
+
+
+class Proportion(Protocol):
+    """Successes of trials (``routing.quality.SignalCounts``)."""
+
+    @property
+    def successes(self) -> int: ...
+    @property
+    def trials(self) -> int: ...
+
+
+def quality_worse(mine: Proportion, best: Proportion, margin: float, min_samples: int) -> bool:
+    """Is a route significantly worse than the best route on one signal? Yes when both have ``min_samples``
+    trials and the route's 95 % Wilson upper bound is more than ``margin`` (a share, 0.03 = 3 points) below
+    the best's lower bound: even read optimistically it is worse than the best read pessimistically, by a
+    margin — so two healthy providers whose true rates differ by less than ``margin`` never move, however
+    many samples (the bounds close in on the rates, which stay less than ``margin`` apart)."""
+    if mine.trials < min_samples or best.trials < min_samples:
+        return False
+    return wilson(mine.successes, mine.trials)[1] < wilson(best.successes, best.trials)[0] - margin
+
+
+def quality_back(mine: Proportion, best: Proportion, margin: float) -> bool:
+    """Has a held route recovered? Yes when its lower bound (over the samples since it was held) is within
+    ``margin`` of the best's lower bound: confidently not worse by more than the margin. Held on the upper
+    bound, released on the lower: a route near the threshold stays as it is, it does not flap."""
+    return wilson(mine.successes, mine.trials)[0] >= wilson(best.successes, best.trials)[0] - margin
+
+
 # -- promise 6: explain every decision -------------------------------------------------------------
 
 
@@ -270,6 +311,8 @@ def explanation(promise: Promise, evidence: str, configured: float, effective: f
     if promise == "slow-start":
         pct = effective / configured if configured > 0 else 0.0
         return f"re-admitting: {pct:.0%} of configured, slow start ({evidence})"
+    if promise == "quality":
+        return f"quality: {evidence}: probes only (client requests only if the other routes cannot take them)"
     if promise == "even-degradation":
         return f"every route over its slo: {effective:.0%} by relative health and queue ({evidence})"
     return "weight 0: fallback only"

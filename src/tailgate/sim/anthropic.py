@@ -126,6 +126,8 @@ async def handle(h: Handlers, request: web.Request, ctx: Ctx) -> web.StreamRespo
 def _stop(seq: Sequence, stop_sequences: list[str] | None) -> tuple[str, str | None]:
     """Anthropic's stop reason; for a stop string, which one matched (the engine holds back the token
     that completed it, so it is recomputed from the text seed)."""
+    if seq.finish_reason in ("content_filter", "sensitive"):
+        return "refusal", None  # Anthropic's stop reason for an answer its classifiers stopped
     if seq.finish_reason != "stop":
         return ("max_tokens", None) if seq.finish_reason == "length" else ("end_turn", None)
     if seq.tool_call is not None:

@@ -40,12 +40,14 @@ class Sequence:
         "answer_at",
         "cached_tokens",
         "cancelled",
+        "degraded",
         "drip_s",
         "enqueued_at",
         "extra_delay_s",
         "finish_reason",
         "finished_at",
         "first_token_at",
+        "forced_finish",
         "id",
         "ignore_eos",
         "last_emit",
@@ -106,6 +108,11 @@ class Sequence:
         self.tool_call = tool_call
         """``(call id, function name)`` when the answer is a tool call; ``script`` then holds its argument
         fragments."""
+        self.degraded: str | None = None
+        """Which answer-quality degradation this answer serves (a quality fault, or a wrong canary answer);
+        the truth row's ``degraded``."""
+        self.forced_finish: str | None = None
+        """A finish reason that replaces ``stop`` / ``length`` when the sequence ends (``content_filter``)."""
         self.out: list[str] = []
         self.tail = ""
         self.enqueued_at = 0.0
@@ -410,6 +417,8 @@ class Engine:
             self._fill_slots(now)
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> None:
+        if seq.forced_finish is not None and reason != "cancelled":
+            reason = seq.forced_finish
         seq.finish_reason = reason
         seq.finished_at = now
         self._decoding.pop(seq.id, None)

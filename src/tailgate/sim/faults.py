@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tailgate.config.units import Fraction, Seconds
 
 Status = Annotated[int, Field(ge=400, le=599)]
+BreakKind = Literal["invalid_json", "schema_mismatch", "unknown_tool"]
+BREAK_KINDS: tuple[BreakKind, ...] = ("invalid_json", "schema_mismatch", "unknown_tool")
 
 
 class Faults(BaseModel):
@@ -70,6 +72,24 @@ class Faults(BaseModel):
     batch_expire_after_s: Seconds | None = None
     """A batch created from now on expires this many wall seconds after its creation (unset: its
     ``completion_window`` × ``time_scale``): lines not yet answered go to the error file as ``batch_expired``."""
+
+    accuracy: Fraction | None = None
+    """Replaces the preset's ``accuracy`` on the canary / accuracy questions while set: the share answered
+    right (a wrong one is a plausible answer of the same form). Truth rows of wrong answers say
+    ``degraded: canary_wrong``."""
+    tool_call_break_rate: Fraction = 0.0
+    """Share of tool calls served broken, in one of the ``tool_call_break_kinds`` (drawn evenly)."""
+    tool_call_break_kinds: list[BreakKind] = Field(default_factory=lambda: list(BREAK_KINDS), min_length=1)
+    """``invalid_json``: the arguments cut in half; ``schema_mismatch``: valid JSON that breaks the declared
+    ``parameters`` (a required property dropped, else a property of the wrong type); ``unknown_tool``: a
+    function name the request did not declare."""
+    content_filter_rate: Fraction = 0.0
+    """Share of answers that end at once with ``finish_reason: content_filter_reason`` and no output."""
+    content_filter_reason: Literal["content_filter", "sensitive"] = "content_filter"
+    """``content_filter`` (OpenAI, Azure) or ``sensitive`` (DeepSeek); Anthropic's ``/v1/messages`` says
+    ``stop_reason: refusal`` for either."""
+    empty_answer_rate: Fraction = 0.0
+    """Share of answers that end at once with ``finish_reason: stop`` and no output (no thinking either)."""
 
     def merged(self, update: Faults) -> Faults:
         """This set with the fields *explicitly set* in ``update`` replaced."""

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.accuracy import solve, wrong_answer
-from tailgate.sim import shape
+from tailgate.sim import degrade, shape
 from tailgate.sim.engine import Sequence
 from tailgate.sim.request import Abort, Ctx, Handlers
 from tailgate.sim.text import estimate_tokens
@@ -102,13 +102,15 @@ def _sequence(h: Handlers, rid: str, req: ResponseRequest) -> Sequence:
     seed = p.text_seed(None)
     script: list[str] | None = None
     call: tuple[str, str] | None = None
+    degraded: str | None = None
     if req.tools and (picked := shape.tool_call(_chat_view(req), p.spec.params, p.rng)) is not None:
         name, arguments = picked
         script = shape.fragments(arguments)
         call = ("call_" + rid.removeprefix("resp_"), name)
-    elif (answer := solve(prompt[-2000:])) is not None:
-        if p.rng.random() >= p.spec.params.accuracy:
+    elif (answer := solve(prompt)) is not None:
+        if p.rng.random() >= degrade.accuracy(p.faults, p.spec.params.accuracy):
             answer = wrong_answer(answer, p.rng)
+            degraded = "canary_wrong"
         words = answer.split(" ")
         script = [words[0], *(" " + w for w in words[1:])]
     cap = p.spec.params.max_tokens_cap
@@ -121,7 +123,7 @@ def _sequence(h: Handlers, rid: str, req: ResponseRequest) -> Sequence:
         target, reason = max(1, round(base * random.Random(seed).uniform(0.5, 1.5))), "stop"
     if cap and req.max_output_tokens is not None and target > req.max_output_tokens:
         target, reason = req.max_output_tokens, "length"
-    return Sequence(
+    seq = Sequence(
         rid,
         prompt_tokens=estimate_tokens(prompt),
         target=target,
@@ -130,6 +132,8 @@ def _sequence(h: Handlers, rid: str, req: ResponseRequest) -> Sequence:
         length_reason=reason,
         tool_call=call,
     )
+    seq.degraded = degraded
+    return seq
 
 
 def _call_item(seq: Sequence, status: str) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from aiohttp import web
 from tailgate._aiohttp import BODY_LIMITS_KEY, error_response, openai_shaped_errors
 from tailgate.accuracy import solve, wrong_answer
 from tailgate.sim import anthropic as sim_anthropic
+from tailgate.sim import degrade, shape
 from tailgate.sim import responses as sim_responses
-from tailgate.sim import shape
 from tailgate.sim.bodies import chat_prompt, finish_reason, unary_object
 from tailgate.sim.engine import QueueFull, Sequence
 from tailgate.sim.request import Abort, Ctx, Model, api_key
@@ -110,6 +110,7 @@ class SimHandlers:
         how many of them were cached and the prefill the engine model gave it."""
         if seq is not None:
             fields["prompt_tokens"] = seq.prompt_tokens
+            fields["degraded"] = seq.degraded
             if self.p.prefix_cache is not None:
                 fields["cached_tokens"] = seq.cached_tokens
             if seq.admitted_at:
@@ -283,23 +284,36 @@ class SimHandlers:
     ) -> Sequence:
         p = self.p
         params = p.spec.params
+        f = p.faults
+        right = degrade.accuracy(f, params.accuracy)
         prompt_tokens = estimate_tokens(prompt_text)
         script: list[str] | None = None
         reasoning = 0
         call: tuple[str, str] | None = None
+        degraded: str | None = None
         if isinstance(req, ChatCompletionRequest):
             reasoning = shape.reasoning_tokens(req, params, p.rng)
             if (picked := shape.tool_call(req, params, p.rng)) is not None:
                 name, arguments = picked
+                if (canary := degrade.canary_call(prompt_text, name, right, p.rng)) is not None:
+                    arguments, wrong = canary
+                    degraded = "canary_wrong" if wrong else None
+                if (broken := degrade.break_tool_call(f, req.tools, name, arguments, p.rng)) is not None:
+                    name, arguments, degraded = broken
                 script = shape.fragments(arguments)
                 call = ("call_" + rid.removeprefix("chatcmpl-"), name)
-        answer = solve(prompt_text[-2000:]) if call is None else None
+        answer = solve(prompt_text) if call is None else None
         if answer is not None:
-            if p.rng.random() >= params.accuracy:
+            if p.rng.random() >= right:
                 answer = wrong_answer(answer, p.rng)
+                degraded = "canary_wrong"
             words = answer.split(" ")
             script = [words[0], *(" " + w for w in words[1:])]
-        ignore_eos = bool(req.ignore_eos)
+        forced: str | None = None
+        if (nothing := degrade.no_output(f, p.rng)) is not None:
+            degraded, forced = nothing
+            script, reasoning, call = [], 0, None
+        ignore_eos = bool(req.ignore_eos) and degraded not in ("content_filtered", "empty_answer")
         min_tokens = req.min_tokens or 0
         cap = params.max_tokens_cap
         if max_tokens is not None and not cap:
@@ -315,7 +329,7 @@ class SimHandlers:
             target = max(target, min_tokens)
         elif cap and max_tokens is not None and target > max_tokens:  # a cap, not a length: cut the answer
             target, reason = max_tokens, "length"
-        return Sequence(
+        seq = Sequence(
             rid,
             prompt_tokens=prompt_tokens,
             target=target,
@@ -328,6 +342,8 @@ class SimHandlers:
             min_tokens=min_tokens,
             tool_call=call,
         )
+        seq.degraded, seq.forced_finish = degraded, forced
+        return seq
 
     def faulty_token_index(self, seq: Sequence) -> int | None:
         f = self.p.faults

@@ -46,6 +46,12 @@ class TruthRecord(msgspec.Struct):
     itl_ms: list[float] | None = None
     fault: str | None = None
     """Which injected fault shaped this response, if any (``error_rate``, ``disconnect`` …)."""
+    degraded: str | None = None
+    """Which answer-quality degradation was served, named as the quality signal that should catch it:
+    ``canary_wrong`` (a wrong answer to a canary question, the preset's inaccuracy or the ``accuracy``
+    fault), ``tool_args_invalid_json`` / ``tool_args_schema_mismatch`` / ``tool_unknown_name``
+    (``tool_call_break_rate``), ``content_filtered`` (``content_filter_rate``), ``empty_answer``
+    (``empty_answer_rate``); ``null`` for an answer served as the model would."""
     api_key_tail: str | None = None
     client_request_id: str | None = None
     """The request's ``x-request-id`` header (a gateway sends its own; its active probes ``probe-…``)."""

@@ -73,6 +73,40 @@ class _Allowance:
     spent: float = 0.0
     used: bool = True
     renewing: bool = False
+    older: dict[int | None, float] = field(default_factory=dict)
+    """Units of the balance counted in older window buckets than ``bucket`` (bucket → units, oldest first): what
+    a renewal carried over. A refund to a bucket takes back at most what that bucket counted (the Lua ``adjust``
+    stops at 0), so these go back to their own bucket, never to the renewal's (which would keep them counted
+    until their bucket leaves the window: budget lost); and they are spent first. The rest of the balance,
+    ``balance - sum(older)``, is ``bucket``'s (below 0: overruns settled into the slice, charged at give-back)."""
+
+    def spend(self, amount: float) -> int | None:
+        """Take ``amount`` (:meth:`Allowances._covered`): from the oldest carried part that holds it whole, else
+        from the newest units; the bucket it is counted in, where a refund of it goes."""
+        self.balance -= amount
+        self.spent += amount
+        for bucket, units in self.older.items():
+            if units >= amount:
+                if units > amount:
+                    self.older[bucket] = units - amount
+                else:
+                    del self.older[bucket]
+                return bucket
+        return self.bucket
+
+    def put_back(self, bucket: int | None, amount: float) -> None:
+        """``amount`` counted in ``bucket`` returns to the balance (a take undone, a refund settled here)."""
+        self.balance += amount
+        if bucket != self.bucket:
+            self.older[bucket] = self.older.get(bucket, 0.0) + amount
+
+    def carry(self, bucket: int | None) -> None:
+        """A renewal counted in ``bucket`` is joining: the newest units held so far become a carried part."""
+        if bucket == self.bucket:
+            return
+        newest = self.balance - sum(self.older.values())
+        if newest > 0:
+            self.older[self.bucket] = self.older.get(self.bucket, 0.0) + newest
 
 
 @dataclass(slots=True)
@@ -182,13 +216,12 @@ class Allowances:
         admissions = []
         for c in claims:
             a = self._slices[c.name]
-            a.balance -= c.amount
-            a.spent += c.amount
+            bucket = a.spend(c.amount)
             a.used = True
             if not a.renewing and (a.balance < a.size / 2 or now - a.taken_at > self.max_age_s):
                 self._renew(c.name, a)
             admissions.append(
-                Admission(True, 0.0, max(0.0, a.remaining + a.balance), c.limit, max(0.0, a.reset_at - now), a.bucket)
+                Admission(True, 0.0, max(0.0, a.remaining + a.balance), c.limit, max(0.0, a.reset_at - now), bucket)
             )
         return tuple(admissions)
 
@@ -197,7 +230,7 @@ class Allowances:
         for c, adm in zip(claims, admissions, strict=True):
             a = self._slices.get(c.name)
             if a is not None and a.limit == c.limit and a.window_s == c.window_s:
-                a.balance += c.amount
+                a.put_back(adm.bucket, c.amount)
                 a.spent -= c.amount
             else:  # given back meanwhile: the take went back with it, and Redis must see this one back too
                 self._pending_add(c.name, c.window_s, adm.bucket, -c.amount)
@@ -370,7 +403,8 @@ class Allowances:
                 c.limit, c.window_s, size, size, adm.bucket, adm.remaining, now + adm.reset_s, now
             )
             return
-        # The balance left joins the new slice; refunds of it go to the new bucket (at most one slice early).
+        # The balance left joins the new slice, as its own bucket's part (``_Allowance.older``).
+        a.carry(adm.bucket)
         a.balance += size
         a.size, a.bucket, a.remaining, a.reset_at, a.taken_at = size, adm.bucket, adm.remaining, now + adm.reset_s, now
 
@@ -472,6 +506,8 @@ class Allowances:
                 a.balance -= adj.delta
                 if adj.delta > 0:
                     a.spent += adj.delta
+            elif adj.delta < 0 and adj.bucket in a.older:  # a refund of units carried over from an older bucket
+                a.put_back(adj.bucket, -adj.delta)
             else:
                 self._pending_add(adj.name, adj.window_s, adj.bucket if adj.delta < 0 else None, adj.delta)
         return now
@@ -488,10 +524,14 @@ class Allowances:
             return
         age = max(1e-3, time.monotonic() - a.taken_at)
         self._rate[name] = a.spent / age
-        if a.balance > 0:
-            self._pending_add(name, a.window_s, a.bucket, -a.balance)
-        elif a.balance < 0:  # overruns settled into the slice: charge them
-            self._pending_add(name, a.window_s, None, -a.balance)
+        for bucket, units in a.older.items():  # each carried part to the bucket that counted it
+            if units > 0:
+                self._pending_add(name, a.window_s, bucket, -units)
+        newest = a.balance - sum(a.older.values())
+        if newest > 0:
+            self._pending_add(name, a.window_s, a.bucket, -newest)
+        elif newest < 0:  # overruns settled into the slice: charge them
+            self._pending_add(name, a.window_s, None, -newest)
 
     async def _flush(self, releases: Sequence[tuple[str, str]] = ()) -> None:
         """Send the pending corrections and release ``releases`` (spare slots): ``settle`` calls made in one

@@ -22,7 +22,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tailgate._runtime import stop_task
@@ -45,6 +45,35 @@ class _Slice:
     renewing: asyncio.Task[None] | None = None
     """The renewal in flight: one round trip already asking for this slice's next units."""
     spent: float = 0.0
+    parts: dict[int | None, float] = field(default_factory=dict)
+    """Where the balance is counted: window bucket → units of it held (oldest first; the newest is ``bucket``).
+    A refund to a bucket takes back at most what that bucket counted (the Lua ``adjust`` stops at 0), so the
+    balance a renewal carries over stays its own bucket's: spent first, and given back there, never to the
+    renewal's newer bucket (which would refund only what the renewal counted and keep the rest counted until
+    the older bucket leaves the window: budget lost, 1,205 counted for 1,200 spent in
+    tests/state/test_state_lease.py)."""
+
+    def spend(self, amount: float) -> tuple[int | None] | None:
+        """Take ``amount`` from the oldest part that holds it whole (one bucket per admission, so that a refund of
+        it goes where it was counted): ``(bucket,)`` of that part (None is the fallback's grant), or None when
+        no part holds it."""
+        for bucket, units in self.parts.items():
+            if units >= amount:
+                if units > amount:
+                    self.parts[bucket] = units - amount
+                else:
+                    del self.parts[bucket]
+                self.balance -= amount
+                return (bucket,)
+        return None
+
+    def holds(self, bucket: int) -> bool:
+        """Units of ``bucket`` are (or were, spent since) in this slice: a refund of them may go back into it."""
+        return bucket == self.bucket or bucket in self.parts
+
+    def add(self, bucket: int | None, amount: float) -> None:
+        self.parts[bucket] = self.parts.get(bucket, 0.0) + amount
+        self.balance += amount
 
 
 class LeasedLimiter:
@@ -149,27 +178,31 @@ class LeasedLimiter:
             if adm.ok:
                 # A slice the fallback granted (Redis slow or away) is spent the same way: a late Redis answer
                 # charges or keeps it there whole, so what is not spent must be given back all the same.
-                self._slices[name] = _Slice(size, size, adm.bucket, limit, window_s, self._clock(), adm.remaining)
+                s = _Slice(size, 0.0, adm.bucket, limit, window_s, self._clock(), adm.remaining)
+                s.add(adm.bucket, size)
+                self._slices[name] = s
                 return Admission(True, 0.0, adm.remaining + size, limit, adm.reset_s, adm.bucket, adm.local)
             return await self._direct(name, amount, limit, window_s)  # no room for a slice: the last units
 
     def refund_now(self, name: str, amount: float, window_s: float | None, adm: Admission) -> Adjustment | None:
         """Give back ``amount`` that the take answered by ``adm`` counted (a request refused after it: it keeps
-        nothing). Taken from a slice that is still held (same bucket): it goes back into the slice, no round
-        trip. Else the :class:`Adjustment` that refunds it where it was counted (``adm.bucket``), for the caller
-        to apply (``SharedState.adjust``; ``LocalState.adjust_now`` at once). A remembered refusal of the name is
-        forgotten: the refund may have made room."""
+        nothing). Taken from a slice that is still held (same bucket): it goes back into the slice (its bucket's
+        part, ``_Slice.parts``), no round trip. Else the :class:`Adjustment` that refunds it where it was counted
+        (``adm.bucket``), for the caller to apply (``SharedState.adjust``; ``LocalState.adjust_now`` at once). A
+        remembered refusal of the name is forgotten: the refund may have made room."""
         self._refused_until.pop(name, None)
         s = self._slices.get(name)
-        if s is not None and adm.bucket is not None and s.bucket == adm.bucket and s.window_s == window_s:
-            s.balance += amount
+        if s is not None and adm.bucket is not None and s.window_s == window_s and s.holds(adm.bucket):
+            s.add(adm.bucket, amount)
             return None
         return Adjustment(name, -amount, window_s, adm.bucket)
 
     def _spend(self, name: str, amount: float, limit: float, window_s: float) -> Admission | None:
         s = self._slices.get(name)
-        if s is not None and s.limit == limit and s.window_s == window_s and s.balance >= amount:
-            s.balance -= amount
+        if s is None or s.limit != limit or s.window_s != window_s:
+            return None
+        part = s.spend(amount)
+        if part is not None:
             s.spent += amount
             s.used = True
             self.local_takes += 1
@@ -177,7 +210,7 @@ class LeasedLimiter:
                 # Renewed ahead of need: the next slice is taken in the background while this one
                 # lasts, so a steady key's requests never wait for Redis.
                 s.renewing = self._spawn(self._renew(name, s))
-            return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, s.bucket)
+            return Admission(True, 0.0, max(0.0, s.remaining + s.balance), limit, 0.0, part[0])
         return None
 
     async def _renew(self, name: str, s: _Slice) -> None:
@@ -195,9 +228,8 @@ class LeasedLimiter:
             if self._slices.get(name) is not s:  # given back meanwhile: not wanted
                 await self.state.adjust(name, -size, s.window_s, adm.bucket)
                 return
-            # The balance left moves to the new slice (refunds of it go to the newer bucket: at most one slice
-            # early, within the bound of the module docstring).
-            s.balance += size
+            # The balance left stays in its own bucket (``_Slice.parts``), spent before the new units.
+            s.add(adm.bucket, size)
             s.size, s.bucket, s.remaining, s.taken_at, s.spent = size, adm.bucket, adm.remaining, self._clock(), 0.0
         finally:
             s.renewing = None
@@ -220,8 +252,11 @@ class LeasedLimiter:
         if s is not None:
             age = max(1e-3, self._clock() - s.taken_at)
             self._rate[name] = (s.size - s.balance) / age
-        if s is not None and s.balance > 0:
-            await self.state.adjust(name, -s.balance, s.window_s, s.bucket)
+        if s is not None:
+            # Each part to the bucket that counted it: usually one, two when a renewal crossed a bucket's end.
+            await asyncio.gather(
+                *(self.state.adjust(name, -units, s.window_s, bucket) for bucket, units in s.parts.items() if units > 0)
+            )
 
     async def _ticks(self) -> None:
         while True:

@@ -16,7 +16,6 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from tailgate.upstream._frames import (
-    EventFrame,
     FrameSplitter,
     decode_event,
     decode_frame,
@@ -24,36 +23,20 @@ from tailgate.upstream._frames import (
     token_count,
 )
 from tailgate.upstream._request import _Failed
+from tailgate.upstream.dialect import END, Events
 from tailgate.upstream.events import ErrorClass
 from tailgate.upstream.http import Response
-from tailgate.wire.anthropic import ANSWER_DELTAS as ANTHROPIC_ANSWER_DELTAS
-from tailgate.wire.anthropic import TOKEN_DELTAS as ANTHROPIC_TOKEN_DELTAS
-from tailgate.wire.responses import ANSWER_EVENTS, ERROR_EVENTS, FIRST_TOKEN_EVENTS, TERMINAL_EVENTS
 from tailgate.wire.sse import SSEDecoder, SSEProtocolError
 
 _perf = time.perf_counter
-_FAILED_EVENTS = ERROR_EVENTS
 
 # What a stream frame means for the relay (``Call._frame``); a count n >= 0 is a frame to forward.
 _DROP = -1
 """The usage chunk asked for on the client's behalf: measured, not forwarded."""
-_END = -2
-"""``[DONE]`` or a terminal Responses API event: the stream is complete."""
+_END = END
+"""``[DONE]`` or a dialect's terminal event (upstream/dialect.py): the stream is complete."""
 _ERROR = -3
 """An error event: forwarded, then the call fails as ``stream_error``."""
-_ANTHROPIC = frozenset(
-    {
-        "message_start",
-        "content_block_start",
-        "content_block_delta",
-        "content_block_stop",
-        "message_delta",
-        "message_stop",
-        "ping",
-    }
-)
-"""Anthropic's Messages API stream events (a passthrough's; ``error`` is every protocol's error event)."""
-_ANTHROPIC_NAMES = frozenset(name.encode() for name in _ANTHROPIC)
 _PAUSED = object()
 """The pump's wake-up when the tap's client is slow."""
 
@@ -74,6 +57,8 @@ class StreamRelay:
     """``Call``'s stream reading (see the module docstring): the attributes below are ``Call``'s."""
 
     tap: Tap | None
+    _events: Events
+    """The dialect's stream events (upstream/dialect.py): what a frame without ``choices`` means."""
     _loop: asyncio.AbstractEventLoop
     _decoder: SSEDecoder
     _drop_usage: bool
@@ -105,16 +90,16 @@ class StreamRelay:
             and raw.endswith(b"\n\n")
             and raw.count(b"\n") == 3
             and b"\r" not in raw
-            and (name := raw[7 : raw.index(b"\n")]) in _ANTHROPIC_NAMES
+            and (name := raw[7 : raw.index(b"\n")]) in self._events.names
             and raw.startswith(b"data: ", 8 + len(name))
         ):
-            # Anthropic's common case (a passthrough): "event: <type>" and one data line; its type is one of the
-            # Messages API's, so the frame is read as an event at once (not first as a chat chunk).
+            # A dialect's common case (Anthropic's): "event: <type>" and one data line; its type is one of the
+            # dialect's, so the frame is read as an event at once (not first as a chat chunk).
             try:
-                anthropic_event = decode_event(raw[14 + len(name) : -2])
+                named = decode_event(raw[14 + len(name) : -2])
             except (msgspec.DecodeError, msgspec.ValidationError):
                 raise _Failed("malformed", "a stream event is not valid JSON") from None
-            return self._anthropic(anthropic_event, name.decode(), now)
+            return self._events.event(self, named, name.decode(), now)
         else:
             try:
                 sse_events = self._decoder.feed(raw)
@@ -129,29 +114,24 @@ class StreamRelay:
             frame = decode_frame(payload)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise _Failed("malformed", "a stream chunk is not valid JSON") from None
-        kind: str | None = None  # a Responses API event's type; chat chunks have choices
-        event: EventFrame | None = None
+        kind: str | None = None  # an event's type (the dialect's: upstream/dialect.py); chat chunks have choices
         if frame.choices is None:
             try:
                 event = decode_event(payload)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 raise _Failed("malformed", "a stream event is not valid JSON") from None
             kind = event.type
-        if frame.error or event_name == "error" or (kind is not None and kind in _FAILED_EVENTS):
+            if kind is not None and not frame.error and event_name != "error" and kind not in self._events.failed:
+                return self._events.event(self, event, kind, now)
+        if frame.error or event_name == "error" or (kind is not None and kind in self._events.failed):
             return _ERROR
-        if event is not None and kind in _ANTHROPIC:
-            return self._anthropic(event, kind, now)
-        if event is not None and kind in TERMINAL_EVENTS:  # the Responses API ends so, with no [DONE]
-            if event.response is not None and event.response.usage is not None:
-                self._take_usage(event.response.usage)
-            return _END
         if (usage := frame.usage) is not None:
             self._take_usage(usage)
             if self._drop_usage and frame.choices == []:
                 return _DROP  # the usage chunk we asked for on the client's behalf
-        n = token_count(frame) if kind is None else int(kind in FIRST_TOKEN_EVENTS)
+        n = token_count(frame)
         if n:
-            self._token(now, has_answer(frame) if kind is None else kind in ANSWER_EVENTS)
+            self._token(now, has_answer(frame))
         return n
 
     def _token(self, now: float, answer: bool) -> None:
@@ -167,26 +147,6 @@ class StreamRelay:
                 self._answer = now
             else:
                 self._reasoning_chunks += 1
-
-    def _anthropic(self, event: EventFrame, kind: str, now: float) -> int:
-        """One event of Anthropic's Messages API stream (a passthrough): a ``content_block_delta`` of text,
-        thinking or tool input is a token (thinking is not an answer token; a ``signature_delta`` is
-        neither), usage comes from ``message_start`` (input) and ``message_delta`` (output), and
-        ``message_stop`` ends the stream. (``error`` was handled by the caller.)"""
-        if kind == "content_block_delta":
-            delta = event.delta
-            dtype = delta.get("type") if isinstance(delta, dict) else None
-            if dtype in ANTHROPIC_TOKEN_DELTAS:
-                self._token(now, dtype in ANTHROPIC_ANSWER_DELTAS)
-                return 1
-            return 0
-        if kind == "message_stop":
-            return _END
-        start = kind == "message_start"
-        usage = event.message.usage if start and event.message is not None else event.usage
-        if usage is not None:
-            self._merge_usage(usage, output=not start)
-        return 0
 
     def _merge_usage(self, usage: Any, *, output: bool) -> None:
         """Anthropic's usage comes in parts (``message_start``, then ``message_delta``): a count it leaves out

@@ -30,6 +30,7 @@ from tailgate.upstream._frames import (
 from tailgate.upstream._relay import _END, _ERROR, StreamRelay, Tap
 from tailgate.upstream._request import MAX_RESPONSE_BODY, _Expired, _Failed, _min, _prepare, _status_class
 from tailgate.upstream.client import UpstreamClient
+from tailgate.upstream.dialect import OPENAI, Dialect
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
 from tailgate.upstream.http import Response, request_head
 from tailgate.wire.errors import MAX_ERROR_BODY, WireError, parse_error_body
@@ -56,18 +57,21 @@ class Call(StreamRelay):
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         key_hash: int | None = None,
+        dialect: Dialect = OPENAI,
     ) -> None:
         self.client = client
+        self.dialect = dialect
         self._key_hash = key_hash
         self.path = path
         self.stream = stream
         self.request_id = request_id
         # The Responses API and Anthropic's Messages API always send usage (and a strict upstream refuses
-        # stream_options): their bodies go as they are.
-        inject = not path.rstrip("/").endswith(("/responses", "/messages"))
-        self._payload, self.client_wants_usage = _prepare(body, stream, client_wants_usage, inject=inject)
+        # stream_options): their bodies go as they are (the dialect says so: upstream/dialect.py).
+        self._payload, self.client_wants_usage = _prepare(
+            body, stream, client_wants_usage, inject=dialect.injects_usage
+        )
         self._extra_headers = headers
-        self._native_anthropic = "/messages" in path
+        self._events = dialect.events
         self.result: CallResult | None = None
         self.tap: Tap | None = None
         """Set by a caller that relays the stream and has written every frame it was given: the rest of the
@@ -189,7 +193,7 @@ class Call(StreamRelay):
         if (picked := keys.next() if self._key_hash is None else keys.pick(self._key_hash)) is not None:
             self._key_index, key = picked
             headers["Authorization"] = f"Bearer {key}"
-            if self._native_anthropic:  # Anthropic-protocol endpoints read x-api-key (some only that; both are sent)
+            if self.dialect.api_key_header:  # Anthropic's endpoints read x-api-key (some only that; both are sent)
                 headers["x-api-key"] = key
         if self.request_id is not None:
             headers["x-request-id"] = self.request_id
@@ -477,6 +481,7 @@ def call(
     request_id: str | None = None,
     headers: Mapping[str, str] | None = None,
     key_hash: int | None = None,
+    dialect: Dialect = OPENAI,
 ) -> Call:
     """Prepare one measured call of ``POST {base_url}/{path}``; iterate the returned :class:`Call`.
 
@@ -484,6 +489,8 @@ def call(
     ``headers`` are added to the request (e.g. a provider's own tracing header).
     ``key_hash``: a conversation's affinity key; the provider's API key is then ``KeyPool.pick(key_hash)``
     (the same account for the whole conversation) instead of the next in turn.
+    ``dialect``: the protocol the endpoint speaks (upstream/dialect.py: OpenAI's, the Responses API's,
+    Anthropic's); it is never read from ``path``.
     """
     return Call(
         client,
@@ -494,4 +501,5 @@ def call(
         request_id=request_id,
         headers=headers,
         key_hash=key_hash,
+        dialect=dialect,
     )

@@ -73,6 +73,7 @@ __all__ = [
     "error_type",
     "event_frame",
     "from_chat_body",
+    "head_of",
 ]
 
 API_VERSION = "2023-06-01"
@@ -483,6 +484,14 @@ def decode_head(body: bytes) -> MessagesHead:
         raise json_error(exc, body) from exc
     except RecursionError:
         raise nested_too_deeply() from None
+
+
+def head_of(obj: dict[str, Any], body: bytes) -> MessagesHead:
+    """:func:`decode_head` of a body already parsed to ``obj`` (the same 400s): the body is not read twice."""
+    try:
+        return msgspec.convert(obj, MessagesHead)
+    except msgspec.ValidationError as exc:
+        raise validation_error(exc, body, _ENUMS) from exc
 
 
 def from_chat_body(chat: dict[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,8 @@ class BodyLimits:
     """The whole body must arrive within this; a client that sends half and stops gets a 408."""
     json_paths: tuple[str, ...] = ("/v1/",)
     """Path prefixes whose POST bodies must be JSON (415 for any other declared content type)."""
+    raw_paths: tuple[str, ...] = ()
+    """Paths whose POST bodies their handler reads itself, within its own limit (uploads: ``/v1/files``)."""
 
 
 def is_json_type(mime: str) -> bool:

@@ -51,6 +51,7 @@ __all__ = [
     "completion_chunk_bytes",
     "decode_request",
     "encode",
+    "request_decoder",
 ]
 
 # OpenAI's documented ranges; msgspec checks them while decoding, so a bad value costs nothing extra.
@@ -347,6 +348,12 @@ _DECODERS: dict[str, RequestDecoder[Any]] = {
     "embeddings": RequestDecoder(EmbeddingRequest, _ENUMS, prompt_field="input"),
     "responses": RequestDecoder(ResponseRequest, _ENUMS),
 }
+
+
+def request_decoder(kind: RequestKind) -> RequestDecoder[Any]:
+    """The decoder :func:`decode_request` uses for ``kind`` (its ``decode(body, strict=...)``), for a caller that
+    decodes one kind many times."""
+    return _DECODERS[kind]
 
 
 @overload

@@ -121,7 +121,32 @@
     { key: "traffic_e2e_p90_ms", label: "E2E P90", fmt: fmtMs, group: "traffic" },
     { key: "traffic_e2e_p99_ms", label: "E2E P99", fmt: fmtMs, group: "traffic" },
     { key: "traffic_reliability_pct", label: "reliability", fmt: fmtPct, group: "traffic" },
+    { key: "quality_worst_pct", label: "worst quality signal", group: "traffic", render: qualityCell },
   ];
+
+  // The CLI's `quality` column: the answer-quality signal with the highest rate over the window (of those
+  // checked at least RATE_MIN times), with its 95 % Wilson interval: "tool JSON 4.0% [2.5–6.4] n=400".
+  const RATE_MIN = 5;
+  const SIGNAL_NAMES = {
+    tool_args_invalid_json: "tool JSON", tool_args_schema_mismatch: "tool schema", tool_unknown_name: "tool name",
+    empty_answer: "empty", content_filtered: "filtered", json_invalid: "json_object",
+    reasoning_missing: "no reasoning", canary_wrong: "canary",
+  };
+  function worstSignal(row) {
+    const shown = Object.entries(row.quality || {}).filter(([, q]) => q.checked >= RATE_MIN);
+    if (!shown.length) return null;
+    shown.sort((a, b) => b[1].pct - a[1].pct || b[1].checked - a[1].checked);
+    return { name: shown[0][0], q: shown[0][1], n: Math.max(...shown.map(([, q]) => q.checked)) };
+  }
+  function qualityCell(row) {
+    if (!row.quality || !Object.keys(row.quality).length) return "—";
+    const worst = worstSignal(row);
+    if (!worst) return `n<${RATE_MIN}`;
+    if (!worst.q.hits) return `ok n=${worst.n}`;
+    const f = (v) => v.toFixed(1);
+    const name = SIGNAL_NAMES[worst.name] || worst.name;
+    return `${name} ${f(worst.q.pct)}% [${f(worst.q.low_pct)}–${f(worst.q.high_pct)}] n=${worst.q.checked}`;
+  }
 
   // The accuracy with its 95 % Wilson interval and task count, as the CLI's leaderboard shows it
   // ("88% [72–95] n=32"); withheld (the "n<K" note) below the same minimum.
@@ -160,6 +185,10 @@
     const table = $("leaderboard");
     table.replaceChildren();
     const rows = state.lbRows.slice();
+    for (const r of rows) {
+      const worst = worstSignal(r);
+      r.quality_worst_pct = worst ? worst.q.pct : null; // what the quality column sorts by
+    }
     showEmpty("leaderboard-empty", "leaderboard-error", rows.length === 0);
     if (!rows.length) return;
     const s = state.lbSort;

@@ -54,7 +54,7 @@ def error_reply(err: WireError, headers: Mapping[str, str] | None = None, path: 
 
 
 ANTHROPIC_PATH = "/v1/messages"
-"""Requests under it speak Anthropic's Messages API: every error they get is in its shape (gateway/anthropic.py)."""
+"""Requests under it speak Anthropic's Messages API: every error they get is in its shape (gateway/apis/messages.py)."""
 
 
 def error_body(err: WireError, path: str | None) -> bytes:

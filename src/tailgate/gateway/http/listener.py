@@ -39,7 +39,11 @@ _LEAN_ROUTES: web.AppKey[LeanRoutes] = web.AppKey("tailgate_lean_routes", LeanRo
 
 
 def body_limits(config: GatewayConfig) -> BodyLimits:
-    return BodyLimits(max_bytes=config.max_body_bytes, read_timeout_s=config.server.body_read_timeout)
+    return BodyLimits(
+        max_bytes=config.max_body_bytes,
+        read_timeout_s=config.server.body_read_timeout,
+        raw_paths=("/v1/files",),  # uploads: read by gateway/batch_api.py within batch.max_file_bytes
+    )
 
 
 def use_lean_front(

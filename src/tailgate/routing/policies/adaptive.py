@@ -22,6 +22,10 @@ Its promises (docs/routing.md states them; ``routing/promises.py`` holds one fun
 5. A route with no evidence of its own (no sample in the window, nothing observed for ``prior_idle_s``)
    is judged by the monitor's recent TTFT P90 and error rate (``seed_priors``, from ``recent_priors()``).
 6. ``explain()`` says per route which promise is in force and why.
+8. With ``quality`` (a ``routing.quality.QualityBoard``), a route whose quality on a signal is significantly
+   worse than the alias's best route's gets weight 0 (promise ``quality``, a last fallback like a demoted
+   route) while another route keeps weight; a released route comes back on a slow start. If every route
+   with weight would be held, nothing moves on quality.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from tailgate.routing.promises import (
     readmit_evidence,
     slow_start,
 )
+from tailgate.routing.quality import QualityBoard, QualityVerdict
 from tailgate.routing.route import Route
 
 __all__ = ["AdaptivePolicy", "health_factor"]
@@ -176,6 +181,7 @@ class AdaptivePolicy:
         readmit_after: int = 3,
         slow_start_s: float = 15.0,
         prior_idle_s: float = 60.0,
+        quality: QualityBoard | None = None,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -195,6 +201,7 @@ class AdaptivePolicy:
         self.readmit_after = readmit_after
         self.slow_start_s = slow_start_s
         self.prior_idle_s = prior_idle_s
+        self.quality = quality
         self._clock = clock or health.clock
         self._rng = rng or random.Random()
         self._split = SmoothSplit()
@@ -311,8 +318,21 @@ class AdaptivePolicy:
 
     # -- the split -------------------------------------------------------------------------------
 
-    def _effective(self, routes: Sequence[Route], now: float) -> list[tuple[float, _Judged | None, Promise]]:
-        """Per route (aligned with ``routes``): (effective weight, judgement, promise in force)."""
+    def _effective(
+        self, routes: Sequence[Route], now: float, alias_routes: Sequence[Route] | None = None
+    ) -> list[tuple[float, _Judged | None, Promise, str | None]]:
+        """Per route (aligned with ``routes``): (effective weight, judgement, promise in force, evidence when
+        promise 8 speaks instead of the judgement). Quality is judged among ``alias_routes`` (all the alias's
+        routes, not only those a request may use: a retry that excludes the best route does not release a
+        held one)."""
+        latency = self._latency_effective(routes, now)
+        if self.quality is None:
+            return [(w, st, p, None) for w, st, p in latency]
+        verdicts = self.quality.judge(alias_routes if alias_routes is not None else routes, now)
+        return _apply_quality(routes, latency, verdicts)
+
+    def _latency_effective(self, routes: Sequence[Route], now: float) -> list[tuple[float, _Judged | None, Promise]]:
+        """Promises 1–4: per route (aligned with ``routes``): (effective weight, judgement, promise in force)."""
         judged = [self._judge(r, now) if r.weight > 0 else None for r in routes]
         healthy_peer = any(st is not None and st.meets for st in judged)
         out: list[tuple[float, _Judged | None, Promise]] = []
@@ -384,7 +404,7 @@ class AdaptivePolicy:
         while every breaker of the alias stays closed and the split is by configured weights (promises 1–2;
         promise 4 weighs queue depth, which moves with every request: never kept)."""
         usable = eligible(routes, exclude, self.breakers)
-        eff = self._effective(usable, now)
+        eff = self._effective(usable, now, routes)
         weight = {id(r): e[0] for r, e in zip(usable, eff, strict=True)}
         preferred, rest = split_by_class(usable, traffic_class)
         live_pref = [r for r in preferred if weight[id(r)] > 0]
@@ -395,8 +415,8 @@ class AdaptivePolicy:
         group = (usable[0].alias if usable else "", traffic_class)  # each class its own exact split
         keys = [((r.provider, r.model), weight[id(r)]) for r in live_pref]
         until = -math.inf
-        judged = [st for _, st, _ in eff if st is not None]
-        configured = all(promise != "even-degradation" for _, _, promise in eff)
+        judged = [st for _, st, _, _ in eff if st is not None]
+        configured = all(promise != "even-degradation" for _, _, promise, _ in eff)
         if configured and judged and (self.breakers is None or self.breakers.all_closed(r.provider for r in routes)):
             until = min(st.computed_at for st in judged) + self.recompute_s
         changes = self.breakers.changes if self.breakers is not None else 0
@@ -409,9 +429,9 @@ class AdaptivePolicy:
         configured = configured_split(routes)
         total = sum(e[0] for e in eff)
         out: dict[str, dict[str, Any]] = {}
-        for r, (w, st, promise) in zip(routes, eff, strict=True):
+        for r, (w, st, promise, quality) in zip(routes, eff, strict=True):
             share = w / total if total > 0 else 0.0
-            evidence = st.evidence if st is not None else ""
+            evidence = quality if quality is not None else st.evidence if st is not None else ""
             out[r.provider] = {
                 "alias": r.alias,
                 "model": r.model,
@@ -428,3 +448,27 @@ class AdaptivePolicy:
                 "breaker": self.breakers.get(r.provider).state if self.breakers is not None else None,
             }
         return out
+
+
+def _apply_quality(
+    routes: Sequence[Route],
+    latency: Sequence[tuple[float, _Judged | None, Promise]],
+    verdicts: Mapping[Route, QualityVerdict],
+) -> list[tuple[float, _Judged | None, Promise, str | None]]:
+    """Promise 8 over promises 1–4's split: a held route's weight → 0 while a route not held keeps weight (never
+    every route); a released one's weight × its slow-start factor."""
+    held = [verdicts[r].held for r in routes]
+    others_live = any(w > 0 and not h for (w, _, _), h in zip(latency, held, strict=True))
+    out: list[tuple[float, _Judged | None, Promise, str | None]] = []
+    for r, (w, st, promise), h in zip(routes, latency, held, strict=True):
+        v = verdicts[r]
+        if h and others_live and w > 0:
+            out.append((0.0, st, "quality", v.evidence))
+        elif h and w > 0:
+            note = f"{v.evidence} — kept: no other route can take its traffic"
+            out.append((w, st, promise, f"{st.evidence}; {note}" if st is not None else note))
+        elif v.factor < 1.0 and w > 0:
+            out.append((w * v.factor, st, "slow-start", f"quality re-admitted ({v.evidence})"))
+        else:
+            out.append((w, st, promise, None))
+    return out

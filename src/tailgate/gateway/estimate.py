@@ -1,44 +1,13 @@
-"""The gateway's Responses API route (``POST /v1/responses``): what differs from chat, in one place.
+"""What a request may cost in tokens, before it is sent: every API's reservation and pacing read it.
 
-It is routed like chat (same aliases, same policies, retries before the first output event, the same
-measurement core: the first ``response.output_text.delta`` is the first token and ``response.completed``
-ends the stream, since the Responses API sends no ``[DONE]``). What differs:
-
-* no ``stream_options.include_usage`` is injected (``response.completed`` always carries usage, and a
-  strict upstream would refuse the field): :mod:`tailgate.upstream.call` leaves a ``/responses`` body as is;
-* a failure after output began ends the stream with a Responses-shaped ``error`` event (:func:`error_frame`);
-* the output budget is ``max_output_tokens`` (for TPM pacing).
-
-The request's token estimate (prompt bound, output budget × answers) lives here too: every endpoint's
-reservation and pacing read it.
-"""
+The prompt's upper bound is counted on the body's bytes (:func:`prompt_bound`); the output is the request's own
+budget, whatever its API calls it, times the answers it asks for. Each API's handler (gateway/apis/) calls
+:func:`token_estimate` with what it knows (whether it generates at all)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-import msgspec
-
-from tailgate.wire.errors import WireError
-
-PATH = "/responses"
-
-
-def error_frame(err: WireError) -> bytes:
-    """``event: error`` in the Responses API's shape (``type``, ``code``, ``message``, ``param``), plus the
-    ``error`` object every OpenAI SDK generation raises ``APIError`` on (see ``WireError.sse_frame``)."""
-    body = msgspec.json.decode(err.body())
-    inner = body.get("error", {}) if isinstance(body, dict) else {}
-    event = {
-        "type": "error",
-        "sequence_number": 0,
-        "code": inner.get("code") or inner.get("type"),
-        "message": inner.get("message", ""),
-        "param": inner.get("param"),
-        "error": inner,
-    }
-    return b"event: error\ndata: " + msgspec.json.encode(event) + b"\n\n"
 
 
 def output_budget(obj: Mapping[str, Any]) -> Any:
@@ -75,13 +44,15 @@ def output_multiplier(obj: Mapping[str, Any]) -> int:
     return m
 
 
-def token_estimate(obj: Mapping[str, Any], body: bytes, endpoint: str, default_max_tokens: int) -> tuple[float, float]:
+def token_estimate(
+    obj: Mapping[str, Any], body: bytes, default_max_tokens: int, *, generates: bool = True
+) -> tuple[float, float]:
     """(prompt, output) tokens a request may use, for TPM pacing and key reservations alike: the prompt's upper
     bound (:func:`prompt_bound`); the output is the request's budget (:func:`output_budget`), else
     ``default_max_tokens`` (``routing.pacing.default_max_tokens``), times the answers it asks for
-    (:func:`output_multiplier`); none for embeddings."""
+    (:func:`output_multiplier`); none for an API that generates nothing (``generates=False``: embeddings)."""
     prompt = prompt_bound(body)
-    if endpoint == "embeddings":
+    if not generates:
         return prompt, 0.0
     out = output_budget(obj)
     per_answer = out if isinstance(out, int) and out > 0 else default_max_tokens

@@ -1,8 +1,9 @@
 """``POST /v1/messages/count_tokens``: the caller's key, then the alias's first native Anthropic endpoint counts.
 
-Beside the request path of proxy.py, not on it: a count generates nothing, so it reserves no tokens or budget,
-writes no ledger row and takes no pacer, breaker or retry; it asks the key what a generation asks (standing,
-then ``rpm``, after the checks that refuse it for good) and is counted in ``tailgate_count_tokens_total``."""
+Beside the messages API (gateway/apis/messages.py) and the request path of proxy.py, not on it: a count
+generates nothing, so it reserves no tokens or budget, writes no ledger row and takes no pacer, breaker or retry;
+it asks the key what a generation asks (standing, then ``rpm``, after the checks that refuse it for good) and is
+counted in ``tailgate_count_tokens_total``."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tailgate.gateway import anthropic, client_headers
+from tailgate.gateway import client_headers
+from tailgate.gateway.apis import messages as anthropic
 from tailgate.gateway.http.exchange import Exchange, Reply
 from tailgate.gateway.request import Ctx
-from tailgate.upstream import Body, call
+from tailgate.upstream import ANTHROPIC, Body, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.anthropic import decode_count_tokens
@@ -77,7 +79,7 @@ class CountTokens:
         if routes is None:
             raise wire_errors.model_not_found(model)
         if key_id is not None:
-            check = Ctx(request_id=rid, endpoint="messages", table=table)
+            check = Ctx(request_id=rid, endpoint="messages", table=table, protocol="anthropic")
             check.key_id, check.alias = key_id, model
             self._check_key(check)  # expired, model not allowed
         now = time.monotonic()
@@ -105,6 +107,7 @@ class CountTokens:
             stream=False,
             request_id=rid,
             headers=anthropic.forward_headers(request.headers),
+            dialect=ANTHROPIC,
         ) as c:
             async for event in c:
                 if isinstance(event, Body):

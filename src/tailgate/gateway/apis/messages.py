@@ -1,6 +1,6 @@
 """The gateway's Anthropic Messages API route (``POST /v1/messages``): what differs from chat, in one place.
 
-It is routed like chat, through the same ``Proxy.handle`` (same keys, aliases, policies, breakers, pacing,
+It is routed like chat, through the same request path (proxy.py) (same keys, aliases, policies, breakers, pacing,
 retries before the first token, key admission, books). Per attempt, the route's provider decides the mode:
 
 * **passthrough** — the provider has a native Anthropic endpoint (``anthropic_base_url``, its own pool:
@@ -23,28 +23,35 @@ own error event in a passthrough is the last frame: nothing follows it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
 
 from tailgate.gateway import client_headers
+from tailgate.gateway.api import Attempt, Translator, register, uncarried_by
+from tailgate.gateway.estimate import token_estimate
+from tailgate.upstream import ANTHROPIC, OPENAI
 from tailgate.wire import anthropic as wire
+from tailgate.wire import errors as wire_errors
+from tailgate.wire import parse_json
 from tailgate.wire.anthropic_stream import StreamTranslator
 from tailgate.wire.anthropic_translate import THINKING_SWITCHES, ThinkingSwitch, to_chat_request, to_message
 from tailgate.wire.errors import WireError
 from tailgate.wire.types import encode
 
 if TYPE_CHECKING:
-    from tailgate.upstream import UpstreamClient
+    from tailgate.gateway.providers import ProviderState
+    from tailgate.routing import Route
+    from tailgate.upstream import CallResult, UpstreamClient
     from tailgate.wire.anthropic import MessagesRequest
 
 __all__ = [
+    "API",
     "COUNT_PATH",
     "PATH",
-    "Attempt",
     "Messages",
+    "MessagesApi",
     "Translated",
     "error_body",
     "error_event",
@@ -55,8 +62,7 @@ __all__ = [
 PATH = "/messages"
 """Under ``/v1``, as the SDK and Claude Code call it."""
 COUNT_PATH = "/messages/count_tokens"
-"""Under ``/v1``: served by forwarding to a native endpoint of the alias
-(:class:`~tailgate.gateway.count_tokens.CountTokens`)."""
+"""Under ``/v1``: served by forwarding to a native endpoint of the alias (gateway/apis/count_tokens.py)."""
 UPSTREAM_PATH = "/v1/messages"
 """Under a provider's ``anthropic_base_url`` (DeepSeek's ``…/anthropic``, Bailian's ``…/apps/anthropic``)."""
 
@@ -82,27 +88,19 @@ def error_event(err: WireError) -> bytes:
     return wire.error_event(err)
 
 
-@dataclass(slots=True)
-class Attempt:
-    """What one attempt sends, where, and how its answer is turned back (``translated`` None: as it is)."""
-
-    client: UpstreamClient
-    path: str
-    payload: bytes | Mapping[str, Any]
-    headers: dict[str, str] | None
-    translated: Translated | None
-
-
 class Messages:
     """One ``/v1/messages`` request as the proxy holds it: its head (model, max_tokens, stream), checked on
     arrival; its full decoding and translation, made once on the first attempt that needs them."""
 
-    __slots__ = ("_chat", "_request", "body", "forward", "head", "obj")
+    __slots__ = ("_chat", "_request", "body", "forward", "head", "model", "obj", "stream", "wants_usage")
 
     def __init__(self, body: bytes, obj: dict[str, Any], headers: Mapping[str, str]) -> None:
         self.body = body
         self.obj = obj
-        self.head = wire.decode_head(body)  # 400 naming model / max_tokens when missing
+        self.head = head = wire.head_of(obj, body)  # 400 naming model / max_tokens when missing
+        self.model = head.model
+        self.stream = bool(head.stream)
+        self.wants_usage = True  # usage is always part of Anthropic's stream, never dropped
         self.forward = forward_headers(headers)
         self._request: MessagesRequest | None = None
         self._chat: dict[str, dict[str, Any]] = {}  # by thinking switch
@@ -131,7 +129,7 @@ class Messages:
         switch = cast("ThinkingSwitch", thinking_switch if thinking_switch in THINKING_SWITCHES else "thinking")
         made = self._chat.get(switch)
         if made is None:
-            made = self._chat[switch] = msgspec.json.decode(encode(to_chat_request(req, thinking_switch=switch)))
+            made = self._chat[switch] = msgspec.to_builtins(to_chat_request(req, thinking_switch=switch))
         return req, made
 
     def attempt(
@@ -152,14 +150,15 @@ class Messages:
         the provider refuses (``providers.NAME.drop_fields``), left out too."""
         if native is not None:
             payload = self.obj if self.obj.get("model") == model else {**self.obj, "model": model}
-            return Attempt(native, UPSTREAM_PATH, payload, self.forward, None)
+            return Attempt(native, UPSTREAM_PATH, payload, ANTHROPIC, self.forward, upstream_api="anthropic")
         req, made = self._translation(thinking_switch)
         chat = {**made, "model": model}
         if not top_k:
             chat.pop("top_k", None)
         for name in drop_fields & chat.keys():  # the provider refuses them (providers.NAME.drop_fields)
             del chat[name]
-        return Attempt(client, "/chat/completions", chat, None, Translated(model, req.stop_sequences))
+        translated = Translated(model, req.stop_sequences)
+        return Attempt(client, "/chat/completions", chat, OPENAI, None, translated, upstream_api="openai")
 
 
 class Translated:
@@ -213,3 +212,52 @@ def _data(raw: bytes) -> bytes | None:
         if line.startswith(b"data:")
     ]
     return b"\n".join(lines) if lines else None
+
+
+class MessagesApi:
+    """The ``/v1/messages`` handler (gateway/api.py; see the module docstring)."""
+
+    name = "messages"
+    path = PATH
+    protocol = "anthropic"
+    affinity = True
+
+    def decode(self, body: bytes, headers: Mapping[str, str]) -> Messages:
+        obj = parse_json(body)
+        if not isinstance(obj, dict):
+            raise wire_errors.invalid_request("The request body must be a JSON object.")
+        return Messages(body, obj, headers)
+
+    def model_of(self, body: bytes) -> str:
+        model = parse_json(body).get("model")
+        return model if isinstance(model, str) else "-"
+
+    def estimate(self, req: Messages, body: bytes, default_max_tokens: int) -> tuple[float, float]:
+        return token_estimate(req.obj, body, default_max_tokens)
+
+    def uncarried(self, req: Messages, routes: Sequence[Route], providers: Mapping[str, ProviderState]) -> Set[str]:
+        return uncarried_by(routes, providers, lambda p: req.uncarried(p.anthropic_client, p.config.thinking_switch))
+
+    def plan(self, req: Messages, provider: ProviderState, route: Route) -> Attempt:
+        # passthrough or translation, by the provider (a 400 if untranslatable)
+        config = provider.config
+        return req.attempt(
+            provider.client,
+            provider.anthropic_client,
+            route.model,
+            config.thinking_switch,
+            config.top_k,
+            config.drop_fields,
+        )
+
+    def error_body(self, err: WireError, request_id: str) -> bytes:
+        return wire.error_body(err, request_id)  # Anthropic's shape, whoever refused
+
+    def error_frame(self, err: WireError, result: CallResult, translated: Translator | None) -> bytes:
+        if translated is not None:
+            return translated.fail(err)  # nothing when the upstream's own error already ended it
+        # A passthrough: the upstream's own error event, already relayed, is the stream's last frame.
+        return b"" if result.error_class == "stream_error" else wire.error_event(err)
+
+
+API = register(MessagesApi())

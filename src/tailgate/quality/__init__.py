@@ -1,0 +1,1 @@
+"""Answer quality: signals read from live answers (pure), and their Prometheus counter."""
