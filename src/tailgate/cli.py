@@ -271,8 +271,8 @@ def serve(config_path: Path, host: str | None, port: int | None, workers: int, d
         _fail(str(exc))
     if workers > 1 and (port if port is not None else config.listen.port) == 0:
         _fail("--workers > 1 needs a fixed port (the workers share it)")
-    from tailgate.gateway.admission import key_store
     from tailgate.gateway.process.serve import ListenError
+    from tailgate.gateway.request_path.admission import key_store
     from tailgate.ledger.commands import check_store
     from tailgate.ledger.schema import SchemaError
     from tailgate.ledger.store import StoreError
@@ -305,7 +305,7 @@ def config_check(file: Path, as_json: bool) -> None:
 
     from tailgate.config.check import StoreInfo, check_file, to_json, to_text
     from tailgate.config.schema import GatewayConfig
-    from tailgate.gateway.admission import key_store
+    from tailgate.gateway.request_path.admission import key_store
     from tailgate.ledger.commands import store_summary
 
     def look(cfg: GatewayConfig) -> StoreInfo:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tailgate.gateway.access.key_directory import KeyDirectory, KeyLimits
-from tailgate.gateway.admission import KeyAdmission, KeyRefused, budget_refusal, duration_words
+from tailgate.gateway.request_path.admission import KeyAdmission, KeyRefused, budget_refusal, duration_words
 from tailgate.ledger.usage import day_start
 from tailgate.state import LocalState
 

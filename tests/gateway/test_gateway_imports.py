@@ -151,13 +151,19 @@ def test_the_checker_finds_an_owner_importing_the_app(tmp_path: Path) -> None:
             "demo/stack.py": "from tailgate.gateway.app import Gateway\n",
             "gateway/__init__.py": "",
             "gateway/app.py": "class Gateway: ...\n",
-            "gateway/process/serve.py": "from .app import Gateway\n",
-            "gateway/proxy.py": "import typing\nif typing.TYPE_CHECKING:\n    from ..gateway.app import Gateway\n",
-            "gateway/routes.py": "from tailgate.gateway import app\n",
+            "gateway/process/serve.py": "from ..app import Gateway\n",
+            "gateway/request_path/proxy.py": (
+                "import typing\nif typing.TYPE_CHECKING:\n    from ...gateway.app import Gateway\n"
+            ),
+            "gateway/request_path/routes.py": "from tailgate.gateway import app\n",
             "bench/__init__.py": "def run():\n    import tailgate.gateway.app\n",
         },
     )
-    assert forbidden_app_importers(src) == {"tailgate.gateway.proxy", "tailgate.gateway.routes", "tailgate.bench"}
+    assert forbidden_app_importers(src) == {
+        "tailgate.gateway.request_path.proxy",
+        "tailgate.gateway.request_path.routes",
+        "tailgate.bench",
+    }
 
 
 # -- the rules on the real source ---------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from typing import Any
 
 import aiohttp
 import yaml
-from tailgate.gateway.admin.reload import config_version
 
 from conftest import SimFactory
 from serve_process import ServeProcess
 from tailgate.config.resolve import load_resolved
+from tailgate.gateway.admin.reload import config_version
 from tailgate.gateway.app import Gateway
 
 ADMIN = {"Authorization": "Bearer admin-key-0123456789"}

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tailgate.gateway.api import Attempt, Translator
-from tailgate.gateway.estimate import token_estimate
+from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import OPENAI
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult, Dialect, UpstreamClient
     from tailgate.wire.errors import WireError

@@ -36,15 +36,11 @@ from tailgate.gateway.admin.reload import (
     loaded_version,
     replace_providers,
 )
-from tailgate.gateway.admission import KeyAdmission, key_store
-from tailgate.gateway.batch_api import add_batch_routes
-from tailgate.gateway.batch_exec import BatchExecutor
-from tailgate.gateway.bookkeeping import Books, Sinks, books_first
-from tailgate.gateway.core import Core
+from tailgate.gateway.batch.batch_api import add_batch_routes
+from tailgate.gateway.batch.batch_exec import BatchExecutor
 from tailgate.gateway.fleet.fleet_sync import Fleet
 from tailgate.gateway.health.active_probes import Prober
 from tailgate.gateway.health.priors import seed_priors
-from tailgate.gateway.hedging import Hedger
 from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
 from tailgate.gateway.http.listener import body_limits, use_lean_front
 from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
@@ -56,9 +52,13 @@ from tailgate.gateway.metrics.store_metrics import (
 )
 from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
 from tailgate.gateway.metrics.traffic_trace import TraceWriter
-from tailgate.gateway.providers import Providers, provider_state
-from tailgate.gateway.proxy import Proxy
-from tailgate.gateway.routes import RouteTable, build_routes, unchanged_aliases
+from tailgate.gateway.request_path.admission import KeyAdmission, key_store
+from tailgate.gateway.request_path.bookkeeping import Books, Sinks, books_first
+from tailgate.gateway.request_path.core import Core
+from tailgate.gateway.request_path.hedging import Hedger
+from tailgate.gateway.request_path.providers import Providers, provider_state
+from tailgate.gateway.request_path.proxy import Proxy
+from tailgate.gateway.request_path.routes import RouteTable, build_routes, unchanged_aliases
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper

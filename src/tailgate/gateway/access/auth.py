@@ -43,7 +43,7 @@ class KnownKeyRefused(WireError):
 
 class SelfCall:
     """A request the gateway makes to itself on behalf of a key (a batch line on the batch lane,
-    gateway/batch_exec.py): it carries the key's id instead of a bearer. Nothing that arrives from the network
+    gateway/batch/batch_exec.py): it carries the key's id instead of a bearer. Nothing that arrives from the network
     is one, so :meth:`KeyRing.identify` trusts it."""
 
     __slots__ = ()

@@ -27,7 +27,7 @@ from tailgate.wire.errors import WireError
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
     from tailgate.gateway.access.key_directory import KeyDirectory
-    from tailgate.gateway.core import InForce
+    from tailgate.gateway.request_path.core import InForce
     from tailgate.state import SharedState
 
 __all__ = ["add_key_routes", "fields_from_json"]

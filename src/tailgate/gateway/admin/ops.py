@@ -14,7 +14,7 @@ from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import Core
+    from tailgate.gateway.request_path.core import Core
 
 __all__ = ["Ops"]
 

@@ -22,9 +22,9 @@ from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import InForce
     from tailgate.gateway.fleet.fleet_sync import Fleet
     from tailgate.gateway.health.active_probes import Prober
+    from tailgate.gateway.request_path.core import InForce
 
 log = logging.getLogger("tailgate.gateway")
 

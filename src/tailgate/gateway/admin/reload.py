@@ -35,12 +35,12 @@ from tailgate._aiohttp import error_response
 from tailgate.config.loader import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.providers import Providers, pacer_for, provider_state
+from tailgate.gateway.request_path.providers import Providers, pacer_for, provider_state
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import InForce
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.core import InForce
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.state import SharedState
 
 __all__ = [

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tailgate.gateway.api import Attempt, Translator
-from tailgate.gateway.estimate import token_estimate
+from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import OPENAI, Dialect
 from tailgate.wire import parse_json
 from tailgate.wire.types import RequestKind, decode_request, request_decoder
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult
     from tailgate.wire.errors import WireError

@@ -44,8 +44,8 @@ from tailgate.wire import errors as wire_errors
 if TYPE_CHECKING:
     from tailgate.config.schema import StateConfig
     from tailgate.gateway.metrics.gateway_metrics import StateSeries
-    from tailgate.gateway.providers import ProviderState
-    from tailgate.gateway.routes import RouteTable
+    from tailgate.gateway.request_path.providers import ProviderState
+    from tailgate.gateway.request_path.routes import RouteTable
 
 __all__ = ["Fleet", "FleetWindow"]
 

@@ -42,7 +42,7 @@ from tailgate.routing import BreakerRegistry, HealthRegistry, Transition
 from tailgate.upstream import CallResult, call
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
 
 __all__ = ["PROBE_PROMPT", "ProbeStats", "Prober"]
 

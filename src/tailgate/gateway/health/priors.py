@@ -20,7 +20,7 @@ from tailgate.ledger.store import open_store, redact_url
 from tailgate.routing import AdaptivePolicy
 
 if TYPE_CHECKING:
-    from tailgate.gateway.routes import RouteTable
+    from tailgate.gateway.request_path.routes import RouteTable
 
 __all__ = ["PRIORS_WINDOW_S", "seed_priors"]
 

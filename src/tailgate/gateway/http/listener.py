@@ -42,7 +42,7 @@ def body_limits(config: GatewayConfig) -> BodyLimits:
     return BodyLimits(
         max_bytes=config.max_body_bytes,
         read_timeout_s=config.server.body_read_timeout,
-        raw_paths=("/v1/files",),  # uploads: read by gateway/batch_api.py within batch.max_file_bytes
+        raw_paths=("/v1/files",),  # uploads: read by gateway/batch/batch_api.py within batch.max_file_bytes
     )
 
 

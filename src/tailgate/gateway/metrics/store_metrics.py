@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from tailgate.ledger import SQLiteLedger
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.ledger.maintenance import Maintenance
     from tailgate.ledger.spool import Shipper
 

@@ -89,7 +89,7 @@ class TrafficAggregator:
         self._closed = False
         self.before_flush: Callable[[], Awaitable[None]] | None = None
         """Called first by :meth:`flush`: the gateway's requests ended but not yet booked are booked now
-        (gateway/bookkeeping.py)."""
+        (gateway/request_path/bookkeeping.py)."""
 
     @property
     def enabled(self) -> bool:

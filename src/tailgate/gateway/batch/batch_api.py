@@ -5,7 +5,7 @@ file on one host, PostgreSQL in a fleet), so any replica answers for a batch ano
 is the gateway key of the request (the admin key sees every key's files and batches); another key's file or
 batch reads as missing (404), as OpenAI does. An upload is checked line by line when it arrives
 (:func:`~tailgate.wire.batch.parse_input_file`): a bad line is a 400 naming its number and field. The lines
-run later, in the executor (gateway/batch_exec.py); ``GET /v1/batches/{id}`` shows their progress and, in the
+run later, in the executor (gateway/batch/batch_exec.py); ``GET /v1/batches/{id}`` shows their progress and, in the
 ``tailgate`` extension field, what they cost.
 """
 
@@ -43,7 +43,7 @@ from tailgate.wire.multipart import parse_form_data
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.auth import AccessGuard
-    from tailgate.gateway.core import Core
+    from tailgate.gateway.request_path.core import Core
 
 __all__ = ["MAX_WINDOW_S", "MIN_WINDOW_S", "Caller", "TailgateBatch", "add_batch_routes", "batch_object"]
 

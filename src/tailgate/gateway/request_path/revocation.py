@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.upstream import CallResult
 
 log = logging.getLogger("tailgate.gateway")

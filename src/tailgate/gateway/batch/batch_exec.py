@@ -54,9 +54,9 @@ from tailgate.ledger.store import StoreConn, db_errors, open_store
 from tailgate.wire.batch import TERMINAL_STATUSES, BatchRequestOutput, decode_output_file
 
 if TYPE_CHECKING:
-    from tailgate.gateway.core import Core
     from tailgate.gateway.http.exchange import Exchange
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.core import Core
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
 
 __all__ = ["BatchExecutor", "Placement", "place"]

@@ -18,8 +18,8 @@ from tailgate.wire.errors import WireError
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
-    from tailgate.gateway.providers import ProviderState
-    from tailgate.gateway.request import Ctx
+    from tailgate.gateway.request_path.providers import ProviderState
+    from tailgate.gateway.request_path.request_context import Ctx
     from tailgate.routing import Route
     from tailgate.routing.breaker import BreakerRegistry
     from tailgate.upstream import CallResult

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from tailgate.gateway import client_headers
-from tailgate.gateway.hedging import Race
 from tailgate.gateway.http.exchange import Exchange, Reply, Stream
-from tailgate.gateway.providers import check_upstream_capacity, upstream_full
-from tailgate.gateway.request import Ctx
+from tailgate.gateway.request_path import client_headers
+from tailgate.gateway.request_path.hedging import Race
+from tailgate.gateway.request_path.providers import check_upstream_capacity, upstream_full
+from tailgate.gateway.request_path.request_context import Ctx
 from tailgate.routing import Route
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UnsendableHeader, call
 from tailgate.wire.errors import WireError
@@ -32,9 +32,9 @@ from tailgate.wire.sse import DONE_FRAME
 
 if TYPE_CHECKING:
     from tailgate.gateway.api import Api, Attempt, Decoded
-    from tailgate.gateway.core import Core
-    from tailgate.gateway.hedging import Hedger
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.core import Core
+    from tailgate.gateway.request_path.hedging import Hedger
+    from tailgate.gateway.request_path.providers import ProviderState
 
 
 class Attempts:

@@ -31,28 +31,25 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tailgate.gateway import (
-    apis,  # noqa: F401  # registers the built-in APIs (gateway/apis/__init__.py)
-    client_headers,
-    refusals,
-)
+from tailgate.gateway import apis  # noqa: F401  # registers the built-in APIs (gateway/apis/__init__.py)
 from tailgate.gateway.access.auth import KnownKeyRefused
-from tailgate.gateway.admission import KeyRefused
 from tailgate.gateway.api import Api, Decoded, handlers
 from tailgate.gateway.apis.count_tokens import CountTokens
 from tailgate.gateway.apis.messages import COUNT_PATH
-from tailgate.gateway.attempts import Attempts
 from tailgate.gateway.http.exchange import Exchange, Reply, Stream
-from tailgate.gateway.request import Ctx
-from tailgate.gateway.revocation import revoke_refused_key
+from tailgate.gateway.request_path import client_headers, refusals
+from tailgate.gateway.request_path.admission import KeyRefused
+from tailgate.gateway.request_path.attempts import Attempts
+from tailgate.gateway.request_path.request_context import Ctx
+from tailgate.gateway.request_path.revocation import revoke_refused_key
 from tailgate.routing import Route, Sticky, should_shed
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.key_directory import KeyLimits
-    from tailgate.gateway.core import Core
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.core import Core
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.upstream import CallResult
 
 RETRYABLE = frozenset(

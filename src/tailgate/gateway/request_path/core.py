@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 
     from tailgate.gateway.access.auth import KeyRing
     from tailgate.gateway.access.key_directory import KeyDirectory
-    from tailgate.gateway.admission import KeyAdmission
-    from tailgate.gateway.bookkeeping import Books
     from tailgate.gateway.fleet.fleet_sync import Fleet
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
-    from tailgate.gateway.providers import Providers
-    from tailgate.gateway.routes import RouteTable
+    from tailgate.gateway.request_path.admission import KeyAdmission
+    from tailgate.gateway.request_path.bookkeeping import Books
+    from tailgate.gateway.request_path.providers import Providers
+    from tailgate.gateway.request_path.routes import RouteTable
     from tailgate.routing import BreakerRegistry, HealthRegistry
 
 __all__ = ["Core", "InForce"]

@@ -19,11 +19,11 @@ from tailgate.ledger import LedgerRow
 from tailgate.upstream import CallResult
 
 if TYPE_CHECKING:
-    from tailgate.gateway.admission import KeyAdmission
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
     from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
     from tailgate.gateway.metrics.traffic_trace import TraceWriter
-    from tailgate.gateway.request import Ctx
+    from tailgate.gateway.request_path.admission import KeyAdmission
+    from tailgate.gateway.request_path.request_context import Ctx
     from tailgate.ledger import SQLiteLedger
     from tailgate.state import Admission
 
@@ -60,7 +60,7 @@ class Sinks:
     refund_rpm: Callable[[str, Admission], None]
     """Gives a key's rpm count back (``Fleet.refund_key``): a request that never went upstream keeps nothing."""
     divert: Callable[[LedgerRow], bool] | None = None
-    """Takes the rows of the batch lane's lines (gateway/batch_exec.py: True when it took one): the batch store
+    """Takes the rows of the batch lane's lines (gateway/batch/batch_exec.py: True when it took one): the batch store
     bills a line with its settlement, exactly once, so the ledger writer must not write it too."""
 
 

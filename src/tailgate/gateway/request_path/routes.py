@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter
 
 from tailgate.config.schema import GatewayConfig, PacingConfig, RetryConfig, ShedConfig
-from tailgate.gateway.hedging import Hedger
-from tailgate.gateway.providers import ProviderState
+from tailgate.gateway.request_path.hedging import Hedger
+from tailgate.gateway.request_path.providers import ProviderState
 from tailgate.routing import (
     SLO,
     AdaptivePolicy,

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tailgate.gateway.admission import Ticket
-    from tailgate.gateway.hedging import Race
-    from tailgate.gateway.providers import ProviderState
-    from tailgate.gateway.routes import RouteTable
+    from tailgate.gateway.request_path.admission import Ticket
+    from tailgate.gateway.request_path.hedging import Race
+    from tailgate.gateway.request_path.providers import ProviderState
+    from tailgate.gateway.request_path.routes import RouteTable
     from tailgate.routing import Route
     from tailgate.state import Admission
     from tailgate.upstream import CallResult
