@@ -1,4 +1,4 @@
-"""A sixth API, as a newcomer would add one: this module alone (gateway/api.py's protocol, one ``register``).
+"""A sixth API, as a newcomer would add one: this module alone (gateway/api_handler.py's protocol, one ``register``).
 
 ``POST /v1/toy/say``: ``{"model", "say", "stream"?}`` in, ``{"toy": "<the answer>"}`` out (or ``data: <text>``
 lines, then ``data: end``); spoken upstream as OpenAI chat (the OpenAI dialect: the measurement core counts its
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tailgate.gateway.api import Attempt, Translator
+from tailgate.gateway.api_handler import Attempt, Translator
 from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import OPENAI
 from tailgate.wire import errors as wire_errors

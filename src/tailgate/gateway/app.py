@@ -217,10 +217,6 @@ class Gateway:
             metrics=metrics,
             health=self.health,
             breakers=self.breakers,
-            paced_total=metrics.paced,
-            shed_total=metrics.shed,
-            keys_revoked=metrics.provider_keys_revoked,
-            count_tokens_total=metrics.count_tokens,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view

@@ -65,7 +65,7 @@ class CountTokens:
             if alias not in self.core.routes.aliases:
                 alias = ""  # an unknown alias is the client's text: not a metric label
             status = str(reply.status) if reply is not None else "500"
-            self.core.count_tokens_total.labels(alias=alias, provider=served_by, status=status).inc()
+            self.core.metrics.count_tokens.labels(alias=alias, provider=served_by, status=status).inc()
 
     async def _count(self, request: Exchange, rid: str, headers: dict[str, str]) -> Reply:
         core = self.core

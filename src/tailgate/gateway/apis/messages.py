@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
 
-from tailgate.gateway.api import Attempt, Translator, register, uncarried_by
+from tailgate.gateway.api_handler import Attempt, Translator, register, uncarried_by
 from tailgate.gateway.request_path import client_headers
 from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import ANTHROPIC, OPENAI
@@ -215,7 +215,7 @@ def _data(raw: bytes) -> bytes | None:
 
 
 class MessagesApi:
-    """The ``/v1/messages`` handler (gateway/api.py; see the module docstring)."""
+    """The ``/v1/messages`` handler (gateway/api_handler.py; see the module docstring)."""
 
     name = "messages"
     path = PATH

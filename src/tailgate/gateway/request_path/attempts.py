@@ -1,6 +1,6 @@
 """One attempt at one route, measured and relayed: the part of the request path below the routing order.
 
-``Attempts.attempt`` asks the request's API handler for the attempt's plan (gateway/api.py: where it goes, what
+``Attempts.attempt`` asks the request's API handler for the attempt's plan (gateway/api_handler.py: where it goes, what
 it sends, in which dialect, how the answer is turned back), calls through the measurement core
 (``upstream.call``) and answers the client: a whole answer as soon as the core has checked it, a stream held
 back until its first token and from then on relayed frame by frame (pushed from the upstream connection's
@@ -31,7 +31,7 @@ from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
 
 if TYPE_CHECKING:
-    from tailgate.gateway.api import Api, Attempt, Decoded
+    from tailgate.gateway.api_handler import Api, Attempt, Decoded
     from tailgate.gateway.request_path.core import Core
     from tailgate.gateway.request_path.hedging import Hedger
     from tailgate.gateway.request_path.providers import ProviderState
@@ -55,7 +55,7 @@ class Attempts:
         if pacer.available_in(tokens) > 0:
             provider.paced += 1
             paced.append(provider)
-            core.paced_total.labels(provider.name).inc()
+            core.metrics.paced.labels(provider.name).inc()
             return False
         if not core.breakers.get(route.provider).allow():
             return False
@@ -287,7 +287,7 @@ class Attempts:
                             # Everything so far is written: the rest of the stream can be pushed to the
                             # client from the upstream connection's callback (Call._pump), where the front
                             # door's stream takes it (an aiohttp response cannot: it stays pulled).
-                            # A translated stream stays pulled: each frame is rewritten (gateway/api.py).
+                            # A translated stream stays pulled: each frame is rewritten (gateway/api_handler.py).
                             tap = resp if isinstance(resp, Tap) and translated is None else None
                             c.tap = tap
                     elif isinstance(event, Sent):

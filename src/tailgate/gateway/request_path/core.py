@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter
-
     from tailgate.gateway.access.auth import KeyRing
     from tailgate.gateway.access.key_directory import KeyDirectory
     from tailgate.gateway.fleet.fleet_sync import Fleet
@@ -57,13 +55,7 @@ class Core:
     books: Books
     """Ended requests' bookkeeping (bookkeeping.py)."""
     metrics: GatewayMetrics
+    """Every Prometheus object the request path counts in (``paced``, ``shed``, ``provider_keys_revoked``,
+    ``count_tokens``, the served series; metrics/gateway_metrics.py)."""
     health: HealthRegistry
     breakers: BreakerRegistry
-    paced_total: Counter
-    """``tailgate_paced``: attempts a provider's pacer skipped."""
-    shed_total: Counter
-    """``tailgate_shed``: requests refused by load shedding."""
-    keys_revoked: Counter
-    """``tailgate_provider_keys_revoked``: provider keys out of rotation (revocation.py)."""
-    count_tokens_total: Counter
-    """``tailgate_count_tokens``: ``/v1/messages/count_tokens`` requests by alias, provider and status."""

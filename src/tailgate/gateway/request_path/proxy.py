@@ -1,6 +1,6 @@
 """The request path: one list of named steps for every API, the API's own work asked of its handler.
 
-Every ``/v1`` POST an API handler serves (gateway/api.py, one module per API in gateway/apis/) walks the same
+Every ``/v1`` POST an API handler serves (gateway/api_handler.py, one module per API in gateway/apis/) walks the same
 steps (``Proxy._serve``): who asks (``_identify``), what is asked (``_decode``: the handler decodes and
 validates; the alias; the key's standing), its estimate (the handler's), shedding (``_shed``), the key's rpm,
 tpm, budgets and concurrency (``_limit``), the routing order (``_order``), then attempts in that order
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from tailgate.gateway import apis  # noqa: F401  # registers the built-in APIs (gateway/apis/__init__.py)
 from tailgate.gateway.access.auth import KnownKeyRefused
-from tailgate.gateway.api import Api, Decoded, handlers
+from tailgate.gateway.api_handler import Api, Decoded, handlers
 from tailgate.gateway.apis.count_tokens import CountTokens
 from tailgate.gateway.apis.messages import COUNT_PATH
 from tailgate.gateway.http.exchange import Exchange, Reply, Stream
@@ -82,7 +82,7 @@ class Proxy:
         """Requests in this process between arrival and their handler's end (load shedding's pressure)."""
 
     def routes(self) -> dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]]:
-        """The ``/v1`` POST endpoints this proxy serves, by path: one per registered API (gateway/api.py), and
+        """The ``/v1`` POST endpoints this proxy serves, by path: one per registered API (gateway/api_handler.py), and
         ``/v1/messages/count_tokens`` beside the messages API. Partials, not wrapper coroutines: one frame
         fewer on every resumption."""
         out: dict[str, Callable[[Exchange], Awaitable[Reply | Stream]]] = {
@@ -196,7 +196,7 @@ class Proxy:
         assert shed.max_in_flight is not None
         pressure = (self.in_flight - 1) / shed.max_in_flight  # the others already in flight
         if should_shed(ctx.traffic_class, pressure, thresholds=shed.thresholds):
-            raise refusals.shed(self.core.shed_total, ctx, pressure, self.in_flight - 1)
+            raise refusals.shed(self.core.metrics.shed, ctx, pressure, self.in_flight - 1)
 
     def _order(self, request: Exchange, ctx: Ctx, api: Api, req: Decoded, routes: Sequence[Route]) -> list[Route]:
         """The routing order: the alias's policy over the routes whose provider is neither drained nor paused
@@ -249,7 +249,7 @@ class Proxy:
             last = ctx.result = result
             if resp is not None:
                 return resp
-            if revoke_refused_key(core.providers[route.provider], result, core.keys_revoked):
+            if revoke_refused_key(core.providers[route.provider], result, core.metrics.provider_keys_revoked):
                 queue.appendleft(route)  # the same route again, with its next key (revocation.py)
                 continue
             if result.error_class not in RETRYABLE:
@@ -328,7 +328,7 @@ class Proxy:
         headers = {"x-request-id": ctx.request_id, "x-tailgate-attempts": str(ctx.attempts)}
         if ctx.provider is not None:
             headers["x-tailgate-provider"] = ctx.provider.name
-        # in the API's shape, whoever refused (gateway/api.py)
+        # in the API's shape, whoever refused (gateway/api_handler.py)
         return Reply(err.status, {**(err.headers or {}), **headers}, api.error_body(err, ctx.request_id))
 
 

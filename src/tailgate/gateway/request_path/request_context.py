@@ -30,7 +30,7 @@ class Ctx:
 
     request_id: str
     endpoint: str
-    """The API's name (gateway/api.py: ``chat``, ``messages`` …), as the ledger and metrics say it."""
+    """The API's name (gateway/api_handler.py: ``chat``, ``messages`` …), as the ledger and metrics say it."""
     table: RouteTable
     """The route table read when the request arrived: its routing and settings to its end (routes.py)."""
     t0: float = field(default_factory=time.perf_counter)
