@@ -331,6 +331,10 @@ class PacingConfig(_Strict):
     """Output tokens assumed for a request without ``max_tokens`` (TPM estimate)."""
     max_pause: PositiveSeconds = 300.0
     """Longest pause a 429's Retry-After / x-ratelimit-reset-* can impose."""
+    batch_wait: Annotated[Seconds, Field(ge=0)] = 30.0
+    """How long a live batch-lane request (``x-tailgate-class: batch`` or ``service_tier: "flex"``) may wait at a
+    provider's pacer for the budget interactive traffic leaves, instead of moving on or being refused; 0: never
+    waits. Also bounded by ``routing.retry.deadline``. Interactive requests never wait (docs/routing.md)."""
 
 
 class ShedConfig(_Strict):

@@ -91,20 +91,35 @@ class Pacer:
         self.rpm = bucket(rpm)
         self.tpm = bucket(tpm)
 
-    def try_acquire(self, tokens_estimate: float = 0.0) -> bool:
-        """Take one request and ``tokens_estimate`` tokens now, or nothing (False)."""
+    def try_acquire(self, tokens_estimate: float = 0.0, keep: tuple[float, float] = (0.0, 0.0)) -> bool:
+        """Take one request and ``tokens_estimate`` tokens now, or nothing (False).
+
+        ``keep``: (requests, tokens) the buckets must still hold after the take — the batch lane's rule
+        (``state/priority.py``): it leaves an interactive request and the interactive reserve untouched."""
         if self._clock() < self.paused_until:
             return False
         n = min(tokens_estimate, self.tpm.burst) if self.tpm is not None else 0.0
-        if self.rpm is not None and self.rpm.remaining < 1.0:
+        if self.rpm is not None and self.rpm.remaining < 1.0 + keep[0]:
             return False
-        if self.tpm is not None and n > 0 and self.tpm.remaining < n:
+        if self.tpm is not None and (n > 0 or keep[1] > 0) and self.tpm.remaining < n + keep[1]:
             return False
         if self.rpm is not None:
             self.rpm.try_take(1.0)
         if self.tpm is not None and n > 0:
             self.tpm.try_take(n)
         return True
+
+    def take_tokens(self, tokens_estimate: float) -> None:
+        """Take ``tokens_estimate`` from the TPM bucket whatever it holds (its request was paced elsewhere: the
+        fleet's shared bucket); the bucket may run into debt, which delays the next requests."""
+        if self.tpm is not None and tokens_estimate > 0:
+            self.tpm.take_debt(min(tokens_estimate, self.tpm.burst))
+
+    def tokens_in(self, tokens_estimate: float) -> float:
+        """Seconds until the TPM bucket holds ``tokens_estimate`` (0.0 now, or without a TPM limit)."""
+        if self.tpm is None or tokens_estimate <= 0:
+            return 0.0
+        return self.tpm.wait_time(min(tokens_estimate, self.tpm.burst))
 
     def set_share(self, fraction: float) -> None:
         """Pace at ``fraction`` of the limits from now on: this replica's share of a fleet's (docs/fleet.md)."""
@@ -142,11 +157,14 @@ class Pacer:
                 out[name] = {"limit": limit, "paced_at": limit * self.headroom, "available": round(bucket.remaining, 3)}
         return out
 
-    def available_in(self, tokens_estimate: float = 0.0) -> float:
-        """Seconds until ``try_acquire(tokens_estimate)`` could succeed (0.0 when it can now)."""
+    def available_in(self, tokens_estimate: float = 0.0, keep: tuple[float, float] = (0.0, 0.0)) -> float:
+        """Seconds until ``try_acquire(tokens_estimate, keep)`` could succeed (0.0 when it can now; ``inf`` when
+        a bucket is too small to ever hold the take and what it must keep)."""
         wait = max(0.0, self.paused_until - self._clock())
         if self.rpm is not None:
-            wait = max(wait, self.rpm.wait_time(1.0))
-        if self.tpm is not None and tokens_estimate > 0:
-            wait = max(wait, self.tpm.wait_time(min(tokens_estimate, self.tpm.burst)))
+            need = 1.0 + keep[0]
+            wait = max(wait, self.rpm.wait_time(need) if need <= self.rpm.burst else math.inf)
+        if self.tpm is not None and (tokens_estimate > 0 or keep[1] > 0):
+            need = min(tokens_estimate, self.tpm.burst) + keep[1]
+            wait = max(wait, self.tpm.wait_time(need) if need <= self.tpm.burst else math.inf)
         return wait

@@ -40,6 +40,11 @@ class TokenBucket:
             return True
         return False
 
+    def take_debt(self, n: float) -> None:
+        """Take ``n`` tokens whatever the bucket holds (it may go below zero: a debt the refill pays first)."""
+        self._refill()
+        self._tokens -= n
+
     def wait_time(self, n: float = 1.0) -> float:
         """Seconds until ``n`` tokens are available (0 when they are now)."""
         self._refill()

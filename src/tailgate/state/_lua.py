@@ -307,3 +307,32 @@ return out
 def slot_members(token: str, count: int) -> list[str]:
     """The members a grant of ``count`` slots under ``token`` holds in the cap's set (``ACQUIRE`` names them so)."""
     return [token] if count == 1 else [f"{token}:{i}" for i in range(1, count + 1)]
+
+
+# KEYS[1] bucket hash {v: level, u: updated}; ARGV amount, rate (/s), burst, keep (the level the take must leave:
+# state/priority.py keep_level). The steps of priority.PaceBucket.take. -> {ok, retry_after, level after}
+PACE = (
+    _NOW
+    + """
+local amount, rate, burst, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local h = redis.call('HMGET', KEYS[1], 'v', 'u')
+local v, u = tonumber(h[1]), tonumber(h[2])
+if v == nil or u == nil then v, u = burst, now end
+if now > u then
+  v = math.min(burst, v + (now - u) * rate)
+  u = now
+end
+local ok, retry = 0, '0'
+if v - amount >= keep then
+  v = v - amount
+  ok = 1
+elseif amount + keep > burst then
+  retry = 'inf'
+else
+  retry = tostring((amount + keep - v) / rate)
+end
+redis.call('HSET', KEYS[1], 'v', tostring(v), 'u', tostring(u))
+redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(0, burst - v) / rate * 1000) + 60000)
+return {ok, retry, tostring(v)}
+"""
+)

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 
+from tailgate.state.priority import Lane, PaceBucket, keep_level
 from tailgate.state.protocol import (
     Adjustment,
     Admission,
@@ -22,6 +23,7 @@ from tailgate.state.protocol import (
     SharedState,
     Slot,
     StateStatus,
+    check_pace,
     check_take,
 )
 from tailgate.state.window import WindowCounter
@@ -48,6 +50,7 @@ class LocalState(SharedState):
         self._pauses: dict[str, tuple[float, str]] = {}
         self._flags: dict[str, bool] = {}
         self._tokens = 0
+        self._buckets: dict[str, PaceBucket] = {}
 
     async def start(self) -> None:
         return None
@@ -74,6 +77,39 @@ class LocalState(SharedState):
 
     async def take(self, name: str, amount: float, limit: float, window_s: float | None) -> Admission:
         return self.take_now(name, amount, limit, window_s)
+
+    def pace_now(
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
+    ) -> Admission:
+        """``pace`` without a coroutine (the local backend never waits)."""
+        check_pace(amount, rate, burst)
+        now = self._clock()
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            bucket = self._buckets[name] = PaceBucket(burst, now)
+        ok, retry, level = bucket.take(now, amount, rate, burst, keep_level(lane, amount, reserve, debt))
+        return Admission(ok, retry, level, burst)
+
+    async def pace(
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
+    ) -> Admission:
+        return self.pace_now(name, amount, rate, burst, lane=lane, reserve=reserve, debt=debt)
 
     def adjust_now(self, name: str, delta: float, window_s: float | None, bucket: int | None = None) -> float:
         if not math.isfinite(delta):

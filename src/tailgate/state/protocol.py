@@ -29,6 +29,8 @@ from typing import Literal
 
 import msgspec
 
+from tailgate.state.priority import Lane
+
 __all__ = [
     "Adjustment",
     "Admission",
@@ -231,6 +233,29 @@ class SharedState(abc.ABC):
                 await self.settle(refunds)
         return Reservation(ok, tuple(admissions), lease)
 
+    # -- paced buckets (a provider's rpm / tpm, fleet-wide, with the batch lane behind interactive) -----
+
+    @abc.abstractmethod
+    async def pace(
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
+    ) -> Admission:
+        """Take ``amount`` from the token bucket ``name`` (``rate`` per second, at most ``burst``), or nothing.
+
+        The priority rule of ``state/priority.py`` (``keep_level``): an ``interactive`` take succeeds whenever the
+        bucket holds ``amount - debt`` (it may leave a debt of ``debt`` ≤ ``amount``), a ``batch`` take only when
+        it leaves ``reserve`` (≥ 0) + what an interactive take of its size needs. With Redis every replica takes
+        from one bucket per name, on Redis's clock. ``remaining``: the level after the decision; ``limit``:
+        ``burst``; ``retry_after_s``: when the same take could succeed (at ``rate``; ``inf`` when ``amount`` + the
+        level it must keep is above ``burst``)."""
+
     # -- concurrency gauges ----------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -297,6 +322,16 @@ class SharedState(abc.ABC):
     @abc.abstractmethod
     def replicas(self) -> int:
         """Replicas alive in the fleet (this one included), as of the last sync; 1 for ``local``."""
+
+
+def check_pace(amount: float, rate: float, burst: float) -> None:
+    """Refuse, by name, the arguments no backend's :meth:`SharedState.pace` accepts."""
+    if not (math.isfinite(amount) and amount >= 0):
+        raise ValueError(f"amount must be a finite number >= 0, got {amount!r}")
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"rate must be a positive finite number, got {rate!r}")
+    if not (math.isfinite(burst) and burst > 0):
+        raise ValueError(f"burst must be a positive finite number, got {burst!r}")
 
 
 def check_take(amount: float, limit: float, window_s: float | None) -> None:

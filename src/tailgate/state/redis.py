@@ -37,6 +37,7 @@ from tailgate.state.clients import request_client, sync_client
 from tailgate.state.fallback import Fallback
 from tailgate.state.link import FAILURE, SYNC_TIMEOUT_S, Link, Unavailable
 from tailgate.state.local import default_replica_id
+from tailgate.state.priority import Lane, keep_level
 from tailgate.state.protocol import (
     Adjustment,
     Admission,
@@ -47,6 +48,7 @@ from tailgate.state.protocol import (
     SharedState,
     Slot,
     StateStatus,
+    check_pace,
     check_take,
 )
 from tailgate.state.views import FleetViews
@@ -82,6 +84,7 @@ class RedisState(SharedState):
         self._adjust = self._r.register_script(_lua.ADJUST)
         self._usage = self._r.register_script(_lua.USAGE)
         self._acquire = self._r.register_script(_lua.ACQUIRE)
+        self._pace = self._r.register_script(_lua.PACE)
         self._renew = self._r.register_script(_lua.RENEW)
         self._reserve = self._r.register_script(_lua.RESERVE)
         self._settle = self._r.register_script(_lua.SETTLE)
@@ -225,6 +228,31 @@ class RedisState(SharedState):
         self._alone.granted(name, amount, window_s, _f(remaining), mirror=bool(ok) and mirror)
         at = int(bucket) if ok and bucket != b"-" else None
         return Admission(bool(ok), _f(retry), _f(remaining), limit, _f(reset), at)
+
+    async def pace(
+        self,
+        name: str,
+        amount: float,
+        rate: float,
+        burst: float,
+        *,
+        lane: Lane = "interactive",
+        reserve: float = 0.0,
+        debt: float = 0.0,
+    ) -> Admission:
+        """One bucket per name for the whole fleet (``_lua.PACE``). Redis down or slow: this replica's own bucket
+        at its share (``rate`` and ``burst`` ÷ the replicas alive), marked ``local``."""
+        check_pace(amount, rate, burst)
+        key = f"{self._p}pace:{name}"
+        keep = keep_level(lane, amount, reserve, debt)
+        try:
+            ok, retry, level = await self._link.call(self._pace(keys=[key], args=[amount, rate, burst, keep]))
+        except Unavailable:
+            n = max(1, self._views.replicas)
+            share = rate / n, max(burst / n, 1.0)
+            adm = self._alone.local.pace_now(name, amount, *share, lane=lane, reserve=reserve / n, debt=debt)
+            return Admission(adm.ok, adm.retry_after_s, adm.remaining, adm.limit, local=True)
+        return Admission(bool(ok), _f(retry), _f(level), burst)
 
     async def adjust(
         self, name: str, delta: float, window_s: float | None, bucket: int | None = None, *, mirror: bool = True

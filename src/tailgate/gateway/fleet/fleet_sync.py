@@ -5,6 +5,10 @@
 - **Provider pacing**: each replica paces a provider at its *share* of the provider's limits; the shares
   are proportional to the demand each replica publishes every sync tick, so they always add up to the
   provider's pacing target and follow the load balancer's spread. Nothing per request goes to Redis.
+- **Priority and small limits** (``pace``): the batch lane (``state/priority.py``) takes only what interactive
+  traffic leaves, and may wait for it; a provider whose per-replica slice of the bucket would hold fewer than
+  two requests is paced on one fleet-wide bucket (``SharedState.pace``, a round trip per attempt at these low
+  rates): slices that small left budget idle (a full slice wastes its refill until its replica's next request).
 - **429 pauses**: a provider's Retry-After pauses it fleet-wide (``provider:NAME`` pause).
 - **Breakers**: a replica whose breaker opens on its own evidence publishes ``breaker:NAME`` for the
   cool-down; every other replica's breaker is opened at its next sync (≤ ``sync_interval``) and held while
@@ -37,6 +41,7 @@ from tailgate._runtime import stop_task
 from tailgate.routing import BreakerRegistry, HealthRegistry, ProviderHealth, Transition
 from tailgate.state import Admission, LocalState, SharedState
 from tailgate.state.lease import LeasedLimiter
+from tailgate.state.priority import Lane, LaneMeter, lane_weights
 from tailgate.stats import SlidingWindow
 from tailgate.stats.window import ROUTING_PRECISION
 from tailgate.wire import errors as wire_errors
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.metrics.gateway_metrics import StateSeries
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.routing.pacing import Pacer
 
 __all__ = ["Fleet", "FleetWindow"]
 
@@ -60,6 +66,11 @@ _DEMAND_FLOOR = 0.05
 that has seen no traffic yet can still send its first requests."""
 _DEMAND_WINDOW_S = 2.0
 """A replica's demand is its request rate over about this long (a sliding window of sync ticks)."""
+_BATCH_KEY = "\x1fbatch"
+"""Suffix of a provider's name in the published demand: the batch lane's part of it."""
+_FLEET_BUCKET_BELOW = 2.0
+"""A provider whose per-replica slice of the pacing bucket would hold fewer requests is paced on one fleet-wide
+bucket instead (``Fleet.fleet_paced``)."""
 
 
 class FleetWindow(SlidingWindow):
@@ -130,6 +141,16 @@ class Fleet:
         self._breaker_gen: dict[str, int] = {}
         self._trial_tokens: dict[str, str] = {}
         self._wanted: dict[str, int] = {}
+        self._wanted_batch: dict[str, int] = {}
+        self._batch_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
+        """Per provider: the batch lane's part of ``_wanted`` and of the demand ticks."""
+        self._fleet_batch: dict[str, float] = {}
+        self._fleet_interactive: dict[str, float] = {}
+        """Per provider: the fleet's batch and interactive demand (requests per second) as last published."""
+        self._meters: dict[str, LaneMeter] = {}
+        """Per provider: this replica's interactive demand (requests), the batch lane's reserve."""
+        self._lines: dict[str, asyncio.Lock] = {}
+        """Per provider: the batch lane's line (FIFO: only its head polls the pacer)."""
         self._demand: dict[str, float] = {}
         """Per provider (every one since ``install``): requests that wanted it this tick, and its demand."""
         self._demand_ticks: dict[str, collections.deque[tuple[float, int]]] = {}
@@ -286,9 +307,109 @@ class Fleet:
 
     # -- pacing demand ----------------------------------------------------------------------------------
 
-    def wanted(self, provider: str) -> None:
-        """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand."""
+    def wanted(self, provider: str, lane: Lane = "interactive") -> None:
+        """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand (the batch lane's
+        also counted apart: the split gives it only what the fleet's interactive demand leaves)."""
         self._wanted[provider] = self._wanted.get(provider, 0) + 1
+        if lane == "batch":
+            self._wanted_batch[provider] = self._wanted_batch.get(provider, 0) + 1
+
+    # -- priority at the pacer (state/priority.py) ----------------------------------------------------------
+
+    def fleet_paced(self, provider: ProviderState) -> bool:
+        """Whether ``provider`` is paced on the fleet's one shared bucket: a shared state, an rpm limit, and either
+        batch work in the fleet for it (slices would leave an interactive replica's margin idle) or a per-replica
+        slice of the bucket under two requests (a slice that small wastes its refill while full)."""
+        pacer = provider.pacer
+        if not self.shared or pacer.rpm_limit is None or pacer.rpm is None:
+            return False
+        if self._fleet_batch.get(provider.name, 0.0) > 0:
+            return True  # batch work in the fleet: one bucket, so the lane uses all interactive traffic leaves
+        rate = pacer.rpm_limit * pacer.headroom / 60.0
+        return rate * pacer.burst_s / max(1, self.state.replicas()) < _FLEET_BUCKET_BELOW
+
+    async def pace(self, provider: ProviderState, tokens: float, lane: Lane, wait_s: float) -> bool:
+        """Take ``provider``'s pacing for one attempt of ``tokens`` in ``lane``; a batch attempt may wait up to
+        ``wait_s`` for it, in a FIFO line per provider (only its head asks the pacer). An interactive attempt asks
+        once and never waits behind the line. True: admitted (the pacer's share is taken)."""
+        meter = self._meters.get(provider.name)
+        if meter is None:
+            meter = self._meters[provider.name] = LaneMeter(_DEMAND_WINDOW_S)
+        if lane == "interactive":
+            meter.add()
+            return await self._pace_once(provider, tokens, lane, meter) == 0.0
+        deadline = time.monotonic() + wait_s
+        line = self._lines.setdefault(provider.name, asyncio.Lock())
+        if line.locked():
+            if wait_s <= 0:
+                return False  # others wait already: a batch request that may not wait is behind them
+            try:
+                await asyncio.wait_for(line.acquire(), wait_s)
+            except TimeoutError:
+                return False
+        else:
+            await line.acquire()  # free: taken at once (a timeout of 0 would refuse even a free lock)
+        try:
+            while True:
+                wait = await self._pace_once(provider, tokens, lane, meter)
+                if wait == 0.0:
+                    return True
+                if time.monotonic() + wait > deadline:
+                    return False
+                await asyncio.sleep(wait)
+        finally:
+            line.release()
+
+    async def _pace_once(self, provider: ProviderState, tokens: float, lane: Lane, meter: LaneMeter) -> float:
+        """One try: 0.0 when admitted, else the seconds until a retry could succeed."""
+        pacer = provider.pacer
+        now = time.monotonic()
+        if pacer.paused_until > now:
+            return pacer.paused_until - now
+        if self.fleet_paced(provider):
+            assert pacer.rpm_limit is not None  # fleet_paced says so
+            rate = pacer.rpm_limit * pacer.headroom / 60.0
+            if (wait := pacer.tokens_in(tokens)) > 0:
+                return wait
+            # The fleet's interactive reserve: the interactive demand the replicas published (at least this one's
+            # measured now × the replicas, before the first publications).
+            fleet_rate = max(self._fleet_interactive.get(provider.name, 0.0), meter.rate())
+            burst = max(1.0, rate * pacer.burst_s)
+            # A debt of one request where the headroom covers it: over any minute the fleet then sends at most
+            # headroom × limit + the bucket + that one request, still within the limit.
+            debt = 1.0 if (1.0 - pacer.headroom) * pacer.rpm_limit >= burst + 1.0 else 0.0
+            # The reserve, at most what the bucket holds beside a batch request and an interactive one's need: a
+            # full bucket's next token would be lost, so the lane may always take it.
+            reserve = min(fleet_rate * pacer.burst_s, max(0.0, burst - 2.0 + debt)) if lane == "batch" else 0.0
+            adm = await self.state.pace(
+                f"provider:{provider.name}:rpm", 1.0, rate, burst, lane=lane, reserve=reserve, debt=debt
+            )
+            if not adm.ok:
+                return max(adm.retry_after_s, 1e-3)
+            pacer.take_tokens(tokens)
+            return 0.0
+        keep = (0.0, 0.0)
+        if lane == "batch":
+            keep = self._batch_keep(pacer, meter, tokens)
+        wait = pacer.available_in(tokens, keep)
+        if wait > 0:
+            return wait
+        return 0.0 if pacer.try_acquire(tokens, keep) else 1e-3
+
+    @staticmethod
+    def _batch_keep(pacer: Pacer, meter: LaneMeter, tokens: float) -> tuple[float, float]:
+        """What a batch take must leave in this replica's buckets: one interactive request and the interactive
+        reserve (requests; tokens at the size of this request), at most what the bucket holds beside the batch's
+        own request (a full bucket's next token would be lost: the lane may always take it)."""
+        reserve = meter.reserve(pacer.burst_s)
+        rpm = pacer.rpm
+        keep_requests = reserve + (1.0 if rpm is not None and rpm.burst >= 2.0 + reserve else 0.0)
+        if rpm is not None:  # at most what the bucket holds beside the batch request: a full bucket's next token
+            keep_requests = min(keep_requests, max(0.0, rpm.burst - 1.0))  # would be lost, so it may take it
+        keep_tokens = 0.0
+        if pacer.tpm is not None and tokens > 0:
+            keep_tokens = min(keep_requests * tokens, max(0.0, pacer.tpm.burst - tokens))
+        return keep_requests, keep_tokens
 
     # -- drain / enable ---------------------------------------------------------------------------------
 
@@ -395,7 +516,8 @@ class Fleet:
             await self.state.publish("config", self._version.encode(), ttl_s=5.0)
 
     async def _share_pacing(self) -> None:
-        """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``.
+        """Publish this replica's demand per limited provider and pace at ``own ÷ Σ demands``, the demands
+        weighed by lane (``lane_weights``: interactive first, batch on what the fleet's interactive demand leaves).
 
         The replicas tick at different moments, so a replica sees a peer's new demand up to one tick
         after the peer itself acted on it. To keep the shares' sum ≤ 1 through such changes, a replica's
@@ -406,17 +528,24 @@ class Fleet:
         now = time.monotonic()
         dt, self._last_tick = max(1e-3, now - self._last_tick), now
         limited = [n for n, p in self._providers.items() if p.pacer.limited]
+        batch: dict[str, float] = {}
         for name in self._wanted:
-            ticks = self._demand_ticks.setdefault(name, collections.deque())
-            ticks.append((dt, self._wanted[name]))
-            self._wanted[name] = 0
-            span = sum(t for t, _ in ticks)
-            while len(ticks) > 1 and span - ticks[0][0] >= _DEMAND_WINDOW_S:
-                span -= ticks.popleft()[0]
-            self._demand[name] = sum(n for _, n in ticks) / span
+            for counts, store, out in (
+                (self._wanted, self._demand_ticks, self._demand),
+                (self._wanted_batch, self._batch_ticks, batch),
+            ):
+                ticks = store.setdefault(name, collections.deque())
+                ticks.append((dt, counts.get(name, 0)))
+                counts[name] = 0
+                span = sum(t for t, _ in ticks)
+                while len(ticks) > 1 and span - ticks[0][0] >= _DEMAND_WINDOW_S:
+                    span -= ticks.popleft()[0]
+                out[name] = sum(n for _, n in ticks) / span
         if not limited:
             return
         mine = {n: round(self._demand[n], 3) for n in limited}
+        # The batch lane's part under its own key (a replica without lanes ignores a name it has no provider for).
+        mine |= {n + _BATCH_KEY: round(batch.get(n, 0.0), 3) for n in limited}
         before, self._published_demand = self._published_demand, mine
         await self.state.publish("pacing", msgspec.json.encode(mine), ttl_s=max(1.0, 4 * self.sync_interval))
         seen: dict[str, tuple[bytes, dict[str, float], dict[str, float]]] = {}
@@ -429,9 +558,19 @@ class Fleet:
                 seen[replica] = (blob, latest, old[1] if old is not None else latest)
         self._peer_demand = seen
         for name in limited:
-            own = min(mine[name], before.get(name, mine[name])) + _DEMAND_FLOOR
-            others = sum(max(new.get(name, 0.0), prev.get(name, 0.0)) + _DEMAND_FLOOR for _, new, prev in seen.values())
-            self._providers[name].pacer.set_share(own / (own + others))
+            key = name + _BATCH_KEY
+            low = {k: min(mine[k], before.get(k, mine[k])) for k in (name, key)}
+            demands = [(low[name] - low[key], low[key])]
+            for _, new, prev in seen.values():
+                total = max(new.get(name, 0.0), prev.get(name, 0.0))
+                part = max(new.get(key, 0.0), prev.get(key, 0.0))
+                demands.append((total - part, part))
+            self._fleet_interactive[name] = sum(max(0.0, i) for i, _ in demands)
+            self._fleet_batch[name] = sum(max(0.0, b) for _, b in demands)
+            pacer = self._providers[name].pacer
+            target = pacer.rpm_limit * pacer.headroom / 60.0 if pacer.rpm_limit is not None else None
+            weights = [w + _DEMAND_FLOOR for w in lane_weights(target, demands)]
+            pacer.set_share(weights[0] / sum(weights))
 
     # -- the dashboard's fleet view ----------------------------------------------------------------------
 

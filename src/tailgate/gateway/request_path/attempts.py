@@ -26,6 +26,7 @@ from tailgate.gateway.request_path.hedging import Race
 from tailgate.gateway.request_path.providers import check_upstream_capacity, upstream_full
 from tailgate.gateway.request_path.request_context import Ctx
 from tailgate.routing import Route
+from tailgate.state.priority import Lane
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UnsendableHeader, call
 from tailgate.wire.errors import WireError
 from tailgate.wire.sse import DONE_FRAME
@@ -42,6 +43,27 @@ class Attempts:
 
     def __init__(self, core: Core) -> None:
         self.core = core
+
+    async def admit_lane(
+        self, route: Route, tokens: float, paced: list[ProviderState], lane: Lane, wait_until: float
+    ) -> bool:
+        """:meth:`admit` with priority at the pacer (``state/priority.py``, ``Fleet.pace``): a batch-lane attempt
+        takes only what interactive traffic leaves and may wait for it until ``wait_until`` (``perf_counter``:
+        the request's start + ``routing.pacing.batch_wait``, at most its retry deadline); a provider paced on
+        the fleet's shared bucket asks it. Otherwise :meth:`admit`."""
+        core = self.core
+        provider = core.providers[route.provider]
+        fleet = core.fleet
+        if not provider.pacer.limited or (lane == "interactive" and not fleet.fleet_paced(provider)):
+            return self.admit(route, tokens, paced)
+        fleet.wanted(route.provider, lane)
+        wait_s = max(0.0, wait_until - time.perf_counter()) if lane == "batch" else 0.0
+        if not await fleet.pace(provider, tokens, lane, wait_s):
+            provider.paced += 1
+            paced.append(provider)
+            core.metrics.paced.labels(provider.name).inc()
+            return False
+        return core.breakers.get(route.provider).allow()
 
     def admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which

@@ -43,6 +43,7 @@ from tailgate.gateway.request_path.attempts import Attempts
 from tailgate.gateway.request_path.request_context import Ctx
 from tailgate.gateway.request_path.revocation import revoke_refused_key
 from tailgate.routing import Route, Sticky, should_shed
+from tailgate.state.priority import lane_of
 from tailgate.wire import errors as wire_errors
 from tailgate.wire.errors import WireError
 
@@ -236,11 +237,13 @@ class Proxy:
         queue = deque(order)
         paced: list[ProviderState] = []
         last: CallResult | None = None
+        lane = lane_of(ctx.traffic_class, req.obj)  # the batch lane waits for what interactive traffic leaves
+        lane_until = min(deadline, ctx.t0 + table.pacing.batch_wait)
         while queue and ctx.attempts < table.retry.max_attempts:
             if time.perf_counter() >= deadline:
                 break
             route = queue.popleft()
-            if not attempts.admit(route, tokens, paced):
+            if not await attempts.admit_lane(route, tokens, paced, lane, lane_until):
                 continue  # paced out (spills to the next route) or its breaker is open / its trials are taken
             if hedger is not None and ctx.attempts == 0 and queue:
                 resp, result = await attempts.race(request, ctx, api, req, route, queue, hedger, tokens, paced)

@@ -1,0 +1,105 @@
+"""Priority at the pacer through a real gateway (docs/routing.md, "The batch lane at the pacer").
+
+Live requests marked batch (``x-tailgate-class: batch`` or ``service_tier: "flex"``) wait at a provider's pacer for
+the budget interactive traffic leaves, up to ``routing.pacing.batch_wait``; interactive requests never wait behind
+them and are never moved off the provider because of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from conftest import GatewayHandle, SimFactory
+
+GwFactory = Callable[..., Awaitable[GatewayHandle]]
+BATCH = {"x-tailgate-class": "batch"}
+
+
+def _config(primary: str, secondary: str, rpm: float, batch_wait: float) -> dict[str, Any]:
+    return {
+        "providers": {
+            "primary": {"base_url": primary, "limits": {"rpm": rpm}},
+            "secondary": {"base_url": secondary},
+        },
+        "models": {
+            "m": {
+                "routes": [
+                    {"provider": "primary", "model": "up", "weight": 1},
+                    {"provider": "secondary", "model": "up", "weight": 0},  # a pure fallback
+                ]
+            }
+        },
+        "routing": {"probes": {"enabled": False}, "pacing": {"batch_wait": batch_wait}},
+    }
+
+
+async def _chat(
+    session: aiohttp.ClientSession, gw: GatewayHandle, headers: dict[str, str], **body: Any
+) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    payload = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2} | body
+    async with session.post(f"{gw.url}/chat/completions", json=payload, headers=headers) as r:
+        await r.read()
+        return r.status, r.headers.get("x-tailgate-provider", "-"), time.monotonic() - t0
+
+
+async def test_batch_requests_wait_at_the_pacer_instead_of_moving_on(sim: SimFactory, gateway: GwFactory) -> None:
+    """rpm 240 (paced at 3.6/s, a bucket of 3.6): 10 batch requests at once all go to the primary — the first
+    ones at once, the rest as the bucket refills, none to the fallback — and the primary answers no 429."""
+    a = await sim("instant", models=("up",), faults={"rate_limit_rpm": 240})
+    b = await sim("instant", models=("up",))
+    gw = await gateway(_config(a.url, b.url, 240, 10.0))
+    async with aiohttp.ClientSession() as session:
+        out = await asyncio.gather(
+            *(_chat(session, gw, BATCH) for _ in range(8)),
+            *(_chat(session, gw, {}, service_tier="flex") for _ in range(2)),
+        )
+    assert [s for s, _, _ in out] == [200] * 10
+    assert Counter(p for _, p, _ in out) == {"primary": 10}
+    assert sum(r.status == 429 for r in a.truth.records()) == 0
+    assert max(t for _, _, t in out) >= 1.0  # (10 - 3.6) / 3.6 s: they waited for the refill
+
+
+async def test_a_batch_request_past_its_wait_moves_on(sim: SimFactory, gateway: GwFactory) -> None:
+    """``batch_wait: 0``: a batch request never waits; it goes to the primary while the bucket has budget (rpm 120:
+    a bucket of 1.8, the first goes) and, paced out, to the fallback as interactive does."""
+    a = await sim("instant", models=("up",))
+    b = await sim("instant", models=("up",))
+    gw = await gateway(_config(a.url, b.url, 120, 0.0))
+    async with aiohttp.ClientSession() as session:
+        out = [await _chat(session, gw, BATCH) for _ in range(4)]
+    assert [s for s, _, _ in out] == [200] * 4
+    assert out[0][1] == "primary"
+    assert Counter(p for _, p, _ in out)["secondary"] >= 2
+    assert max(t for _, _, t in out) < 0.5  # none waited
+
+
+async def test_interactive_requests_are_never_moved_off_the_provider_by_batch_work(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    """rpm 600 (9/s, a bucket of 9): 60 batch requests wait in the lane while interactive requests arrive at
+    3/s for 3 s. Every interactive request goes to the primary at once (none moved to the fallback, none
+    waiting); the batch lane still gets the budget they leave (most of it), and the primary answers no 429."""
+    a = await sim("instant", models=("up",), faults={"rate_limit_rpm": 600})
+    b = await sim("instant", models=("up",))
+    gw = await gateway(_config(a.url, b.url, 600, 20.0))
+    async with aiohttp.ClientSession() as session:
+        batch = [asyncio.create_task(_chat(session, gw, BATCH)) for _ in range(60)]
+        await asyncio.sleep(0.3)  # the lane is full and drains the bucket to what it must leave
+        interactive = []
+        for _ in range(9):
+            interactive.append(asyncio.create_task(_chat(session, gw, {})))
+            await asyncio.sleep(1 / 3)
+        inter = await asyncio.gather(*interactive)
+        done = await asyncio.gather(*batch)
+    assert [(s, p) for s, p, _ in inter] == [(200, "primary")] * 9
+    assert max(t for _, _, t in inter) < 0.5  # none waited for the pacer
+    assert all(s == 200 for s, _, _ in done)
+    assert Counter(p for _, p, _ in done)["primary"] == 60  # the lane waited for the primary's spare budget
+    assert sum(r.status == 429 for r in a.truth.records()) == 0
