@@ -146,7 +146,8 @@ class Gateway:
         state, keys and the access guard, providers, stores, the key gate, health and breakers, the route
         table, then the fleet (given the table, the providers and the config version), the books, the core,
         the probes and the reloader. Then the scrape-time collectors over what was built. A reload hands the
-        owners that hold what it swaps their new parts (``_apply``)."""
+        owners that hold what it swaps their new parts (``_apply``). One callback stays the root's: a breaker's
+        transition (``_on_breaker``: metrics, fleet, prober), which can happen only once requests flow."""
         self.config = config
         self._was_open: bool | None = None
         """Whether the gateway was open (no keys) when last looked at; None before start."""
