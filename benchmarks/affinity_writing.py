@@ -33,7 +33,7 @@ from openai import AsyncOpenAI
 from tailgate.config.loader import validate_data
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.replicas import LocalFleet
+from tailgate.gateway.process.replicas import LocalFleet
 from tailgate.sim.faults import Faults
 from tailgate.sim.presets import preset
 from tailgate.sim.provider import ProviderSpec, SimProvider

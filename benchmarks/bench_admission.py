@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
 
-from tailgate.gateway.admission import KeyAdmission
-from tailgate.gateway.keys import KeyDirectory, KeyLimits
+from tailgate.gateway.access.key_directory import KeyDirectory, KeyLimits
+from tailgate.gateway.request_path.admission import KeyAdmission
 from tailgate.state import Admission, Backend, Lease, LocalState, SharedState, StateStatus
 
 LIMITS = KeyLimits("team", tpm=1e12, max_concurrency=100_000, tokens_per_day=10**14, cost_per_month=1e9)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from tailgate.gateway.metrics import _LATENCY, _OVERHEAD, Incrementable, LocalSeries, Observable
+from tailgate.gateway.metrics.gateway_metrics import _LATENCY, _OVERHEAD, Incrementable, LocalSeries, Observable
 
 VALUES = (0.35, 0.12, 0.12, 0.0003)  # seconds: E2E, TTFT, TTFT answer, overhead
 

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 
 from tailgate.config.schema import StateConfig
-from tailgate.gateway.admission import KeyAdmission
-from tailgate.gateway.keys import KeyDirectory, KeyLimits
+from tailgate.gateway.access.key_directory import KeyDirectory, KeyLimits
+from tailgate.gateway.request_path.admission import KeyAdmission
 from tailgate.state.redis import RedisState
 from tailgate.state.server import RedisServer
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import aiohttp
 
 from sim_truth import truth
-from tailgate.gateway.estimate import prompt_bound
+from tailgate.gateway.request_path.estimate import prompt_bound
 from tailgate.ledger import read_rows
 from tailgate.ledger.usage import day_start
 from tailgate.sim.faults import Faults

@@ -131,7 +131,8 @@ def test_wheel_and_sdist_install_into_a_clean_venv_and_run(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     source = _run([str(python), "-m", "pip", "show", "-f", "tailgate"], cwd=elsewhere, env=env)
-    assert "tailgate/gateway/serve.py" in source.stdout, source.stdout[-2000:]  # the package's files, from the sdist
+    # the package's files, from the sdist
+    assert "tailgate/gateway/process/serve.py" in source.stdout, source.stdout[-2000:]
     version = _run([str(python.parent / "tailgate"), "--version"], cwd=elsewhere, env=env)
     assert re.search(r"tailgate, version \d", version.stdout), version.stdout + version.stderr
     check = _run(

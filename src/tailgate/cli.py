@@ -255,12 +255,12 @@ def demo(
 def serve(config_path: Path, host: str | None, port: int | None, workers: int, drain_timeout: float) -> None:
     """Run the OpenAI-compatible gateway: clients change only base_url and api_key."""
     if workers > 1:  # before anything imports prometheus_client: one coherent /metrics for all workers
-        from tailgate.gateway.workers import multiprocess_metrics
+        from tailgate.gateway.process.workers import multiprocess_metrics
 
         multiprocess_metrics()
     from tailgate.config.resolve import load_resolved
     from tailgate.gateway.app import BindRefused, Gateway
-    from tailgate.gateway.serve import serve_forever
+    from tailgate.gateway.process.serve import serve_forever
 
     try:  # validate in the parent so a bad config is one clear message, not one per worker
         config, _ = load_resolved(config_path)
@@ -271,8 +271,8 @@ def serve(config_path: Path, host: str | None, port: int | None, workers: int, d
         _fail(str(exc))
     if workers > 1 and (port if port is not None else config.listen.port) == 0:
         _fail("--workers > 1 needs a fixed port (the workers share it)")
-    from tailgate.gateway.admission import key_store
-    from tailgate.gateway.serve import ListenError
+    from tailgate.gateway.process.serve import ListenError
+    from tailgate.gateway.request_path.admission import key_store
     from tailgate.ledger.commands import check_store
     from tailgate.ledger.schema import SchemaError
     from tailgate.ledger.store import StoreError
@@ -305,7 +305,7 @@ def config_check(file: Path, as_json: bool) -> None:
 
     from tailgate.config.check import StoreInfo, check_file, to_json, to_text
     from tailgate.config.schema import GatewayConfig
-    from tailgate.gateway.admission import key_store
+    from tailgate.gateway.request_path.admission import key_store
     from tailgate.ledger.commands import store_summary
 
     def look(cfg: GatewayConfig) -> StoreInfo:
@@ -508,7 +508,7 @@ def scenario(
         click.echo(f"{file}: ok ({len(cfg.select(list(policies)))} policies, {cfg.load.duration:g} s each)")
         return
     if replicas > 1:
-        from tailgate.gateway.replicas import redis_available
+        from tailgate.gateway.process.replicas import redis_available
 
         if not redis_available():
             _fail("--replicas needs redis-server (apt-get install redis-server); not found on PATH")

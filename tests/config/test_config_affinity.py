@@ -10,8 +10,8 @@ import pytest
 from tailgate.config import ConfigError
 from tailgate.config.resolve import ResolvedProvider, load_resolved
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.providers import provider_state
-from tailgate.gateway.routes import affinity_settings
+from tailgate.gateway.request_path.providers import provider_state
+from tailgate.gateway.request_path.routes import affinity_settings
 
 BASE = """\
 providers:

@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from tailgate.gateway.traffic import TrafficAggregator
+from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
 from tailgate.ledger.row import LedgerRow
 from tailgate.ledger.samples import Sample, TrafficMinute, insert_samples, insert_traffic
 from tailgate.ledger.schema import open_db

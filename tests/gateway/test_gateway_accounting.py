@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from conftest import GatewayHandle, SimFactory, eventually
 from sim_truth import truth as sim_truth
 from tailgate.cli import main
-from tailgate.gateway.estimate import prompt_bound
+from tailgate.gateway.request_path.estimate import prompt_bound
 from tailgate.ledger import read_rows
 from tailgate.ledger.keys import create_key
 from tailgate.ledger.store import open_store

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tailgate.gateway.admission import KeyAdmission, KeyRefused, budget_refusal, duration_words
-from tailgate.gateway.keys import KeyDirectory, KeyLimits
+from tailgate.gateway.access.key_directory import KeyDirectory, KeyLimits
+from tailgate.gateway.request_path.admission import KeyAdmission, KeyRefused, budget_refusal, duration_words
 from tailgate.ledger.usage import day_start
 from tailgate.state import LocalState
 

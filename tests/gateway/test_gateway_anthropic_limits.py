@@ -1,7 +1,7 @@
 """A key's ``tpm`` and daily token budget on ``/v1/messages``, in both upstream modes — *passthrough* to the
 simulator's own ``/v1/messages`` and *translation* to its chat API — held to docs/keys.md: a request is admitted
 iff what the key used (settled to what the provider reported) plus this request's reservation (the prompt's
-bound, ``gateway.estimate.prompt_bound``, + ``max_tokens``) fits the limit; the 429 speaks Anthropic and names
+bound, ``request_path.estimate.prompt_bound``, + ``max_tokens``) fits the limit; the 429 speaks Anthropic and names
 the limit; nothing refused goes upstream; and the prompt and output tokens each ledger row records — what the
 counters are settled to — are the simulator's truth for that request (matched by ``x-request-id``), never an
 estimate."""
@@ -19,7 +19,7 @@ import pytest
 
 from conftest import GatewayHandle, SimFactory
 from sim_truth import truth_by_id
-from tailgate.gateway.estimate import prompt_bound
+from tailgate.gateway.request_path.estimate import prompt_bound
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.ledger.usage import day_start, next_day
 from tailgate.sim.provider import SimProvider

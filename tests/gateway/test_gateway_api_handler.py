@@ -1,4 +1,4 @@
-"""An API is a handler (gateway/api.py): a sixth API — tests/gateway/toy_api.py, one module — is served end to
+"""An API is a handler (gateway/api_handler.py): a sixth API — tests/gateway/toy_api.py, one module — is served end to
 end once registered, through the whole request path (key, alias, reservation, routing, the measurement core,
 the ledger), with its own shapes for answers, streams and errors, and no other file changed."""
 
@@ -12,19 +12,19 @@ import pytest
 import toy_api
 
 from conftest import GatewayHandle, SimFactory
-from tailgate.gateway import api
+from tailgate.gateway import api_handler
 from tailgate.ledger import read_rows
 
 
 @pytest.fixture
-async def toy() -> AsyncIterator[api.Api]:
-    api.register(toy_api.API)
+async def toy() -> AsyncIterator[api_handler.Api]:
+    api_handler.register(toy_api.API)
     yield toy_api.API
-    api.unregister(toy_api.API)
+    api_handler.unregister(toy_api.API)
 
 
 async def test_a_registered_module_is_served_end_to_end(
-    toy: api.Api, sim: SimFactory, gateway: Callable[..., Awaitable[GatewayHandle]]
+    toy: api_handler.Api, sim: SimFactory, gateway: Callable[..., Awaitable[GatewayHandle]]
 ) -> None:
     p = await sim("instant", models=("up",))
     gw = await gateway(
@@ -78,9 +78,9 @@ async def test_unregistered_it_is_not_served(sim: SimFactory, gateway: Callable[
     await gw.stop()
 
 
-def test_a_path_is_served_by_one_handler(toy: api.Api) -> None:
+def test_a_path_is_served_by_one_handler(toy: api_handler.Api) -> None:
     class Other(toy_api.ToyApi):
         name = "other"
 
     with pytest.raises(ValueError, match="served by 'toy' already"):
-        api.register(Other())
+        api_handler.register(Other())

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from conftest import GatewayHandle, SimFactory, two_provider_config
-from tailgate.gateway import bookkeeping
+from tailgate.gateway.request_path import bookkeeping
 from tailgate.ledger import read_rows
 from tailgate.ledger.keys import create_key
 from tailgate.ledger.store import open_store

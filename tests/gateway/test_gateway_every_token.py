@@ -20,7 +20,7 @@ from _require import require
 from conftest import GatewayHandle, SimFactory, eventually
 from sim_truth import truth as sim_truth
 from tailgate.bench.tokens import available, load
-from tailgate.gateway.estimate import prompt_bound, token_estimate
+from tailgate.gateway.request_path.estimate import prompt_bound, token_estimate
 from tailgate.ledger import read_rows
 from tailgate.sim.text import estimate_tokens
 
@@ -223,7 +223,7 @@ def test_the_prompt_reservation_bounds_real_tokenizers(family: str) -> None:
     texts = {
         **TEXTS,
         "readme": (root / "README.md").read_text()[:6000],
-        "source": (root / "src/tailgate/gateway/admission.py").read_text()[:8000],
+        "source": (root / "src/tailgate/gateway/request_path/admission.py").read_text()[:8000],
         "toml": (root / "pyproject.toml").read_text()[:6000],
         "zh-common": "我们今天讨论一下这个系统的设计，以及它在高负载下的表现。" * 60,
         "cjk-ext-a": "".join(chr(rng.randint(0x3400, 0x4DBF)) for _ in range(1500)),

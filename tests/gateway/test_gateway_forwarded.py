@@ -1,4 +1,4 @@
-"""The client address behind trusted proxies (gateway/forwarded.py): X-Forwarded-For read right to left, only
+"""The client address behind trusted proxies (gateway/access/forwarded.py): X-Forwarded-For read right to left, only
 through the configured proxies."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from tailgate.config.schema import ServerConfig
-from tailgate.gateway.forwarded import TrustedProxies
+from tailgate.gateway.access.forwarded import TrustedProxies
 
 NGINX = TrustedProxies(["127.0.0.1/32", "10.0.0.0/8"])
 

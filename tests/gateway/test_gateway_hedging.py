@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from conftest import GatewayHandle, SimFactory
 from tailgate.config.schema import HedgeConfig
-from tailgate.gateway.hedging import Hedger, Race, hedge_counter
+from tailgate.gateway.metrics.gateway_metrics import hedge_counter
+from tailgate.gateway.request_path.hedging import Hedger, Race
 from tailgate.routing import HealthRegistry
 from tailgate.sim.faults import Faults
 from tailgate.upstream.events import CallResult

@@ -23,8 +23,8 @@ APP_IMPORTERS = (
     "tailgate.cli",  # `tailgate serve` / `tailgate reload`: the command line, a composition
     "tailgate.demo",  # the demo's stack starts a real gateway
     "tailgate.scenario",  # the scenario runner starts in-process gateways
-    "tailgate.gateway.serve",  # the process entry point: bind, signals, workers
-    "tailgate.gateway.replicas",  # LocalFleet: N gateways in one process (demo, scenarios)
+    "tailgate.gateway.process.serve",  # the process entry point: bind, signals, workers
+    "tailgate.gateway.process.replicas",  # LocalFleet: N gateways in one process (demo, scenarios)
 )
 """Who may import ``gateway.app``: a module named here or inside a package named here."""
 
@@ -151,13 +151,19 @@ def test_the_checker_finds_an_owner_importing_the_app(tmp_path: Path) -> None:
             "demo/stack.py": "from tailgate.gateway.app import Gateway\n",
             "gateway/__init__.py": "",
             "gateway/app.py": "class Gateway: ...\n",
-            "gateway/serve.py": "from .app import Gateway\n",
-            "gateway/proxy.py": "import typing\nif typing.TYPE_CHECKING:\n    from ..gateway.app import Gateway\n",
-            "gateway/routes.py": "from tailgate.gateway import app\n",
+            "gateway/process/serve.py": "from ..app import Gateway\n",
+            "gateway/request_path/proxy.py": (
+                "import typing\nif typing.TYPE_CHECKING:\n    from ...gateway.app import Gateway\n"
+            ),
+            "gateway/request_path/routes.py": "from tailgate.gateway import app\n",
             "bench/__init__.py": "def run():\n    import tailgate.gateway.app\n",
         },
     )
-    assert forbidden_app_importers(src) == {"tailgate.gateway.proxy", "tailgate.gateway.routes", "tailgate.bench"}
+    assert forbidden_app_importers(src) == {
+        "tailgate.gateway.request_path.proxy",
+        "tailgate.gateway.request_path.routes",
+        "tailgate.bench",
+    }
 
 
 # -- the rules on the real source ---------------------------------------------------------------------------------
@@ -173,4 +179,4 @@ def test_only_the_composition_roots_and_entry_points_import_the_gateway_app() ->
     """Nothing below the composition root imports ``gateway.app``; who does is exactly the listed compositions."""
     assert forbidden_app_importers(SRC / "tailgate") == set()
     found = importers(SRC / "tailgate", "tailgate", APP)
-    assert {"tailgate.gateway.serve", "tailgate.gateway.replicas", "tailgate.cli"} <= found
+    assert {"tailgate.gateway.process.serve", "tailgate.gateway.process.replicas", "tailgate.cli"} <= found

@@ -15,7 +15,7 @@ import aiohttp
 
 from conftest import GatewayHandle, SimFactory, eventually
 from loop_lateness import WAKEUPS, LoopLateness
-from tailgate.gateway.estimate import prompt_bound
+from tailgate.gateway.request_path.estimate import prompt_bound
 from tailgate.ledger import read_rows
 from tailgate.ledger.keys import create_key, revoke_key
 from tailgate.ledger.store import open_store

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tailgate.gateway.metrics import GatewayMetrics, LocalSeries
+from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics, LocalSeries
 
 BUCKETS = (0.005, 0.01, 0.5, 1, 300)
 # bounds themselves (a value equal to a bound is in that bucket), between, below the first, above the last

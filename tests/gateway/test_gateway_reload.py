@@ -14,8 +14,8 @@ import yaml
 from conftest import SimFactory
 from serve_process import ServeProcess
 from tailgate.config.resolve import load_resolved
+from tailgate.gateway.admin.reload import config_version
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.reload import config_version
 
 ADMIN = {"Authorization": "Bearer admin-key-0123456789"}
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -17,7 +17,7 @@ import pytest
 from conftest import SimFactory
 from fleet_store import Replica, fleet_config
 from pg_cluster import PostgresCluster
-from tailgate.gateway.serve import STOP_GRACE_S
+from tailgate.gateway.process.serve import STOP_GRACE_S
 from tailgate.state.server import RedisServer
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""A sixth API, as a newcomer would add one: this module alone (gateway/api.py's protocol, one ``register``).
+"""A sixth API, as a newcomer would add one: this module alone (gateway/api_handler.py's protocol, one ``register``).
 
 ``POST /v1/toy/say``: ``{"model", "say", "stream"?}`` in, ``{"toy": "<the answer>"}`` out (or ``data: <text>``
 lines, then ``data: end``); spoken upstream as OpenAI chat (the OpenAI dialect: the measurement core counts its
@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tailgate.gateway.api import Attempt, Translator
-from tailgate.gateway.estimate import token_estimate
+from tailgate.gateway.api_handler import Attempt, Translator
+from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import OPENAI
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult
 

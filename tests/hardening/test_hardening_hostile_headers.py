@@ -1,7 +1,7 @@
 """What a client sends never becomes a provider's failure, nor a 500, nor a secret in the log (issue 37).
 
-Each header the gateway forwards upstream is checked on arrival (gateway/client_headers.py): a value HTTP/1.1
-cannot carry to the provider is the client's 400 naming the header, never an attempt that fails as the
+Each header the gateway forwards upstream is checked on arrival (gateway/request_path/client_headers.py): a
+value HTTP/1.1 cannot carry to the provider is the client's 400 naming the header, never an attempt that fails as the
 provider's (its breaker, error rate and health untouched). The raw-byte cases go over a raw socket: httpx and
 http.client refuse to send them.
 """

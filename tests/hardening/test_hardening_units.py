@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tailgate.gateway.lockout import SourceLockout
-from tailgate.upstream.keys import KeyPool
+from tailgate.gateway.access.lockout import SourceLockout
+from tailgate.upstream.key_pool import KeyPool
 from tailgate.wire import parse_json
 from tailgate.wire.errors import WireError
 

@@ -1,4 +1,4 @@
-"""The gateway's passive per-minute aggregates (gateway/traffic.py) and how the leaderboard reads them."""
+"""The gateway's per-minute aggregates (gateway/metrics/traffic_minutes.py) and how the leaderboard reads them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tailgate.gateway.traffic import TrafficAggregator
+from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
 from tailgate.ledger import open_db
 from tailgate.ledger.leaderboard import compute
 from tailgate.ledger.samples import read_traffic

@@ -606,7 +606,7 @@ class ServerConfig(_Strict):
     trusted_proxies: list[str] = Field(default_factory=list)
     """CIDRs of the reverse proxies in front of the gateway (``["127.0.0.1/32"]`` for the deploy recipe's
     nginx): from a peer in one of them the client's address is the right-most ``X-Forwarded-For`` entry
-    outside them (gateway/forwarded.py). Empty: the socket's peer is the client; the header is never read.
+    outside them (gateway/access/forwarded.py). Empty: the socket's peer is the client; the header is never read.
     An entry may hold several CIDRs, comma-separated."""
     http_front: Literal["lean", "aiohttp"] = "lean"
     """Who parses the ``/v1`` POSTs: ``lean`` (the gateway's own HTTP/1.1 front door, the hot path's speed;

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from tailgate._aiohttp import error_response
-from tailgate.dashboard.keys import add_keys_page
+from tailgate.dashboard.keys_page import add_keys_page
 from tailgate.ledger import leaderboard
 from tailgate.ledger.leaderboard import SORTS
 from tailgate.ledger.schema import open_db

@@ -21,7 +21,7 @@ from tailgate.demo.probes import without_probes
 from tailgate.demo.show import banner, drill_legend, drill_summary, drill_table, drill_verdict, live_line
 from tailgate.demo.stack import MODEL, PRIMARY, Stack, StackOptions, start_stack
 from tailgate.demo.traffic import Traffic, TrafficShape
-from tailgate.gateway.replicas import redis_available
+from tailgate.gateway.process.replicas import redis_available
 from tailgate.sim.provider import SimProvider
 from tailgate.stats import LatencyHistogram
 from tailgate.upstream import Endpoint, UpstreamClient, call

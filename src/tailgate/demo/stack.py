@@ -21,7 +21,7 @@ from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig
 from tailgate.demo.probes import DemoMonitor, start_monitor
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.replicas import LocalFleet
+from tailgate.gateway.process.replicas import LocalFleet
 from tailgate.sim.cluster import SimCluster
 from tailgate.sim.presets import preset
 from tailgate.sim.provider import ProviderSpec, SimProvider

@@ -1,14 +1,15 @@
-"""The gateway's composition root: :class:`Gateway` builds the fleet state first, then the owners (providers,
-route table, keys and the key gate, fleet, books, metrics, probes, stores) and the core the proxy reads, hands
+"""The gateway's composition root: :class:`Gateway` builds the owners in two phases (each owner, handed real
+collaborators in an order that needs no lambda to an owner built later; then the scrape-time collectors), hands
 each owner its collaborators, serves the HTTP routes, applies reloads and runs start / stop.
 
-Nothing below this module imports it: the process entry points (``serve.py``, ``replicas.py``) and the
-compositions above the gateway (cli, demo, scenario) do (docs/architecture.md, "The gateway's house").
+Nothing below this module imports it: the process entry points (``process/serve.py``, ``process/replicas.py``)
+and the compositions above the gateway (cli, demo, scenario) do (docs/architecture.md, "The gateway's house").
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import time
@@ -17,43 +18,47 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Counter
 
 from tailgate._aiohttp import BODY_LIMITS_KEY, openai_shaped_errors
 from tailgate._runtime import bounded_step
 from tailgate.config.resolve import ResolvedProvider
 from tailgate.config.schema import GatewayConfig
-from tailgate.gateway.admin import add_admin_routes
-from tailgate.gateway.admin_keys import add_key_routes
-from tailgate.gateway.admission import KeyAdmission, key_store
-from tailgate.gateway.auth import AccessGuard, KeyRing
-from tailgate.gateway.batch_api import add_batch_routes
-from tailgate.gateway.batch_exec import BatchExecutor
-from tailgate.gateway.bookkeeping import Books, Sinks, books_first
-from tailgate.gateway.core import Core
-from tailgate.gateway.fleet import Fleet
-from tailgate.gateway.hedging import Hedger, hedge_counter
+from tailgate.gateway.access.auth import AccessGuard, KeyRing
+from tailgate.gateway.access.key_directory import KeyDirectory
+from tailgate.gateway.access.lockout import SourceLockout
+from tailgate.gateway.admin.key_admin import add_key_routes
+from tailgate.gateway.admin.ops import Ops
+from tailgate.gateway.admin.provider_admin import add_admin_routes
+from tailgate.gateway.admin.reload import (
+    Reloader,
+    add_config_routes,
+    close_when_idle,
+    loaded_version,
+    replace_providers,
+)
+from tailgate.gateway.batch.batch_api import add_batch_routes
+from tailgate.gateway.batch.batch_exec import BatchExecutor
+from tailgate.gateway.fleet.fleet_sync import Fleet
+from tailgate.gateway.health.active_probes import Prober
+from tailgate.gateway.health.priors import seed_priors
 from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
 from tailgate.gateway.http.listener import body_limits, use_lean_front
-from tailgate.gateway.keys import KeyDirectory
-from tailgate.gateway.lockout import SourceLockout
-from tailgate.gateway.metrics import GatewayMetrics
-from tailgate.gateway.ops import Ops
-from tailgate.gateway.priors import seed_priors
-from tailgate.gateway.probes import Prober
-from tailgate.gateway.providers import Providers, provider_state
-from tailgate.gateway.proxy import Proxy
-from tailgate.gateway.reload import Reloader, add_config_routes, close_when_idle, replace_providers
-from tailgate.gateway.revocation import revoked_counter
-from tailgate.gateway.routes import RouteTable, build_routes, unchanged_aliases
-from tailgate.gateway.store_metrics import (
+from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+from tailgate.gateway.metrics.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
     register_store_metrics,
     register_upstream_metrics,
 )
-from tailgate.gateway.trace import TraceWriter
-from tailgate.gateway.traffic import TrafficAggregator
+from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
+from tailgate.gateway.metrics.traffic_trace import TraceWriter
+from tailgate.gateway.request_path.admission import KeyAdmission, key_store
+from tailgate.gateway.request_path.bookkeeping import Books, Sinks, books_first
+from tailgate.gateway.request_path.core import Core
+from tailgate.gateway.request_path.hedging import Hedger
+from tailgate.gateway.request_path.providers import Providers, provider_state
+from tailgate.gateway.request_path.proxy import Proxy
+from tailgate.gateway.request_path.routes import RouteTable, build_routes, unchanged_aliases
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper
@@ -89,6 +94,42 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _stores(
+    config: GatewayConfig, ledger_path: Path | None, keys_at: str | Path | None
+) -> tuple[SQLiteLedger | None, Shipper | None, Maintenance | None]:
+    """The ledger (``ledger.enabled``), its shipper to PostgreSQL (``ledger.url``) and the store's roll-ups and
+    retention (a ledger with a key store), as the config asks (docs/ledger.md)."""
+    lc = config.ledger
+    if not lc.enabled:
+        return None, None, None
+    path = ledger_path or (Path(lc.path) if lc.path else default_db_path())
+    ledger = SQLiteLedger(path, batch_size=lc.batch_size, flush_interval=lc.flush_interval)
+    shipper = Shipper(ledger.path, lc.url, interval=lc.ship_interval, batch=lc.ship_batch) if lc.url else None
+    maintenance = None
+    if keys_at is not None:
+        maintenance = Maintenance(
+            keys_at,
+            raw_s=lc.retention,
+            rollup_s=lc.rollup_retention,
+            rollup_every=lc.rollup_interval,
+            retention_every=lc.retention_interval,
+        )
+    return ledger, shipper, maintenance
+
+
+def _breaker_config(config: GatewayConfig) -> BreakerConfig:
+    bc = config.routing.breaker
+    return BreakerConfig(
+        error_rate_threshold=bc.error_rate,
+        min_samples=bc.min_samples,
+        window_s=bc.window,
+        consecutive_failures=bc.consecutive_failures,
+        cooldown_s=bc.cooldown,
+        max_cooldown_s=bc.max_cooldown,
+        trial_requests=bc.trial_requests,
+    )
+
+
 class Gateway:
     """One gateway process. ``await start()`` before serving, ``await close()`` after."""
 
@@ -100,14 +141,23 @@ class Gateway:
         ledger_path: Path | None = None,
         config_path: Path | None = None,
     ) -> None:
+        """Two phases. First every owner, in an order where each is handed real collaborators, never a function
+        reaching an owner built after it: the metrics (the one owner of the Prometheus objects), the fleet
+        state, keys and the access guard, providers, stores, the key gate, health and breakers, the route
+        table, then the fleet (given the table, the providers and the config version), the books, the core,
+        the probes and the reloader. Then the scrape-time collectors over what was built. A reload hands the
+        owners that hold what it swaps their new parts (``_apply``). One callback stays the root's: a breaker's
+        transition (``_on_breaker``: metrics, fleet, prober), which can happen only once requests flow."""
         self.config = config
         self._was_open: bool | None = None
         """Whether the gateway was open (no keys) when last looked at; None before start."""
         self.log = logging.getLogger("tailgate.gateway")
+        # -- phase 1: the owners -------------------------------------------------------------------------------
+        self.metrics = metrics = GatewayMetrics()
         # The fleet state first: the key directory, the key gate and the fleet are built over it.
         state = self.state = open_state(config.state)
         keys_at = key_store(config, ledger_path)  # runtime keys, budgets: docs/keys.md
-        self.key_directory = KeyDirectory(keys_at, config.keys, generation=lambda: state.generation("keys"))
+        self.key_directory = KeyDirectory(keys_at, config.keys, generation=functools.partial(state.generation, "keys"))
         keys = KeyRing(config.keys, config.admin_key, self.key_directory)
         server = config.server
         self.guard = AccessGuard(
@@ -118,57 +168,30 @@ class Gateway:
             trusted_proxies=server.trusted_proxies,
         )
         provider_states = Providers(
-            {  # a reload swaps it (gateway/reload.py)
+            {  # a reload swaps it (gateway/admin/reload.py)
                 name: provider_state(resolved, config.routing.pacing) for name, resolved in providers.items()
             }
         )
-        self.metrics = metrics = GatewayMetrics()
-        registry = metrics.registry
-        self.ledger: SQLiteLedger | None = None
-        if config.ledger.enabled:
-            path = ledger_path or (Path(config.ledger.path) if config.ledger.path else default_db_path())
-            self.ledger = SQLiteLedger(
-                path, batch_size=config.ledger.batch_size, flush_interval=config.ledger.flush_interval
-            )
-            register_ledger_metrics(registry, self.ledger)
-        self.shipper: Shipper | None = None  # ledger.url: the spool ships to PostgreSQL (docs/ledger.md)
-        if self.ledger is not None and (url := config.ledger.url):
-            lc = config.ledger
-            self.shipper = Shipper(self.ledger.path, url, interval=lc.ship_interval, batch=lc.ship_batch)
-        self.maintenance: Maintenance | None = None  # roll-ups and retention of the store (docs/ledger.md)
-        if self.ledger is not None and keys_at is not None:
-            lc = config.ledger
-            self.maintenance = Maintenance(
-                keys_at,
-                raw_s=lc.retention,
-                rollup_s=lc.rollup_retention,
-                rollup_every=lc.rollup_interval,
-                retention_every=lc.retention_interval,
-            )
+        self.ledger, self.shipper, self.maintenance = _stores(config, ledger_path, keys_at)
         self.trace = TraceWriter(config.trace.path) if config.trace.path else None
         self.traffic = TrafficAggregator(self.ledger.path if self.ledger is not None else None)  # docs/monitor.md
-        self.admission = KeyAdmission(self.key_directory, lambda: state, registry, store=keys_at)
+        self.admission = KeyAdmission(self.key_directory, lambda: state, metrics.registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
-        bc = config.routing.breaker
-        breaker_config = BreakerConfig(
-            error_rate_threshold=bc.error_rate,
-            min_samples=bc.min_samples,
-            window_s=bc.window,
-            consecutive_failures=bc.consecutive_failures,
-            cooldown_s=bc.cooldown,
-            max_cooldown_s=bc.max_cooldown,
-            trial_requests=bc.trial_requests,
+        self.breakers = BreakerRegistry(_breaker_config(config), clock=time.monotonic, on_transition=self._on_breaker)
+        routes = build_routes(
+            config, provider_states, health=self.health, breakers=self.breakers, hedges=metrics.hedges
         )
-        self.breakers = BreakerRegistry(breaker_config, clock=time.monotonic, on_transition=self._on_breaker)
+        version = loaded_version(config_path, config)
         self.fleet = Fleet(  # docs/fleet.md: what replicas share, through the state layer
             state,
             config.state,
-            providers=lambda: self.core.providers,
+            routes=routes,
+            providers=provider_states,
+            version=version,
             health=self.health,
             breakers=self.breakers,
-            on_drained=self.refresh_provider_gauges,
-            version=lambda: self.reloader.version,
-            routes=lambda: self.core.routes,
+            series=metrics.state,
+            on_drained=metrics.show_providers,
         )
         self.books = Books(  # ended requests' bookkeeping, a moment after each ends (bookkeeping.py)
             Sinks(
@@ -184,30 +207,6 @@ class Gateway:
         if self.ledger is not None:
             self.ledger.before_flush = self.books.drain  # whatever reads the books drains them first
         self.traffic.before_flush = self.books.drain
-        paced_total = Counter(
-            "tailgate_paced",
-            "Attempts skipped because the provider's pacer (limits.rpm/tpm, or a 429's pause) could not admit them.",
-            ["provider"],
-            registry=registry,
-        )
-        shed_total = Counter(
-            "tailgate_shed",
-            "Requests refused by load shedding (routing.shed), by alias and traffic class.",
-            ["alias", "traffic_class"],
-            registry=registry,
-        )
-        keys_revoked = revoked_counter(registry)
-        count_tokens_total = Counter(
-            "tailgate_count_tokens",
-            "POST /v1/messages/count_tokens requests by alias, the provider that counted ('' when none) and status.",
-            ["alias", "provider", "status"],
-            registry=registry,
-        )
-        register_runtime_metrics(registry)
-        self.hedge_counter = hedge_counter(registry)
-        routes = build_routes(
-            config, provider_states, health=self.health, breakers=self.breakers, hedges=self.hedge_counter
-        )
         self.core = Core(
             routes=routes,
             providers=provider_states,
@@ -219,10 +218,6 @@ class Gateway:
             metrics=metrics,
             health=self.health,
             breakers=self.breakers,
-            paced_total=paced_total,
-            shed_total=shed_total,
-            keys_revoked=keys_revoked,
-            count_tokens_total=count_tokens_total,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view
@@ -232,16 +227,11 @@ class Gateway:
             health=self.health,
             breakers=self.breakers,
             config=config.routing.probes,
-            registry=registry,
-            degraded=lambda provider, model: self.core.routes.degraded(provider, model),
+            counter=metrics.probes,
+            degraded=routes.degraded,  # a reload hands the new table's (prober.retarget)
         )
-        register_store_metrics(registry, self.shipper, self.maintenance)  # spool backlog, shipped rows, roll-ups
-        register_upstream_metrics(registry, lambda: self.core.providers)  # each provider's connection pool
-        self.refresh_provider_gauges()
-        self.fleet.install(routes.targets())
-        self.fleet.register_metrics(registry)
         self.reloader = Reloader(  # SIGHUP, POST /admin/reload, GET /admin/config
-            config_path, config, core=self.core, state=state, apply=self._apply
+            config_path, config, version=version, in_force=self.core, state=state, apply=self._apply
         )
         self._reload_tasks: set[asyncio.Task[None]] = set()
         ledger = self.ledger
@@ -252,6 +242,14 @@ class Gateway:
             currency=self._currency,
             record=ledger.record if ledger is not None else None,
         )
+        # -- phase 2: what /metrics reads at scrape time, over the owners above --------------------------------
+        registry = metrics.registry
+        register_runtime_metrics(registry)
+        if self.ledger is not None:
+            register_ledger_metrics(registry, self.ledger)
+        register_store_metrics(registry, self.shipper, self.maintenance)  # spool backlog, shipped rows, roll-ups
+        register_upstream_metrics(registry, self.core)  # each current provider's connection pool
+        metrics.show_providers(provider_states)
 
     # -- views of the core (for the compositions above and the tests) ------------------------------------------
 
@@ -302,7 +300,7 @@ class Gateway:
         self.key_directory.set_config_keys(config.keys)  # the store's runtime keys stay (docs/keys.md)
         core.keys = KeyRing(config.keys, config.admin_key, self.key_directory)
         self._note_access()
-        # The one access decision follows the new file: admin key, dashboard_key, metrics.key (auth.py).
+        # The one access decision follows the new file: admin key, dashboard_key, metrics.key (access/auth.py).
         self.guard.configure(
             core.keys,
             dashboard_key=config.dashboard_key,
@@ -314,15 +312,16 @@ class Gateway:
             providers,
             health=self.health,
             breakers=self.breakers,
-            hedges=self.hedge_counter,
+            hedges=self.metrics.hedges,
             previous=core.routes,
             kept=unchanged_aliases(old, config),
         )
-        self.fleet.install(core.routes.targets())
-        self.refresh_provider_gauges()
+        self.fleet.install(core.routes, providers, self.reloader.version)
+        self.metrics.show_providers(providers)
         for p in closing:
             self._spawn(close_when_idle(p))
-        self._spawn(self.prober.retarget(providers, config.routing.probes, core.routes.targets()))
+        retarget = self.prober.retarget(providers, config.routing.probes, core.routes.targets(), core.routes.degraded)
+        self._spawn(retarget)
         return changed
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -347,10 +346,6 @@ class Gateway:
                 if h.provider == provider:
                     h.forget()
         self.prober.on_transition(provider, transition)
-
-    def refresh_provider_gauges(self) -> None:
-        for name, p in self.core.providers.items():
-            self.metrics.provider_state.labels(name).set(0 if p.drained else 1)
 
     def check_bind(self, host: str) -> None:
         """Without gateway keys, bind loopback only unless ``allow_open: true``: a gateway with no keys spends its
@@ -444,9 +439,17 @@ class Gateway:
             app.router.add_post(path, aiohttp_route(handle))
         if self.config.server.http_front == "lean":  # these POSTs skip aiohttp (gateway/http/lean_connection.py)
             use_lean_front(app, hot, app[BODY_LIMITS_KEY], self.config.server)
-        self.ops.add_routes(app, metrics=self.config.metrics.listen is None)  # else metrics_app (serve.py)
-        add_admin_routes(app, self.core, access=self.guard, prober=self.prober)
-        add_key_routes(app, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
+        self.ops.add_routes(app, metrics=self.config.metrics.listen is None)  # else metrics_app (process/serve.py)
+        add_admin_routes(
+            app,
+            self.core,
+            health=self.health,
+            breakers=self.breakers,
+            fleet=self.fleet,
+            access=self.guard,
+            prober=self.prober,
+        )
+        add_key_routes(app, self.key_directory, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self.reloader, self.guard)
         add_batch_routes(app, self.core, self.guard, lambda: self.config.batch, self._currency)  # docs/batch.md
         self.batch_exec.handlers = hot

@@ -54,7 +54,7 @@ A bucket narrower than ``traffic_minutes``' minute (``15m``: 10 s, so a fresh ga
 20 s) takes its traffic from the raw ``requests`` ledger instead (``_read_requests``)."""
 
 _IGNORED_OUTCOMES = ("client_closed",)
-"""Outcomes the gateway's traffic recorder does not count (``tailgate.gateway.traffic``); nor do we."""
+"""Outcomes the gateway's traffic recorder does not count (``tailgate.gateway.metrics.traffic_minutes``); nor do we."""
 
 WORKLOADS = ("short", "long", "accuracy")
 PCTS = (50, 90, 99)

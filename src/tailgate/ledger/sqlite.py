@@ -141,7 +141,7 @@ class SQLiteLedger:
         self._closing = False
         self.before_flush: Callable[[], Awaitable[None]] | None = None
         """Called first by :meth:`flush`: whoever holds rows not yet recorded records them now (the gateway
-        books an ended request a moment later: gateway/bookkeeping.py)."""
+        books an ended request a moment later: gateway/request_path/bookkeeping.py)."""
         self._close_task: asyncio.Future[None] | None = None
 
     # -- counters -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from tailgate.bench.workload import LengthDist, RequestSpec, Workload
 from tailgate.config.resolve import resolve_providers
 from tailgate.config.schema import GatewayConfig, LedgerConfig
 from tailgate.gateway.app import Gateway
-from tailgate.gateway.replicas import LocalFleet
+from tailgate.gateway.process.replicas import LocalFleet
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.scenario.config import PolicyRun, ScenarioConfig, ScenarioStep
 from tailgate.sim.cluster import SimCluster
@@ -246,7 +246,7 @@ async def run_policy(
     cfg: ScenarioConfig, run: PolicyRun, stop: asyncio.Event, status: LiveStatus | None = None, *, replicas: int = 1
 ) -> PolicyRecord:
     """One policy: start fresh simulators and a gateway (``replicas`` > 1: a fleet on a private Redis, one
-    port; gateway/replicas.py), drive the load and the timeline, collect records."""
+    port; gateway/process/replicas.py), drive the load and the timeline, collect records."""
     status = status or LiveStatus()
     sim_cfg = SimConfig(seed=cfg.seed, time_scale=cfg.time_scale, truth_size=1_000_000, providers=cfg.providers)
     record = PolicyRecord(run=run, duration_s=cfg.load.duration)

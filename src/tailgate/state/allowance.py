@@ -13,7 +13,7 @@ The sizes (``_size``): a slice holds what this replica spent of the counter over
 (1 s) × 2, at least ``min_requests`` (4) requests' worth, at most ``fraction`` (1 %) of the limit ÷ the
 replicas seen — and never more than a quarter of the room Redis last reported ÷ replicas, so near a budget's
 end the slices shrink. Where even ``min_requests`` requests' worth exceeds that cap — a tiny limit (``tpm``
-small against a request's size, ``rpm: 60`` in ``gateway/fleet.py``'s limiter by the same rule) or a budget
+small against a request's size, ``rpm: 60`` in ``gateway/fleet/fleet_sync.py``'s limiter by the same rule) or a budget
 near its end — the counter is decided **per request, exactly**: that request's own amount in Redis, nothing
 more. Spare slots: a replica holds at most ``spare_fraction`` (10 %) of ``max_concurrency`` ÷ the replicas it
 sees *free* (``_spare_cap``; a slot released beyond that goes back to Redis at once), besides one per request

@@ -136,7 +136,7 @@ class RedisState(SharedState):
     def status(self) -> StateStatus:
         return StateStatus("redis", self.replica, self._link.connected, self._link.down, self._views.replicas)
 
-    # Redis's health and the call counters, kept by the link; read by /metrics (gateway/fleet.py) and tests.
+    # Redis's health and the call counters, kept by the link; read by /metrics (gateway/fleet/fleet_sync.py) and tests.
     @property
     def timeout(self) -> float:
         """The request path's budget per Redis call (``state.timeout``)."""

@@ -10,7 +10,7 @@ from tailgate.upstream.dialect import ANTHROPIC, OPENAI, RESPONSES, Dialect
 from tailgate.upstream.endpoint import Endpoint, Timeouts, endpoint_for
 from tailgate.upstream.events import Body, CallResult, Chunk, Done, ErrorClass, Event, Headers, Sent
 from tailgate.upstream.http import UnsendableHeader
-from tailgate.upstream.keys import KeyPool
+from tailgate.upstream.key_pool import KeyPool
 
 __all__ = [
     "ANTHROPIC",

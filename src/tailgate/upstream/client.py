@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from tailgate.upstream.endpoint import Endpoint
 from tailgate.upstream.http import Pool
-from tailgate.upstream.keys import KeyPool
+from tailgate.upstream.key_pool import KeyPool
 
 __all__ = ["UpstreamClient"]
 

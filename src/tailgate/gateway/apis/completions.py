@@ -3,7 +3,7 @@ counts ``best_of`` answers where larger than ``n`` (estimate.output_multiplier).
 
 from __future__ import annotations
 
-from tailgate.gateway.api import register
+from tailgate.gateway.api_handler import register
 from tailgate.gateway.apis.openai_family import OpenAIApi
 
 API = register(OpenAIApi("completions", "/completions", "completions"))

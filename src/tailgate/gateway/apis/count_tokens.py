@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tailgate.gateway import client_headers
 from tailgate.gateway.apis import messages as anthropic
 from tailgate.gateway.http.exchange import Exchange, Reply
-from tailgate.gateway.request import Ctx
+from tailgate.gateway.request_path import client_headers
+from tailgate.gateway.request_path.request_context import Ctx
 from tailgate.upstream import ANTHROPIC, Body, call
 from tailgate.wire import errors as wire_errors
 from tailgate.wire import parse_json
@@ -24,7 +24,7 @@ from tailgate.wire.anthropic import decode_count_tokens
 from tailgate.wire.errors import WireError
 
 if TYPE_CHECKING:
-    from tailgate.gateway.core import Core
+    from tailgate.gateway.request_path.core import Core
 
 
 class CountTokens:
@@ -65,7 +65,7 @@ class CountTokens:
             if alias not in self.core.routes.aliases:
                 alias = ""  # an unknown alias is the client's text: not a metric label
             status = str(reply.status) if reply is not None else "500"
-            self.core.count_tokens_total.labels(alias=alias, provider=served_by, status=status).inc()
+            self.core.metrics.count_tokens.labels(alias=alias, provider=served_by, status=status).inc()
 
     async def _count(self, request: Exchange, rid: str, headers: dict[str, str]) -> Reply:
         core = self.core

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
 
-from tailgate.gateway import client_headers
-from tailgate.gateway.api import Attempt, Translator, register, uncarried_by
-from tailgate.gateway.estimate import token_estimate
+from tailgate.gateway.api_handler import Attempt, Translator, register, uncarried_by
+from tailgate.gateway.request_path import client_headers
+from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import ANTHROPIC, OPENAI
 from tailgate.wire import anthropic as wire
 from tailgate.wire import errors as wire_errors
@@ -41,7 +41,7 @@ from tailgate.wire.errors import WireError
 from tailgate.wire.types import encode
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult, UpstreamClient
     from tailgate.wire.anthropic import MessagesRequest
@@ -215,7 +215,7 @@ def _data(raw: bytes) -> bytes | None:
 
 
 class MessagesApi:
-    """The ``/v1/messages`` handler (gateway/api.py; see the module docstring)."""
+    """The ``/v1/messages`` handler (gateway/api_handler.py; see the module docstring)."""
 
     name = "messages"
     path = PATH

@@ -1,4 +1,4 @@
-"""What OpenAI's request APIs (chat, completions, embeddings, responses) share as handlers (gateway/api.py).
+"""What OpenAI's request APIs (chat, completions, embeddings, responses) share as handlers (gateway/api_handler.py).
 
 Each is decoded and validated by its typed wire struct (``wire.types.decode_request``: a 400 naming the field;
 unknown fields are skipped, not kept), then read once as a JSON object, which is what goes upstream with only
@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tailgate.gateway.api import Attempt, Translator
-from tailgate.gateway.estimate import token_estimate
+from tailgate.gateway.api_handler import Attempt, Translator
+from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.upstream import OPENAI, Dialect
 from tailgate.wire import parse_json
 from tailgate.wire.types import RequestKind, decode_request, request_decoder
 
 if TYPE_CHECKING:
-    from tailgate.gateway.providers import ProviderState
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
     from tailgate.upstream import CallResult
     from tailgate.wire.errors import WireError

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from tailgate.gateway.api import Translator, register
+from tailgate.gateway.api_handler import Translator, register
 from tailgate.gateway.apis.openai_family import OpenAIApi
 from tailgate.upstream import RESPONSES
 from tailgate.wire.errors import WireError

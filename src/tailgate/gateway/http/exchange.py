@@ -1,7 +1,8 @@
 """One ``/v1`` request and its answer as the proxy sees them, whichever HTTP server carried it.
 
-The proxy (gateway/proxy.py) reads ``headers`` and ``body`` of an :class:`Exchange` and answers either with a
-:class:`Reply` (sent whole once the handler returns) or by opening a stream on the exchange and writing to it.
+The proxy (gateway/request_path/proxy.py) reads ``headers`` and ``body`` of an :class:`Exchange` and answers
+either with a :class:`Reply` (sent whole once the handler returns) or by opening a stream on the exchange and
+writing to it.
 Two servers carry exchanges: the lean front door (``lean_connection``, the hot path) and aiohttp (``/v1`` POSTs
 under ``server.http_front: aiohttp``; ``aiohttp_exchange`` adapts it). What both do when ``request_deadline``
 passes is here too (:class:`Deadline`, :func:`end_at_deadline`). No server imported: plain protocols and data.

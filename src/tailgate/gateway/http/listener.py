@@ -2,7 +2,7 @@
 docs/reliability.md): the runner's parser limits, the listening site (connection cap, the lean front door for the
 ``/v1`` POSTs), the body limits. The request deadline is ``aiohttp_exchange.deadline_middleware`` and
 ``lean_connection``'s; the upstream attempt cap the providers' own (``providers.check_upstream_capacity``), the
-per-address lockout the access guard's (``lockout.py``).
+per-address lockout the access guard's (``access/lockout.py``).
 
 Every limit refuses in the OpenAI shape (``wire.http_refusals``) and never queues without bound:
 
@@ -42,7 +42,7 @@ def body_limits(config: GatewayConfig) -> BodyLimits:
     return BodyLimits(
         max_bytes=config.max_body_bytes,
         read_timeout_s=config.server.body_read_timeout,
-        raw_paths=("/v1/files",),  # uploads: read by gateway/batch_api.py within batch.max_file_bytes
+        raw_paths=("/v1/files",),  # uploads: read by gateway/batch/batch_api.py within batch.max_file_bytes
     )
 
 

@@ -1,0 +1,667 @@
+"""The batch executor: runs the lines of the gateway's batches (docs/batch.md, "Paths").
+
+A background task of ``tailgate serve`` (started and stopped with the gateway). Every ``batch.poll_interval``
+it expires the batches whose window closed, then for each batch in progress decides its **path** and leases
+lines from the store (``tailgate.ledger.batches``; replicas of a fleet lease from one PostgreSQL and never take
+each other's lines):
+
+- **provider-batch**: the alias has a route whose provider serves OpenAI's Batch API
+  (``providers.NAME.batch_api: true``) and whose batch price is the lowest expected cost, and the batch has at
+  least ``batch.provider_min_left`` of its window left. Up to ``batch.provider_job_lines`` lines become one
+  provider job: uploaded as JSONL, created with a ``24h`` window, polled every ``batch.provider_poll_interval``,
+  and its output and error files mapped back by ``custom_id``. Each line's ledger row (lane ``provider-batch``,
+  tier ``batch``, priced at ``price.batch``) is written by :func:`~tailgate.ledger.batches.complete_line` in
+  the transaction that settles the line.
+- **batch-lane**: otherwise each line is one request through the gateway's own request path — the key's
+  limits and models, routing, pacing, retries — marked ``x-tailgate-class: batch`` (the lowest priority), at
+  most ``batch.concurrency`` at once per replica. The proxy's ledger row for it is taken from the books
+  (:meth:`BatchExecutor.divert`) and written with the line's settlement, lane ``batch-lane``: never twice.
+
+A batch whose lines are all settled is finalised (``finalizing`` → output and error files → ``completed``);
+a cancelled batch moves to ``cancelled`` once no line is running; an expired one gets its files too. Leases
+are renewed while lines run, so a replica's death only delays its lines; a restart simply leases again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiohttp
+import msgspec
+from multidict import CIMultiDict
+
+from tailgate._runtime import stop_task
+from tailgate.config.schema import BatchConfig
+from tailgate.gateway.access.auth import SelfCall
+from tailgate.gateway.http.exchange import Reply, Stream
+from tailgate.ledger import batches as store
+from tailgate.ledger.errors import redact_url
+from tailgate.ledger.row import LedgerRow
+from tailgate.ledger.store import StoreConn, db_errors, open_store
+from tailgate.wire.batch import TERMINAL_STATUSES, BatchRequestOutput, decode_output_file
+
+if TYPE_CHECKING:
+    from tailgate.gateway.http.exchange import Exchange
+    from tailgate.gateway.request_path.core import Core
+    from tailgate.gateway.request_path.providers import ProviderState
+    from tailgate.routing import Route
+
+__all__ = ["BatchExecutor", "Placement", "place"]
+
+log = logging.getLogger("tailgate.batches")
+
+_T = TypeVar("_T")
+Handle = Callable[["Exchange"], Awaitable[Reply | Stream]]
+
+_ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+}
+_RETRY_STATUSES = frozenset({429, 503})
+"""A lane line answered this (no capacity now) goes back to pending for a later try, up to ``_MAX_TRIES``."""
+_MAX_TRIES = 20
+_NOMINAL_TOKENS = (1000, 300)
+"""The (prompt, output) tokens placement prices a line at when it compares paths."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a batch's lines run: ``lane`` ``provider-batch`` (on ``route``) or ``batch-lane``, and why."""
+
+    lane: str
+    route: Route | None
+    expected_cost: float | None
+    reason: str
+
+
+def place(core: Core, alias: str, left_s: float, cfg: BatchConfig, now: float | None = None) -> Placement:
+    """The cheapest path for a line of ``alias`` with ``left_s`` of its batch's window left: the lowest expected
+    cost of a nominal line among the alias's routes, each priced at ``price.batch`` on a provider with a batch
+    API (when the window allows a provider job) and at its live price (or time window) on the batch lane."""
+    routes = core.routes.aliases.get(alias, ())
+    at = time.time() if now is None else now
+    best: Placement | None = None
+    lane_best: float | None = None
+    for route in routes:
+        provider = core.providers.get(route.provider)
+        if provider is None or provider.drained:
+            continue
+        price = provider.config.price
+        live = price.quote(*_NOMINAL_TOKENS, at=at).cost
+        lane_best = live if lane_best is None else min(lane_best, live)
+        if provider.config.batch_api and left_s >= cfg.provider_min_left and provider.config.api_keys:
+            cost = price.quote(*_NOMINAL_TOKENS, lane="provider-batch", at=at).cost
+            if best is None or (best.expected_cost is not None and cost < best.expected_cost):
+                best = Placement("provider-batch", route, cost, f"{route.provider}'s batch API")
+    if best is not None and best.expected_cost is not None and (lane_best is None or best.expected_cost < lane_best):
+        return best
+    why = "no provider with a batch API is cheaper" if best is not None else "no route with a batch API in time"
+    return Placement("batch-lane", None, lane_best, why)
+
+
+class _LineExchange(SelfCall):
+    """A batch line as the proxy sees it: the key's id instead of a bearer, the line's body, no connection."""
+
+    __slots__ = ("body", "headers", "owner")
+
+    def __init__(self, owner: str | None, headers: Mapping[str, str], body: bytes) -> None:
+        self.owner = owner
+        self.headers: Mapping[str, str] = CIMultiDict(headers)
+        self.body = body
+
+    @property
+    def deadline_hit(self) -> bool:
+        return False
+
+    async def open_stream(self, headers: dict[str, str], first: bytes) -> Stream:
+        raise RuntimeError("a batch line never streams")
+
+    def send(self, reply: Reply) -> None:
+        """Nothing to send: the executor reads the handler's reply."""
+
+    def detach(self) -> asyncio.Task[Any] | None:
+        return None
+
+
+class BatchExecutor:
+    """See the module docstring. ``handlers`` (the gateway's ``/v1`` POST handlers by path) is set when the app
+    is built; :meth:`divert` is the books' hook for the lane's ledger rows."""
+
+    def __init__(
+        self,
+        core: Core,
+        config: Callable[[], BatchConfig],
+        target: str | Path | None,
+        *,
+        currency: Callable[[], str | None] = lambda: None,
+        record: Callable[[LedgerRow], None] | None = None,
+    ) -> None:
+        self.core = core
+        self.config = config
+        self.target = target
+        self.record = record
+        """The ledger writer, for lane attempts that are retried (their rows bill nothing)."""
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.handlers: Mapping[str, Handle] = {}
+        self._waiting: dict[str, asyncio.Future[LedgerRow]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._work: set[asyncio.Task[None]] = set()
+        self._lane_running = 0
+        self._jobs: dict[str, int] = {}
+        """Provider jobs running per batch id."""
+        self._alias: dict[str, str] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._last_renew = 0.0
+        self._threads: ThreadPoolExecutor | None = None
+        """Store calls run here, not on the loop's default executor: one blocked in a locked store must not hold
+        the process's exit (the default executor is joined when the loop ends)."""
+        self._leased = False
+        """This replica has leased lines (and may hold some): give them back when it stops."""
+        self._hold: dict[str, float] = {}
+        """Batch id → wall time before which its lines are not leased (a 429 / 503's ``Retry-After``)."""
+        self._orphans: set[str] = set()
+        """Request ids of lane lines cancelled mid-call (a stop): their rows, when they come, are the lane's."""
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.target is None or not self.config().enabled or self._task is not None:
+            return
+        self._threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tailgate-batches")
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="tailgate-batch-executor")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await stop_task(self._task)
+            self._task = None
+        for task in list(self._work):
+            await stop_task(task)
+        if self.target is not None and self._leased:  # give the lines this replica holds back, at once
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._store(lambda c: store.release_lines(c, owner=self.owner)), 2.0)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+
+    def divert(self, row: LedgerRow) -> bool:
+        """The books' hook: True (and the row is the executor's) for a lane line's request."""
+        fut = self._waiting.pop(row.request_id, None)
+        if fut is None:
+            if row.request_id in self._orphans:  # billed nothing (no answer): recorded, on the lane it ran on
+                self._orphans.discard(row.request_id)
+                if self.record is not None:
+                    self.record(msgspec.structs.replace(row, lane="batch-lane"))
+                return True
+            return False
+        if not fut.done():
+            fut.set_result(row)
+        return True
+
+    async def _store(self, fn: Callable[[StoreConn], _T]) -> _T:
+        target = self.target
+        assert target is not None
+
+        def run() -> _T:
+            with open_store(target) as conn:
+                return fn(conn)
+
+        if self._threads is None:  # not started (tests call tick directly), or stopping
+            return await asyncio.to_thread(run)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, run)
+
+    async def _loop(self) -> None:
+        failing: str | None = None
+        store_errors = db_errors()
+        while True:
+            delay = self.config().poll_interval
+            try:
+                await self.tick()
+                if failing is not None:
+                    log.info("batch executor: the store answers again")
+                failing = None
+            except asyncio.CancelledError:
+                raise
+            except store_errors as exc:  # the store is down or busy: say so once, retry every few seconds
+                said = redact_url(str(exc))
+                if said != failing:
+                    log.warning("batch executor: the store failed (%s); retrying", said)
+                failing = said
+                delay = max(delay, 5.0)
+            except Exception:
+                log.exception("batch executor: a round failed; trying again")
+                delay = max(delay, 5.0)
+            await asyncio.sleep(delay)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        async def run() -> None:
+            await coro
+
+        task = asyncio.get_running_loop().create_task(run(), name=name)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    # -- one round -----------------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """Expire, renew, finalise, lease and start lines: one round of the executor."""
+        cfg = self.config()
+        now = time.time()
+        renew = now - self._last_renew >= cfg.lease / 3
+        if renew:
+            self._last_renew = now
+
+        def sweep(conn: StoreConn) -> tuple[list[store.BatchRecord], list[store.BatchRecord]]:
+            """One connection for an idle round: expire, renew this replica's leases, list the active batches."""
+            expired = store.expire_overdue(conn, now=now, files=_write_files)
+            if renew:
+                store.renew_leases(conn, owner=self.owner, lease_s=cfg.lease)
+            return expired, store.active_batches(conn)
+
+        expired, active = await self._store(sweep)
+        for rec in expired:
+            log.info("batch %s expired: its window closed with %d of %d lines done", rec.id, rec.completed, rec.total)
+        for rec in active:
+            if rec.status == "in_progress":
+                await self._progress(rec, cfg)
+            elif rec.status == "cancelling":
+                await self._cancelling(rec)
+            elif rec.status == "finalizing" and (rec.finalizing_at or 0) < time.time() - cfg.lease:
+                await self._complete(rec)  # the replica that began it died: finish it
+
+    async def _progress(self, rec: store.BatchRecord, cfg: BatchConfig) -> None:
+        counts = await self._store(lambda c: store.line_counts(c, rec.id))
+        if counts["pending"] == 0 and counts["leased"] == 0:
+            moved = await self._store(lambda c: store.transition(c, rec.id, "finalizing"))
+            if moved is not None:
+                await self._complete(moved)
+            return
+        alias = await self._alias_of(rec.id)
+        left = (rec.expires_at or float("inf")) - time.time()
+        placement = place(self.core, alias, left, cfg)
+        if placement.lane == "provider-batch" and placement.route is not None:
+            if counts["pending"] == 0 or self._hold.get(rec.id, 0.0) > time.time():
+                return
+            lines = await self._store(
+                lambda c: store.lease_lines(
+                    c, owner=self.owner, limit=cfg.provider_job_lines, lease_s=cfg.lease, batch_id=rec.id
+                )
+            )
+            if lines:
+                self._leased = True
+                route = placement.route
+                self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
+                self._spawn(self._provider_job(rec, route, lines), f"tailgate-batch-job-{rec.id}")
+            return
+        free = cfg.concurrency - self._lane_running
+        if free <= 0 or self._hold.get(rec.id, 0.0) > time.time():
+            return
+        lines = await self._store(
+            lambda c: store.lease_lines(c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id)
+        )
+        self._leased = self._leased or bool(lines)
+        for line in lines:
+            self._lane_running += 1
+            self._spawn(self._lane_line(rec, line), f"tailgate-batch-line-{rec.id}-{line.line}")
+
+    async def _alias_of(self, batch_id: str) -> str:
+        alias = self._alias.get(batch_id)
+        if alias is None:
+            first = await self._store(lambda c: store.read_lines(c, batch_id, limit=1))
+            alias = str(json.loads(first[0].body).get("model", "")) if first else ""
+            self._alias[batch_id] = alias
+        return alias
+
+    async def _cancelling(self, rec: store.BatchRecord) -> None:
+        counts = await self._store(lambda c: store.line_counts(c, rec.id))
+        if counts["leased_live"] > 0:
+            return
+        moved = await self._store(lambda c: store.transition(c, rec.id, "cancelled", files=_write_files))
+        if moved is not None:
+            log.info(
+                "batch %s cancelled: %d lines done, %d not", rec.id, moved.completed, moved.total - moved.completed
+            )
+
+    async def _complete(self, rec: store.BatchRecord) -> None:
+        """``finalizing`` → ``completed``, its files written in the same transaction (one replica does it)."""
+        done = await self._store(lambda c: store.transition(c, rec.id, "completed", files=_write_files))
+        if done is not None:
+            log.info("batch %s completed: %d lines, %d failed", rec.id, done.completed, done.failed)
+        self._alias.pop(rec.id, None)
+
+    # -- the batch lane ------------------------------------------------------------------------------
+
+    async def _lane_line(self, rec: store.BatchRecord, line: store.LeasedLine) -> None:
+        try:
+            await self._run_lane_line(rec, line)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("batch %s line %r failed in the executor; it will be retried", rec.id, line.custom_id)
+            with contextlib.suppress(Exception):
+                await self._store(
+                    lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id])
+                )
+        finally:
+            self._lane_running -= 1
+
+    async def _run_lane_line(self, rec: store.BatchRecord, line: store.LeasedLine) -> None:
+        handle = self.handlers.get(line.url)
+        if handle is None:
+            await self._fail(rec, line, 404, "invalid_url", f"The gateway does not serve {line.url}.")
+            return
+        body = json.loads(line.body)
+        body.pop("stream", None)  # a batch line is answered whole
+        body.pop("stream_options", None)
+        digest = hashlib.sha256(f"{rec.id}:{line.line}".encode()).hexdigest()[:20]
+        rid = f"batch_req_{digest}-{line.attempts}"
+        fut: asyncio.Future[LedgerRow] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        headers = {"Content-Type": "application/json", "x-request-id": rid, "x-tailgate-class": "batch"}
+        try:
+            try:
+                reply = await handle(_LineExchange(rec.key_id, headers, json.dumps(body).encode()))
+            except asyncio.CancelledError:
+                self._orphans.add(rid)
+                raise
+            self.core.books.flush()  # the request's row, now (it ended with the handler: no tail to wait for)
+            try:
+                row: LedgerRow | None = await asyncio.wait_for(asyncio.shield(fut), timeout=5.0)
+            except TimeoutError:
+                row = None
+                log.warning("batch %s line %r: no ledger row came back for %s", rec.id, line.custom_id, rid)
+        finally:
+            self._waiting.pop(rid, None)
+        if not isinstance(reply, Reply):
+            await self._fail(rec, line, 500, "stream", "The line was answered as a stream.")
+            return
+        left = (rec.expires_at or float("inf")) - time.time()
+        if reply.status in _RETRY_STATUSES and line.attempts < _MAX_TRIES and left > 60:
+            try:
+                wait = float(reply.headers.get("Retry-After", "1"))
+            except ValueError:
+                wait = 1.0
+            self._hold[rec.id] = max(self._hold.get(rec.id, 0.0), time.time() + min(max(wait, 0.5), 60.0))
+            if row is not None and self.record is not None:
+                self.record(msgspec.structs.replace(row, lane="batch-lane"))  # a refused attempt: bills nothing
+            await self._store(
+                lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id])
+            )
+            return
+        if row is not None:
+            row = msgspec.structs.replace(row, lane="batch-lane")
+        ok = 200 <= reply.status < 300
+        await self._store(
+            lambda c: store.complete_line(
+                c,
+                rec.id,
+                line.custom_id,
+                by=self.owner,
+                ok=ok,
+                response_status=reply.status,
+                result=reply.body.decode("utf-8", "replace"),
+                request_id=rid,
+                row=row,
+            )
+        )
+
+    async def _fail(self, rec: store.BatchRecord, line: store.LeasedLine, status: int, code: str, msg: str) -> None:
+        body = json.dumps({"error": {"message": msg, "type": "invalid_request_error", "param": None, "code": code}})
+        await self._store(
+            lambda c: store.complete_line(
+                c, rec.id, line.custom_id, by=self.owner, ok=False, response_status=status, result=body
+            )
+        )
+
+    # -- a provider's batch API ----------------------------------------------------------------------
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300))
+        return self._session
+
+    async def _provider_job(self, rec: store.BatchRecord, route: Route, lines: list[store.LeasedLine]) -> None:
+        try:
+            await self._run_provider_job(rec, route, lines)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("batch %s: a job on %s failed (%s); its lines go back to pending", rec.id, route.provider, exc)
+            self._hold[rec.id] = time.time() + self.config().provider_poll_interval
+            with contextlib.suppress(Exception):
+                for line in lines:
+                    if line.attempts >= _MAX_TRIES:
+                        await self._fail(rec, line, 502, "provider_batch_error", f"{route.provider}: {exc}")
+                ids = [x.custom_id for x in lines if x.attempts < _MAX_TRIES]
+                await self._store(lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids))
+        finally:
+            self._jobs[rec.id] -= 1
+
+    async def _run_provider_job(self, rec: store.BatchRecord, route: Route, lines: list[store.LeasedLine]) -> None:
+        provider = self.core.providers[route.provider]
+        limits = self.core.key_directory.limits(rec.key_id) if rec.key_id is not None else None
+        allowed = limits.models if limits is not None else None
+        by_job_id: dict[str, store.LeasedLine] = {}
+        payload: list[bytes] = []
+        for line in lines:
+            body = json.loads(line.body)
+            alias = str(body.get("model", ""))
+            if allowed is not None and alias not in allowed:
+                msg = f"This key may not use model {alias!r} (its models: {', '.join(sorted(allowed)) or 'none'})."
+                await self._fail(rec, line, 403, "model_not_allowed", msg)
+                continue
+            body["model"] = route.model
+            body.pop("stream", None)
+            job_id = f"l{line.line}"
+            by_job_id[job_id] = line
+            payload.append(
+                json.dumps({"custom_id": job_id, "method": "POST", "url": line.url, "body": body}).encode() + b"\n"
+            )
+        if not by_job_id:
+            return
+        started = time.time()
+        base = provider.config.base_url.rstrip("/")
+        auth = {"Authorization": f"Bearer {provider.config.api_keys[0]}"}
+        http = self._http()
+        form = aiohttp.FormData()
+        form.add_field("purpose", "batch")
+        form.add_field("file", b"".join(payload), filename=f"{rec.id}.jsonl", content_type="application/jsonl")
+        uploaded = await _json_call(http.post(f"{base}/files", data=form, headers=auth))
+        created = await _json_call(
+            http.post(
+                f"{base}/batches",
+                json={"input_file_id": uploaded["id"], "endpoint": lines[0].url, "completion_window": "24h"},
+                headers=auth,
+            )
+        )
+        job = str(created["id"])
+        log.info("batch %s: %d lines sent to %s as its job %s", rec.id, len(by_job_id), provider.name, job)
+        status = str(created.get("status"))
+        state = created
+        cancel_sent = False
+        while status not in TERMINAL_STATUSES:
+            await asyncio.sleep(self.config().provider_poll_interval)
+            mine = await self._store(lambda c: store.get_batch(c, rec.id, key_id=None, admin=True))
+            if mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed") and not cancel_sent:
+                cancel_sent = True
+                with contextlib.suppress(Exception):
+                    await _json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
+            state = await _json_call(http.get(f"{base}/batches/{job}", headers=auth))
+            status = str(state.get("status"))
+        results: list[BatchRequestOutput] = []
+        for key in ("output_file_id", "error_file_id"):
+            if (fid := state.get(key)) is not None:
+                async with http.get(f"{base}/files/{fid}/content", headers=auth) as r:
+                    r.raise_for_status()
+                    results.extend(decode_output_file(await r.read()))
+        elapsed_ms = (time.time() - started) * 1000.0
+        for out in results:
+            if out.custom_id not in by_job_id:
+                continue
+            line = by_job_id.pop(out.custom_id)
+            await self._settle_provider_line(rec, route, provider, line, out, elapsed_ms)
+        for line in by_job_id.values():  # no answer from the provider
+            await self._fail(
+                rec,
+                line,
+                502,
+                "provider_batch_" + status,
+                f"{provider.name}'s batch job {job} ended {status} without answering this line.",
+            )
+
+    async def _settle_provider_line(
+        self,
+        rec: store.BatchRecord,
+        route: Route,
+        provider: ProviderState,
+        line: store.LeasedLine,
+        out: BatchRequestOutput,
+        elapsed_ms: float,
+    ) -> None:
+        resp = out.response
+        if resp is None:
+            err = out.error
+            msg = err.message if err is not None else "no answer"
+            await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
+            return
+        body = resp.body if isinstance(resp.body, dict) else {}
+        prompt, output, cached = _usage(body.get("usage"))
+        ok = 200 <= resp.status_code < 300
+        quote = provider.config.price.quote(prompt, output, cached, lane="provider-batch") if ok else None
+        priced = quote is not None and bool(provider.config.price.input or provider.config.price.output)
+        row = LedgerRow(
+            ts=time.time(),
+            request_id=resp.request_id or f"{rec.id}-{line.line}",
+            key_id=rec.key_id,
+            alias=route.alias,
+            provider=provider.name,
+            upstream_model=route.model,
+            endpoint=_ENDPOINTS.get(line.url, line.url),
+            stream=False,
+            traffic_class="batch",
+            status=resp.status_code,
+            outcome="ok" if ok else "upstream_error",
+            attempts=1,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            tokens_estimated=False,
+            ttft_ms=None,
+            e2e_ms=elapsed_ms,
+            overhead_ms=None,
+            cost=quote.cost if priced and quote is not None else None,
+            cached_tokens=cached,
+            lane="provider-batch",
+            price_tier=quote.tier if priced and quote is not None else None,
+        )
+        await self._store(
+            lambda c: store.complete_line(
+                c,
+                rec.id,
+                line.custom_id,
+                by=self.owner,
+                ok=ok,
+                response_status=resp.status_code,
+                result=json.dumps(resp.body),
+                request_id=row.request_id,
+                row=row,
+            )
+        )
+
+
+async def _json_call(request: Any) -> dict[str, Any]:
+    async with request as r:
+        data = await r.read()
+        if r.status >= 400:
+            raise RuntimeError(f"HTTP {r.status}: {data[:300].decode('utf-8', 'replace')}")
+        out = json.loads(data)
+        assert isinstance(out, dict)
+        return out
+
+
+def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
+    """(prompt, output, cached) tokens from a chat / completions / embeddings / responses ``usage``."""
+    if not isinstance(usage, dict):
+        return None, None, None
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    output = usage.get("completion_tokens", usage.get("output_tokens"))
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return (
+        int(prompt) if isinstance(prompt, int) else None,
+        int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
+        int(cached) if isinstance(cached, int) else None,
+    )
+
+
+def _write_files(conn: StoreConn, rec: store.BatchRecord) -> tuple[str | None, str | None]:
+    """The batch's output file (lines answered 2xx) and error file (every other settled line), written inside
+    the caller's transaction (``store.transition(files=…)``); their ids, None for an empty one (as OpenAI)."""
+    ok: list[bytes] = []
+    bad: list[bytes] = []
+    after = -1
+    while True:
+        page = store.read_lines(conn, rec.id, after_line=after, limit=1000)
+        if not page:
+            break
+        after = page[-1].line
+        for line in page:
+            if line.state in ("pending", "leased"):
+                continue
+            item = _output_line(rec.id, line)
+            (ok if item.ok else bad).append(msgspec.json.encode(item) + b"\n")
+    expires = time.time() + 30 * 86400
+    ids: list[str | None] = []
+    for kind, lines in (("output", ok), ("error", bad)):
+        ids.append(
+            store.create_file(
+                conn,
+                key_id=rec.key_id,
+                purpose="batch_output",
+                filename=f"{rec.id}_{kind}.jsonl",
+                content=b"".join(lines),
+                expires_at=expires,
+            ).id
+            if lines
+            else None
+        )
+    return ids[0], ids[1]
+
+
+def _output_line(batch_id: str, line: store.LineRecord) -> BatchRequestOutput:
+    """A settled line as OpenAI writes it to the output or error file."""
+    from tailgate.wire.batch import BatchLineError, BatchResponse
+
+    rid = hashlib.sha256(f"{batch_id}:{line.line}".encode()).hexdigest()[:24]
+    if line.response_status is not None:
+        try:
+            body: Any = json.loads(line.result) if line.result else None
+        except json.JSONDecodeError:
+            body = line.result
+        return BatchRequestOutput(
+            id=f"batch_req_{rid}",
+            custom_id=line.custom_id,
+            response=BatchResponse(status_code=line.response_status, request_id=line.request_id or "", body=body),
+        )
+    err = json.loads(line.error) if line.error else {"code": "unknown", "message": "the line has no answer"}
+    return BatchRequestOutput(
+        id=f"batch_req_{rid}",
+        custom_id=line.custom_id,
+        error=BatchLineError(code=str(err.get("code")), message=str(err.get("message"))),
+    )

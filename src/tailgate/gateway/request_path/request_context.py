@@ -1,0 +1,77 @@
+"""One client request as it moves through the gateway (:class:`Ctx`).
+
+The request context is the proxy's: it creates one per request, fills it in as the request walks down (front →
+proxy → key gate → routing order → provider admission → ``upstream.call`` → reply) and hands it to the books
+(bookkeeping.py) when it ends. The owners below the proxy (the key gate, the route table, the providers)
+answer with decisions and never write it; ``refusals`` and ``bookkeeping`` read it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tailgate.gateway.request_path.admission import Ticket
+    from tailgate.gateway.request_path.hedging import Race
+    from tailgate.gateway.request_path.providers import ProviderState
+    from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.routing import Route
+    from tailgate.state import Admission
+    from tailgate.upstream import CallResult
+
+__all__ = ["Ctx"]
+
+
+@dataclass(slots=True)
+class Ctx:
+    """One client request as it moves through the gateway."""
+
+    request_id: str
+    endpoint: str
+    """The API's name (gateway/api_handler.py: ``chat``, ``messages`` …), as the ledger and metrics say it."""
+    table: RouteTable
+    """The route table read when the request arrived: its routing and settings to its end (routes.py)."""
+    t0: float = field(default_factory=time.perf_counter)
+    wall: float = field(default_factory=time.time)
+    key_id: str | None = None
+    alias: str = "-"
+    stream: bool = False
+    traffic_class: str | None = None
+    attempts: int = 0
+    upstream_s: float = 0.0
+    """Time spent waiting on providers (all attempts), for the overhead figure."""
+    provider: ProviderState | None = None
+    route: Route | None = None
+    result: CallResult | None = None
+    status: int = 0
+    outcome: str = "ok"
+    first_token_at: float | None = None
+    race: Race | None = None
+    """Set while a hedged request's attempts race (hedging.py): the first to claim owns the response."""
+    hedged: bool = False
+    """The hedge (not the first attempt) served the response: ``x-tailgate-hedged: 1``."""
+    ticket: Ticket | None = None
+    """What the key's limits reserved (admission.py); settled by its bookkeeping (bookkeeping.py)."""
+    rpm_taken: Admission | None = None
+    """The key's rpm window counted this request (gateway.fleet); given back if it never went upstream."""
+    ratelimit: dict[str, str] | None = None
+    """A limited key's ``x-ratelimit-*`` headers, worked out at admission (admission.ratelimit_headers)."""
+    affinity_key: int | None = None
+    """The conversation's affinity key (routing/affinity.py), when the route was chosen by it: the provider's
+    API key is picked by it too (``KeyPool.pick``)."""
+    prompt_estimate: float | None = None
+    """The gateway's own count of the prompt (its upper bound, ``estimate.prompt_bound``): what a cut stream is
+    charged when the provider never said (bookkeeping.py)."""
+
+    protocol: str = "openai"
+    """The client's protocol family (the API's ``protocol``): ``openai``, or ``anthropic`` (``/v1/messages``)."""
+
+    @property
+    def api(self) -> str:
+        """The client's protocol (see ``protocol``)."""
+        return self.protocol
+
+    def overhead_ms(self, now: float) -> float:
+        return max(0.0, (now - self.t0 - self.upstream_s) * 1000.0)
