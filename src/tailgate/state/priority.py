@@ -9,8 +9,9 @@ stays within the measured interactive rate.*
 The bucket is a token bucket (``rate`` per second, at most ``burst``) that may run into a ``debt`` of at most
 one request where the limit's headroom covers it: an interactive request then goes as soon as the level is not
 negative (a bucket of less than two requests would otherwise waste the refill that arrives while it is full and
-nobody is there to take it — the idle budget of issue 41). A batch take must keep the reserve beside that, so
-it takes only tokens the interactive traffic measured over the last window would not have used.
+nobody is there to take it: a fleet of replicas with small slices left a fifth of its budget idle). A batch
+take must keep the reserve beside that, so it takes only tokens the interactive traffic measured over the last
+window would not have used.
 
 :class:`PaceBucket` is the bucket's arithmetic, in one place for both backends: ``LocalState.pace`` keeps one
 per name in the process, ``RedisState.pace`` runs the same steps in Lua on Redis's clock (``_lua.PACE``), so a
