@@ -313,6 +313,14 @@ class Fleet:
         self._wanted[provider] = self._wanted.get(provider, 0) + 1
         if lane == "batch":
             self._wanted_batch[provider] = self._wanted_batch.get(provider, 0) + 1
+        else:  # every interactive attempt, paced here or on the fleet's bucket: the batch lane's reserve
+            self._meter(provider).add()
+
+    def _meter(self, provider: str) -> LaneMeter:
+        meter = self._meters.get(provider)
+        if meter is None:
+            meter = self._meters[provider] = LaneMeter(_DEMAND_WINDOW_S)
+        return meter
 
     # -- priority at the pacer (state/priority.py) ----------------------------------------------------------
 
@@ -332,11 +340,8 @@ class Fleet:
         """Take ``provider``'s pacing for one attempt of ``tokens`` in ``lane``; a batch attempt may wait up to
         ``wait_s`` for it, in a FIFO line per provider (only its head asks the pacer). An interactive attempt asks
         once and never waits behind the line. True: admitted (the pacer's share is taken)."""
-        meter = self._meters.get(provider.name)
-        if meter is None:
-            meter = self._meters[provider.name] = LaneMeter(_DEMAND_WINDOW_S)
+        meter = self._meter(provider.name)  # fed by ``wanted`` (the caller's, before this)
         if lane == "interactive":
-            meter.add()
             return await self._pace_once(provider, tokens, lane, meter) == 0.0
         deadline = time.monotonic() + wait_s
         line = self._lines.setdefault(provider.name, asyncio.Lock())

@@ -55,7 +55,7 @@ class Attempts:
         provider = core.providers[route.provider]
         fleet = core.fleet
         if not provider.pacer.limited or (lane == "interactive" and not fleet.fleet_paced(provider)):
-            return self.admit(route, tokens, paced)
+            return self.admit(route, tokens, paced, lane)
         fleet.wanted(route.provider, lane)
         wait_s = max(0.0, wait_until - time.perf_counter()) if lane == "batch" else 0.0
         if not await fleet.pace(provider, tokens, lane, wait_s):
@@ -65,12 +65,13 @@ class Attempts:
             return False
         return core.breakers.get(route.provider).allow()
 
-    def admit(self, route: Route, tokens: float, paced: list[ProviderState]) -> bool:
+    def admit(self, route: Route, tokens: float, paced: list[ProviderState], lane: Lane = "interactive") -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
         may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
         core = self.core
         provider = core.providers[route.provider]
-        core.fleet.wanted(route.provider)  # this replica's demand, for its share of a fleet's pacing
+        # this replica's demand, for its share of a fleet's pacing; an interactive one also the batch lane's reserve
+        core.fleet.wanted(route.provider, lane)
         pacer = provider.pacer
         if not pacer.limited:  # no known limits; a 429's pause already kept it out of the order
             return core.breakers.get(route.provider).allow()
