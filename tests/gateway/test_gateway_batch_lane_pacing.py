@@ -17,6 +17,8 @@ import aiohttp
 import pytest
 
 from conftest import GatewayHandle, SimFactory
+from tailgate.gateway.request_path.attempts import Attempts
+from tailgate.routing import Route
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
 BATCH = {"x-tailgate-class": "batch"}
@@ -132,3 +134,25 @@ async def test_a_burst_within_the_measured_interactive_rate_is_not_moved_by_batc
     assert all(s == 200 for s, _, _ in done)
     assert Counter(p for _, p, _ in done)["primary"] == 60
     assert sum(r.status == 429 for r in a.truth.records()) == 0
+
+
+@pytest.mark.timing  # a refill of 5.5 s against an answer at once; the bound (2.5 s) leaves a loaded machine room
+async def test_a_batch_attempt_asks_the_breaker_before_waiting_at_the_pacer(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    """rpm 12 (0.18/s, a bucket of one request): the first batch request empties the primary's bucket, then its
+    breaker opens after the request's routing order was made (another request's failure). The batch attempt at the
+    primary asks the breaker before the pacer: refused at once, instead of waiting ~5.5 s for the refill (its
+    ``batch_wait`` is 10 s) and being refused after it with the primary's token spent."""
+    a = await sim("instant", models=("up",))
+    b = await sim("instant", models=("up",))
+    gw = await gateway(_config(a.url, b.url, 12, 10.0))
+    async with aiohttp.ClientSession() as session:
+        assert (await _chat(session, gw, BATCH))[:2] == (200, "primary")
+    core = gw.gateway.core
+    core.breakers.get("primary").force_open(60.0, "test: the primary is down")
+    paced: list[Any] = []
+    t0 = time.perf_counter()
+    admitted = await Attempts(core).admit_lane(Route("m", "primary", "up", 1.0), 0.0, paced, "batch", t0 + 10.0)
+    assert not admitted
+    assert time.perf_counter() - t0 < 2.5

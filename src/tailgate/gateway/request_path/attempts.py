@@ -57,13 +57,16 @@ class Attempts:
         if not provider.pacer.limited or (lane == "interactive" and not fleet.fleet_paced(provider)):
             return self.admit(route, tokens, paced, lane)
         fleet.wanted(route.provider, lane)
+        breaker = core.breakers.get(route.provider)
+        if not breaker.can_admit():  # as in admit: the breaker before the pacer (no wait, no token for a refusal)
+            return False
         wait_s = max(0.0, wait_until - time.perf_counter()) if lane == "batch" else 0.0
         if not await fleet.pace(provider, tokens, lane, wait_s):
             provider.paced += 1
             paced.append(provider)
             core.metrics.paced.labels(provider.name).inc()
             return False
-        return core.breakers.get(route.provider).allow()
+        return breaker.allow()  # the trial slot, if half-open, taken only once admitted
 
     def admit(self, route: Route, tokens: float, paced: list[ProviderState], lane: Lane = "interactive") -> bool:
         """May an attempt go to ``route`` now? Pacer first (it has no side effect until the breaker, which
