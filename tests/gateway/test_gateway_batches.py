@@ -384,3 +384,34 @@ async def test_uploads_are_held_to_the_batch_limits_not_the_request_body_limit(
     with pytest.raises(openai.BadRequestError) as too_many:
         await client.files.create(file=("many.jsonl", many), purpose="batch")
     assert "line 9001" in str(too_many.value)
+
+
+async def test_a_dead_replicas_expired_leases_are_taken_over_on_the_provider_batch_path(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """Every line of a provider-batch batch leased by a replica that died (its leases expired, no line pending):
+    the executor leases them again and the batch completes, each line once (counting only pending lines as work
+    left, the batch stalled in ``in_progress`` for ever). The executor's loop polls once an hour here: the test
+    runs its rounds."""
+    p = await sim("instant", faults={"batch_turnaround_s": 0.1})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=True, poll_interval=3600.0))
+    await asyncio.sleep(0.2)  # the loop's first round (no batch yet) is behind it
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(6))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert gw.gateway.ledger is not None
+    with open_store(gw.gateway.ledger.path) as conn:  # a dead replica's leases, expired
+        conn.execute(
+            "UPDATE batch_lines SET state = 'leased', lease_owner = 'dead-replica', lease_expires = ? "
+            "WHERE batch_id = ?",
+            (time.time() - 1, batch.id),
+        )
+    deadline = time.monotonic() + 10.0
+    while (now := await client.batches.retrieve(batch.id)).status == "in_progress" and time.monotonic() < deadline:
+        await gw.gateway.batch_exec.tick()
+        await asyncio.sleep(0.05)
+    done = await wait_done(client, batch.id, within_s=2.0)
+    assert done.status == "completed", now
+    out = await read_file(client, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(6))
+    assert len(ledger_rows(gw)) == 6

@@ -297,7 +297,9 @@ class BatchExecutor:
         left = (rec.expires_at or float("inf")) - time.time()
         placement = place(self.core, alias, left, cfg)
         if placement.lane == "provider-batch" and placement.route is not None:
-            if counts["pending"] == 0 or self._hold.get(rec.id, 0.0) > time.time():
+            # leasable: pending lines and those whose lease expired (a dead replica's), as lease_lines takes them
+            leasable = counts["pending"] + counts["leased"] - counts["leased_live"]
+            if leasable <= 0 or self._hold.get(rec.id, 0.0) > time.time():
                 return
             lines = await self._store(
                 lambda c: store.lease_lines(
