@@ -6,6 +6,7 @@ once, its ledger row naming the lane and the price tier, and the batch's cost is
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -415,3 +416,41 @@ async def test_a_dead_replicas_expired_leases_are_taken_over_on_the_provider_bat
     out = await read_file(client, done.output_file_id)
     assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(6))
     assert len(ledger_rows(gw)) == 6
+
+
+async def test_a_live_request_with_a_lines_request_id_is_still_billed(sim: SimFactory, gateway: Any, oai: Oai) -> None:
+    """A batch's owner can work out a running line's request id (``batch_req_`` + its digest + attempt) and send a
+    live request carrying it as ``x-request-id``. The books divert only the executor's own requests to the batch:
+    the live request keeps its own ledger row (it is billed), and the line's row is the batch's."""
+    p = await sim("instant", engine={"step_ms": 10.0})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False))
+    client = oai(gw.url, key=KEY_A)
+    lines = chat_lines(1)
+    lines[0]["body"]["max_tokens"] = 300  # ~3 s of decode: the line is running while the live request comes
+    f = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert gw.gateway.ledger is not None
+    leased = None
+    deadline = time.monotonic() + 5.0
+    while leased is None and time.monotonic() < deadline:
+        with open_store(gw.gateway.ledger.path) as conn:
+            leased = conn.execute(
+                "SELECT line, attempts FROM batch_lines WHERE batch_id = ? AND state = 'leased'", (batch.id,)
+            ).fetchone()
+        await asyncio.sleep(0.02)
+    assert leased is not None
+    digest = hashlib.sha256(f"{batch.id}:{leased[0]}".encode()).hexdigest()[:20]
+    rid = f"batch_req_{digest}-{leased[1]}"
+    live = await client.chat.completions.create(
+        model="other",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=1,
+        extra_headers={"x-request-id": rid},
+    )
+    assert live.choices
+    done = await wait_done(client, batch.id)
+    assert done.status == "completed"
+    gw.gateway.core.books.flush()
+    with open_store(gw.gateway.ledger.path) as conn:
+        rows = conn.execute("SELECT alias, lane, status FROM requests WHERE request_id = ?", (rid,)).fetchall()
+    assert sorted((r[0], r[1], r[2]) for r in rows) == [("chat", "batch-lane", 200), ("other", "interactive", 200)]

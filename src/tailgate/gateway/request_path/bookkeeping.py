@@ -216,7 +216,9 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
             api=ctx.protocol,
             price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
         )
-        if (sinks.divert is None or not sinks.divert(row)) and sinks.ledger is not None:
+        # divert only the gateway's own requests: a client's x-request-id may equal a batch line's
+        diverted = ctx.self_call and sinks.divert is not None and sinks.divert(row)
+        if not diverted and sinks.ledger is not None:
             sinks.ledger.record(row)
 
 

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tailgate.gateway import apis  # noqa: F401  # registers the built-in APIs (gateway/apis/__init__.py)
-from tailgate.gateway.access.auth import KnownKeyRefused
+from tailgate.gateway.access.auth import KnownKeyRefused, SelfCall
 from tailgate.gateway.api_handler import Api, Decoded, handlers
 from tailgate.gateway.apis.count_tokens import CountTokens
 from tailgate.gateway.apis.messages import COUNT_PATH
@@ -106,6 +106,7 @@ class Proxy:
             endpoint=api.name,
             table=self.core.routes,  # read once: a reload swaps the table, never this request's (routes.py)
             protocol=api.protocol,
+            self_call=isinstance(request, SelfCall),  # nothing from the network is one (access/auth.py)
         )
         ctx.traffic_class = traffic_class
         self.in_flight += 1
