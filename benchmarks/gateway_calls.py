@@ -75,7 +75,7 @@ def _calls(
 ) -> tuple[int, int]:
     """(Python function calls of a ``tailgate serve`` from ``src`` that served ``n`` requests, failed requests)."""
     cfg, _ = gateway_yaml(workdir, name, sim_url, extra_yaml=extra_yaml)
-    bearer = store_key(cfg)
+    bearer = store_key(cfg, src)  # made by the tree that serves the store: a newer one migrates it past the older
     prof, log = workdir / f"{name}.prof", workdir / f"{name}.log"
     env = {**os.environ, "PYTHONPATH": str(src)}
     argv = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "tailgate", "serve", "--config", str(cfg)]
