@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tailgate.ledger.batches import complete_line, lease_lines
+from tailgate.ledger.batch_lines import complete_line, lease_lines
 from tailgate.ledger.row import LedgerRow
 from tailgate.ledger.store import open_store
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from ledger_support import make_row
 
+from tailgate.ledger.batch_lines import complete_line, lease_lines, line_counts, read_lines, release_lines, renew_leases
 from tailgate.ledger.batches import (
     BatchLineInput,
     BatchStoreError,
     active_batches,
     cancel_batch,
-    complete_line,
     create_batch,
     create_file,
     delete_file,
@@ -27,13 +27,8 @@ from tailgate.ledger.batches import (
     file_content,
     get_batch,
     get_file,
-    lease_lines,
-    line_counts,
     list_batches,
     list_files,
-    read_lines,
-    release_lines,
-    renew_leases,
     transition,
 )
 from tailgate.ledger.store import StoreConn, open_store

@@ -10,7 +10,7 @@ each other's lines):
   least ``batch.provider_min_left`` of its window left. Up to ``batch.provider_job_lines`` lines become one
   provider job: uploaded as JSONL, created with a ``24h`` window, polled every ``batch.provider_poll_interval``,
   and its output and error files mapped back by ``custom_id``. Each line's ledger row (lane ``provider-batch``,
-  tier ``batch``, priced at ``price.batch``) is written by :func:`~tailgate.ledger.batches.complete_line` in
+  tier ``batch``, priced at ``price.batch``) is written by :func:`~tailgate.ledger.batch_lines.complete_line` in
   the transaction that settles the line.
 - **batch-lane**: otherwise each line is one request through the gateway's own request path — the key's
   limits and models, routing, pacing, retries — marked ``x-tailgate-class: batch`` (the lowest priority), at
@@ -47,6 +47,7 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
 from tailgate.gateway.http.exchange import Reply, Stream
+from tailgate.ledger import batch_lines as line_store
 from tailgate.ledger import batches as store
 from tailgate.ledger.errors import redact_url
 from tailgate.ledger.row import LedgerRow
@@ -193,7 +194,7 @@ class BatchExecutor:
             await stop_task(task)
         if self.target is not None and self._leased:  # give the lines this replica holds back, at once
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._store(lambda c: store.release_lines(c, owner=self.owner)), 2.0)
+                await asyncio.wait_for(self._store(lambda c: line_store.release_lines(c, owner=self.owner)), 2.0)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -272,7 +273,7 @@ class BatchExecutor:
             """One connection for an idle round: expire, renew this replica's leases, list the active batches."""
             expired = store.expire_overdue(conn, now=now, files=_write_files)
             if renew:
-                store.renew_leases(conn, owner=self.owner, lease_s=cfg.lease)
+                line_store.renew_leases(conn, owner=self.owner, lease_s=cfg.lease)
             return expired, store.active_batches(conn)
 
         expired, active = await self._store(sweep)
@@ -287,7 +288,7 @@ class BatchExecutor:
                 await self._complete(rec)  # the replica that began it died: finish it
 
     async def _progress(self, rec: store.BatchRecord, cfg: BatchConfig) -> None:
-        counts = await self._store(lambda c: store.line_counts(c, rec.id))
+        counts = await self._store(lambda c: line_store.line_counts(c, rec.id))
         if counts["pending"] == 0 and counts["leased"] == 0:
             moved = await self._store(lambda c: store.transition(c, rec.id, "finalizing"))
             if moved is not None:
@@ -302,7 +303,7 @@ class BatchExecutor:
             if leasable <= 0 or self._hold.get(rec.id, 0.0) > time.time():
                 return
             lines = await self._store(
-                lambda c: store.lease_lines(
+                lambda c: line_store.lease_lines(
                     c, owner=self.owner, limit=cfg.provider_job_lines, lease_s=cfg.lease, batch_id=rec.id
                 )
             )
@@ -316,7 +317,7 @@ class BatchExecutor:
         if free <= 0 or self._hold.get(rec.id, 0.0) > time.time():
             return
         lines = await self._store(
-            lambda c: store.lease_lines(c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id)
+            lambda c: line_store.lease_lines(c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id)
         )
         self._leased = self._leased or bool(lines)
         for line in lines:
@@ -326,13 +327,13 @@ class BatchExecutor:
     async def _alias_of(self, batch_id: str) -> str:
         alias = self._alias.get(batch_id)
         if alias is None:
-            first = await self._store(lambda c: store.read_lines(c, batch_id, limit=1))
+            first = await self._store(lambda c: line_store.read_lines(c, batch_id, limit=1))
             alias = str(json.loads(first[0].body).get("model", "")) if first else ""
             self._alias[batch_id] = alias
         return alias
 
     async def _cancelling(self, rec: store.BatchRecord) -> None:
-        counts = await self._store(lambda c: store.line_counts(c, rec.id))
+        counts = await self._store(lambda c: line_store.line_counts(c, rec.id))
         if counts["leased_live"] > 0:
             return
         moved = await self._store(lambda c: store.transition(c, rec.id, "cancelled", files=_write_files))
@@ -359,7 +360,9 @@ class BatchExecutor:
             log.exception("batch %s line %r failed in the executor; it will be retried", rec.id, line.custom_id)
             with contextlib.suppress(Exception):
                 await self._store(
-                    lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id])
+                    lambda c: line_store.release_lines(
+                        c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id]
+                    )
                 )
         finally:
             self._lane_running -= 1
@@ -404,14 +407,14 @@ class BatchExecutor:
             if row is not None and self.record is not None:
                 self.record(msgspec.structs.replace(row, lane="batch-lane"))  # a refused attempt: bills nothing
             await self._store(
-                lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id])
+                lambda c: line_store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id])
             )
             return
         if row is not None:
             row = msgspec.structs.replace(row, lane="batch-lane")
         ok = 200 <= reply.status < 300
         await self._store(
-            lambda c: store.complete_line(
+            lambda c: line_store.complete_line(
                 c,
                 rec.id,
                 line.custom_id,
@@ -427,7 +430,7 @@ class BatchExecutor:
     async def _fail(self, rec: store.BatchRecord, line: store.LeasedLine, status: int, code: str, msg: str) -> None:
         body = json.dumps({"error": {"message": msg, "type": "invalid_request_error", "param": None, "code": code}})
         await self._store(
-            lambda c: store.complete_line(
+            lambda c: line_store.complete_line(
                 c, rec.id, line.custom_id, by=self.owner, ok=False, response_status=status, result=body
             )
         )
@@ -452,7 +455,9 @@ class BatchExecutor:
                     if line.attempts >= _MAX_TRIES:
                         await self._fail(rec, line, 502, "provider_batch_error", f"{route.provider}: {exc}")
                 ids = [x.custom_id for x in lines if x.attempts < _MAX_TRIES]
-                await self._store(lambda c: store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids))
+                await self._store(
+                    lambda c: line_store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids)
+                )
         finally:
             self._jobs[rec.id] -= 1
 
@@ -573,7 +578,7 @@ class BatchExecutor:
             price_tier=quote.tier if priced and quote is not None else None,
         )
         await self._store(
-            lambda c: store.complete_line(
+            lambda c: line_store.complete_line(
                 c,
                 rec.id,
                 line.custom_id,
@@ -619,7 +624,7 @@ def _write_files(conn: StoreConn, rec: store.BatchRecord) -> tuple[str | None, s
     bad: list[bytes] = []
     after = -1
     while True:
-        page = store.read_lines(conn, rec.id, after_line=after, limit=1000)
+        page = line_store.read_lines(conn, rec.id, after_line=after, limit=1000)
         if not page:
             break
         after = page[-1].line
