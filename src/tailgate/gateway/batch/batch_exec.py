@@ -35,7 +35,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +45,8 @@ from multidict import CIMultiDict
 from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
+from tailgate.gateway.batch.placement import place
+from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
 from tailgate.ledger import batches as store
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
 
-__all__ = ["BatchExecutor", "Placement", "place"]
+__all__ = ["BatchExecutor"]
 
 log = logging.getLogger("tailgate.batches")
 
@@ -76,43 +77,6 @@ _ENDPOINTS = {
 _RETRY_STATUSES = frozenset({429, 503})
 """A lane line answered this (no capacity now) goes back to pending for a later try, up to ``_MAX_TRIES``."""
 _MAX_TRIES = 20
-_NOMINAL_TOKENS = (1000, 300)
-"""The (prompt, output) tokens placement prices a line at when it compares paths."""
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a batch's lines run: ``lane`` ``provider-batch`` (on ``route``) or ``batch-lane``, and why."""
-
-    lane: str
-    route: Route | None
-    expected_cost: float | None
-    reason: str
-
-
-def place(core: Core, alias: str, left_s: float, cfg: BatchConfig, now: float | None = None) -> Placement:
-    """The cheapest path for a line of ``alias`` with ``left_s`` of its batch's window left: the lowest expected
-    cost of a nominal line among the alias's routes, each priced at ``price.batch`` on a provider with a batch
-    API (when the window allows a provider job) and at its live price (or time window) on the batch lane."""
-    routes = core.routes.aliases.get(alias, ())
-    at = time.time() if now is None else now
-    best: Placement | None = None
-    lane_best: float | None = None
-    for route in routes:
-        provider = core.providers.get(route.provider)
-        if provider is None or provider.drained:
-            continue
-        price = provider.config.price
-        live = price.quote(*_NOMINAL_TOKENS, at=at).cost
-        lane_best = live if lane_best is None else min(lane_best, live)
-        if provider.config.batch_api and left_s >= cfg.provider_min_left and provider.config.api_keys:
-            cost = price.quote(*_NOMINAL_TOKENS, lane="provider-batch", at=at).cost
-            if best is None or (best.expected_cost is not None and cost < best.expected_cost):
-                best = Placement("provider-batch", route, cost, f"{route.provider}'s batch API")
-    if best is not None and best.expected_cost is not None and (lane_best is None or best.expected_cost < lane_best):
-        return best
-    why = "no provider with a batch API is cheaper" if best is not None else "no route with a batch API in time"
-    return Placement("batch-lane", None, lane_best, why)
 
 
 class _LineExchange(SelfCall):
@@ -271,7 +235,7 @@ class BatchExecutor:
 
         def sweep(conn: StoreConn) -> tuple[list[store.BatchRecord], list[store.BatchRecord]]:
             """One connection for an idle round: expire, renew this replica's leases, list the active batches."""
-            expired = store.expire_overdue(conn, now=now, files=_write_files)
+            expired = store.expire_overdue(conn, now=now, files=write_result_files)
             if renew:
                 line_store.renew_leases(conn, owner=self.owner, lease_s=cfg.lease)
             return expired, store.active_batches(conn)
@@ -336,7 +300,7 @@ class BatchExecutor:
         counts = await self._store(lambda c: line_store.line_counts(c, rec.id))
         if counts["leased_live"] > 0:
             return
-        moved = await self._store(lambda c: store.transition(c, rec.id, "cancelled", files=_write_files))
+        moved = await self._store(lambda c: store.transition(c, rec.id, "cancelled", files=write_result_files))
         if moved is not None:
             log.info(
                 "batch %s cancelled: %d lines done, %d not", rec.id, moved.completed, moved.total - moved.completed
@@ -344,7 +308,7 @@ class BatchExecutor:
 
     async def _complete(self, rec: store.BatchRecord) -> None:
         """``finalizing`` → ``completed``, its files written in the same transaction (one replica does it)."""
-        done = await self._store(lambda c: store.transition(c, rec.id, "completed", files=_write_files))
+        done = await self._store(lambda c: store.transition(c, rec.id, "completed", files=write_result_files))
         if done is not None:
             log.info("batch %s completed: %d lines, %d failed", rec.id, done.completed, done.failed)
         self._alias.pop(rec.id, None)
@@ -614,61 +578,4 @@ def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
         int(prompt) if isinstance(prompt, int) else None,
         int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
         int(cached) if isinstance(cached, int) else None,
-    )
-
-
-def _write_files(conn: StoreConn, rec: store.BatchRecord) -> tuple[str | None, str | None]:
-    """The batch's output file (lines answered 2xx) and error file (every other settled line), written inside
-    the caller's transaction (``store.transition(files=…)``); their ids, None for an empty one (as OpenAI)."""
-    ok: list[bytes] = []
-    bad: list[bytes] = []
-    after = -1
-    while True:
-        page = line_store.read_lines(conn, rec.id, after_line=after, limit=1000)
-        if not page:
-            break
-        after = page[-1].line
-        for line in page:
-            if line.state in ("pending", "leased"):
-                continue
-            item = _output_line(rec.id, line)
-            (ok if item.ok else bad).append(msgspec.json.encode(item) + b"\n")
-    expires = time.time() + 30 * 86400
-    ids: list[str | None] = []
-    for kind, lines in (("output", ok), ("error", bad)):
-        ids.append(
-            store.create_file(
-                conn,
-                key_id=rec.key_id,
-                purpose="batch_output",
-                filename=f"{rec.id}_{kind}.jsonl",
-                content=b"".join(lines),
-                expires_at=expires,
-            ).id
-            if lines
-            else None
-        )
-    return ids[0], ids[1]
-
-
-def _output_line(batch_id: str, line: store.LineRecord) -> BatchRequestOutput:
-    """A settled line as OpenAI writes it to the output or error file."""
-    from tailgate.wire.batch import BatchLineError, BatchResponse
-
-    rid = hashlib.sha256(f"{batch_id}:{line.line}".encode()).hexdigest()[:24]
-    if line.response_status is not None:
-        try:
-            body: Any = json.loads(line.result) if line.result else None
-        except json.JSONDecodeError:
-            body = line.result
-        return BatchRequestOutput(
-            id=f"batch_req_{rid}",
-            custom_id=line.custom_id,
-            response=BatchResponse(status_code=line.response_status, request_id=line.request_id or "", body=body),
-        )
-    err = json.loads(line.error) if line.error else {"code": "unknown", "message": "the line has no answer"}
-    return BatchRequestOutput(
-        id=f"batch_req_{rid}",
-        custom_id=line.custom_id,
-        error=BatchLineError(code=str(err.get("code")), message=str(err.get("message"))),
     )
