@@ -112,7 +112,9 @@ async def test_breaker_cut_overs_appear_in_live_state(
     """A failing primary opens its breaker; /live lists the transition as a recent cut-over with its age."""
     bad = await sim(faults={"error_rate": 1.0, "error_statuses": [500]})
     good = await sim()
-    gw = await gateway(two_provider_config(bad.url, good.url))
+    # The weighted policy: the subject is the breaker's cut-over on /live. Under load the adaptive policy may stop
+    # sending to the failing primary after 3 failures in 1.5 s, before the 5th in a row opens its breaker.
+    gw = await gateway(two_provider_config(bad.url, good.url, routing={"policy": "weighted"}))
     async with aiohttp.ClientSession() as s:
         for _ in range(30):  # the primary is tried first ~80 % of the time: 5 failures in a row come early
             payload = {"model": "deepseek-v3.2", "messages": [{"role": "user", "content": "hi"}]}
