@@ -65,7 +65,9 @@ async def test_redis_killed_then_back_fallback_then_convergence() -> None:
     Redis back on its port: the replicas reconnect, re-send what changed meanwhile, and decide in Redis again."""
     server = RedisServer().start()
     try:
-        cfg = redis_config(server.url, "down", timeout=0.02, sync_interval=0.05)
+        # A call budget of 0.25 s, not 0.02: a dead Redis refuses at once, so no call may run out even this; a 20 ms
+        # budget was run out by the event loop's own lateness beside three busy workers (1 timeout in a full run).
+        cfg = redis_config(server.url, "down", timeout=0.25, sync_interval=0.05)
         a, b = RedisState(cfg, replica="a"), RedisState(cfg, replica="b")
         await a.start()
         await b.start()
