@@ -46,6 +46,7 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
 from tailgate.gateway.batch.placement import place
+from tailgate.gateway.batch.provider_lines import json_call, provider_body, provider_row
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
@@ -68,12 +69,6 @@ log = logging.getLogger("tailgate.batches")
 _T = TypeVar("_T")
 Handle = Callable[["Exchange"], Awaitable[Reply | Stream]]
 
-_ENDPOINTS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-}
 _RETRY_STATUSES = frozenset({429, 503})
 """A lane line answered this (no capacity now) goes back to pending for a later try, up to ``_MAX_TRIES``."""
 _MAX_TRIES = 20
@@ -438,8 +433,7 @@ class BatchExecutor:
                 msg = f"This key may not use model {alias!r} (its models: {', '.join(sorted(allowed)) or 'none'})."
                 await self._fail(rec, line, 403, "model_not_allowed", msg)
                 continue
-            body["model"] = route.model
-            body.pop("stream", None)
+            body = provider_body(body, route, provider)
             job_id = f"l{line.line}"
             by_job_id[job_id] = line
             payload.append(
@@ -454,8 +448,8 @@ class BatchExecutor:
         form = aiohttp.FormData()
         form.add_field("purpose", "batch")
         form.add_field("file", b"".join(payload), filename=f"{rec.id}.jsonl", content_type="application/jsonl")
-        uploaded = await _json_call(http.post(f"{base}/files", data=form, headers=auth))
-        created = await _json_call(
+        uploaded = await json_call(http.post(f"{base}/files", data=form, headers=auth))
+        created = await json_call(
             http.post(
                 f"{base}/batches",
                 json={"input_file_id": uploaded["id"], "endpoint": lines[0].url, "completion_window": "24h"},
@@ -473,8 +467,8 @@ class BatchExecutor:
             if mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed") and not cancel_sent:
                 cancel_sent = True
                 with contextlib.suppress(Exception):
-                    await _json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
-            state = await _json_call(http.get(f"{base}/batches/{job}", headers=auth))
+                    await json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
+            state = await json_call(http.get(f"{base}/batches/{job}", headers=auth))
             status = str(state.get("status"))
         results: list[BatchRequestOutput] = []
         for key in ("output_file_id", "error_file_id"):
@@ -512,35 +506,8 @@ class BatchExecutor:
             msg = err.message if err is not None else "no answer"
             await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
             return
-        body = resp.body if isinstance(resp.body, dict) else {}
-        prompt, output, cached = _usage(body.get("usage"))
+        row = provider_row(rec.id, rec.key_id, route, provider, line.line, line.url, resp, elapsed_ms)
         ok = 200 <= resp.status_code < 300
-        quote = provider.config.price.quote(prompt, output, cached, lane="provider-batch") if ok else None
-        priced = quote is not None and bool(provider.config.price.input or provider.config.price.output)
-        row = LedgerRow(
-            ts=time.time(),
-            request_id=resp.request_id or f"{rec.id}-{line.line}",
-            key_id=rec.key_id,
-            alias=route.alias,
-            provider=provider.name,
-            upstream_model=route.model,
-            endpoint=_ENDPOINTS.get(line.url, line.url),
-            stream=False,
-            traffic_class="batch",
-            status=resp.status_code,
-            outcome="ok" if ok else "upstream_error",
-            attempts=1,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            tokens_estimated=False,
-            ttft_ms=None,
-            e2e_ms=elapsed_ms,
-            overhead_ms=None,
-            cost=quote.cost if priced and quote is not None else None,
-            cached_tokens=cached,
-            lane="provider-batch",
-            price_tier=quote.tier if priced and quote is not None else None,
-        )
         await self._store(
             lambda c: line_store.complete_line(
                 c,
@@ -554,28 +521,3 @@ class BatchExecutor:
                 row=row,
             )
         )
-
-
-async def _json_call(request: Any) -> dict[str, Any]:
-    async with request as r:
-        data = await r.read()
-        if r.status >= 400:
-            raise RuntimeError(f"HTTP {r.status}: {data[:300].decode('utf-8', 'replace')}")
-        out = json.loads(data)
-        assert isinstance(out, dict)
-        return out
-
-
-def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
-    """(prompt, output, cached) tokens from a chat / completions / embeddings / responses ``usage``."""
-    if not isinstance(usage, dict):
-        return None, None, None
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    output = usage.get("completion_tokens", usage.get("output_tokens"))
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return (
-        int(prompt) if isinstance(prompt, int) else None,
-        int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
-        int(cached) if isinstance(cached, int) else None,
-    )
