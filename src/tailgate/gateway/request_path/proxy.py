@@ -231,14 +231,16 @@ class Proxy:
         """Attempts in the routing order until one answers (attempts.py), within ``retry.max_attempts`` and
         ``retry.deadline``; the first of a hedged alias may race a second one (hedging.py)."""
         core, table, attempts = self.core, ctx.table, self.attempts
-        hedger = table.hedgers.get(req.model) if table.hedgers else None
+        lane = lane_of(ctx.traffic_class, req.obj)  # the batch lane waits for what interactive traffic leaves
+        # a batch-lane request is never hedged: a hedge is for latency, and its second attempt would take the
+        # pacer's budget as an interactive one (docs/routing.md, "Hedged requests")
+        hedger = table.hedgers.get(req.model) if table.hedgers and lane == "interactive" else None
         if hedger is not None:
             hedger.budget.record_request()
         deadline = ctx.t0 + table.retry.deadline
         queue = deque(order)
         paced: list[ProviderState] = []
         last: CallResult | None = None
-        lane = lane_of(ctx.traffic_class, req.obj)  # the batch lane waits for what interactive traffic leaves
         lane_until = min(deadline, ctx.t0 + table.pacing.batch_wait)
         while queue and ctx.attempts < table.retry.max_attempts:
             if time.perf_counter() >= deadline:
