@@ -31,13 +31,14 @@ async def sim_files(url: str, key: str) -> dict[str, bytes]:
 
 async def test_a_provider_jobs_lines_go_without_stream_fields(sim: SimFactory, gateway: Any, oai: Oai) -> None:
     """Lines that ask ``stream: true`` with ``stream_options`` are answered whole by a provider's batch job: the JSONL
-    the gateway uploads carries neither field (a provider's batch API refuses streaming lines)."""
+    the gateway uploads carries neither field (a provider's batch API refuses streaming lines), nor a
+    ``service_tier: "flex"`` the provider does not take."""
     p = await sim("instant", faults={"batch_turnaround_s": 0.1})
     gw: GatewayHandle = await gateway(config(p.url, batch_api=True))
     client = oai(gw.url, key=KEY_A)
     lines = chat_lines(3)
     for line in lines:
-        line["body"] |= {"stream": True, "stream_options": {"include_usage": True}}
+        line["body"] |= {"stream": True, "stream_options": {"include_usage": True}, "service_tier": "flex"}
     f = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
     batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     done = await wait_done(client, batch.id)
@@ -49,4 +50,97 @@ async def test_a_provider_jobs_lines_go_without_stream_fields(sim: SimFactory, g
     for body in bodies:
         assert "stream" not in body
         assert "stream_options" not in body
+        assert "service_tier" not in body  # the simulator's provider has no flex tier (providers.NAME.flex)
         assert body["model"] == "up-m"
+
+
+async def capture_provider() -> tuple[aiohttp.web.AppRunner, str, list[dict[str, Any]]]:
+    """A real HTTP provider on port 0 that answers every chat completion and keeps each body it received."""
+    from aiohttp import web
+
+    seen: list[dict[str, Any]] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{len(seen)}",
+                "object": "chat.completion",
+                "created": 1,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}/v1", seen
+
+
+async def test_flex_is_not_sent_to_a_provider_that_does_not_take_it(gateway: Any, oai: Oai) -> None:
+    """``service_tier: "flex"`` marks a live request batch-class; it goes upstream only to a provider configured to
+    take it (``providers.NAME.flex: true``, the ``openai`` preset's default): another provider gets the body
+    without ``service_tier``, every other field as sent."""
+    runner, url, seen = await capture_provider()
+    try:
+        cfg = {
+            "providers": {
+                "plain": {"base_url": url, "api_keys": ["sk-plain-0123456789"]},
+                "flexy": {"base_url": url, "api_keys": ["sk-flexy-0123456789"], "flex": True},
+            },
+            "models": {
+                "a": {"routes": [{"provider": "plain", "model": "up-plain"}]},
+                "b": {"routes": [{"provider": "flexy", "model": "up-flexy"}]},
+            },
+            "routing": {"probes": {"enabled": False}},
+        }
+        gw: GatewayHandle = await gateway(cfg)
+        client = oai(gw.url)
+        for model in ("a", "b"):
+            answer = await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=2,
+                service_tier="flex",
+                extra_body={"top_p": 0.5},
+            )
+            assert answer.choices[0].message.content == "ok"
+    finally:
+        await runner.cleanup()
+    assert [s["model"] for s in seen] == ["up-plain", "up-flexy"]
+    assert "service_tier" not in seen[0]
+    assert seen[0]["top_p"] == 0.5
+    assert seen[1]["service_tier"] == "flex"
+
+
+def test_flex_defaults_to_the_presets(tmp_path: Any) -> None:
+    """``providers.NAME.flex``: the ``openai`` preset takes flex, other presets and a bare provider do not, and the
+    user's setting wins either way."""
+    from tailgate.config.resolve import load_resolved
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "providers:\n"
+        "  oa: {preset: openai, api_keys: ['sk-oa-0123456789']}\n"
+        "  oa_off: {preset: openai, api_keys: ['sk-oa-0123456789'], flex: false}\n"
+        "  ds: {preset: deepseek, api_keys: ['sk-ds-0123456789']}\n"
+        "  local: {base_url: 'http://127.0.0.1:8000/v1'}\n"
+        "  local_on: {base_url: 'http://127.0.0.1:8000/v1', flex: true}\n"
+        "models:\n  m: {routes: [{provider: local, model: x}]}\n",
+        encoding="utf-8",
+    )
+    _, providers = load_resolved(path, env={})
+    assert {n: p.flex for n, p in providers.items()} == {
+        "oa": True,
+        "oa_off": False,
+        "ds": False,
+        "local": False,
+        "local_on": True,
+    }

@@ -60,6 +60,9 @@ class ResolvedProvider:
     """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
     drop_fields: frozenset[str] = frozenset()
     """Top-level request fields left out of what goes to it (the user's ``drop_fields``, else the preset's)."""
+    flex: bool = False
+    """It takes ``service_tier: "flex"`` (``providers.NAME.flex``, else the preset's): otherwise that field is left
+    out of what goes to it (gateway/apis/openai_family.py)."""
     batch_api: bool = False
     """It serves OpenAI's Batch API (``providers.NAME.batch_api``): the batch executor may send it jobs."""
 
@@ -270,6 +273,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
                 if pc.cache_min_tokens is not None
                 else (preset.cache_min_tokens if preset is not None and preset.cache_min_tokens is not None else 64)
             ),
+            flex=pc.flex if pc.flex is not None else (preset.flex if preset is not None else False),
             batch_api=pc.batch_api,
         ),
         [],

@@ -95,6 +95,10 @@ class ProviderConfig(_Strict):
     """Top-level request fields left out of every OpenAI-shaped request (chat, completions, embeddings, responses,
     a translated ``/v1/messages``) before it goes to this provider, because the provider refuses them; every other
     field the client sent goes as sent. Unset: the preset's (``openai``: the vendor fields api.openai.com refuses)."""
+    flex: bool | None = None
+    """The provider takes OpenAI's ``service_tier: "flex"`` (flex processing: slower, cheaper; api.openai.com does).
+    A request that asks it is in the batch lane either way; to a provider without it the field is not sent (an
+    unknown tier is a 400 there). Unset: the preset's (``openai``: yes), else no."""
     batch_api: bool = False
     """The provider serves OpenAI's Batch API (``/v1/files`` + ``/v1/batches``, e.g. Bailian, Volcengine Ark,
     SiliconFlow, the simulator's presets): the gateway's batch executor may send batch lines routed here as one

@@ -30,9 +30,12 @@ _STREAM_FIELDS = ("stream", "stream_options")
 
 def provider_body(body: dict[str, Any], route: Route, provider: ProviderState) -> dict[str, Any]:
     """What goes to ``provider``'s batch job for a client's line ``body``: the route's model, no stream fields, and the
-    fields the provider is known to refuse left out as for a live request (``drop_fields``)."""
+    fields the provider is known to refuse left out as for a live request (``drop_fields``; ``service_tier: "flex"``
+    unless ``providers.NAME.flex``)."""
     cfg = provider.config
     out = {k: v for k, v in body.items() if k not in _STREAM_FIELDS and k not in cfg.drop_fields}
+    if out.get("service_tier") == "flex" and not cfg.flex:
+        del out["service_tier"]
     out["model"] = route.model
     return out
 
