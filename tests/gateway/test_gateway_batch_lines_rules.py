@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam
 from test_gateway_batches import KEY_A, chat_lines, config, jsonl, read_file, wait_done
 
 from conftest import GatewayHandle, SimFactory
@@ -144,3 +145,44 @@ def test_flex_defaults_to_the_presets(tmp_path: Any) -> None:
         "local": False,
         "local_on": True,
     }
+
+
+async def test_live_batch_class_requests_are_recorded_on_their_lane(sim: SimFactory, gateway: Any, oai: Oai) -> None:
+    """A live request in the batch lane (``x-tailgate-class: batch`` or ``service_tier: "flex"``) is recorded with
+    lane ``batch-live``, an interactive one ``interactive``, a Batch API line on the lane
+    ``batch-lane``; ``tailgate usage --by lane`` splits them so."""
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+    from tailgate.ledger import read_rows
+
+    p = await sim("instant")
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False))
+    client = oai(gw.url, key=KEY_A)
+    msg: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
+    await client.chat.completions.create(model="chat", messages=msg, max_tokens=2)
+    await client.chat.completions.create(
+        model="chat",
+        messages=msg,
+        max_tokens=2,
+        extra_headers={"x-tailgate-class": "batch"},
+    )
+    await client.chat.completions.create(model="chat", messages=msg, max_tokens=2, service_tier="flex")
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(2))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert (await wait_done(client, batch.id)).status == "completed"
+    assert gw.gateway.ledger is not None
+    path = gw.gateway.ledger.path
+    await gw.stop()
+    lanes = sorted((r.lane, r.key_id or "-", r.traffic_class or "-") for r in read_rows(path))
+    assert lanes == [
+        ("batch-lane", "team-a", "batch"),
+        ("batch-lane", "team-a", "batch"),
+        ("batch-live", "team-a", "-"),  # flex: no class asked, the lane all the same
+        ("batch-live", "team-a", "batch"),
+        ("interactive", "team-a", "-"),
+    ]
+    out = CliRunner().invoke(main, ["usage", "--db", str(path), "--by", "lane", "--json"])
+    assert out.exit_code == 0, out.output
+    groups = {g["lane"]: g["requests"] for g in json.loads(out.stdout)}
+    assert groups == {"batch-lane": 2, "batch-live": 2, "interactive": 1}

@@ -214,6 +214,8 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
             reasoning_tokens=result.reasoning_tokens if result is not None else None,
             cached_tokens=result.cached_tokens if result is not None else None,
             api=ctx.protocol,
+            # refused before its attempts (lane_of not asked yet): its class still says the batch lane
+            lane="batch-live" if ctx.traffic_class == "batch" else ctx.lane,
             price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
         )
         # divert only the gateway's own requests: a client's x-request-id may equal a batch line's

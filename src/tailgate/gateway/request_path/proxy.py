@@ -232,6 +232,8 @@ class Proxy:
         ``retry.deadline``; the first of a hedged alias may race a second one (hedging.py)."""
         core, table, attempts = self.core, ctx.table, self.attempts
         lane = lane_of(ctx.traffic_class, req.obj)  # the batch lane waits for what interactive traffic leaves
+        if lane == "batch":
+            ctx.lane = "batch-live"  # its ledger row's lane (a Batch API line's row is the executor's: batch-lane)
         # a batch-lane request is never hedged: a hedge is for latency, and its second attempt would take the
         # pacer's budget as an interactive one (docs/routing.md, "Hedged requests")
         hedger = table.hedgers.get(req.model) if table.hedgers and lane == "interactive" else None

@@ -65,6 +65,10 @@ class Ctx:
     """The gateway's own count of the prompt (its upper bound, ``estimate.prompt_bound``): what a cut stream is
     charged when the provider never said (bookkeeping.py)."""
 
+    lane: str = "interactive"
+    """How the request is served, as its ledger row says it (``LedgerRow.lane``): ``batch-live`` for a live request in
+    the batch lane (its class ``batch``, or ``service_tier: "flex"``; set by the proxy when it orders attempts)."""
+
     self_call: bool = False
     """The gateway's own request (a batch line, ``access/auth.py`` ``SelfCall``): only such a request's ledger row
     may be taken by the books' divert hook (bookkeeping.py), never a client's whatever its ``x-request-id``."""
