@@ -235,7 +235,7 @@ class Proxy:
         if lane == "batch":
             ctx.lane = "batch-live"  # its ledger row's lane (a Batch API line's row is the executor's: batch-lane)
         # a batch-lane request is never hedged: a hedge is for latency, and its second attempt would take the
-        # pacer's budget as an interactive one (docs/routing.md, "Hedged requests")
+        # pacer's budget as an interactive one (docs/routing.md, "Hedging")
         hedger = table.hedgers.get(req.model) if table.hedgers and lane == "interactive" else None
         if hedger is not None:
             hedger.budget.record_request()
