@@ -3,11 +3,14 @@ key's budgets and revocation, the upstream cap, and how live batch-class request
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import openai
+import pytest
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 from test_gateway_batches import KEY_A, chat_lines, config, jsonl, read_file, wait_done
@@ -186,3 +189,90 @@ async def test_live_batch_class_requests_are_recorded_on_their_lane(sim: SimFact
     assert out.exit_code == 0, out.output
     groups = {g["lane"]: g["requests"] for g in json.loads(out.stdout)}
     assert groups == {"batch-lane": 2, "batch-live": 2, "interactive": 1}
+
+
+@pytest.mark.parametrize("batch_api", [False, True], ids=["batch-lane", "provider-batch"])
+async def test_a_lines_budget_is_reserved_when_it_runs_and_a_refused_line_says_why(
+    sim: SimFactory, gateway: Any, oai: Oai, batch_api: bool
+) -> None:
+    """A key with a daily token budget of 300: each line reserves its prompt bound + ``max_tokens`` when it runs, on
+    either path. The small line fits and is answered; the four asking ``max_tokens: 1000`` never fit and are in
+    the error file at once — 429 ``budget_exceeded`` with the budget's words — instead of being retried; the batch
+    completes, and no refused line reached the provider."""
+    p = await sim("instant", faults={"batch_turnaround_s": 0.1})
+    cfg = config(p.url, batch_api=batch_api)
+    cfg["keys"][0]["budget"] = {"tokens_per_day": 300}
+    gw: GatewayHandle = await gateway(cfg)
+    client = oai(gw.url, key=KEY_A)
+    lines = chat_lines(5)
+    for line in lines[1:]:
+        line["body"]["max_tokens"] = 1000
+    f = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = await wait_done(client, batch.id)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (1, 4)
+    assert [x["custom_id"] for x in await read_file(client, done.output_file_id)] == ["req-0"]
+    errors = await read_file(client, done.error_file_id)
+    assert sorted(x["custom_id"] for x in errors) == [f"req-{i}" for i in range(1, 5)]
+    for x in errors:
+        assert x["response"]["status_code"] == 429
+        error = x["response"]["body"]["error"]
+        assert error["code"] == "budget_exceeded"
+        assert "daily budget" in error["message"]
+    answered = [t for t in p.truth.records() if t.status == 200]
+    assert len(answered) == 1  # only the line that fitted reached the provider
+
+
+async def until_key_works(client: AsyncOpenAI) -> None:
+    """A store key is loaded by the gateway within its key directory's poll."""
+    for _ in range(200):
+        try:
+            await client.files.list()
+            return
+        except openai.AuthenticationError:
+            await asyncio.sleep(0.02)
+    raise AssertionError("the store key never worked")
+
+
+@pytest.mark.parametrize("batch_api", [False, True], ids=["batch-lane", "provider-batch"])
+async def test_a_key_revoked_after_its_batch_was_submitted_gets_no_line_run(
+    sim: SimFactory, gateway: Any, oai: Oai, batch_api: bool
+) -> None:
+    """A store key submits a batch and is revoked before any line runs: every line is refused when it comes to run
+    — in the error file as a 401 naming the revocation — on the batch lane (the gateway's own calls for the key) and
+    for a provider job alike, and the provider receives nothing. The executor's loop polls once an hour here: the
+    test runs its rounds."""
+    from tailgate.ledger.keys import create_key, revoke_key
+    from tailgate.ledger.store import open_store
+
+    p = await sim("instant", faults={"batch_turnaround_s": 0.1})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=batch_api, poll_interval=3600.0))
+    assert gw.gateway.ledger is not None
+    path = gw.gateway.ledger.path
+    with open_store(path) as conn:
+        _, secret = create_key(conn, "nightly")
+    client = oai(gw.url, key=secret)
+    await until_key_works(client)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(3))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    with open_store(path) as conn:
+        revoke_key(conn, "nightly")
+    await gw.gateway.core.key_directory.reload()
+    for _ in range(100):
+        await gw.gateway.batch_exec.tick()
+        with open_store(path) as conn:
+            (status,) = conn.execute("SELECT status FROM batches WHERE id = ?", (batch.id,)).fetchone()
+        if status == "completed":
+            break
+        await asyncio.sleep(0.05)
+    assert status == "completed"
+    with open_store(path) as conn:
+        rows = conn.execute(
+            "SELECT custom_id, response_status, result FROM batch_lines WHERE batch_id = ? ORDER BY line", (batch.id,)
+        ).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(f"req-{i}", 401) for i in range(3)]
+    for r in rows:
+        assert "revoked" in json.loads(r[2])["error"]["message"]
+    assert not p.truth.records()

@@ -45,6 +45,7 @@ from multidict import CIMultiDict
 from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
+from tailgate.gateway.batch.line_admission import BUDGET_REFUSED, LineRefused, admit_provider_line
 from tailgate.gateway.batch.placement import place
 from tailgate.gateway.batch.provider_lines import json_call, provider_body, provider_row
 from tailgate.gateway.batch.result_files import write_result_files
@@ -58,6 +59,7 @@ from tailgate.wire.batch import TERMINAL_STATUSES, BatchRequestOutput, decode_ou
 
 if TYPE_CHECKING:
     from tailgate.gateway.http.exchange import Exchange
+    from tailgate.gateway.request_path.admission import Ticket
     from tailgate.gateway.request_path.core import Core
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
@@ -357,7 +359,8 @@ class BatchExecutor:
             await self._fail(rec, line, 500, "stream", "The line was answered as a stream.")
             return
         left = (rec.expires_at or float("inf")) - time.time()
-        if reply.status in _RETRY_STATUSES and line.attempts < _MAX_TRIES and left > 60:
+        final = _budget_refused(reply, row)  # its budget's 429: the error file now, no Retry-After would help
+        if reply.status in _RETRY_STATUSES and not final and line.attempts < _MAX_TRIES and left > 60:
             try:
                 wait = float(reply.headers.get("Retry-After", "1"))
             except ValueError:
@@ -386,8 +389,13 @@ class BatchExecutor:
             )
         )
 
-    async def _fail(self, rec: store.BatchRecord, line: store.LeasedLine, status: int, code: str, msg: str) -> None:
-        body = json.dumps({"error": {"message": msg, "type": "invalid_request_error", "param": None, "code": code}})
+    async def _fail(
+        self, rec: store.BatchRecord, line: store.LeasedLine, status: int, code: str, msg: str, body: str | None = None
+    ) -> None:
+        """Settle ``line`` failed with ``status`` and an OpenAI error body (``body``, else one made of ``code``)."""
+        if body is None:
+            err = {"message": msg, "type": "invalid_request_error", "param": None, "code": code}
+            body = json.dumps({"error": err})
         await self._store(
             lambda c: line_store.complete_line(
                 c, rec.id, line.custom_id, by=self.owner, ok=False, response_status=status, result=body
@@ -422,20 +430,36 @@ class BatchExecutor:
 
     async def _run_provider_job(self, rec: store.BatchRecord, route: Route, lines: list[store.LeasedLine]) -> None:
         provider = self.core.providers[route.provider]
-        limits = self.core.key_directory.limits(rec.key_id) if rec.key_id is not None else None
-        allowed = limits.models if limits is not None else None
+        tickets: dict[str, Ticket] = {}
+        try:
+            await self._provider_job_lines(rec, route, provider, lines, tickets)
+        finally:  # a line never answered (the job failed, the gateway stops) keeps nothing of its reservation
+            for ticket in tickets.values():
+                self.core.admission.settle(ticket, 0, 0, 0.0)
+
+    async def _provider_job_lines(
+        self,
+        rec: store.BatchRecord,
+        route: Route,
+        provider: ProviderState,
+        lines: list[store.LeasedLine],
+        tickets: dict[str, Ticket],
+    ) -> None:
         by_job_id: dict[str, store.LeasedLine] = {}
         payload: list[bytes] = []
-        for line in lines:
+        for line in lines:  # each line's key checks and budget reservation, as a live request's (line_admission.py)
             body = json.loads(line.body)
-            alias = str(body.get("model", ""))
-            if allowed is not None and alias not in allowed:
-                msg = f"This key may not use model {alias!r} (its models: {', '.join(sorted(allowed)) or 'none'})."
-                await self._fail(rec, line, 403, "model_not_allowed", msg)
+            try:
+                ticket = await admit_provider_line(self.core, rec.key_id, body, line.body.encode(), line.url, provider)
+            except LineRefused as refused:
+                err = refused.error
+                await self._fail(rec, line, err.status, refused.reason, err.message, err.body().decode())
                 continue
             body = provider_body(body, route, provider)
             job_id = f"l{line.line}"
             by_job_id[job_id] = line
+            if ticket is not None:
+                tickets[job_id] = ticket
             payload.append(
                 json.dumps({"custom_id": job_id, "method": "POST", "url": line.url, "body": body}).encode() + b"\n"
             )
@@ -481,7 +505,9 @@ class BatchExecutor:
             if out.custom_id not in by_job_id:
                 continue
             line = by_job_id.pop(out.custom_id)
-            await self._settle_provider_line(rec, route, provider, line, out, elapsed_ms)
+            await self._settle_provider_line(
+                rec, route, provider, line, out, elapsed_ms, tickets.pop(out.custom_id, None)
+            )
         for line in by_job_id.values():  # no answer from the provider
             await self._fail(
                 rec,
@@ -499,14 +525,19 @@ class BatchExecutor:
         line: store.LeasedLine,
         out: BatchRequestOutput,
         elapsed_ms: float,
+        ticket: Ticket | None,
     ) -> None:
         resp = out.response
         if resp is None:
+            if ticket is not None:
+                self.core.admission.settle(ticket, 0, 0, 0.0)
             err = out.error
             msg = err.message if err is not None else "no answer"
             await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
             return
         row = provider_row(rec.id, rec.key_id, route, provider, line.line, line.url, resp, elapsed_ms)
+        if ticket is not None:  # the reservation → what the line used (nothing for a failed line: row.cost None)
+            self.core.admission.settle(ticket, row.prompt_tokens, row.output_tokens, row.cost)
         ok = 200 <= resp.status_code < 300
         await self._store(
             lambda c: line_store.complete_line(
@@ -521,3 +552,16 @@ class BatchExecutor:
                 row=row,
             )
         )
+
+
+def _budget_refused(reply: Reply, row: LedgerRow | None) -> bool:
+    """Was a lane line refused by its key's budget (``budget_exceeded``: its row's outcome, else its answer's code)?"""
+    if reply.status != 429:
+        return False
+    if row is not None:
+        return row.outcome == BUDGET_REFUSED
+    try:
+        error = json.loads(reply.body).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") == BUDGET_REFUSED
