@@ -276,3 +276,37 @@ async def test_a_key_revoked_after_its_batch_was_submitted_gets_no_line_run(
     for r in rows:
         assert "revoked" in json.loads(r[2])["error"]["message"]
     assert not p.truth.records()
+
+
+async def test_lane_lines_count_toward_the_upstream_cap(sim: SimFactory, gateway: Any, oai: Oai) -> None:
+    """``server.max_upstream_in_flight: 2`` with 4 lane lines at once (``batch.concurrency: 4``) on a provider that
+    stalls: never more than 2 attempts out, lane lines included — a live request meanwhile gets the cap's 503 — and
+    the lines refused by the cap go back to the queue (a 503 is retried), so the batch completes, every line once."""
+    p = await sim("instant", faults={"stall_headers_s": 0.4})
+    cfg = config(p.url, batch_api=False, concurrency=4)
+    cfg["server"] = {"max_upstream_in_flight": 2}
+    gw: GatewayHandle = await gateway(cfg)
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(4))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    providers = gw.gateway.core.providers
+    peak = 0
+    for _ in range(500):  # until the lines fill the cap
+        peak = max(peak, sum(x.in_flight for x in providers.values()))
+        if peak >= 2:
+            break
+        await asyncio.sleep(0.005)
+    assert peak == 2
+    with pytest.raises(openai.InternalServerError) as refused:  # the cap is full of batch lines
+        await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert refused.value.status_code == 503
+    assert "max_upstream_in_flight" in str(refused.value)
+    done = await wait_done(client, batch.id, within_s=20.0)
+    assert done.status == "completed"
+    assert sorted(x["custom_id"] for x in await read_file(client, done.output_file_id)) == [
+        f"req-{i}" for i in range(4)
+    ]
+    starts = sorted((t.received_at, t.received_at + (t.e2e_ms or 0.0) / 1000.0) for t in p.truth.records())
+    assert len(starts) == 4
+    for i, (t0, _) in enumerate(starts):  # at the provider: at most 2 at any moment
+        assert sum(1 for s, e in starts[:i] if e > t0) <= 1
