@@ -223,6 +223,30 @@ async def test_a_lines_budget_is_reserved_when_it_runs_and_a_refused_line_says_w
         assert "daily budget" in error["message"]
     answered = [t for t in p.truth.records() if t.status == 200]
     assert len(answered) == 1  # only the line that fitted reached the provider
+    # The budget now holds exactly what the answered line used: its reservation was settled to its ledger row and
+    # the refused lines keep nothing. A live request reserving all that is left but one token fits; one more, not.
+    from tailgate.gateway.request_path.estimate import prompt_bound
+    from tailgate.ledger.store import open_store
+
+    assert gw.gateway.ledger is not None
+    await gw.gateway.ledger.flush()
+    with open_store(gw.gateway.ledger.path) as conn:
+        (used,) = conn.execute("SELECT prompt_tokens + output_tokens FROM requests WHERE status = 200").fetchone()
+    left = 300 - used
+
+    async def live(extra: int) -> int:
+        head = b'{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": '
+        raw = head + b"000}"
+        out = left - 1 - int(prompt_bound(raw)) + extra
+        raw = head + f"{out:03d}".encode() + b"}"
+        async with aiohttp.ClientSession() as http:
+            headers = {"Authorization": f"Bearer {KEY_A}", "Content-Type": "application/json"}
+            async with http.post(f"{gw.url}/chat/completions", data=raw, headers=headers) as r:
+                await r.read()
+                return r.status
+
+    assert await live(2) == 429  # one token over what is left
+    assert await live(0) == 200
 
 
 async def until_key_works(client: AsyncOpenAI) -> None:
