@@ -306,7 +306,7 @@ async def test_lane_lines_count_toward_the_upstream_cap(sim: SimFactory, gateway
     """``server.max_upstream_in_flight: 2`` with 4 lane lines at once (``batch.concurrency: 4``) on a provider that
     stalls: never more than 2 attempts out, lane lines included — a live request meanwhile gets the cap's 503 — and
     the lines refused by the cap go back to the queue (a 503 is retried), so the batch completes, every line once."""
-    p = await sim("instant", faults={"stall_headers_s": 0.4})
+    p = await sim("instant", faults={"stall_headers_s": 1.5})  # long enough for the live request to meet them
     cfg = config(p.url, batch_api=False, concurrency=4)
     cfg["server"] = {"max_upstream_in_flight": 2}
     gw: GatewayHandle = await gateway(cfg)
@@ -325,7 +325,8 @@ async def test_lane_lines_count_toward_the_upstream_cap(sim: SimFactory, gateway
         await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert refused.value.status_code == 503
     assert "max_upstream_in_flight" in str(refused.value)
-    done = await wait_done(client, batch.id, within_s=20.0)
+    assert sum(x.in_flight for x in providers.values()) == 2  # the lines it met are still out (not yet answered)
+    done = await wait_done(client, batch.id, within_s=25.0)
     assert done.status == "completed"
     assert sorted(x["custom_id"] for x in await read_file(client, done.output_file_id)) == [
         f"req-{i}" for i in range(4)
