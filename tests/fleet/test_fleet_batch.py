@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
 import yaml
@@ -38,11 +39,31 @@ LINES = 360
 LEASE_S = 2.0
 
 
-def _config(tmp: Path, i: int, sim_url: str, pg_url: str, redis_url: str, ns: str, concurrency: int) -> Path:
+def _config(
+    tmp: Path,
+    i: int,
+    sim_url: str,
+    pg_url: str,
+    redis_url: str | None,
+    ns: str,
+    concurrency: int,
+    *,
+    batch_api: bool = False,
+    job_lines: int = 5000,
+) -> Path:
     path = fleet_config(tmp, i, sim_url, pg_url, redis_url=redis_url, namespace=ns)
     data: dict[str, Any] = yaml.safe_load(path.read_text())
     data["routing"] = {"probes": {"enabled": False}}
-    data["batch"] = {"poll_interval": 0.1, "lease": LEASE_S, "concurrency": concurrency, "provider_poll_interval": 0.2}
+    data["batch"] = {
+        "poll_interval": 0.1,
+        "lease": LEASE_S,
+        "concurrency": concurrency,
+        "provider_poll_interval": 0.2,
+        "provider_job_lines": job_lines,
+    }
+    if batch_api:
+        data["providers"]["p"]["batch_api"] = True
+        data["providers"]["p"]["price"]["batch"] = {"ratio": 0.5}
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -218,3 +239,72 @@ async def test_a_fleet_losing_one_replica_and_restarting_another_answers_and_bil
     finally:
         for r in [*replicas, *([restarted] if restarted is not None else [])]:
             await asyncio.to_thread(r.stop)
+
+
+async def test_a_replica_killed_while_its_provider_jobs_run_leaves_them_to_be_resumed_not_sent_again(
+    tmp_path: Path, sim: SimFactory, pg_cluster: PostgresCluster
+) -> None:
+    """Replica A sends 60 lines to the provider's batch API as 3 jobs and is SIGKILLed while they run; replica B
+    (started after) leases the lines once A's leases expire, finds each job recorded on its lines and polls it:
+    the provider ran 3 jobs, each line once, and every ledger row in PostgreSQL is one line of them (the
+    simulator's truth by request id)."""
+    pg_url = pg_cluster.fresh_database(f"fleet_batch_jobs_{uuid.uuid4().hex[:8]}")
+    provider = await sim("instant", models=("m",), faults={"batch_turnaround_s": 3.0})
+    cfg = [_config(tmp_path, i, provider.url, pg_url, None, "x", 4, batch_api=True, job_lines=20) for i in range(2)]
+    a = Replica(cfg[0], tmp_path / "a.log", drain_timeout=5.0)
+    b: Replica | None = None
+    try:
+        await a.ready()
+        client = AsyncOpenAI(base_url=a.url + "/v1", api_key="sk-unused", max_retries=0, timeout=20)
+        upload = await client.files.create(file=("in.jsonl", _jsonl(60)), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+
+        def recorded() -> list[tuple[Any, ...]]:
+            with psycopg.connect(pg_url) as conn:
+                return conn.execute(
+                    "SELECT job_id, state, lease_owner FROM batch_lines WHERE batch_id = %s", (batch.id,)
+                ).fetchall()
+
+        async def all_sent() -> bool:
+            return all(r[0] for r in await asyncio.to_thread(recorded))
+
+        await _until(all_sent, 15, "every line in a recorded provider job")
+        await client.close()
+        await asyncio.to_thread(a.stop, signal.SIGKILL)
+        at_kill = await asyncio.to_thread(recorded)
+        jobs = {r[0] for r in at_kill}
+        assert len(jobs) == 3
+        assert {(r[1], _pid(r[2])) for r in at_kill} == {("leased", a.proc.pid)}  # A died holding every line
+        b = Replica(cfg[1], tmp_path / "b.log", drain_timeout=5.0)
+        await b.ready()
+        client = AsyncOpenAI(base_url=b.url + "/v1", api_key="sk-unused", max_retries=0, timeout=20)
+        deadline = time.monotonic() + 40
+        while (batch := await client.batches.retrieve(batch.id)).status not in ("completed", "failed", "expired"):
+            assert time.monotonic() < deadline, batch.request_counts
+            await asyncio.sleep(0.2)
+        assert batch.status == "completed", batch
+        out = (await client.files.content(batch.output_file_id or "")).text.splitlines()
+        assert batch.error_file_id is None
+        assert Counter(json.loads(x)["custom_id"] for x in out) == Counter(f"line-{i:04d}" for i in range(60))
+        await client.close()
+        owners = await asyncio.to_thread(_done_by, pg_url, batch.id)
+        assert {_pid(o) for o in owners} == {b.proc.pid}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{provider.url}/batches?limit=100", headers={"Authorization": "Bearer sk-up-0123456789"}) as r,
+        ):
+            sent = {j["id"] for j in (await r.json())["data"]}
+        assert sent == jobs  # B polled A's jobs: none sent again
+        records = [rec for rec in await truth(provider.url) if rec["batch_id"] is not None]
+        assert len(records) == 60
+        billed, _ = await asyncio.to_thread(_ledger, pg_url, batch.id)
+        assert {r[6] for r in billed} == {"provider-batch"}
+        by_id = {rec["id"]: rec for rec in records}
+        assert {r[0] for r in billed} == set(by_id)  # one to one, by request id
+        for rid, _line, _status, prompt, output, _cost, _lane in billed:
+            assert (by_id[rid]["prompt_tokens"], by_id[rid]["output_tokens"]) == (prompt, output)
+    finally:
+        for replica in (a, *([b] if b is not None else [])):
+            await asyncio.to_thread(replica.stop)

@@ -46,6 +46,7 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
 from tailgate.gateway.batch.placement import place
+from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, usage_of
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
@@ -271,11 +272,15 @@ class BatchExecutor:
                     c, owner=self.owner, limit=cfg.provider_job_lines, lease_s=cfg.lease, batch_id=rec.id
                 )
             )
-            if lines:
-                self._leased = True
-                route = placement.route
+            self._leased = self._leased or bool(lines)
+            groups: dict[tuple[str | None, str | None, str | None], list[store.LeasedLine]] = {}
+            for line in lines:  # a dead replica's job, recorded on its lines, is resumed, not sent again
+                groups.setdefault(job_key(line), []).append(line)
+            for (jp, _, _), group in groups.items():
+                routes = self.core.routes.aliases.get(alias, ())
+                route = next((r for r in routes if r.provider == jp), placement.route)
                 self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
-                self._spawn(self._provider_job(rec, route, lines), f"tailgate-batch-job-{rec.id}")
+                self._spawn(self._provider_job(rec, route, group), f"tailgate-batch-job-{rec.id}")
             return
         free = cfg.concurrency - self._lane_running
         if free <= 0 or self._hold.get(rec.id, 0.0) > time.time():
@@ -451,19 +456,21 @@ class BatchExecutor:
         base = provider.config.base_url.rstrip("/")
         auth = {"Authorization": f"Bearer {provider.config.api_keys[0]}"}
         http = self._http()
-        form = aiohttp.FormData()
-        form.add_field("purpose", "batch")
-        form.add_field("file", b"".join(payload), filename=f"{rec.id}.jsonl", content_type="application/jsonl")
-        uploaded = await _json_call(http.post(f"{base}/files", data=form, headers=auth))
-        created = await _json_call(
-            http.post(
-                f"{base}/batches",
-                json={"input_file_id": uploaded["id"], "endpoint": lines[0].url, "completion_window": "24h"},
-                headers=auth,
-            )
+        created, resumed = await open_job(
+            http,
+            base,
+            auth,
+            store=self._store,
+            owner=self.owner,
+            batch_id=rec.id,
+            provider=provider.name,
+            lines=[line for line in lines if f"l{line.line}" in by_job_id],
+            payload=b"".join(payload),
+            endpoint=lines[0].url,
         )
         job = str(created["id"])
-        log.info("batch %s: %d lines sent to %s as its job %s", rec.id, len(by_job_id), provider.name, job)
+        verb = "resumes polling" if resumed else "sent to"
+        log.info("batch %s: %d lines %s %s's job %s", rec.id, len(by_job_id), verb, provider.name, job)
         status = str(created.get("status"))
         state = created
         cancel_sent = False
@@ -473,8 +480,8 @@ class BatchExecutor:
             if mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed") and not cancel_sent:
                 cancel_sent = True
                 with contextlib.suppress(Exception):
-                    await _json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
-            state = await _json_call(http.get(f"{base}/batches/{job}", headers=auth))
+                    await json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
+            state = await json_call(http.get(f"{base}/batches/{job}", headers=auth))
             status = str(state.get("status"))
         results: list[BatchRequestOutput] = []
         for key in ("output_file_id", "error_file_id"):
@@ -513,7 +520,7 @@ class BatchExecutor:
             await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
             return
         body = resp.body if isinstance(resp.body, dict) else {}
-        prompt, output, cached = _usage(body.get("usage"))
+        prompt, output, cached = usage_of(body.get("usage"))
         ok = 200 <= resp.status_code < 300
         quote = provider.config.price.quote(prompt, output, cached, lane="provider-batch") if ok else None
         priced = quote is not None and bool(provider.config.price.input or provider.config.price.output)
@@ -554,28 +561,3 @@ class BatchExecutor:
                 row=row,
             )
         )
-
-
-async def _json_call(request: Any) -> dict[str, Any]:
-    async with request as r:
-        data = await r.read()
-        if r.status >= 400:
-            raise RuntimeError(f"HTTP {r.status}: {data[:300].decode('utf-8', 'replace')}")
-        out = json.loads(data)
-        assert isinstance(out, dict)
-        return out
-
-
-def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
-    """(prompt, output, cached) tokens from a chat / completions / embeddings / responses ``usage``."""
-    if not isinstance(usage, dict):
-        return None, None, None
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    output = usage.get("completion_tokens", usage.get("output_tokens"))
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return (
-        int(prompt) if isinstance(prompt, int) else None,
-        int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
-        int(cached) if isinstance(cached, int) else None,
-    )

@@ -1,0 +1,86 @@
+"""A provider's batch job outlives the replica that sent it (docs/batch.md, "Provider jobs survive a replica"):
+its file and batch ids are in the store with the lines before it is polled, and a gateway taking the lines over
+polls that job instead of sending the lines again (the provider would bill them twice). The simulator's own
+list of batch jobs is the judge: exactly one job per group of lines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+from test_gateway_batches import KEY_A, Oai, chat_lines, config, jsonl, read_file, wait_done
+
+from conftest import GatewayHandle, SimFactory
+from sim_truth import truth
+from tailgate.ledger.store import open_store
+
+UP_KEY = {"Authorization": "Bearer sk-p-0123456789"}
+
+
+async def provider_jobs(url: str) -> list[dict[str, Any]]:
+    """Every batch job the simulated provider holds (its own ``GET /v1/batches``, as the gateway's key)."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/batches?limit=100", headers=UP_KEY) as r:
+        assert r.status == 200
+        data: list[dict[str, Any]] = (await r.json())["data"]
+        return data
+
+
+def line_jobs(path: Any, batch_id: str) -> list[tuple[str, str | None, str | None, str | None]]:
+    with open_store(path) as conn:
+        rows = conn.execute(
+            "SELECT custom_id, job_provider, job_file, job_id FROM batch_lines WHERE batch_id = ? ORDER BY line",
+            (batch_id,),
+        ).fetchall()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+async def test_a_gateway_taking_over_resumes_the_provider_jobs_instead_of_sending_again(
+    sim: SimFactory, gateway: Any, oai: Oai, tmp_path: Any
+) -> None:
+    """Gateway 1 sends 10 lines as 3 provider jobs (4 + 4 + 2 lines) and stops while they run; gateway 2, on the
+    same store, finds the jobs on the lines and polls them: the provider ran 3 jobs, not 6, each line once, and
+    each ledger row is one line of those jobs (the simulator's truth, by request id). One group's job id is wiped
+    first (a replica dying between the upload and the create): it is found by its input file, not sent again."""
+    p = await sim("instant", faults={"batch_turnaround_s": 1.5})
+    cfg = config(p.url, batch_api=True, provider_job_lines=4)
+    cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
+    first: GatewayHandle = await gateway(cfg)
+    client = oai(first.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(10))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    db = tmp_path / "shared.db"
+    deadline = time.monotonic() + 10
+    while not all(job for *_, job in line_jobs(db, batch.id)):
+        assert time.monotonic() < deadline, line_jobs(db, batch.id)
+        await asyncio.sleep(0.02)
+    await first.stop()  # its leases go back; the jobs keep running at the provider
+    recorded = line_jobs(db, batch.id)
+    jobs = {job for *_, job in recorded}
+    assert len(jobs) == 3
+    assert {jp for _, jp, _, _ in recorded} == {"p"}
+    assert {j["id"] for j in await provider_jobs(p.url)} == jobs
+    with open_store(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM batch_lines WHERE state = 'done'").fetchone()[0] == 0
+        conn.execute("UPDATE batch_lines SET job_id = NULL WHERE batch_id = ? AND line >= 8", (batch.id,))
+
+    second: GatewayHandle = await gateway(cfg)
+    client2 = oai(second.url, key=KEY_A)
+    done = await wait_done(client2, batch.id, within_s=15)
+    assert done.status == "completed"
+    out = await read_file(client2, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(10))
+    assert {j["id"] for j in await provider_jobs(p.url)} == jobs  # no job sent twice
+    assert {job for *_, job in line_jobs(db, batch.id)} == jobs  # the wiped one found again by its file
+    records = [r for r in await truth(p.url) if r["batch_id"] is not None]
+    assert len(records) == 10
+    assert {r["batch_id"] for r in records} == jobs
+    with open_store(db) as conn:
+        billed = conn.execute(
+            "SELECT request_id, prompt_tokens, output_tokens FROM requests WHERE lane = 'provider-batch'"
+        ).fetchall()
+    by_id = {r["id"]: r for r in records}
+    assert len(billed) == 10
+    for rid, prompt, output in billed:
+        assert (by_id[rid]["prompt_tokens"], by_id[rid]["output_tokens"]) == (prompt, output)
