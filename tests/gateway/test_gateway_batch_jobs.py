@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import aiohttp
+import pytest
 from test_gateway_batches import KEY_A, Oai, chat_lines, config, jsonl, read_file, wait_done
 
 from conftest import GatewayHandle, SimFactory
@@ -84,3 +85,54 @@ async def test_a_gateway_taking_over_resumes_the_provider_jobs_instead_of_sendin
     assert len(billed) == 10
     for rid, prompt, output in billed:
         assert (by_id[rid]["prompt_tokens"], by_id[rid]["output_tokens"]) == (prompt, output)
+
+
+async def test_a_closing_window_moves_a_stalled_provider_jobs_lines_to_an_interactive_route(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """A ``1h`` batch goes to the provider's batch API, whose job stalls (a turnaround of an hour). With
+    ``batch.close_margin`` set so that the window counts as closing ~2 s in (3,596 s of 3,600 left: the margin plus
+    the lines' 2 s at interactive pace), the gateway cancels the job and runs the lines on an interactive route:
+    the batch completes inside its window, each ledger row on lane ``interactive`` at the ``standard`` tier (the
+    live price, twice the batch price), the provider's one job cancelled with nothing answered or billed."""
+    p = await sim("instant", faults={"batch_turnaround_s": 3600.0})
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=True, provider_min_left=60.0, close_margin=3596.0))
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(6))), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=f.id,
+        endpoint="/v1/chat/completions",
+        completion_window="1h",  # type: ignore[arg-type]  # the SDK types 24h only
+    )
+    assert gw.gateway.ledger is not None
+    db = gw.gateway.ledger.path
+    deadline = time.monotonic() + 5
+    while not all(job for *_, job in line_jobs(db, batch.id)):  # first on the provider's batch API
+        assert time.monotonic() < deadline, line_jobs(db, batch.id)
+        await asyncio.sleep(0.02)
+    done = await wait_done(client, batch.id, within_s=15)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (6, 0)
+    assert done.completed_at is not None
+    assert done.expires_at is not None
+    assert done.completed_at <= done.expires_at
+    out = await read_file(client, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(6))
+    gw.gateway.core.books.flush()
+    with open_store(db) as conn:
+        rows = conn.execute(
+            "SELECT request_id, lane, price_tier, traffic_class, cost, prompt_tokens, output_tokens FROM requests "
+            "WHERE request_id LIKE 'batch_req_%'"
+        ).fetchall()
+        lines = conn.execute("SELECT DISTINCT lane FROM batch_lines WHERE batch_id = ?", (batch.id,)).fetchall()
+    assert len(rows) == 6
+    assert {(r[1], r[2]) for r in rows} == {("interactive", "standard")}
+    assert "batch" not in {r[3] for r in rows}  # full priority, not the batch lane's
+    assert sum(r[4] for r in rows) == pytest.approx(sum(r[5] * 2.0 + r[6] * 4.0 for r in rows) / 1e6)  # live price
+    assert lines == [("interactive",)]
+    jobs = await provider_jobs(p.url)
+    assert [(j["status"], j["request_counts"]["completed"]) for j in jobs] == [("cancelled", 0)]
+    records = await truth(p.url)
+    assert not [r for r in records if r["batch_id"] is not None]  # the provider billed no batch line
+    assert {r["client_request_id"] for r in records} >= {r[0] for r in rows}

@@ -45,7 +45,7 @@ from multidict import CIMultiDict
 from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
-from tailgate.gateway.batch.placement import place
+from tailgate.gateway.batch.placement import DEFAULT_LINE_S, place, window_closing
 from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, usage_of
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
@@ -142,6 +142,10 @@ class BatchExecutor:
         """Batch id → wall time before which its lines are not leased (a 429 / 503's ``Retry-After``)."""
         self._orphans: set[str] = set()
         """Request ids of lane lines cancelled mid-call (a stop): their rows, when they come, are the lane's."""
+        self._closing: set[str] = set()
+        """Batches whose window is about to close (``window_closing``): their lines run interactive from now on."""
+        self._line_s = DEFAULT_LINE_S
+        """Seconds a line took on the request path lately (a moving average): the pace ``window_closing`` assumes."""
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -261,7 +265,9 @@ class BatchExecutor:
             return
         alias = await self._alias_of(rec.id)
         left = (rec.expires_at or float("inf")) - time.time()
-        placement = place(self.core, alias, left, cfg)
+        if window_closing(left, counts["pending"] + counts["leased"], cfg, self._line_s):
+            self._closing.add(rec.id)  # for good: lines done faster than assumed must not send the rest back
+        placement = place(self.core, alias, left, cfg, closing=rec.id in self._closing)
         if placement.lane == "provider-batch" and placement.route is not None:
             # leasable: pending lines and those whose lease expired (a dead replica's), as lease_lines takes them
             leasable = counts["pending"] + counts["leased"] - counts["leased_live"]
@@ -291,7 +297,7 @@ class BatchExecutor:
         self._leased = self._leased or bool(lines)
         for line in lines:
             self._lane_running += 1
-            self._spawn(self._lane_line(rec, line), f"tailgate-batch-line-{rec.id}-{line.line}")
+            self._spawn(self._lane_line(rec, line, placement.lane), f"tailgate-batch-line-{rec.id}-{line.line}")
 
     async def _alias_of(self, batch_id: str) -> str:
         alias = self._alias.get(batch_id)
@@ -320,9 +326,9 @@ class BatchExecutor:
 
     # -- the batch lane ------------------------------------------------------------------------------
 
-    async def _lane_line(self, rec: store.BatchRecord, line: store.LeasedLine) -> None:
+    async def _lane_line(self, rec: store.BatchRecord, line: store.LeasedLine, lane: str = "batch-lane") -> None:
         try:
-            await self._run_lane_line(rec, line)
+            await self._run_lane_line(rec, line, lane)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -336,7 +342,8 @@ class BatchExecutor:
         finally:
             self._lane_running -= 1
 
-    async def _run_lane_line(self, rec: store.BatchRecord, line: store.LeasedLine) -> None:
+    async def _run_lane_line(self, rec: store.BatchRecord, line: store.LeasedLine, lane: str) -> None:
+        """One line on the request path: the batch lane (lowest priority), or ``interactive`` (full priority)."""
         handle = self.handlers.get(line.url)
         if handle is None:
             await self._fail(rec, line, 404, "invalid_url", f"The gateway does not serve {line.url}.")
@@ -348,7 +355,10 @@ class BatchExecutor:
         rid = f"batch_req_{digest}-{line.attempts}"
         fut: asyncio.Future[LedgerRow] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        headers = {"Content-Type": "application/json", "x-request-id": rid, "x-tailgate-class": "batch"}
+        headers = {"Content-Type": "application/json", "x-request-id": rid}
+        if lane == "batch-lane":
+            headers["x-tailgate-class"] = "batch"
+        began = time.monotonic()
         try:
             try:
                 reply = await handle(_LineExchange(rec.key_id, headers, json.dumps(body).encode()))
@@ -380,8 +390,10 @@ class BatchExecutor:
             )
             return
         if row is not None:
-            row = msgspec.structs.replace(row, lane="batch-lane")
+            row = msgspec.structs.replace(row, lane=lane)
         ok = 200 <= reply.status < 300
+        if ok:
+            self._line_s = 0.8 * self._line_s + 0.2 * (time.monotonic() - began)
         await self._store(
             lambda c: line_store.complete_line(
                 c,
@@ -474,27 +486,47 @@ class BatchExecutor:
         status = str(created.get("status"))
         state = created
         cancel_sent = False
+        closing_by: float | None = None
+        """The window is about to close: the job is cancelled, and waited for until then (for its answered lines)."""
         while status not in TERMINAL_STATUSES:
-            await asyncio.sleep(self.config().provider_poll_interval)
+            cfg = self.config()
+            await asyncio.sleep(cfg.provider_poll_interval)
             mine = await self._store(lambda c: store.get_batch(c, rec.id, key_id=None, admin=True))
-            if mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed") and not cancel_sent:
+            stop = mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed")
+            left = (rec.expires_at or float("inf")) - time.time()
+            if closing_by is None and (
+                rec.id in self._closing or window_closing(left, len(by_job_id), cfg, self._line_s)
+            ):
+                self._closing.add(rec.id)
+                closing_by, stop = time.monotonic() + max(5.0, 3 * cfg.provider_poll_interval), True
+                log.info(
+                    "batch %s: %.0f s of its window left: job %s cancelled, its lines go interactive", rec.id, left, job
+                )
+            if stop and not cancel_sent:
                 cancel_sent = True
                 with contextlib.suppress(Exception):
                     await json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
             state = await json_call(http.get(f"{base}/batches/{job}", headers=auth))
             status = str(state.get("status"))
+            if closing_by is not None and time.monotonic() > closing_by:
+                break  # a job that will not end: its lines run interactive anyway
         results: list[BatchRequestOutput] = []
-        for key in ("output_file_id", "error_file_id"):
+        for key in ("output_file_id", "error_file_id") if status in TERMINAL_STATUSES else ():
             if (fid := state.get(key)) is not None:
                 async with http.get(f"{base}/files/{fid}/content", headers=auth) as r:
                     r.raise_for_status()
                     results.extend(decode_output_file(await r.read()))
         elapsed_ms = (time.time() - started) * 1000.0
         for out in results:
-            if out.custom_id not in by_job_id:
-                continue
+            if out.custom_id not in by_job_id or (closing_by is not None and out.response is None):
+                continue  # not ours, or not run (the job cancelled as the window closes): interactive now
             line = by_job_id.pop(out.custom_id)
             await self._settle_provider_line(rec, route, provider, line, out, elapsed_ms)
+        if closing_by is not None and by_job_id:  # not answered in the job: back to the executor, interactive now
+            ids = [line.custom_id for line in by_job_id.values()]
+            await self._store(lambda c: line_store.forget_job(c, rec.id, ids))
+            await self._store(lambda c: line_store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids))
+            return
         for line in by_job_id.values():  # no answer from the provider
             await self._fail(
                 rec,
