@@ -34,7 +34,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,7 +46,7 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
 from tailgate.gateway.batch.placement import DEFAULT_LINE_S, place, window_closing
-from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, usage_of
+from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, provider_line_row
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
@@ -69,12 +69,6 @@ log = logging.getLogger("tailgate.batches")
 _T = TypeVar("_T")
 Handle = Callable[["Exchange"], Awaitable[Reply | Stream]]
 
-_ENDPOINTS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-}
 _RETRY_STATUSES = frozenset({429, 503})
 """A lane line answered this (no capacity now) goes back to pending for a later try, up to ``_MAX_TRIES``."""
 _MAX_TRIES = 20
@@ -142,6 +136,8 @@ class BatchExecutor:
         """Batch id → wall time before which its lines are not leased (a 429 / 503's ``Retry-After``)."""
         self._orphans: set[str] = set()
         """Request ids of lane lines cancelled mid-call (a stop): their rows, when they come, are the lane's."""
+        self._calls: set[Future[Any]] = set()
+        """Store calls running in ``_threads``: a stop waits for them before it gives the lines back."""
         self._closing: set[str] = set()
         """Batches whose window is about to close (``window_closing``): their lines run interactive from now on."""
         self._line_s = DEFAULT_LINE_S
@@ -161,6 +157,10 @@ class BatchExecutor:
             self._task = None
         for task in list(self._work):
             await stop_task(task)
+        for _ in range(200):  # a store call still running (a lease its cancelled task asked for) lands first
+            if not self._calls:
+                break
+            await asyncio.sleep(0.01)
         if self.target is not None and self._leased:  # give the lines this replica holds back, at once
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._store(lambda c: line_store.release_lines(c, owner=self.owner)), 2.0)
@@ -195,7 +195,10 @@ class BatchExecutor:
 
         if self._threads is None:  # not started (tests call tick directly), or stopping
             return await asyncio.to_thread(run)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, run)
+        call = self._threads.submit(run)  # tracked until it ends, even when the task awaiting it is cancelled
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        return await asyncio.wrap_future(call)
 
     async def _loop(self) -> None:
         failing: str | None = None
@@ -323,6 +326,7 @@ class BatchExecutor:
         if done is not None:
             log.info("batch %s completed: %d lines, %d failed", rec.id, done.completed, done.failed)
         self._alias.pop(rec.id, None)
+        self._closing.discard(rec.id)
 
     # -- the batch lane ------------------------------------------------------------------------------
 
@@ -551,35 +555,8 @@ class BatchExecutor:
             msg = err.message if err is not None else "no answer"
             await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
             return
-        body = resp.body if isinstance(resp.body, dict) else {}
-        prompt, output, cached = usage_of(body.get("usage"))
         ok = 200 <= resp.status_code < 300
-        quote = provider.config.price.quote(prompt, output, cached, lane="provider-batch") if ok else None
-        priced = quote is not None and bool(provider.config.price.input or provider.config.price.output)
-        row = LedgerRow(
-            ts=time.time(),
-            request_id=resp.request_id or f"{rec.id}-{line.line}",
-            key_id=rec.key_id,
-            alias=route.alias,
-            provider=provider.name,
-            upstream_model=route.model,
-            endpoint=_ENDPOINTS.get(line.url, line.url),
-            stream=False,
-            traffic_class="batch",
-            status=resp.status_code,
-            outcome="ok" if ok else "upstream_error",
-            attempts=1,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            tokens_estimated=False,
-            ttft_ms=None,
-            e2e_ms=elapsed_ms,
-            overhead_ms=None,
-            cost=quote.cost if priced and quote is not None else None,
-            cached_tokens=cached,
-            lane="provider-batch",
-            price_tier=quote.tier if priced and quote is not None else None,
-        )
+        row = provider_line_row(rec.id, rec.key_id, route, provider.name, provider.config.price, line, resp, elapsed_ms)
         await self._store(
             lambda c: line_store.complete_line(
                 c,

@@ -14,20 +14,33 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
 from tailgate.ledger import batch_lines as line_store
 from tailgate.ledger.batches import LeasedLine
+from tailgate.ledger.row import LedgerRow
 from tailgate.ledger.store import StoreConn
+from tailgate.wire.batch import BatchResponse
 
-__all__ = ["JobLost", "job_key", "json_call", "open_job", "usage_of"]
+if TYPE_CHECKING:
+    from tailgate.config.prices import PriceConfig
+    from tailgate.routing import Route
+
+__all__ = ["JobLost", "job_key", "json_call", "open_job", "provider_line_row", "usage_of"]
 
 log = logging.getLogger("tailgate.batches")
 
 _T = TypeVar("_T")
+_ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+}
 Store = Callable[[Callable[[StoreConn], _T]], Awaitable[_T]]
 
 
@@ -148,4 +161,46 @@ def usage_of(usage: Any) -> tuple[int | None, int | None, int | None]:
         int(prompt) if isinstance(prompt, int) else None,
         int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
         int(cached) if isinstance(cached, int) else None,
+    )
+
+
+def provider_line_row(
+    batch_id: str,
+    key_id: str | None,
+    route: Route,
+    provider: str,
+    price: PriceConfig,
+    line: LeasedLine,
+    resp: BatchResponse,
+    elapsed_ms: float,
+) -> LedgerRow:
+    """The ledger row of a line a provider's job answered: lane ``provider-batch``, priced at ``price.batch``."""
+    body = resp.body if isinstance(resp.body, dict) else {}
+    prompt, output, cached = usage_of(body.get("usage"))
+    ok = 200 <= resp.status_code < 300
+    quote = price.quote(prompt, output, cached, lane="provider-batch") if ok else None
+    priced = quote is not None and bool(price.input or price.output)
+    return LedgerRow(
+        ts=time.time(),
+        request_id=resp.request_id or f"{batch_id}-{line.line}",
+        key_id=key_id,
+        alias=route.alias,
+        provider=provider,
+        upstream_model=route.model,
+        endpoint=_ENDPOINTS.get(line.url, line.url),
+        stream=False,
+        traffic_class="batch",
+        status=resp.status_code,
+        outcome="ok" if ok else "upstream_error",
+        attempts=1,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        tokens_estimated=False,
+        ttft_ms=None,
+        e2e_ms=elapsed_ms,
+        overhead_ms=None,
+        cost=quote.cost if priced and quote is not None else None,
+        cached_tokens=cached,
+        lane="provider-batch",
+        price_tier=quote.tier if priced and quote is not None else None,
     )
