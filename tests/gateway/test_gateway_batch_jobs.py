@@ -136,3 +136,47 @@ async def test_a_closing_window_moves_a_stalled_provider_jobs_lines_to_an_intera
     records = await truth(p.url)
     assert not [r for r in records if r["batch_id"] is not None]  # the provider billed no batch line
     assert {r["client_request_id"] for r in records} >= {r[0] for r in rows}
+
+
+async def test_lines_of_a_closing_window_skip_the_batch_lane_for_an_interactive_route(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """Without a provider batch API the lines would run on the batch lane (``x-tailgate-class: batch``, lowest
+    priority). A batch whose window is already closing (``close_margin`` of 3,599 s on a ``1h`` window) runs them
+    as live requests instead: class not ``batch``, lane ``interactive``, the live price; a batch with time left (the
+    default margin) stays on the lane."""
+    p = await sim("instant")
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=False, close_margin=3599.0))
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(4))), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=f.id,
+        endpoint="/v1/chat/completions",
+        completion_window="1h",  # type: ignore[arg-type]  # the SDK types 24h only
+    )
+    done = await wait_done(client, batch.id)
+    assert done.status == "completed"
+    gw.gateway.core.books.flush()
+    assert gw.gateway.ledger is not None
+    with open_store(gw.gateway.ledger.path) as conn:
+        rows = conn.execute(
+            "SELECT lane, price_tier, traffic_class FROM requests WHERE request_id LIKE 'batch_req_%'"
+        ).fetchall()
+    assert len(rows) == 4
+    assert {(r[0], r[1]) for r in rows} == {("interactive", "standard")}
+    assert "batch" not in {r[2] for r in rows}
+
+    calm: GatewayHandle = await gateway(config(p.url, batch_api=False))  # the default margin: 15 min of 1 h
+    client = oai(calm.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(4))), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=f.id,
+        endpoint="/v1/chat/completions",
+        completion_window="1h",  # type: ignore[arg-type]
+    )
+    assert (await wait_done(client, batch.id)).status == "completed"
+    calm.gateway.core.books.flush()
+    assert calm.gateway.ledger is not None
+    with open_store(calm.gateway.ledger.path) as conn:
+        rows = conn.execute("SELECT lane, traffic_class FROM requests WHERE request_id LIKE 'batch_req_%'").fetchall()
+    assert {(r[0], r[1]) for r in rows} == {("batch-lane", "batch")}
