@@ -108,7 +108,7 @@ async def test_a_replica_killed_while_its_provider_jobs_run_leaves_them_to_be_re
     the provider ran 3 jobs, each line once, and every ledger row in PostgreSQL is one line of them (the
     simulator's truth by request id)."""
     pg_url = pg_cluster.fresh_database(f"fleet_batch_jobs_{uuid.uuid4().hex[:8]}")
-    provider = await sim("instant", models=("m",), faults={"batch_turnaround_s": 3.0})
+    provider = await sim("instant", models=("m",), faults={"batch_turnaround_s": 8.0})
     cfg = [
         batch_config(tmp_path, i, provider.url, pg_url, None, "x", 4, batch_api=True, job_lines=20) for i in range(2)
     ]

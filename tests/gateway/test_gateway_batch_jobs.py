@@ -44,7 +44,7 @@ async def test_a_gateway_taking_over_resumes_the_provider_jobs_instead_of_sendin
     same store, finds the jobs on the lines and polls them: the provider ran 3 jobs, not 6, each line once, and
     each ledger row is one line of those jobs (the simulator's truth, by request id). One group's job id is wiped
     first (a replica dying between the upload and the create): it is found by its input file, not sent again."""
-    p = await sim("instant", faults={"batch_turnaround_s": 1.5})
+    p = await sim("instant", faults={"batch_turnaround_s": 3.0})  # long enough to send all three on a busy machine
     cfg = config(p.url, batch_api=True, provider_job_lines=4)
     cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
     first: GatewayHandle = await gateway(cfg)
@@ -91,12 +91,12 @@ async def test_a_closing_window_moves_a_stalled_provider_jobs_lines_to_an_intera
     sim: SimFactory, gateway: Any, oai: Oai
 ) -> None:
     """A ``1h`` batch goes to the provider's batch API, whose job stalls (a turnaround of an hour). With
-    ``batch.close_margin`` set so that the window counts as closing ~2 s in (3,596 s of 3,600 left: the margin plus
+    ``batch.close_margin`` set so that the window counts as closing ~3 s in (3,597 s of 3,600 left: the margin plus
     the lines' 2 s at interactive pace), the gateway cancels the job and runs the lines on an interactive route:
     the batch completes inside its window, each ledger row on lane ``interactive`` at the ``standard`` tier (the
     live price, twice the batch price), the provider's one job cancelled with nothing answered or billed."""
     p = await sim("instant", faults={"batch_turnaround_s": 3600.0})
-    gw: GatewayHandle = await gateway(config(p.url, batch_api=True, provider_min_left=60.0, close_margin=3596.0))
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=True, provider_min_left=60.0, close_margin=3595.0))
     client = oai(gw.url, key=KEY_A)
     f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(6))), purpose="batch")
     batch = await client.batches.create(
