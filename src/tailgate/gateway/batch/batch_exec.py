@@ -490,8 +490,7 @@ class BatchExecutor:
         status = str(created.get("status"))
         state = created
         cancel_sent = False
-        closing_by: float | None = None
-        """The window is about to close: the job is cancelled, and waited for until then (for its answered lines)."""
+        closing_by: float | None = None  # the window closes: the job is cancelled and waited for until then
         while status not in TERMINAL_STATUSES:
             cfg = self.config()
             await asyncio.sleep(cfg.provider_poll_interval)
