@@ -65,6 +65,8 @@ async def json_call(request: Any) -> dict[str, Any]:
 
 
 class HTTPStatusError(RuntimeError):
+    """A provider answered a Files / Batch API call with a 4xx or 5xx (``status``)."""
+
     def __init__(self, status: int, text: str) -> None:
         super().__init__(f"HTTP {status}: {text}")
         self.status = status
