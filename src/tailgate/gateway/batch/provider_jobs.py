@@ -7,7 +7,8 @@ after the upload and its batch id (``job_id``) right after the create, **before 
 dies while its job runs leaves its lines leased; once the leases expire another replica leases them and finds the
 job on them: it polls that job instead of sending the lines again (the provider would bill them twice). A line
 recorded with a file but no job (a death between the upload and the create) is looked up among the provider's
-batches by its input file before a job is created from that file, without uploading again.
+batches by its input file; when none was made from it, the lines are uploaded afresh (the old file may hold lines
+another replica now holds: two jobs from one file would run those twice).
 """
 
 from __future__ import annotations
@@ -110,25 +111,21 @@ async def open_job(
                 )
             )
             return found, True
-    else:
-        form = aiohttp.FormData()
-        form.add_field("purpose", "batch")
-        form.add_field("file", payload, filename=f"{batch_id}.jsonl", content_type="application/jsonl")
-        uploaded = await json_call(http.post(f"{base}/files", data=form, headers=auth))
-        file_id = str(uploaded["id"])
-        await store(lambda c: line_store.record_job(c, batch_id, ids, owner=owner, provider=provider, file_id=file_id))
-    try:
-        created = await json_call(
-            http.post(
-                f"{base}/batches",
-                json={"input_file_id": file_id, "endpoint": endpoint, "completion_window": "24h"},
-                headers=auth,
-            )
+        # No job was made from it: upload these lines afresh (the old file may hold lines another replica now
+        # holds; two jobs from one file would run those twice).
+    form = aiohttp.FormData()
+    form.add_field("purpose", "batch")
+    form.add_field("file", payload, filename=f"{batch_id}.jsonl", content_type="application/jsonl")
+    uploaded = await json_call(http.post(f"{base}/files", data=form, headers=auth))
+    file_id = str(uploaded["id"])
+    await store(lambda c: line_store.record_job(c, batch_id, ids, owner=owner, provider=provider, file_id=file_id))
+    created = await json_call(
+        http.post(
+            f"{base}/batches",
+            json={"input_file_id": file_id, "endpoint": endpoint, "completion_window": "24h"},
+            headers=auth,
         )
-    except HTTPStatusError as exc:
-        if exc.status == 404:  # the file is gone: upload again next time
-            await store(lambda c: line_store.forget_job(c, batch_id, ids))
-        raise
+    )
     job, sent_file = str(created["id"]), file_id
     marked = await store(
         lambda c: line_store.record_job(c, batch_id, ids, owner=owner, provider=provider, file_id=sent_file, job_id=job)
