@@ -5,12 +5,21 @@ A line of the batch lane is a request through the gateway's own request path, an
 path: :func:`admit_provider_line` makes the same decisions for it when its job is put together — the key revoked
 (or gone), expired, the model not allowed, and its budgets (prompt bound + ``max_tokens`` at the provider's batch
 price, reserved per line as a live request reserves them; no tpm window or concurrency slot: a job's line uses no
-live rate). The reservation is settled to the line's ledger row when the job answers it, or given back."""
+live rate). The reservation is settled to the line's ledger row when the job answers it, or given back.
+
+A line already in a provider job recorded on it (a job resumed after its replica died or stopped) is never refused:
+the provider runs it whatever the gateway decides now, so its answer is recorded and billed; it is reserved for
+when the key's budgets allow it (:func:`job_lines`)."""
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tailgate.gateway.batch.provider_jobs import provider_body
 from tailgate.gateway.request_path.admission import KeyRefused
 from tailgate.gateway.request_path.estimate import token_estimate
 from tailgate.wire import errors as wire_errors
@@ -19,9 +28,13 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.admission import Ticket
     from tailgate.gateway.request_path.core import Core
     from tailgate.gateway.request_path.providers import ProviderState
+    from tailgate.ledger.batches import LeasedLine
+    from tailgate.routing import Route
     from tailgate.wire.errors import WireError
 
-__all__ = ["BUDGET_REFUSED", "LineRefused", "admit_provider_line"]
+__all__ = ["BUDGET_REFUSED", "JobLines", "LineRefused", "admit_provider_line", "budget_refused", "job_lines"]
+
+log = logging.getLogger("tailgate.batches")
 
 BUDGET_REFUSED = "budget_exceeded"
 """The ledger outcome (and error code) of a line its key's budget refused: final for a batch line, never retried
@@ -56,3 +69,53 @@ async def admit_provider_line(
         return await core.admission.admit(key_id, alias, prompt, output, (rate_in, rate_out), budgets_only=True)
     except KeyRefused as refused:
         raise LineRefused(refused.reason, refused.error) from None
+
+
+@dataclass(slots=True)
+class JobLines:
+    """The lines of one provider job, admitted: ``by_job_id`` (the job's ``custom_id`` → line), its JSONL
+    ``payload``, the ``tickets`` reserved (by job ``custom_id``) and the lines the key ``refused``."""
+
+    by_job_id: dict[str, LeasedLine] = field(default_factory=dict)
+    payload: list[bytes] = field(default_factory=list)
+    tickets: dict[str, Ticket] = field(default_factory=dict)
+    refused: list[tuple[LeasedLine, LineRefused]] = field(default_factory=list)
+
+
+async def job_lines(
+    core: Core, key_id: str | None, lines: Sequence[LeasedLine], route: Route, provider: ProviderState, out: JobLines
+) -> None:
+    """Admit each of ``lines`` (:func:`admit_provider_line`) and write the job's payload into ``out`` (filled as it
+    goes: a caller that stops midway still gives back every ticket in it). Each line's body is cleaned for the
+    provider (:func:`~tailgate.gateway.batch.provider_jobs.provider_body`)."""
+    for line in lines:
+        body = json.loads(line.body)
+        sent = line.job_provider == provider.name and line.job_id is not None  # in a job the provider runs anyway
+        try:
+            ticket = await admit_provider_line(core, key_id, body, line.body.encode(), line.url, provider)
+        except LineRefused as refused:
+            if not sent:
+                out.refused.append((line, refused))
+                continue
+            log.info("batch %s line %r: %s, but already in job %s", line.batch_id, line.custom_id, refused, line.job_id)
+            ticket = None
+        job_id = f"l{line.line}"
+        out.by_job_id[job_id] = line
+        if ticket is not None:
+            out.tickets[job_id] = ticket
+        row = {"custom_id": job_id, "method": "POST", "url": line.url, "body": provider_body(body, route, provider)}
+        out.payload.append(json.dumps(row).encode() + b"\n")
+
+
+def budget_refused(status: int, body: bytes, outcome: str | None) -> bool:
+    """Was a lane line refused by its key's budget (``budget_exceeded``: its row's ``outcome``, else its answer's
+    code)?"""
+    if status != 429:
+        return False
+    if outcome is not None:
+        return outcome == BUDGET_REFUSED
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") == BUDGET_REFUSED
