@@ -331,9 +331,10 @@ def _schema_error(schema: Any, value: Any) -> str | None:
 def tool_call_problems(request: Mapping[str, Any], response: Mapping[str, Any]) -> list[Observation]:
     """The three tool-call signals, checked once per answer that has tool calls (none otherwise).
 
-    Each hits when *any* call of the answer shows the problem; the detail names the first such call."""
+    Each hits when *any* call of the answer shows the problem; the detail names the first such call. An answer
+    cut by ``length`` is the client's budget: its calls are not judged (their arguments may be cut mid-way)."""
     calls = _tool_calls(_message(response))
-    if not calls:
+    if not calls or _choice(response).get("finish_reason") == "length":
         return []
     declared = declared_tools(request)
     unknown = bad_json = mismatch = ""
