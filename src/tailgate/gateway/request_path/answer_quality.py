@@ -18,7 +18,6 @@ counters (``tailgate_quality_checked_total`` / ``…_signals_total``), the tally
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +74,7 @@ class _Head(msgspec.Struct):
 
 
 _decode_head = msgspec.json.Decoder(_Head).decode
+_decode_any = msgspec.json.Decoder().decode
 
 
 @dataclass(slots=True)
@@ -168,8 +168,8 @@ def _chunks(blobs: Iterable[bytes]) -> Iterable[dict[str, Any]]:
                     payload = line[5:].strip()
                     if payload and payload != b"[DONE]":
                         try:
-                            obj = json.loads(payload)
-                        except ValueError:
+                            obj = _decode_any(payload)
+                        except (msgspec.DecodeError, UnicodeDecodeError):
                             continue
                         if isinstance(obj, dict):
                             yield obj
@@ -254,8 +254,8 @@ class AnswerQuality:
         if obs.body is not None:  # a whole answer
             if obs.whole:
                 try:
-                    answer = json.loads(obs.body)
-                except ValueError:
+                    answer = _decode_any(obs.body)
+                except msgspec.DecodeError:
                     return []
                 return sig.check_chat(request, answer) if isinstance(answer, dict) else []
             fast = obs.fast
