@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import closing
@@ -221,3 +222,122 @@ async def test_tool_call_signals_counted_per_route(sim: SimFactory, gateway: GwF
         rates = read_rates(conn, since=0, until=1e12)
     assert rates[("primary", "up-primary")]["tool_args_invalid_json"].hits == broken["tool_args_invalid_json"]
     assert re.search(r"tailgate_quality_checked_total\{[^}]*signal=\"content_filtered\"", text)
+
+
+ADMIN = {"Authorization": "Bearer admin-key-0123456789"}
+
+
+async def _weights(session: aiohttp.ClientSession, gw: GatewayHandle) -> dict[str, Any]:
+    async with session.get(f"{gw.root_url}/admin/providers", headers=ADMIN) as r:
+        admin = await r.json()
+    weights: dict[str, Any] = admin["routing"][ALIAS]["weights"]
+    return weights
+
+
+@pytest.mark.slow
+async def test_adaptive_takes_share_from_broken_tool_calls_and_gives_it_back(
+    sim: SimFactory, gateway: GwFactory
+) -> None:
+    """Promise 8 on live traffic, time-scaled (window 8 s, recent 4 s: the defaults' 10 min / 2 min ÷ 75): the
+    primary breaks 10 % of its tool calls while the secondary breaks none. Held within seconds (the reason on
+    /admin/providers), it gets no client request while held; the fault cleared, it is released after a window
+    without evidence and takes its share again."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    config = two_provider_config(
+        a.url,
+        b.url,
+        admin_key="admin-key-0123456789",
+        routing={
+            "probes": {"enabled": False},
+            "slo": {"ttft_p90": "5s", "e2e_p90": "10s"},  # latency never moves anything here
+            "adaptive": {"slow_start": "1s"},
+            "quality": {"window": "8s", "recent": "4s", "signals": ["tool_call"]},
+        },
+    )
+    for route in config["models"][ALIAS]["routes"]:
+        route["weight"], route["classes"] = 50, []
+    gw = await gateway(config)
+    loop = asyncio.get_running_loop()
+    a.set_faults(Faults(tool_call_break_rate=0.1))
+    async with _client(gw) as client, aiohttp.ClientSession() as session:
+
+        async def burst(n: int) -> Counter[str]:
+            answers = await _many(client, n, tools=TOOLS, tool_choice="required", max_tokens=200)
+            return Counter(x[3] for x in answers)
+
+        t0 = loop.time()
+        held_after = None
+        while loop.time() - t0 < 30:
+            await burst(40)
+            weights = await _weights(session, gw)
+            if weights["primary"]["promise"] == "quality":
+                held_after = loop.time() - t0
+                break
+        assert held_after is not None, weights
+        assert weights["primary"]["effective_weight"] == 0.0
+        assert weights["primary"]["reason"].startswith("quality: tool_call"), weights["primary"]["reason"]
+        assert weights["secondary"]["promise"] != "quality"  # never every route
+        served = await burst(60)
+        assert served["primary"] == 0, served
+        a.set_faults(Faults())
+        t1 = loop.time()
+        back_after = None
+        while loop.time() - t1 < 30:
+            served = await burst(40)
+            if served["primary"] >= 10:
+                back_after = loop.time() - t1
+                break
+            await asyncio.sleep(0.2)
+        assert back_after is not None
+    print(
+        f"\ntool calls 10% broken: held after {held_after:.1f}s, share back {back_after:.1f}s after the fault cleared"
+    )
+
+
+async def test_the_board_is_shared_through_the_store_with_the_monitors_canaries(tmp_path: Any) -> None:
+    """Two replicas' boards over one store (a real SQLite file): each one's counts reach the other within a
+    tick, never counted twice, and the monitor's graded canaries (``samples.accuracy_ok``) reach both."""
+    from tailgate.config.loader import validate_data
+    from tailgate.config.schema import GatewayConfig
+    from tailgate.gateway.health.quality_sync import QualitySync
+    from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+    from tailgate.gateway.request_path.answer_quality import AnswerQuality
+    from tailgate.ledger.samples import Sample, insert_samples
+    from tailgate.quality.signals import Observation
+
+    store = tmp_path / "store.db"
+    cfg = validate_data(two_provider_config("http://a.invalid", "http://b.invalid"), GatewayConfig, "t")
+    replicas = []
+    for _ in range(2):
+        m = GatewayMetrics()
+        q = AnswerQuality.of(cfg, m.quality, m.quality_retries)
+        replicas.append((q, QualitySync(q, store, window_s=600)))
+    (qa, sa), (qb, sb) = replicas
+    with closing(open_db(store)) as conn:  # a canary graded before either started: read at start
+        insert_samples(conn, [Sample(time.time() - 5, "primary", "up-primary", "accuracy", 200, accuracy_ok=False)])
+    await sa.tick()
+    await sb.tick()
+    key = ("primary", "up-primary")
+
+    def counts(q: AnswerQuality, signal: str) -> tuple[int, int]:
+        c = q.board.view([key], q.clock()).get(key, {}).get(signal)
+        return (0, 0) if c is None else (c.successes, c.trials)
+
+    assert counts(qa, "canary") == counts(qb, "canary") == (0, 1)
+    for i in range(30):  # replica a: 30 answers, 3 filtered
+        qa.count("primary", "up-primary", [Observation("content_filtered", i % 10 == 0)])
+    qb.count("primary", "up-primary", [Observation("content_filtered", False)])
+    with closing(open_db(store)) as conn:
+        insert_samples(conn, [Sample(time.time(), "primary", "up-primary", "accuracy", 200, accuracy_ok=True)] * 2)
+    await sa.tick()
+    await sb.tick()
+    await sa.tick()
+    assert counts(qa, "content_filter") == counts(qb, "content_filter") == (28, 31)
+    assert counts(qa, "canary") == counts(qb, "canary") == (2, 3)
+    await sa.tick()
+    await sb.tick()
+    assert counts(qa, "content_filter") == counts(qb, "content_filter") == (28, 31)  # never twice
+    with closing(open_db(store)) as conn:
+        rates = read_rates(conn, since=0, until=1e12)
+    assert (rates[key]["content_filtered"].checked, rates[key]["content_filtered"].hits) == (31, 3)

@@ -469,6 +469,7 @@ class Gateway:
             fleet=self.fleet,
             access=self.guard,
             prober=self.prober,
+            quality=self.quality.board,
         )
         add_key_routes(app, self.key_directory, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self.reloader, self.guard)

@@ -210,7 +210,10 @@ class AnswerQuality:
     @classmethod
     def of(cls, config: GatewayConfig, metrics: QualityMetrics, retries: CounterFamily) -> AnswerQuality:
         settings, per_alias = board_for(config)
-        board = QualityBoard(settings, per_alias, recompute_s=config.routing.adaptive.recompute)
+        # 10 s buckets over the default 10-minute window; a shorter window (a time-scaled run) gets finer ones
+        shortest = min([settings.window_s, *(s.window_s for s in per_alias.values())])
+        bucket = min(10.0, shortest / 60.0)
+        board = QualityBoard(settings, per_alias, bucket_s=bucket, recompute_s=config.routing.adaptive.recompute)
         return cls(board, metrics, retries, retry=_retry_of(config))
 
     def configure(self, config: GatewayConfig) -> None:
