@@ -20,6 +20,7 @@ import pytest
 from conftest import GatewayHandle, SimFactory, two_provider_config
 from tailgate.ledger import open_db, read_rows
 from tailgate.ledger.quality import read_rates
+from tailgate.ledger.store import open_store
 from tailgate.sim.faults import Faults
 
 GwFactory = Callable[..., Awaitable[GatewayHandle]]
@@ -295,27 +296,35 @@ async def test_adaptive_takes_share_from_broken_tool_calls_and_gives_it_back(
     )
 
 
-async def test_the_board_is_shared_through_the_store_with_the_monitors_canaries(tmp_path: Any) -> None:
-    """Two replicas' boards over one store (a real SQLite file): each one's counts reach the other within a
-    tick, never counted twice, and the monitor's graded canaries (``samples.accuracy_ok``) reach both."""
+def _canaries(target: str, *right: bool, ago_s: float = 0.0) -> None:
+    """Graded canaries as the monitor writes them (``samples.accuracy_ok``), on either backend."""
+    with closing(open_store(target)) as conn, conn.transaction() as tx:
+        for ok in right:
+            tx.execute(
+                "INSERT INTO samples (ts, provider, model, workload, status, accuracy_ok) VALUES (?, ?, ?, ?, ?, ?)",
+                (time.time() - ago_s, "primary", "up-primary", "accuracy", 200, int(ok)),
+            )
+
+
+async def test_the_board_is_shared_through_the_store_with_the_monitors_canaries(store_target: str) -> None:
+    """Two replicas' boards over one store (a real SQLite file, a real PostgreSQL database): each one's counts
+    reach the other within a tick, never counted twice, and the monitor's graded canaries
+    (``samples.accuracy_ok``) reach both — those graded before a replica started too."""
     from tailgate.config.loader import validate_data
     from tailgate.config.schema import GatewayConfig
     from tailgate.gateway.health.quality_sync import QualitySync
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
     from tailgate.gateway.request_path.answer_quality import AnswerQuality
-    from tailgate.ledger.samples import Sample, insert_samples
     from tailgate.quality.signals import Observation
 
-    store = tmp_path / "store.db"
     cfg = validate_data(two_provider_config("http://a.invalid", "http://b.invalid"), GatewayConfig, "t")
     replicas = []
     for _ in range(2):
         m = GatewayMetrics()
         q = AnswerQuality.of(cfg, m.quality, m.quality_retries)
-        replicas.append((q, QualitySync(q, store, window_s=600)))
+        replicas.append((q, QualitySync(q, store_target, window_s=600)))
     (qa, sa), (qb, sb) = replicas
-    with closing(open_db(store)) as conn:  # a canary graded before either started: read at start
-        insert_samples(conn, [Sample(time.time() - 5, "primary", "up-primary", "accuracy", 200, accuracy_ok=False)])
+    _canaries(store_target, False, ago_s=5)  # graded before either replica started: read at start
     await sa.tick()
     await sb.tick()
     key = ("primary", "up-primary")
@@ -328,8 +337,7 @@ async def test_the_board_is_shared_through_the_store_with_the_monitors_canaries(
     for i in range(30):  # replica a: 30 answers, 3 filtered
         qa.count("primary", "up-primary", [Observation("content_filtered", i % 10 == 0)])
     qb.count("primary", "up-primary", [Observation("content_filtered", False)])
-    with closing(open_db(store)) as conn:
-        insert_samples(conn, [Sample(time.time(), "primary", "up-primary", "accuracy", 200, accuracy_ok=True)] * 2)
+    _canaries(store_target, True, True)
     await sa.tick()
     await sb.tick()
     await sa.tick()
@@ -338,6 +346,6 @@ async def test_the_board_is_shared_through_the_store_with_the_monitors_canaries(
     await sa.tick()
     await sb.tick()
     assert counts(qa, "content_filter") == counts(qb, "content_filter") == (28, 31)  # never twice
-    with closing(open_db(store)) as conn:
+    with closing(open_store(store_target)) as conn:
         rates = read_rates(conn, since=0, until=1e12)
     assert (rates[key]["content_filtered"].checked, rates[key]["content_filtered"].hits) == (31, 3)
