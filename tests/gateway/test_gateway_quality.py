@@ -6,6 +6,7 @@ providers with their faults, a real gateway, the official openai SDK as the clie
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections import Counter
@@ -349,3 +350,65 @@ async def test_the_board_is_shared_through_the_store_with_the_monitors_canaries(
     with closing(open_store(store_target)) as conn:
         rates = read_rates(conn, since=0, until=1e12)
     assert (rates[key]["content_filtered"].checked, rates[key]["content_filtered"].hits) == (31, 3)
+
+
+async def test_json_mode_and_thinking_are_judged_on_what_the_client_got(sim: SimFactory, gateway: GwFactory) -> None:
+    """``response_format: json_object`` answers that do not parse and thinking requests answered without reasoning
+    are counted exactly as the client's own reading of each answer says, unary and streamed; a request that asked
+    for neither is never checked on them."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    config = _weighted(a.url, b.url)
+    config["models"][ALIAS]["routes"][1]["weight"] = 0
+    gw = await gateway(config)
+    expected = Counter[str]()
+
+    async def one(session: aiohttp.ClientSession, stream: bool, **extra: Any) -> None:
+        body = {"model": ALIAS, "messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        async with session.post(f"{gw.url}/chat/completions", json=body) as r:
+            raw = await r.read()
+            assert r.status == 200, raw
+        if stream:
+            chunks = [json.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: {")]
+            content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+            reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
+            finish = next(
+                c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]
+            )
+            usage = next((c["usage"] for c in chunks if c.get("usage")), {})
+        else:
+            usage = json.loads(raw).get("usage") or {}
+            choice = json.loads(raw)["choices"][0]
+            content, finish = choice["message"].get("content") or "", choice["finish_reason"]
+            reasoning = choice["message"].get("reasoning_content") or ""
+        thought = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        if "response_format" in extra and finish == "stop":
+            expected["json checked"] += 1
+            try:
+                json.loads(content)
+            except ValueError:
+                expected["json hits"] += 1
+        if "reasoning_effort" in extra:
+            expected["reasoning checked"] += 1
+            expected["reasoning hits"] += not (reasoning or thought)
+
+    async with aiohttp.ClientSession() as session:
+        for i in range(12):
+            await one(session, i % 2 == 1, response_format={"type": "json_object"})
+            await one(session, i % 2 == 1, reasoning_effort="low")
+    text = await _metrics(gw)
+
+    def m(kind: str, signal: str) -> float:
+        return _metric(text, f"tailgate_quality_{kind}_total", provider="primary", signal=signal)
+
+    assert expected["json checked"] >= 6, expected
+    assert (m("checked", "json_invalid"), m("signals", "json_invalid")) == (
+        expected["json checked"],
+        expected["json hits"],
+    )
+    assert (m("checked", "reasoning_missing"), m("signals", "reasoning_missing")) == (
+        expected["reasoning checked"],
+        expected["reasoning hits"],
+    )

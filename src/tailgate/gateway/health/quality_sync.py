@@ -65,6 +65,8 @@ class QualitySync:
     _last_canary: int | None = field(default=None, init=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False)
     _warned: bool = field(default=False, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    """One exchange at a time (the loop's, ``close``'s, a test's)."""
 
     def start(self) -> None:
         if self._task is None and self.store is not None:
@@ -74,7 +76,8 @@ class QualitySync:
         """Stop the loop; this replica's last counts go to the store."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
+            async with self._lock:  # an exchange in flight finishes first
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await self.tick()
@@ -86,6 +89,10 @@ class QualitySync:
 
     async def tick(self) -> None:
         """One exchange with the store (see the module docstring)."""
+        async with self._lock:
+            await self._tick()
+
+    async def _tick(self) -> None:
         store = self.store
         if store is None or (not isinstance(store, str) and not Path(store).parent.exists()):
             return
