@@ -377,7 +377,7 @@ async def test_json_mode_and_thinking_are_judged_on_what_the_client_got(sim: Sim
             finish = next(
                 c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]
             )
-            usage = next((c["usage"] for c in chunks if c.get("usage")), {})
+            usage: dict[str, Any] = next((c["usage"] for c in chunks if c.get("usage")), {})
         else:
             usage = json.loads(raw).get("usage") or {}
             choice = json.loads(raw)["choices"][0]
