@@ -426,7 +426,6 @@ class Gateway:
             ("upstream connection pools", self._close_clients, CLOSE_STEP_S),
             ("traffic aggregates (traffic.close)", self.traffic.close, CLOSE_STEP_S),
             ("key settlements (admission.close)", self.admission.close, CLOSE_STEP_S),
-            ("answer-quality counts (quality_sync.close)", self.quality_sync.close, CLOSE_STEP_S),
         ]
         if self.maintenance is not None:
             steps.append(("store maintenance (maintenance.close)", self.maintenance.close, CLOSE_STEP_S))
@@ -437,6 +436,9 @@ class Gateway:
             steps.append(("ledger shipper (shipper.close)", self.shipper.close, CLOSE_STEP_S))
         if (trace := self.trace) is not None:
             steps.append(("trace (trace.close)", lambda: asyncio.to_thread(trace.close), CLOSE_STEP_S))
+        # the last answers' quality counts (bounded by their own CLOSE_FLUSH_S: a store that is not answering
+        # has had its say in the steps above)
+        steps.append(("answer-quality counts (quality_sync.close)", self.quality_sync.close, CLOSE_STEP_S))
         steps.append(("fleet state (fleet.close)", self.fleet.close, CLOSE_STEP_S))
         clean = True
         for what, step, limit in steps:

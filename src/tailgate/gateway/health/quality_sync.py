@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ log = logging.getLogger("tailgate.gateway.health.quality_sync")
 
 Cell = tuple[float, str, str, str]
 """(hour, provider, model, signal)"""
+CLOSE_FLUSH_S = 0.5
+"""The last exchange at stop waits at most this long (a store that does not answer must not hold the stop)."""
 MAX_CANARIES = 10_000
 """Canaries read per tick at most (the rest on the next)."""
 
@@ -66,6 +69,7 @@ class QualitySync:
     _task: asyncio.Task[None] | None = field(default=None, init=False)
     _warned: bool = field(default=False, init=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _executor: ThreadPoolExecutor | None = field(default=None, init=False)
     """One exchange at a time (the loop's, ``close``'s, a test's)."""
 
     def start(self) -> None:
@@ -73,14 +77,22 @@ class QualitySync:
             self._task = asyncio.create_task(self._run(), name="tailgate-quality-sync")
 
     async def close(self) -> None:
-        """Stop the loop; this replica's last counts go to the store."""
+        """Stop the loop; this replica's last counts go to the store — unless an exchange is still in flight (the
+        store is not answering: its counts wait in no queue, the stop does not wait for it) or the last one takes
+        longer than ``CLOSE_FLUSH_S``."""
         task, self._task = self._task, None
-        if task is not None:
-            async with self._lock:  # an exchange in flight finishes first
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await self.tick()
+        if task is None:
+            return
+        busy = self._lock.locked()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if not busy:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.tick(), CLOSE_FLUSH_S)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)  # a thread still blocked on the store is left behind
+            self._executor = None
 
     async def _run(self) -> None:
         while True:
@@ -99,7 +111,12 @@ class QualitySync:
         counts = self.quality.tally.drain()
         wall = self.wall()
         try:
-            read = await asyncio.to_thread(self._exchange, store, counts, wall)
+            if self._executor is None:
+                # its own thread, never the loop's default executor: asyncio.run joins that one at exit, and an
+                # exchange blocked on a store that does not answer would hold the process (the shipper's way too)
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailgate-quality-sync")
+            loop = asyncio.get_running_loop()
+            read = await loop.run_in_executor(self._executor, self._exchange, store, counts, wall)
         except Exception as exc:
             for c in counts:  # kept for the next tick
                 self.quality.tally.add(c.provider, c.model, c.signal, True, c.hits)
