@@ -68,8 +68,10 @@ class Receiver:
     points: dict[str, list[GotPoint]] = field(default_factory=dict)
     """The latest export's points per metric (cumulative: the latest is the total)."""
     posts: int = 0
+    posted: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by the first export received (whatever the mode answers)."""
     _runner: web.AppRunner | None = None
-    _hung: list[asyncio.Future[None]] = field(default_factory=list)
+    hung: list[asyncio.Future[None]] = field(default_factory=list)
     port: int = 0
 
     @property
@@ -84,11 +86,12 @@ class Receiver:
 
     async def _stall(self) -> web.Response | None:
         self.posts += 1
+        self.posted.set()
         if self.mode == "refuse":
             return web.Response(status=503)
         if self.mode == "hang":
             waiter = asyncio.get_running_loop().create_future()
-            self._hung.append(waiter)
+            self.hung.append(waiter)
             await waiter
             return web.Response(status=503)
         return None
@@ -150,7 +153,7 @@ class Receiver:
         return self
 
     async def stop(self) -> None:
-        for waiter in self._hung:
+        for waiter in self.hung:
             if not waiter.done():
                 waiter.set_result(None)
         if self._runner is not None:
