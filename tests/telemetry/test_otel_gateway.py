@@ -376,3 +376,46 @@ async def test_a_dead_collector_under_load_fails_no_request(
     assert dropped > len(statuses)  # 2 spans a request; the queue holds 16
     assert (registry.get_sample_value("tailgate_otel_spans_exported_total") or 0.0) == 0
     assert 'tailgate_otel_spans_dropped_total{reason="queue_full"}' in metrics
+
+
+async def test_the_otel_variables_alone_turn_it_on(
+    receiver: Receiver, sim: SimFactory, gateway: GwFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``telemetry:`` section: ``OTEL_EXPORTER_OTLP_ENDPOINT`` and ``OTEL_SERVICE_NAME`` turn the export on;
+    ``OTEL_SDK_DISABLED=true`` keeps it off beside them."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "gw-from-env")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway(_two(a.url, b.url))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "m", "messages": MSG, "max_tokens": 3}
+        async with session.post(f"{gw.url}/chat/completions", json=body, headers={"x-request-id": "otel-env"}) as r:
+            assert r.status == 200
+    rows = await _settle(gw)
+    server, _ = receiver.tree("otel-env")
+    _matches_row(server, _row(rows, "otel-env"))
+    assert server.resource["service.name"] == "gw-from-env"
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    off = await gateway(_two(a.url, b.url))
+    assert off.gateway.otel is None
+
+
+def test_serve_names_an_unusable_otel_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tailgate serve`` with an OTEL_* variable it cannot use stops at once with one message naming it."""
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "providers: {p: {base_url: 'http://127.0.0.1:9/v1'}}\n"
+        "models: {m: {routes: [{provider: p, model: up}]}}\n"
+        "telemetry: {endpoint: 'http://127.0.0.1:4318'}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
+    result = CliRunner().invoke(main, ["serve", "--config", str(path), "--port", "0"])
+    assert result.exit_code == 2  # a usage / config error (the CLI's _fail)
+    assert "error: telemetry: OTEL_BSP_MAX_QUEUE_SIZE='lots' is not a number" in result.output
