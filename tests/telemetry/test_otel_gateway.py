@@ -134,7 +134,7 @@ async def test_chat_and_stream_spans_and_metrics_match_the_ledger(
         assert ca["tailgate.attempt.outcome"] == "served"
         assert ca["tailgate.route"] == "primary/up-primary"
         assert ca["tailgate.route.rank"] == 0
-        assert ca["tailgate.routing.policy"] == "adaptive"
+        assert server.attributes["tailgate.routing.policy"] == "adaptive"
         assert ca["gen_ai.usage.output_tokens"] == row.output_tokens
         assert ca["server.address"] == "127.0.0.1"
         assert server.start_ns <= client.start_ns <= client.end_ns <= server.end_ns
@@ -419,3 +419,27 @@ def test_serve_names_an_unusable_otel_variable(tmp_path: Path, monkeypatch: pyte
     result = CliRunner().invoke(main, ["serve", "--config", str(path), "--port", "0"])
     assert result.exit_code == 2  # a usage / config error (the CLI's _fail)
     assert "error: telemetry: OTEL_BSP_MAX_QUEUE_SIZE='lots' is not a number" in result.output
+
+
+async def test_an_affinity_request_names_its_key_source(
+    receiver: Receiver, sim: SimFactory, gateway: GwFactory
+) -> None:
+    """A conversation kept on its route (promise 7): the attempt's reason is ``affinity`` and both spans name where
+    the key came from — the session header, else the stable prefix."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway({**_two(a.url, b.url), "telemetry": _telemetry(receiver)})
+    long = [{"role": "system", "content": "You are a careful writing assistant. " * 40}, *MSG]
+    async with aiohttp.ClientSession() as session:
+        for rid, extra in (("otel-aff-header", {"x-session-id": "conv-1"}), ("otel-aff-prefix", {})):
+            body = {"model": "m", "messages": long, "max_tokens": 3}
+            async with session.post(
+                f"{gw.url}/chat/completions", json=body, headers={"x-request-id": rid, **extra}
+            ) as r:
+                assert r.status == 200
+    await _settle(gw)
+    for rid, source in (("otel-aff-header", "header"), ("otel-aff-prefix", "prefix")):
+        server, (client,) = receiver.tree(rid)
+        assert server.attributes["tailgate.affinity.source"] == source
+        assert client.attributes["tailgate.affinity.source"] == source
+        assert client.attributes["tailgate.route.reason"] == "affinity"
