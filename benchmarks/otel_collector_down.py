@@ -11,11 +11,12 @@ One process: a simulated provider, a gateway and a closed-loop load of ``--clien
     .venv/bin/python benchmarks/otel_collector_down.py [--quick] [--seconds 30] [--clients 20]
 
 Telemetry phases export with ``export_timeout: 2s`` (``--quick``: 500 ms), a queue of 256 spans, batches of 64.
-Prints per phase: requests, failed requests (anything but a complete 200), P50 / P99 latency (ms), requests/s, and
-the spans dropped / exported (``tailgate_otel_spans_*``), then each phase's P50 and P99 ÷ the ``off`` phase's.
-Exits 1 when a request failed or a down phase counted no dropped span. The latency ratios are this machine's:
-the load, the gateway and the simulator share one event loop (what the exporter's threads take from it is what
-the ratios show). ``--quick``: 1 s per phase, a correctness smoke only.
+Prints per phase: requests, failed requests (anything but a complete 200), P50 / P99 latency (ms), requests/s, this
+process's CPU per request (µs: load, gateway, simulator and the exporter's threads together; the phases differ by
+the telemetry), and the spans dropped / exported (``tailgate_otel_spans_*``), then each phase's P50, P99 and CPU
+per request ÷ the ``off`` phase's. Exits 1 when a request failed or a down phase counted no dropped span. The
+ratios are this machine's: the load, the gateway and the simulator share one event loop (what the exporter's
+threads take from it is what the ratios show). ``--quick``: 1 s per phase, a correctness smoke only.
 """
 
 from __future__ import annotations
@@ -150,9 +151,13 @@ async def _phase(
 
     connector = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=connector) as session:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(client(session, n) for n in range(clients)))
         wall = time.perf_counter() - t0
+        await gw.books.drain()
+        if gw.otel is not None and name == "up":  # the spans of this phase's requests encoded and sent: their CPU too
+            await asyncio.to_thread(gw.otel.force_flush)
+        cpu = time.process_time() - cpu0
     await runner.cleanup()
     await gw.close()  # the last spans exported or counted lost (bounded: export_timeout + 1 s)
     reg = gw.metrics.registry
@@ -171,6 +176,7 @@ async def _phase(
         "p50": q[49],
         "p99": q[98],
         "rps": len(latencies) / wall,
+        "cpu_us": cpu / max(1, len(latencies)) * 1e6,
         "dropped": dropped,
         "exported": exported,
     }
@@ -194,16 +200,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seconds = args.seconds or (1.0 if args.quick else 30.0)
     rows = asyncio.run(run(seconds, args.clients, "500ms" if args.quick else "2s"))
-    head = ("requests", "failed", "p50 ms", "p99 ms", "req/s", "dropped", "exported")
+    head = ("requests", "failed", "p50 ms", "p99 ms", "req/s", "CPU µs", "dropped", "exported")
     print(f"{'phase':8} " + " ".join(f"{h:>8}" for h in head))
     for r in rows:
         print(
-            f"{r['phase']:8} {r['requests']:8d} {r['failed']:6d} {r['p50']:8.2f} {r['p99']:8.2f} {r['rps']:8.1f} "
+            f"{r['phase']:8} {r['requests']:8d} {r['failed']:8d} {r['p50']:8.2f} {r['p99']:8.2f} {r['rps']:8.1f} "
+            f"{r['cpu_us']:8.0f} "
             f"{r['dropped']:8.0f} {r['exported']:8.0f}"
         )
     base = rows[0]
     for r in rows[1:]:
-        print(f"{r['phase']} ÷ off: p50 {r['p50'] / base['p50']:.2f}, p99 {r['p99'] / base['p99']:.2f}")
+        print(
+            f"{r['phase']} ÷ off: p50 {r['p50'] / base['p50']:.2f}, p99 {r['p99'] / base['p99']:.2f}, "
+            f"CPU per request {r['cpu_us'] / base['cpu_us']:.2f} ({r['cpu_us'] - base['cpu_us']:+.0f} µs)"
+        )
     bad = [r["phase"] for r in rows if r["failed"]]
     silent = [r["phase"] for r in rows if r["phase"] in ("hang", "refused") and r["dropped"] == 0]
     if bad or silent:

@@ -16,7 +16,7 @@ def test_bench_otel_collector_down_smoke() -> None:
     rows = {
         m[0]: m[1:]
         for m in re.findall(
-            r"^(off|up|hang|refused)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)\s+(\d+)$", out, re.M
+            r"^(off|up|hang|refused)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(\d+)$", out, re.M
         )
     }
     assert set(rows) == {"off", "up", "hang", "refused"}
@@ -25,4 +25,4 @@ def test_bench_otel_collector_down_smoke() -> None:
     assert int(rows["refused"][2]) > 0
     assert int(rows["up"][3]) > 0  # a live collector got spans
     assert rows["off"][2:] == ("0", "0")
-    assert len(re.findall(r"÷ off: p50 [\d.]+, p99 [\d.]+", out)) == 3
+    assert len(re.findall(r"÷ off: p50 [\d.]+, p99 [\d.]+, CPU per request [\d.]+ \([+-]\d+ µs\)", out)) == 3
