@@ -443,3 +443,23 @@ async def test_an_affinity_request_names_its_key_source(
         assert server.attributes["tailgate.affinity.source"] == source
         assert client.attributes["tailgate.affinity.source"] == source
         assert client.attributes["tailgate.route.reason"] == "affinity"
+
+
+async def test_a_stream_cut_after_its_first_token(receiver: Receiver, sim: SimFactory, gateway: GwFactory) -> None:
+    """A provider that drops the connection after a few tokens: no fallback (output reached the client); the
+    attempt's span says ``cut`` (an error), not ``served``, and the request's span carries the ledger's outcome."""
+    a = await sim("instant", models=("up-primary",), faults={"disconnect_after_tokens": 2})
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway({**_two(a.url, b.url), "telemetry": _telemetry(receiver)})
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "m", "messages": MSG, "max_tokens": 20, "stream": True}
+        async with session.post(f"{gw.url}/chat/completions", json=body, headers={"x-request-id": "otel-cut"}) as r:
+            await r.read()
+    rows = await _settle(gw)
+    row = _row(rows, "otel-cut")
+    server, (client,) = receiver.tree("otel-cut")
+    _matches_row(server, row)
+    assert row.outcome != "ok"
+    assert server.attributes["error.type"] == row.outcome
+    assert client.attributes["tailgate.attempt.outcome"] == row.outcome
+    assert client.status_code == 2

@@ -62,8 +62,9 @@ ATTEMPT: Final = "tailgate.attempt"
 ATTEMPT_ROLE: Final = "tailgate.attempt.role"
 """``primary``, ``hedge``, ``retry`` or ``fallback``."""
 ATTEMPT_OUTCOME: Final = "tailgate.attempt.outcome"
-"""``served`` (its answer reached the client), ``ok`` (complete, but another attempt served: a lost race),
-``cancelled``, or the measurement core's error class (``http_5xx``, ``timeout_first_token`` …)."""
+"""``served`` (its whole answer reached the client), ``ok`` (complete, but another attempt served: a lost race),
+``cancelled``, or the measurement core's error class (``http_5xx``, ``timeout_first_token``; ``cut`` or
+``stream_error`` for a stream that failed after its first token reached the client)."""
 ATTEMPTS: Final = "tailgate.attempts"
 OUTCOME: Final = "tailgate.outcome"
 KEY_ID: Final = "tailgate.key_id"

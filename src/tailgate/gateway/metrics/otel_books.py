@@ -247,7 +247,8 @@ class OtelBooks:
         else:
             reason = attempt.role
         error_class = result.error_class if result is not None else "cancelled"
-        outcome = "served" if attempt.served else (error_class or "ok")
+        # its error first: a stream that failed after its first token reached the client is no "served"
+        outcome = error_class if error_class is not None else ("served" if attempt.served else "ok")
         a: dict[str, AttrValue] = {
             sc.OPERATION: operation,
             sc.REQUEST_MODEL: route.model,
