@@ -477,3 +477,29 @@ async def test_a_stream_cut_after_its_first_token(receiver: Receiver, sim: SimFa
     assert server.attributes["error.type"] == row.outcome
     assert client.attributes["tailgate.attempt.outcome"] == row.outcome
     assert client.status_code == 2
+
+
+async def test_responses_api_spans_name_the_response(receiver: Receiver, sim: SimFactory, gateway: GwFactory) -> None:
+    """``/v1/responses``, whole and streamed: the request's span names the response id the client got (the object's,
+    the stream's ``response.created``) and the row's tokens."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway({**_two(a.url, b.url), "telemetry": _telemetry(receiver)})
+    got: dict[str, str] = {}
+    async with aiohttp.ClientSession() as session:
+        for rid, stream in (("otel-resp", False), ("otel-resp-stream", True)):
+            body = {"model": "m", "input": "hi", "max_output_tokens": 5, "stream": stream}
+            async with session.post(f"{gw.url}/responses", json=body, headers={"x-request-id": rid}) as r:
+                assert r.status == 200
+                raw = await r.read()
+            if stream:
+                first = next(line for line in raw.split(b"\n") if line.startswith(b"data:"))
+                got[rid] = json.loads(first[5:])["response"]["id"]
+            else:
+                got[rid] = json.loads(raw)["id"]
+    rows = await _settle(gw)
+    for rid, response_id in got.items():
+        server, (client,) = receiver.tree(rid)
+        _matches_row(server, _row(rows, rid))
+        assert server.attributes["gen_ai.response.id"] == response_id
+        assert client.attributes["tailgate.attempt.outcome"] == "served"
