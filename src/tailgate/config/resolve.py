@@ -65,6 +65,8 @@ class ResolvedProvider:
     out of what goes to it (gateway/apis/openai_family.py)."""
     batch_api: bool = False
     """It serves OpenAI's Batch API (``providers.NAME.batch_api``): the batch executor may send it jobs."""
+    propagate_trace: bool = False
+    """Attempts to it carry a W3C ``traceparent`` (``providers.NAME.propagate_trace``; with telemetry on)."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
@@ -275,6 +277,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
             ),
             flex=pc.flex if pc.flex is not None else (preset.flex if preset is not None else False),
             batch_api=pc.batch_api,
+            propagate_trace=pc.propagate_trace,
         ),
         [],
     )

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.bookkeeping import Books
     from tailgate.gateway.request_path.providers import Providers
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.gateway.request_path.tracing import Tracing
     from tailgate.routing import BreakerRegistry, HealthRegistry
 
 __all__ = ["Core", "InForce"]
@@ -62,3 +63,5 @@ class Core:
     breakers: BreakerRegistry
     quality: AnswerQuality | None = None
     """Chat answers' quality signals and the non-answer retry (answer_quality.py); None: not judged."""
+    tracing: Tracing | None = None
+    """Who is traced (tracing.py), when telemetry exports traces; None: no request is."""

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.hedging import Race
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.gateway.request_path.tracing import RequestTrace
     from tailgate.routing import Route
     from tailgate.state import Admission
     from tailgate.upstream import CallResult
@@ -109,6 +110,8 @@ class Ctx:
     as it is if none answers (``Attempts.release``)."""
     retried: str | None = None
     """Why an answer was held and the request retried (``x-tailgate-retried``)."""
+    trace: RequestTrace | None = None
+    """This request's trace notes (tracing.py), when telemetry traces it; None otherwise."""
 
     @property
     def api(self) -> str:
