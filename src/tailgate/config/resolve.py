@@ -62,6 +62,8 @@ class ResolvedProvider:
     """Top-level request fields left out of what goes to it (the user's ``drop_fields``, else the preset's)."""
     batch_api: bool = False
     """It serves OpenAI's Batch API (``providers.NAME.batch_api``): the batch executor may send it jobs."""
+    propagate_trace: bool = False
+    """Attempts to it carry a W3C ``traceparent`` (``providers.NAME.propagate_trace``; with telemetry on)."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
@@ -271,6 +273,7 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
                 else (preset.cache_min_tokens if preset is not None and preset.cache_min_tokens is not None else 64)
             ),
             batch_api=pc.batch_api,
+            propagate_trace=pc.propagate_trace,
         ),
         [],
     )

@@ -43,6 +43,8 @@ from tailgate.config.routing_config import QualityOverride as QualityOverride
 from tailgate.config.routing_config import RoutingConfig as RoutingConfig
 from tailgate.config.routing_config import ShedConfig as ShedConfig
 from tailgate.config.routing_config import SLOConfig as SLOConfig
+from tailgate.config.telemetry_config import ContentConfig as ContentConfig
+from tailgate.config.telemetry_config import TelemetryConfig as TelemetryConfig
 
 
 class TimeoutsConfig(_Strict):
@@ -99,6 +101,10 @@ class ProviderConfig(_Strict):
     """The provider serves OpenAI's Batch API (``/v1/files`` + ``/v1/batches``, e.g. Bailian, Volcengine Ark,
     SiliconFlow, the simulator's presets): the gateway's batch executor may send batch lines routed here as one
     provider job, billed at ``price.batch`` (docs/batch.md, "Paths")."""
+    propagate_trace: bool = False
+    """With ``telemetry`` on, each attempt sent here carries a W3C ``traceparent`` naming its span, so a provider
+    that traces (a self-hosted vLLM / SGLang behind its own collector) joins the gateway's trace. Off by default:
+    a third party learns nothing of the caller's trace (docs/observability.md)."""
 
 
 class RouteConfig(_Strict):
@@ -341,6 +347,9 @@ class GatewayConfig(_Strict):
     trace: TraceConfig = Field(default_factory=TraceConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    telemetry: TelemetryConfig | None = None
+    """OpenTelemetry traces and GenAI metrics over OTLP (docs/observability.md); unset: off unless the ``OTEL_*``
+    environment variables ask for an export."""
 
     @model_validator(mode="after")
     def _routes_name_known_providers(self) -> GatewayConfig:

@@ -12,10 +12,11 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -44,6 +45,7 @@ from tailgate.gateway.health.priors import seed_priors
 from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
 from tailgate.gateway.http.listener import body_limits, use_lean_front
 from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+from tailgate.gateway.metrics.otel_books import OtelBooks
 from tailgate.gateway.metrics.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
@@ -59,6 +61,7 @@ from tailgate.gateway.request_path.hedging import Hedger
 from tailgate.gateway.request_path.providers import Providers, provider_state
 from tailgate.gateway.request_path.proxy import Proxy
 from tailgate.gateway.request_path.routes import RouteTable, build_routes, unchanged_aliases
+from tailgate.gateway.request_path.tracing import Tracing
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper
@@ -72,7 +75,11 @@ from tailgate.routing import (
     Transition,
 )
 from tailgate.state import open_state
+from tailgate.telemetry import resolve as telemetry_settings
 from tailgate.wire.errors import WireError
+
+if TYPE_CHECKING:
+    from tailgate.telemetry.export import Exporter
 
 CLOSE_STEP_S = 5.0
 """The most one step of :meth:`Gateway.close` may take (docs/gateway.md, "Stopping"); past it, it is logged by name
@@ -128,6 +135,25 @@ def _breaker_config(config: GatewayConfig) -> BreakerConfig:
         max_cooldown_s=bc.max_cooldown,
         trial_requests=bc.trial_requests,
     )
+
+
+def _telemetry(
+    config: GatewayConfig, metrics: GatewayMetrics
+) -> tuple[Exporter | None, OtelBooks | None, Tracing | None]:
+    """The OpenTelemetry export the config section and the ``OTEL_*`` variables ask for (docs/observability.md):
+    the exporter, the books' sink and who is traced, or None for each when off. The SDK is imported only here."""
+    settings = telemetry_settings(config.telemetry, os.environ)
+    if settings is None:
+        return None, None, None
+    from tailgate.telemetry.export import Exporter
+
+    resource: dict[str, str] = {}
+    if config.state.replica:
+        resource["service.instance.id"] = config.state.replica
+    exporter = Exporter(settings, metrics.registry, scope="tailgate.gateway", resource=resource)
+    books = OtelBooks(exporter, content_patterns=settings.redact, content_chars=settings.content_max_chars)
+    tracing = Tracing(settings.sample_ratio, capture_content=settings.capture_content) if exporter.traces else None
+    return exporter, books, tracing
 
 
 class Gateway:
@@ -193,6 +219,7 @@ class Gateway:
             series=metrics.state,
             on_drained=metrics.show_providers,
         )
+        self.otel, otel_books, tracing = _telemetry(config, metrics)  # docs/observability.md; None: off
         self.books = Books(  # ended requests' bookkeeping, a moment after each ends (bookkeeping.py)
             Sinks(
                 metrics=metrics,
@@ -202,6 +229,7 @@ class Gateway:
                 admission=self.admission,
                 refund_rpm=self.fleet.refund_key,
                 divert=lambda row: self.batch_exec.divert(row),  # the batch lane's rows (batch_exec.py)
+                telemetry=otel_books,
             )
         )
         if self.ledger is not None:
@@ -218,6 +246,7 @@ class Gateway:
             metrics=metrics,
             health=self.health,
             breakers=self.breakers,
+            tracing=tracing,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view
@@ -416,6 +445,9 @@ class Gateway:
             steps.append(("ledger shipper (shipper.close)", self.shipper.close, CLOSE_STEP_S))
         if (trace := self.trace) is not None:
             steps.append(("trace (trace.close)", lambda: asyncio.to_thread(trace.close), CLOSE_STEP_S))
+        if (otel := self.otel) is not None:  # the last spans and points, bounded: a dead collector never holds the stop
+            limit = min(CLOSE_STEP_S, otel.settings.export_timeout_s + 1.0)
+            steps.append(("telemetry export (otel.shutdown)", lambda: asyncio.to_thread(otel.shutdown), limit))
         steps.append(("fleet state (fleet.close)", self.fleet.close, CLOSE_STEP_S))
         clean = True
         for what, step, limit in steps:

@@ -99,6 +99,9 @@ class Attempts:
         check_upstream_capacity(core.providers, ctx.table.max_upstream_in_flight)
         provider = core.providers[route.provider]
         plan = api.plan(req, provider, route)  # where, what, in which dialect (a 400 if it cannot be said)
+        span = None  # telemetry's notes of this attempt (tracing.py), when the request is traced
+        if ctx.trace is not None:
+            plan, span = ctx.trace.start(plan, provider, route, ctx.race is not None)
         health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
         ctx.attempts += 1
@@ -118,11 +121,15 @@ class Attempts:
                 resp, result = await self._unary(request, ctx, api, provider, plan)
         except BaseException as exc:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
+            if span is not None:
+                span.end(result, None)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
             core.breakers.get(route.provider).record_result(result)
             if isinstance(exc, UnsendableHeader):  # never sent: the client's (or our) error, not the provider's
                 raise client_headers.unsendable(exc.name) from None
             raise
+        if span is not None:
+            span.end(result, resp)
         health.observe(result, handle=handle)
         core.breakers.get(route.provider).record_result(result)
         # the provider's health, the attempt's metric, a 429's pause (inline: once per attempt)
@@ -381,7 +388,10 @@ class Attempts:
         ctx.upstream_s += at - sent
         ctx.first_token_at = at
         ctx.status = 200
-        return await request.open_stream(self._headers(ctx, upstream, at), b"".join(held))
+        first = b"".join(held)
+        if ctx.trace is not None:
+            ctx.trace.head = first  # its response id and model, read after the request (tracing.py)
+        return await request.open_stream(self._headers(ctx, upstream, at), first)
 
     # -- bookkeeping ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from tailgate.upstream import CallResult
 
 if TYPE_CHECKING:
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+    from tailgate.gateway.metrics.otel_books import OtelBooks
     from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
     from tailgate.gateway.metrics.traffic_trace import TraceWriter
     from tailgate.gateway.request_path.admission import KeyAdmission
@@ -62,6 +63,8 @@ class Sinks:
     divert: Callable[[LedgerRow], bool] | None = None
     """Takes the rows of the batch lane's lines (gateway/batch/batch_exec.py: True when it took one): the batch store
     bills a line with its settlement, exactly once, so the ledger writer must not write it too."""
+    telemetry: OtelBooks | None = None
+    """OpenTelemetry spans and GenAI metric points from each request's ledger row (``telemetry:``), if on."""
 
 
 class Books:
@@ -189,7 +192,7 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms, stream=ctx.stream)  # per minute
     if sinks.trace is not None and ctx.alias in ctx.table.aliases:
         sinks.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
-    if sinks.ledger is not None or sinks.divert is not None:
+    if sinks.ledger is not None or sinks.divert is not None or sinks.telemetry is not None:
         row = LedgerRow(
             ts=ctx.wall,
             request_id=ctx.request_id,
@@ -220,6 +223,8 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
         diverted = ctx.self_call and sinks.divert is not None and sinks.divert(row)
         if not diverted and sinks.ledger is not None:
             sinks.ledger.record(row)
+        if sinks.telemetry is not None:  # the spans and metric points say what the row says
+            sinks.telemetry.record(ctx, row, now)
 
 
 def settle(sinks: Sinks, ctx: Ctx) -> None:

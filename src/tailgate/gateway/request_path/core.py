@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.bookkeeping import Books
     from tailgate.gateway.request_path.providers import Providers
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.gateway.request_path.tracing import Tracing
     from tailgate.routing import BreakerRegistry, HealthRegistry
 
 __all__ = ["Core", "InForce"]
@@ -59,3 +60,5 @@ class Core:
     ``count_tokens``, the served series; metrics/gateway_metrics.py)."""
     health: HealthRegistry
     breakers: BreakerRegistry
+    tracing: Tracing | None = None
+    """Who is traced (tracing.py), when telemetry exports traces; None: no request is."""

@@ -109,6 +109,8 @@ class Proxy:
             self_call=isinstance(request, SelfCall),  # nothing from the network is one (access/auth.py)
         )
         ctx.traffic_class = traffic_class
+        if (tracing := self.core.tracing) is not None:  # telemetry (tracing.py): None when off
+            ctx.trace = tracing.begin(request.headers, request.body)
         self.in_flight += 1
         try:
             # two phases, not one coroutine around both: a stream's every resumption walks one level fewer
@@ -216,6 +218,8 @@ class Proxy:
         order = table.policy_for(model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
             raise refusals.no_route(core.providers, core.breakers, routes, now, ctx)
+        if ctx.trace is not None:
+            ctx.trace.ordered(order, req.obj)
         return order
 
     async def _attempts(

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.hedging import Race
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.gateway.request_path.tracing import RequestTrace
     from tailgate.routing import Route
     from tailgate.state import Admission
     from tailgate.upstream import CallResult
@@ -71,6 +72,9 @@ class Ctx:
 
     protocol: str = "openai"
     """The client's protocol family (the API's ``protocol``): ``openai``, or ``anthropic`` (``/v1/messages``)."""
+
+    trace: RequestTrace | None = None
+    """This request's trace notes (tracing.py), when telemetry traces it; None otherwise."""
 
     @property
     def api(self) -> str:
