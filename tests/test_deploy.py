@@ -170,12 +170,14 @@ def test_otel_collector_config_wires_every_pipeline_and_matches_compose_and_syst
             assert used <= _components(cfg[kind]), f"pipeline {name}: {kind} {sorted(used - set(cfg[kind]))} undefined"
         assert pipe["processors"][0] == "memory_limiter"  # first, as the collector's docs require
     otlp = cfg["receivers"]["otlp"]["protocols"]
-    assert otlp["grpc"]["endpoint"].endswith(":4317") and otlp["http"]["endpoint"].endswith(":4318")
+    assert otlp["grpc"]["endpoint"].endswith(":4317")
+    assert otlp["http"]["endpoint"].endswith(":4318")
     assert cfg["exporters"]["otlp/traces"]["endpoint"] == "${env:TRACES_ENDPOINT:-jaeger:4317}"
 
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
     service = compose["services"]["otel-collector"]
-    assert service["profiles"] == ["otel"] and compose["services"]["jaeger"]["profiles"] == ["otel"]
+    assert service["profiles"] == ["otel"]
+    assert compose["services"]["jaeger"]["profiles"] == ["otel"]
     config_arg = next(a for a in service["command"] if a.startswith("--config="))
     assert f"./otel-collector.yaml:{config_arg.removeprefix('--config=')}:ro" in service["volumes"]
     assert {"4317", "4318"} <= set(service["expose"])

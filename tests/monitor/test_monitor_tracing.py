@@ -1,0 +1,96 @@
+"""The monitor's rounds as OpenTelemetry traces, received by a real OTLP receiver (tests/otlp_receiver.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import GatewayHandle, SimFactory
+from otlp_receiver import Receiver
+from tailgate.config.loader import validate_data
+from tailgate.config.resolve import resolve_providers
+from tailgate.config.schema import GatewayConfig
+from tailgate.ledger.samples import SampleStore
+from tailgate.monitor.runner import Monitor, targets_from_config
+from tailgate.monitor.tracing import round_tracer
+
+
+@pytest.mark.timeout(60)
+async def test_each_round_is_a_trace_and_each_probe_a_span_joined_only_where_the_provider_propagates(
+    sim: SimFactory, gateway: Callable[..., Awaitable[GatewayHandle]], tmp_path: Path
+) -> None:
+    """Two rounds: two traces, each a root ``monitor round N`` with a client span per probe (provider, workload,
+    model, tokens, TTFT, outcome as in the stored sample). The provider probed is a traced gateway, configured twice:
+    with ``propagate_trace`` its server span joins the probe's trace under the probe's span; without, it starts a
+    trace of its own (the probe's trace never leaves the monitor)."""
+    upstream = await sim("instant")
+    receiver = await Receiver().start()
+    gw = await gateway(
+        {
+            "providers": {"up": {"base_url": upstream.url, "api_keys": ["sk-up-0123456789"]}},
+            "models": {"m": {"routes": [{"provider": "up", "model": "up-m"}]}},
+            "telemetry": {"endpoint": receiver.endpoint, "schedule_delay": "50ms", "metrics": False},
+        }
+    )
+    data: dict[str, Any] = {
+        "providers": {
+            "traced": {"base_url": gw.url, "propagate_trace": True},
+            "plain": {"base_url": gw.url},
+        },
+        "models": {"x": {"routes": [{"provider": "traced", "model": "m"}, {"provider": "plain", "model": "m"}]}},
+        "telemetry": {"endpoint": receiver.endpoint, "schedule_delay": "50ms"},
+    }
+    cfg = validate_data(data, GatewayConfig, "test-config")
+    tracer = round_tracer(cfg.telemetry, env={})
+    assert tracer is not None
+    assert round_tracer(None, env={}) is None  # no section, no OTEL_*: off
+    try:
+        async with SampleStore(tmp_path / "m.db") as store:
+            monitor = Monitor(
+                resolve_providers(cfg), targets_from_config(cfg), store, workloads=("short",), tracer=tracer
+            )
+            try:
+                reports = [await monitor.run_round(i) for i in range(2)]
+            finally:
+                await monitor.close()
+        # Blocking (the last export, bounded by its timeout): off the loop, as the monitor's command does it.
+        assert await asyncio.to_thread(tracer.close) == (6, 0)  # 2 rounds x (root + 2 probes), all exported
+        for _ in range(100):  # the gateway exports every 50 ms
+            if len([s for s in receiver.spans if s.kind == "server"]) >= 4:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await receiver.stop()
+    mine = [s for s in receiver.spans if s.scope == "tailgate.monitor"]
+    roots = sorted((s for s in mine if s.parent_id == ""), key=lambda s: s.start_ns)
+    assert [r.name for r in roots] == ["monitor round 0", "monitor round 1"]
+    assert len({r.trace_id for r in roots}) == 2
+    assert roots[0].resource["service.name"] == "tailgate-monitor"
+    servers = [s for s in receiver.spans if s.kind == "server"]
+    for root, report in zip(roots, reports, strict=True):
+        probes = [s for s in mine if s.parent_id == root.span_id]
+        assert root.attributes["tailgate.probes"] == len(probes) == len(report.samples) == 2
+        for probe in probes:
+            a = probe.attributes
+            (sample,) = [x for x in report.samples if x.provider == a["tailgate.provider"]]
+            assert probe.kind == "client"
+            assert probe.name == "chat m"
+            assert probe.trace_id == root.trace_id
+            assert a["tailgate.workload"] == "short"
+            assert a["gen_ai.request.model"] == "m"
+            assert a["tailgate.outcome"] == "ok"
+            assert sample.ok
+            assert a["gen_ai.usage.output_tokens"] == sample.output_tokens
+            assert a["tailgate.ttft_ms"] == pytest.approx(sample.ttft_ms)
+            joined = [s for s in servers if s.parent_id == probe.span_id]
+            if a["tailgate.provider"] == "traced":
+                assert len(joined) == 1
+                assert joined[0].trace_id == root.trace_id
+            else:
+                assert joined == []
+    assert len(servers) == 4
+    assert sum(1 for s in servers if s.parent_id == "") == 2  # the plain provider's: traces of their own
