@@ -1,4 +1,4 @@
-"""Smoke test of ``otel_collector_down.py`` (the collector killed, then hanging, under load); ``gateway_overhead.py
+"""Smoke test of ``otel_collector_outage.py`` (the collector killed, then hanging, under load); ``gateway_overhead.py
 --otel`` is smoke-tested with the other hops (test_bench_gateway_smoke.py).
 
 Only correctness and the presence of numbers are asserted: the latency ratios are the full run's business
@@ -22,9 +22,9 @@ from _require import require_wrk
 def test_collector_down_costs_no_request_and_counts_what_it_dropped(tmp_path: Path) -> None:
     """Up, refused, up, hanging, up: 0 failed requests in every phase, dropped spans counted in each down phase,
     spans reach the collector again after it, and the latency ratios are reported."""
-    require_wrk("otel_collector_down.py drives the load with it")
+    require_wrk("otel_collector_outage.py drives the load with it")
     out = tmp_path / "down.json"
-    run_quick("otel_collector_down.py", "--json", str(out), timeout=220)
+    run_quick("otel_collector_outage.py", "--json", str(out), timeout=220)
     result = json.loads(out.read_text())
     assert result["correct"] is True, [c for c in result["checks"] if not c["ok"]]
     names = [p["phase"] for p in result["phases"]]

@@ -17,7 +17,7 @@ Targets: 0 failed requests in every phase; in each down phase P50 and P90 <= 1.2
 before and after it (a shared machine's drift over the run hits both; ``--quick`` reports, does not judge);
 dropped spans counted (> 0) in each down phase; spans reach the collector again in the phase after it.
 
-Usage: ``.venv/bin/python benchmarks/otel_collector_down.py [--seconds 30] [--connections 20] [--down
+Usage: ``.venv/bin/python benchmarks/otel_collector_outage.py [--seconds 30] [--connections 20] [--down
 refuse|blackhole|both] [--quick] [--json out.json]``.
 """
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     checks = Checks()
     phases: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="otel_collector_down-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="otel_collector_outage-") as tmp, contextlib.ExitStack() as stack:
         workdir = Path(tmp)
         wrk = Wrk(wrk_binary, workdir, pin=False)
         sim: Server = stack.enter_context(
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{ph['spans_dropped']:,.0f}",
         )
     console.print(table)
-    print_checks("otel_collector_down", {"checks": checks.items})
+    print_checks("otel_collector_outage", {"checks": checks.items})
     for t in targets:
         console.print(f"  {t['what']}: {t['value']} ({'met' if t['passed'] else 'missed'})", markup=False)
     met = all(t["passed"] for t in targets)
