@@ -134,7 +134,7 @@ async def test_chat_and_stream_spans_and_metrics_match_the_ledger(
         assert ca["tailgate.attempt.outcome"] == "served"
         assert ca["tailgate.route"] == "primary/up-primary"
         assert ca["tailgate.route.rank"] == 0
-        assert ca["tailgate.routing.policy"] == "adaptive"
+        assert server.attributes["tailgate.routing.policy"] == "adaptive"
         assert ca["gen_ai.usage.output_tokens"] == row.output_tokens
         assert ca["server.address"] == "127.0.0.1"
         assert server.start_ns <= client.start_ns <= client.end_ns <= server.end_ns
@@ -376,3 +376,90 @@ async def test_a_dead_collector_under_load_fails_no_request(
     assert dropped > len(statuses)  # 2 spans a request; the queue holds 16
     assert (registry.get_sample_value("tailgate_otel_spans_exported_total") or 0.0) == 0
     assert 'tailgate_otel_spans_dropped_total{reason="queue_full"}' in metrics
+
+
+async def test_the_otel_variables_alone_turn_it_on(
+    receiver: Receiver, sim: SimFactory, gateway: GwFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``telemetry:`` section: ``OTEL_EXPORTER_OTLP_ENDPOINT`` and ``OTEL_SERVICE_NAME`` turn the export on;
+    ``OTEL_SDK_DISABLED=true`` keeps it off beside them."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "gw-from-env")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway(_two(a.url, b.url))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "m", "messages": MSG, "max_tokens": 3}
+        async with session.post(f"{gw.url}/chat/completions", json=body, headers={"x-request-id": "otel-env"}) as r:
+            assert r.status == 200
+    rows = await _settle(gw)
+    server, _ = receiver.tree("otel-env")
+    _matches_row(server, _row(rows, "otel-env"))
+    assert server.resource["service.name"] == "gw-from-env"
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    off = await gateway(_two(a.url, b.url))
+    assert off.gateway.otel is None
+
+
+def test_serve_names_an_unusable_otel_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tailgate serve`` with an OTEL_* variable it cannot use stops at once with one message naming it."""
+    from click.testing import CliRunner
+
+    from tailgate.cli import main
+
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "providers: {p: {base_url: 'http://127.0.0.1:9/v1'}}\n"
+        "models: {m: {routes: [{provider: p, model: up}]}}\n"
+        "telemetry: {endpoint: 'http://127.0.0.1:4318'}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
+    result = CliRunner().invoke(main, ["serve", "--config", str(path), "--port", "0"])
+    assert result.exit_code == 2  # a usage / config error (the CLI's _fail)
+    assert "error: telemetry: OTEL_BSP_MAX_QUEUE_SIZE='lots' is not a number" in result.output
+
+
+async def test_an_affinity_request_names_its_key_source(
+    receiver: Receiver, sim: SimFactory, gateway: GwFactory
+) -> None:
+    """A conversation kept on its route (promise 7): the attempt's reason is ``affinity`` and both spans name where
+    the key came from — the session header, else the stable prefix."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway({**_two(a.url, b.url), "telemetry": _telemetry(receiver)})
+    long = [{"role": "system", "content": "You are a careful writing assistant. " * 40}, *MSG]
+    async with aiohttp.ClientSession() as session:
+        for rid, extra in (("otel-aff-header", {"x-session-id": "conv-1"}), ("otel-aff-prefix", {})):
+            body = {"model": "m", "messages": long, "max_tokens": 3}
+            async with session.post(
+                f"{gw.url}/chat/completions", json=body, headers={"x-request-id": rid, **extra}
+            ) as r:
+                assert r.status == 200
+    await _settle(gw)
+    for rid, source in (("otel-aff-header", "header"), ("otel-aff-prefix", "prefix")):
+        server, (client,) = receiver.tree(rid)
+        assert server.attributes["tailgate.affinity.source"] == source
+        assert client.attributes["tailgate.affinity.source"] == source
+        assert client.attributes["tailgate.route.reason"] == "affinity"
+
+
+async def test_a_stream_cut_after_its_first_token(receiver: Receiver, sim: SimFactory, gateway: GwFactory) -> None:
+    """A provider that drops the connection after a few tokens: no fallback (output reached the client); the
+    attempt's span says ``cut`` (an error), not ``served``, and the request's span carries the ledger's outcome."""
+    a = await sim("instant", models=("up-primary",), faults={"disconnect_after_tokens": 2})
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway({**_two(a.url, b.url), "telemetry": _telemetry(receiver)})
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "m", "messages": MSG, "max_tokens": 20, "stream": True}
+        async with session.post(f"{gw.url}/chat/completions", json=body, headers={"x-request-id": "otel-cut"}) as r:
+            await r.read()
+    rows = await _settle(gw)
+    row = _row(rows, "otel-cut")
+    server, (client,) = receiver.tree("otel-cut")
+    _matches_row(server, row)
+    assert row.outcome != "ok"
+    assert server.attributes["error.type"] == row.outcome
+    assert client.attributes["tailgate.attempt.outcome"] == row.outcome
+    assert client.status_code == 2

@@ -27,7 +27,7 @@ class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request: Any, context: Any) -> Any:  # the generated service's name
         for rs in request.resource_spans:
             for ss in rs.scope_spans:
-                self.spans.extend({"name": s.name, "kind": s.kind, **attrs(s.attributes)} for s in ss.spans)
+                self.spans.extend({"name": s.name, "trace": s.trace_id.hex(), **attrs(s.attributes)} for s in ss.spans)
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -73,7 +73,8 @@ async def test_grpc_export(grpc_receiver: tuple[str, _Traces, _Metrics], sim: Si
     await gw.gateway.books.drain()
     assert gw.gateway.otel is not None
     await asyncio.to_thread(gw.gateway.otel.force_flush)
-    mine = [s for s in traces.spans if s.get("tailgate.request_id") == "grpc-1"]
+    (server,) = [s for s in traces.spans if s.get("tailgate.request_id") == "grpc-1"]
+    mine = [s for s in traces.spans if s["trace"] == server["trace"]]
     assert sorted(s["name"] for s in mine) == ["chat m", "chat up"]
     assert {s["gen_ai.operation.name"] for s in mine} == {"chat"}
     assert {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"} <= metrics.names

@@ -6,7 +6,7 @@ repositories, status Development): the client inference span's attributes (``gen
 metrics (``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage``) and the model-server metrics
 (``gen_ai.server.time_to_first_token``, ``gen_ai.server.time_per_output_token``) with their units and the
 bucket boundaries the conventions recommend. ``gen_ai.system`` (the name before ``gen_ai.provider.name``, v1.36
-and earlier) is set beside it on spans, for the tools that still read it. What the conventions do not name
+and earlier) is set beside it on the request's span, for the tools that still read it. What the conventions do not name
 (the route, why it was chosen, the attempt's role) is under ``tailgate.*``.
 """
 
@@ -42,12 +42,9 @@ ERROR_TYPE: Final = "error.type"
 SERVER_ADDRESS: Final = "server.address"
 SERVER_PORT: Final = "server.port"
 HTTP_STATUS: Final = "http.response.status_code"
-HTTP_METHOD: Final = "http.request.method"
-URL_PATH: Final = "url.path"
 
 # -- tailgate's own ------------------------------------------------------------------------------------------------
 REQUEST_ID: Final = "tailgate.request_id"
-ALIAS: Final = "tailgate.alias"
 PROVIDER_CONFIG: Final = "tailgate.provider"
 """The provider's name in the gateway's config (``gen_ai.provider.name`` is its kind: ``deepseek``, ``openai`` …)."""
 ROUTE: Final = "tailgate.route"
@@ -65,8 +62,9 @@ ATTEMPT: Final = "tailgate.attempt"
 ATTEMPT_ROLE: Final = "tailgate.attempt.role"
 """``primary``, ``hedge``, ``retry`` or ``fallback``."""
 ATTEMPT_OUTCOME: Final = "tailgate.attempt.outcome"
-"""``served`` (its answer reached the client), ``ok`` (complete, but another attempt served: a lost race),
-``cancelled``, or the measurement core's error class (``http_5xx``, ``timeout_first_token`` …)."""
+"""``served`` (its whole answer reached the client), ``ok`` (complete, but another attempt served: a lost race),
+``cancelled``, or the measurement core's error class (``http_5xx``, ``timeout_first_token``; ``cut`` or
+``stream_error`` for a stream that failed after its first token reached the client)."""
 ATTEMPTS: Final = "tailgate.attempts"
 OUTCOME: Final = "tailgate.outcome"
 KEY_ID: Final = "tailgate.key_id"

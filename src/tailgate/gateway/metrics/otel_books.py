@@ -168,11 +168,9 @@ class OtelBooks:
             sc.REQUEST_MODEL: row.alias,
             sc.REQUEST_STREAM: row.stream,
             sc.REQUEST_ID: row.request_id,
-            sc.ALIAS: row.alias,
             sc.OUTCOME: row.outcome,
             sc.ATTEMPTS: row.attempts,
             sc.HTTP_STATUS: row.status,
-            sc.HTTP_METHOD: "POST",
         }
         if provider is not None:
             a[sc.PROVIDER] = a[sc.SYSTEM] = provider
@@ -223,7 +221,7 @@ class OtelBooks:
         )
         spans = [server]
         for attempt in trace.attempts:
-            spans.append(self._attempt_span(ctx, trace, attempt, operation, source, policy_name, answer, at, now))
+            spans.append(self._attempt_span(ctx, trace, attempt, operation, source, answer, at, now))
         return spans
 
     def _attempt_span(
@@ -233,7 +231,6 @@ class OtelBooks:
         attempt: AttemptTrace,
         operation: str,
         source: str | None,
-        policy: str | None,
         answer: _Answer | None,
         at: Any,
         now: float,
@@ -250,25 +247,22 @@ class OtelBooks:
         else:
             reason = attempt.role
         error_class = result.error_class if result is not None else "cancelled"
-        outcome = "served" if attempt.served else (error_class or "ok")
+        # its error first: a stream that failed after its first token reached the client is no "served"
+        outcome = error_class if error_class is not None else ("served" if attempt.served else "ok")
         a: dict[str, AttrValue] = {
             sc.OPERATION: operation,
             sc.REQUEST_MODEL: route.model,
-            sc.REQUEST_STREAM: ctx.stream,
             sc.PROVIDER_CONFIG: route.provider,
             sc.ROUTE: f"{route.provider}/{route.model}",
             sc.ROUTE_REASON: reason,
             sc.ATTEMPT: attempt.number,
             sc.ATTEMPT_ROLE: attempt.role,
             sc.ATTEMPT_OUTCOME: outcome,
-            sc.REQUEST_ID: ctx.request_id,
         }
         if gen is not None:
-            a[sc.PROVIDER] = a[sc.SYSTEM] = gen
+            a[sc.PROVIDER] = gen
         if rank is not None:
             a[sc.ROUTE_RANK] = rank
-        if policy is not None:
-            a[sc.POLICY] = policy
         if source is not None:
             a[sc.AFFINITY_SOURCE] = source
         host, port = self._server(provider)
