@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from tailgate.config.schema import GatewayConfig
 from tailgate.ledger.samples import SampleStore
 from tailgate.monitor.runner import Monitor, targets_from_config
 from tailgate.monitor.tracing import round_tracer
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.mark.timeout(60)
@@ -94,3 +98,36 @@ async def test_each_round_is_a_trace_and_each_probe_a_span_joined_only_where_the
                 assert joined == []
     assert len(servers) == 4
     assert sum(1 for s in servers if s.parent_id == "") == 2  # the plain provider's: traces of their own
+
+
+@pytest.mark.timeout(60)
+async def test_tailgate_monitor_once_exports_its_round_when_otel_variables_ask(sim: SimFactory, tmp_path: Path) -> None:
+    """``tailgate monitor --once`` (a real subprocess) with only ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: its round reaches
+    the receiver as one trace (the round and one span per workload) before the command exits 0; without the variable
+    nothing is exported."""
+    provider = await sim("instant")
+    receiver = await Receiver().start()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(
+        f'providers:\n  a: {{base_url: "{provider.url}"}}\nmodels:\n  m: {{routes: [{{provider: a, model: up-m}}]}}\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "COVERAGE_"))}
+    env["PYTHONPATH"] = str(SRC)
+    argv = [sys.executable, "-m", "tailgate", "monitor", "--config", str(cfg), "--db", str(tmp_path / "m.db")]
+    try:
+        for extra in ({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}):
+            proc = await asyncio.create_subprocess_exec(
+                *argv, "--once", env=env | extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            )
+            out, _ = await proc.communicate()
+            assert proc.returncode == 0, out.decode()
+            if not extra:
+                assert receiver.spans == []
+    finally:
+        await receiver.stop()
+    (root,) = [s for s in receiver.spans if s.parent_id == ""]
+    assert root.name == "monitor round 0"
+    assert root.resource["service.name"] == "tailgate-monitor"
+    probes = [s for s in receiver.spans if s.parent_id == root.span_id]
+    assert sorted(p.attributes["tailgate.workload"] for p in probes) == ["accuracy", "long", "short"]
+    assert all(p.trace_id == root.trace_id for p in probes)
