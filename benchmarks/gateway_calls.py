@@ -29,6 +29,7 @@ import json
 import os
 import pstats
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="300 requests; the target is shown, not enforced")
     ap.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     ap.add_argument(
+        "--keep-profiles",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy each run's cProfile file here (compare two trees function by function with pstats)",
+    )
+    ap.add_argument(
         "--aiohttp-front",
         action="store_true",
         help="also measure this tree with server.http_front: aiohttp (reported, not judged)",
@@ -159,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     modes[mode]["aiohttp_front_over_lean"] = round(ratio, 4)
                     print(f"{mode:19} aiohttp-front / lean front door {ratio:.4f} (reported)", flush=True)
+        if args.keep_profiles is not None:
+            args.keep_profiles.mkdir(parents=True, exist_ok=True)
+            for prof in workdir.glob("*.prof"):
+                shutil.copy(prof, args.keep_profiles / prof.name)
     result["modes"] = modes
     result["failed_requests"] = failed
     met = all(m.get("after_over_before", 1.0) <= TARGET for m in modes.values())

@@ -23,7 +23,7 @@ def _insert(conn: sqlite3.Connection, *rows: object) -> None:
 def test_migrations_are_numbered_from_one_without_gaps() -> None:
     """Migration versions run 1, 2, 3 … and SCHEMA_VERSION is the last."""
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 10
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 11
 
 
 def test_migration_runs_once_and_reopen_keeps_data(tmp_path: Path) -> None:

@@ -152,7 +152,15 @@ async def test_chat_and_stream_spans_and_metrics_match_the_ledger(
     (ttft,) = points["gen_ai.server.time_to_first_token"]
     assert ttft.count == 1
     assert ttft.sum == pytest.approx((_row(rows, "otel-stream").ttft_ms or -1.0) / 1000.0)
-    assert "gen_ai.server.time_per_output_token" in points
+    streamed = _row(rows, "otel-stream")
+    assert streamed.e2e_ms is not None
+    assert streamed.ttft_ms is not None
+    assert streamed.output_tokens is not None
+    assert streamed.output_tokens >= 2
+    (tpot,) = points["gen_ai.server.time_per_output_token"]
+    per_token = (streamed.e2e_ms - streamed.ttft_ms) / 1000.0 / (streamed.output_tokens - 1)
+    assert tpot.count == 1
+    assert tpot.sum == pytest.approx(per_token)
 
 
 async def test_fallback_and_hedge_span_trees(receiver: Receiver, sim: SimFactory, gateway: GwFactory) -> None:
@@ -302,7 +310,8 @@ async def test_traceparent_goes_upstream_only_where_the_provider_takes_it(
 
 async def test_off_by_default_and_an_unsampled_caller(receiver: Receiver, sim: SimFactory, gateway: GwFactory) -> None:
     """No telemetry section (and no OTEL_* variable in the test's environment): no exporter, no request traced.
-    With it, a caller whose traceparent does not sample gets no span, while the metrics still count its request."""
+    With it, a caller whose traceparent does not sample gets no span, while the metrics still count its requests
+    (a refused one with its ``error.type``)."""
     a = await sim("instant", models=("up-primary",))
     b = await sim("instant", models=("up-secondary",))
     off = await gateway(_two(a.url, b.url))
@@ -314,10 +323,15 @@ async def test_off_by_default_and_an_unsampled_caller(receiver: Receiver, sim: S
         body = {"model": "m", "messages": MSG, "max_tokens": 3}
         async with session.post(f"{on.url}/chat/completions", json=body, headers=headers) as r:
             assert r.status == 200
+        body["model"] = "no-such-alias"
+        async with session.post(f"{on.url}/chat/completions", json=body, headers=headers) as r:
+            assert r.status == 404
     rows = await _settle(on)
     assert not receiver.spans
-    (duration,) = receiver.points["gen_ai.client.operation.duration"]
-    assert duration.count == len(rows) == 1
+    points = {p.attributes.get("error.type"): p for p in receiver.points["gen_ai.client.operation.duration"]}
+    assert set(points) == {None, "unknown_model"}  # a failed request's point names why (error.type)
+    assert sum(p.count for p in points.values()) == len(rows) == 2
+    assert points["unknown_model"].attributes["gen_ai.request.model"] == "_other"  # a client cannot grow the series
 
 
 @pytest.mark.parametrize("collector", ["hang", "closed"])
@@ -463,3 +477,29 @@ async def test_a_stream_cut_after_its_first_token(receiver: Receiver, sim: SimFa
     assert server.attributes["error.type"] == row.outcome
     assert client.attributes["tailgate.attempt.outcome"] == row.outcome
     assert client.status_code == 2
+
+
+async def test_responses_api_spans_name_the_response(receiver: Receiver, sim: SimFactory, gateway: GwFactory) -> None:
+    """``/v1/responses``, whole and streamed: the request's span names the response id the client got (the object's,
+    the stream's ``response.created``) and the row's tokens."""
+    a = await sim("instant", models=("up-primary",))
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway({**_two(a.url, b.url), "telemetry": _telemetry(receiver)})
+    got: dict[str, str] = {}
+    async with aiohttp.ClientSession() as session:
+        for rid, stream in (("otel-resp", False), ("otel-resp-stream", True)):
+            body = {"model": "m", "input": "hi", "max_output_tokens": 5, "stream": stream}
+            async with session.post(f"{gw.url}/responses", json=body, headers={"x-request-id": rid}) as r:
+                assert r.status == 200
+                raw = await r.read()
+            if stream:
+                first = next(line for line in raw.split(b"\n") if line.startswith(b"data:"))
+                got[rid] = json.loads(first[5:])["response"]["id"]
+            else:
+                got[rid] = json.loads(raw)["id"]
+    rows = await _settle(gw)
+    for rid, response_id in got.items():
+        server, (client,) = receiver.tree(rid)
+        _matches_row(server, _row(rows, rid))
+        assert server.attributes["gen_ai.response.id"] == response_id
+        assert client.attributes["tailgate.attempt.outcome"] == "served"

@@ -324,6 +324,11 @@ class BatchConfig(_Strict):
     provider_min_left: PositiveSeconds = 43200.0
     """A provider job is created with a ``24h`` window; only a batch with at least this much of its own window
     left (12 h) is sent to a provider's batch API, a batch with less runs on the batch lane."""
+    close_margin: PositiveSeconds = 900.0
+    """When a batch's window has less left than its lines not done need at interactive pace (lines left ÷
+    ``concurrency`` × the seconds a line takes, 2 s until measured) plus this margin, those lines move to an
+    interactive route: full price and priority, no provider job (one running is cancelled), so the batch completes
+    inside its window."""
 
 
 class GatewayConfig(_Strict):

@@ -15,7 +15,16 @@ from tailgate.ledger.batches import _LINE_COLS, LINE_STATES, BatchStoreError, Co
 from tailgate.ledger.row import COLUMNS, LedgerRow
 from tailgate.ledger.store import StoreConn
 
-__all__ = ["complete_line", "lease_lines", "line_counts", "read_lines", "release_lines", "renew_leases"]
+__all__ = [
+    "complete_line",
+    "forget_job",
+    "lease_lines",
+    "line_counts",
+    "read_lines",
+    "record_job",
+    "release_lines",
+    "renew_leases",
+]
 
 log = logging.getLogger("tailgate.batches")
 
@@ -46,7 +55,10 @@ def lease_lines(
         "SELECT {cols} FROM batch_lines l JOIN batches b ON b.id = l.batch_id "  # noqa: S608
         f"WHERE b.status = 'in_progress' AND {_LEASABLE}{only} ORDER BY b.created_at, l.batch_id, l.line LIMIT ?"
     )
-    returning = "RETURNING batch_id, line, custom_id, method, url, body, attempts, lease_expires"
+    returning = (
+        "RETURNING batch_id, line, custom_id, method, url, body, attempts, lease_expires, job_provider, job_file, "
+        "job_id"
+    )
     if conn.dialect == "postgres":
         # A materialised CTE: the pick runs once (a subquery in FROM may be rescanned per row and, skipping
         # locked rows, return others each time: more than ``limit`` lines).
@@ -54,7 +66,8 @@ def lease_lines(
             f"WITH pick AS MATERIALIZED ({pick.format(cols='l.batch_id, l.line')} FOR UPDATE OF l SKIP LOCKED) "  # noqa: S608
             "UPDATE batch_lines AS t SET state = 'leased', lease_owner = ?, lease_expires = ?, "
             "attempts = t.attempts + 1 FROM pick WHERE t.batch_id = pick.batch_id AND t.line = pick.line "
-            "RETURNING t.batch_id, t.line, t.custom_id, t.method, t.url, t.body, t.attempts, t.lease_expires"
+            "RETURNING t.batch_id, t.line, t.custom_id, t.method, t.url, t.body, t.attempts, t.lease_expires, "
+            "t.job_provider, t.job_file, t.job_id"
         )
         args: tuple[Any, ...] = (*pick_args, owner, until)
     else:
@@ -64,7 +77,7 @@ def lease_lines(
         )
         args = (owner, until, *pick_args)
     rows = conn.execute(sql, args).fetchall()
-    out = [LeasedLine(r[0], int(r[1]), r[2], r[3], r[4], r[5], int(r[6]), float(r[7])) for r in rows]
+    out = [LeasedLine(r[0], int(r[1]), r[2], r[3], r[4], r[5], int(r[6]), float(r[7]), *r[8:11]) for r in rows]
     out.sort(key=lambda x: (x.batch_id, x.line))
     return out
 
@@ -104,6 +117,42 @@ def release_lines(
         "UPDATE batch_lines SET state = 'pending', lease_owner = NULL, lease_expires = NULL "  # noqa: S608
         f"WHERE state = 'leased' AND lease_owner = ?{clause}",
         (owner, *args),
+    )
+    return int(cur.rowcount)
+
+
+def record_job(
+    conn: StoreConn,
+    batch_id: str,
+    custom_ids: Sequence[str],
+    *,
+    owner: str,
+    provider: str,
+    file_id: str,
+    job_id: str | None = None,
+) -> int:
+    """Record the provider job ``owner``'s leased lines were sent in: the provider, its input file (after the
+    upload) and its batch id (after the create, before the first poll). Return how many lines were marked (fewer
+    than ``custom_ids``: a lease was lost meanwhile). A replica taking these lines over resumes the job."""
+    if not custom_ids:
+        return 0
+    marks = ", ".join("?" * len(custom_ids))
+    cur = conn.execute(
+        "UPDATE batch_lines SET job_provider = ?, job_file = ?, job_id = ? "  # noqa: S608
+        f"WHERE batch_id = ? AND state = 'leased' AND lease_owner = ? AND custom_id IN ({marks})",
+        (provider, file_id, job_id, batch_id, owner, *custom_ids),
+    )
+    return int(cur.rowcount)
+
+
+def forget_job(conn: StoreConn, batch_id: str, custom_ids: Sequence[str]) -> int:
+    """Clear the provider job of lines not yet settled (the provider does not know the job: send them again)."""
+    if not custom_ids:
+        return 0
+    cur = conn.execute(
+        "UPDATE batch_lines SET job_provider = NULL, job_file = NULL, job_id = NULL "  # noqa: S608
+        f"WHERE batch_id = ? AND state IN ('pending', 'leased') AND custom_id IN ({', '.join('?' * len(custom_ids))})",
+        (batch_id, *custom_ids),
     )
     return int(cur.rowcount)
 

@@ -201,6 +201,11 @@ class LeasedLine:
     body: str
     attempts: int
     lease_expires: float
+    job_provider: str | None = None
+    """The provider batch job this line was sent in (provider, its input file, its batch id), as recorded with
+    :func:`~tailgate.ledger.batch_lines.record_job`: a replica taking the line over resumes that job."""
+    job_file: str | None = None
+    job_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,6 +339,15 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        11,
+        "batch_lines: the provider batch job a line was sent in (job_provider, job_file, job_id)",
+        (
+            "ALTER TABLE batch_lines ADD COLUMN job_provider TEXT",
+            "ALTER TABLE batch_lines ADD COLUMN job_file TEXT",
+            "ALTER TABLE batch_lines ADD COLUMN job_id TEXT",
+        ),
+    ),
 )
 assert [m.version for m in PG_MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1)), "one PostgreSQL step per version"
 

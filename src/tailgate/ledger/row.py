@@ -54,7 +54,8 @@ class LedgerRow(msgspec.Struct, frozen=True):
     api: str = "openai"
     """The client's protocol: ``"openai"`` or ``"anthropic"`` (``/v1/messages``, passthrough or translated)."""
     lane: str = "interactive"
-    """How the request was served: ``"interactive"`` (a live request), ``"batch-lane"`` (a batch line run through
+    """How the request was served: ``"interactive"`` (a live request, or a batch line moved to an interactive route
+    as its batch's window closed), ``"batch-lane"`` (a batch line run through
     the gateway's own request path at the lowest priority) or ``"provider-batch"`` (a line of a provider's own
     batch job)."""
     price_tier: str | None = None

@@ -333,6 +333,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        11,
+        "batch_lines: the provider batch job a line was sent in (job_provider, job_file, job_id)",
+        (
+            "ALTER TABLE batch_lines ADD COLUMN job_provider TEXT",
+            "ALTER TABLE batch_lines ADD COLUMN job_file TEXT",
+            "ALTER TABLE batch_lines ADD COLUMN job_id TEXT",
+        ),
+    ),
     # Retention (DELETE ... WHERE ts < ?) needs no migration.
 )
 

@@ -117,12 +117,15 @@ class LaneMeter:
         self._sum = 0.0
 
     def add(self, amount: float = 1.0) -> None:
-        self._events.append((self._clock(), amount))
+        now = self._clock()
+        events = self._events
+        events.append((now, amount))
         self._sum += amount
-        self._trim()
+        if events[0][0] < now - self.window_s:  # the oldest is out of the window (an attempt's hot path)
+            self._trim(now)
 
-    def _trim(self) -> None:
-        lo = self._clock() - self.window_s
+    def _trim(self, now: float | None = None) -> None:
+        lo = (self._clock() if now is None else now) - self.window_s
         while self._events and self._events[0][0] < lo:
             self._sum -= self._events.popleft()[1]
         if not self._events:

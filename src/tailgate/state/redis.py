@@ -23,7 +23,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from tailgate.config.schema import StateConfig
 from tailgate.state import _lua
 from tailgate.state.clients import request_client, sync_client
 from tailgate.state.fallback import Fallback
+from tailgate.state.late_answers import Reconcile, late_reservation, late_take
 from tailgate.state.link import FAILURE, SYNC_TIMEOUT_S, Link, Unavailable
 from tailgate.state.local import default_replica_id
 from tailgate.state.priority import Lane, keep_level
@@ -109,6 +110,12 @@ class RedisState(SharedState):
         """Settlements of this turn of the loop, sent together by the next (see ``settle``)."""
         self._reserving: list[_Reserving] | None = None
         """Reservations of this turn of the loop, sent together by the next (see ``reserve``)."""
+        self._reconcile = Reconcile(
+            lambda *a: self._link.spawn(self.adjust(*a, mirror=False)),
+            lambda name, token: self._link.spawn(self.release(name, token)),
+        )
+        """What a late Redis answer's reconciliation does (``late_answers.py``): refunds and charges sent in the
+        background, unmirrored (the fallback decided already), and slots released."""
         self.last_sync: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -176,29 +183,6 @@ class RedisState(SharedState):
         """Calls past their budget still running, and the undo work they caused (``Link.late``)."""
         return self._link.late
 
-    # -- reconciling late answers ------------------------------------------------------------------------
-
-    def _settle_late(
-        self, name: str, amount: float, window_s: float | None, decided: list[bool]
-    ) -> Callable[[Any], None]:
-        """Reconcile a take whose Redis answer came after the fallback had decided it (``decided[0]``), so
-        Redis counts it exactly once: granted in Redis but refused here (or no longer wanted: ``decided`` is
-        empty when the caller was cancelled) → refunded to its bucket; admitted here but refused (or lost) in
-        Redis → charged to the current bucket, for the whole fleet to see."""
-
-        def settle(result: Any) -> None:
-            if not amount:
-                return
-            here = bool(decided) and decided[0]
-            granted = result is not None and bool(result[0])
-            if granted and not here:
-                at = int(result[4]) if result[4] != b"-" else None
-                self._link.spawn(self.adjust(name, -amount, window_s, at, mirror=False))
-            elif here and not granted:
-                self._link.spawn(self.adjust(name, amount, window_s, mirror=False))
-
-        return settle
-
     # -- counters ---------------------------------------------------------------------------------------
 
     def _counter(self, name: str, window_s: float | None) -> str:
@@ -212,7 +196,7 @@ class RedisState(SharedState):
         try:
             ok, retry, remaining, reset, bucket = await self._link.call(
                 self._take(keys=[key], args=[amount, limit, window_s or 0]),
-                late=self._settle_late(name, amount, window_s, decided),
+                late=late_take(self._reconcile, name, amount, window_s, decided),
             )
         except Unavailable:
             adm = self._alone.take(name, amount, limit, window_s)
@@ -400,7 +384,9 @@ class RedisState(SharedState):
 
     def _reserved_late(self, batch: list[_Reserving], replies: list[Any] | None) -> None:
         for i, e in enumerate(batch):
-            self._reserve_late(e.claims, e.slot, e.token, e.decided)(None if replies is None else replies[i])
+            late_reservation(self._reconcile, e.claims, e.slot, e.token, e.decided)(
+                None if replies is None else replies[i]
+            )
 
     def _abandon(self, e: _Reserving, done: asyncio.Future[Reservation]) -> None:
         """Give back a reservation whose caller went away before it was answered."""
@@ -427,33 +413,6 @@ class RedisState(SharedState):
                 self._link.spawn(self.release(e.slot.name, member))
             lease = None
         self._link.spawn(self.settle(refunds, lease))
-
-    def _reserve_late(
-        self, claims: Sequence[Claim], slot: Slot | None, token: str, decided: list[bool]
-    ) -> Callable[[Any], None]:
-        """Reconcile a reservation Redis answered after the fallback had decided it (or after its caller went
-        away), as :meth:`_settle_late` does for one take: what Redis granted but this replica did not keep is
-        refunded to its buckets; what this replica admitted but Redis refused is charged. A slot Redis granted
-        late is always released (the request holds the fallback's, or none)."""
-
-        def settle(result: Any) -> None:
-            here = bool(decided) and decided[0]
-            granted = result is not None and bool(result[0])
-            if granted and slot is not None:
-                for member in _lua.slot_members(token, slot.count):
-                    self._link.spawn(self.release(slot.name, member))
-            if granted and not here:
-                for c, i in zip(claims, range(3, len(result), 5), strict=False):
-                    bucket = result[i + 4]
-                    at = int(bucket) if bucket != b"-" else None
-                    if c.amount:
-                        self._link.spawn(self.adjust(c.name, -c.amount, c.window_s, at, mirror=False))
-            elif here and not granted:
-                for c in claims:
-                    if c.amount:
-                        self._link.spawn(self.adjust(c.name, c.amount, c.window_s, mirror=False))
-
-        return settle
 
     async def usage(self, name: str, window_s: float | None) -> float:
         key = self._counter(name, window_s)

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from tailgate.config.schema import GatewayKeyConfig
 from tailgate.gateway.access.forwarded import TrustedProxies
-from tailgate.gateway.access.key_directory import KeyDirectory
+from tailgate.gateway.access.key_directory import KeyDirectory, KeyLimits
 from tailgate.gateway.access.lockout import SourceLockout
 from tailgate.gateway.http.exchange import HasHeaders
 from tailgate.wire import errors as wire_errors
@@ -84,13 +84,15 @@ class KeyRing:
     def open(self) -> bool:
         return not self._keys and not (self.directory is not None and self.directory.has_store_keys)
 
-    def rpm(self, key_id: str | None) -> float | None:
-        """The key's ``rpm`` limit (None: unlimited); counted fleet-wide by ``gateway.fleet``."""
+    def rpm(self, key_id: str | None, limits: KeyLimits | None = None) -> float | None:
+        """The key's ``rpm`` limit (None: unlimited); counted fleet-wide by ``gateway.fleet``. ``limits``: the
+        key's directory entry when the caller looked it up already."""
         if key_id is None:
             return None
         rpm = self._rpm.get(key_id)
         if rpm is None and key_id not in self._rpm and self.directory is not None:
-            stored = self.directory.limits(key_id)  # a runtime key from the store (docs/keys.md)
+            # a runtime key from the store (docs/keys.md)
+            stored = limits if limits is not None else self.directory.limits(key_id)
             rpm = stored.rpm if stored is not None else None
         return rpm
 

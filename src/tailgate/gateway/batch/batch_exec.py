@@ -34,7 +34,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,7 +45,8 @@ from multidict import CIMultiDict
 from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
-from tailgate.gateway.batch.placement import place
+from tailgate.gateway.batch.placement import DEFAULT_LINE_S, place, window_closing
+from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, provider_line_row
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
@@ -68,12 +69,6 @@ log = logging.getLogger("tailgate.batches")
 _T = TypeVar("_T")
 Handle = Callable[["Exchange"], Awaitable[Reply | Stream]]
 
-_ENDPOINTS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-}
 _RETRY_STATUSES = frozenset({429, 503})
 """A lane line answered this (no capacity now) goes back to pending for a later try, up to ``_MAX_TRIES``."""
 _MAX_TRIES = 20
@@ -141,6 +136,12 @@ class BatchExecutor:
         """Batch id → wall time before which its lines are not leased (a 429 / 503's ``Retry-After``)."""
         self._orphans: set[str] = set()
         """Request ids of lane lines cancelled mid-call (a stop): their rows, when they come, are the lane's."""
+        self._calls: set[Future[Any]] = set()
+        """Store calls running in ``_threads``: a stop waits for them before it gives the lines back."""
+        self._closing: set[str] = set()
+        """Batches whose window is about to close (``window_closing``): their lines run interactive from now on."""
+        self._line_s = DEFAULT_LINE_S
+        """Seconds a line took on the request path lately (a moving average): the pace ``window_closing`` assumes."""
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -156,6 +157,10 @@ class BatchExecutor:
             self._task = None
         for task in list(self._work):
             await stop_task(task)
+        for _ in range(200):  # a store call still running (a lease its cancelled task asked for) lands first
+            if not self._calls:
+                break
+            await asyncio.sleep(0.01)
         if self.target is not None and self._leased:  # give the lines this replica holds back, at once
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._store(lambda c: line_store.release_lines(c, owner=self.owner)), 2.0)
@@ -190,7 +195,10 @@ class BatchExecutor:
 
         if self._threads is None:  # not started (tests call tick directly), or stopping
             return await asyncio.to_thread(run)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, run)
+        call = self._threads.submit(run)  # tracked until it ends, even when the task awaiting it is cancelled
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        return await asyncio.wrap_future(call)
 
     async def _loop(self) -> None:
         failing: str | None = None
@@ -260,7 +268,9 @@ class BatchExecutor:
             return
         alias = await self._alias_of(rec.id)
         left = (rec.expires_at or float("inf")) - time.time()
-        placement = place(self.core, alias, left, cfg)
+        if window_closing(left, counts["pending"] + counts["leased"], cfg, self._line_s):
+            self._closing.add(rec.id)  # for good: lines done faster than assumed must not send the rest back
+        placement = place(self.core, alias, left, cfg, closing=rec.id in self._closing)
         if placement.lane == "provider-batch" and placement.route is not None:
             # leasable: pending lines and those whose lease expired (a dead replica's), as lease_lines takes them
             leasable = counts["pending"] + counts["leased"] - counts["leased_live"]
@@ -271,11 +281,15 @@ class BatchExecutor:
                     c, owner=self.owner, limit=cfg.provider_job_lines, lease_s=cfg.lease, batch_id=rec.id
                 )
             )
-            if lines:
-                self._leased = True
-                route = placement.route
+            self._leased = self._leased or bool(lines)
+            groups: dict[tuple[str | None, str | None, str | None], list[store.LeasedLine]] = {}
+            for line in lines:  # a dead replica's job, recorded on its lines, is resumed, not sent again
+                groups.setdefault(job_key(line), []).append(line)
+            for (jp, _, _), group in groups.items():
+                routes = self.core.routes.aliases.get(alias, ())
+                route = next((r for r in routes if r.provider == jp), placement.route)
                 self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
-                self._spawn(self._provider_job(rec, route, lines), f"tailgate-batch-job-{rec.id}")
+                self._spawn(self._provider_job(rec, route, group), f"tailgate-batch-job-{rec.id}")
             return
         free = cfg.concurrency - self._lane_running
         if free <= 0 or self._hold.get(rec.id, 0.0) > time.time():
@@ -286,7 +300,7 @@ class BatchExecutor:
         self._leased = self._leased or bool(lines)
         for line in lines:
             self._lane_running += 1
-            self._spawn(self._lane_line(rec, line), f"tailgate-batch-line-{rec.id}-{line.line}")
+            self._spawn(self._lane_line(rec, line, placement.lane), f"tailgate-batch-line-{rec.id}-{line.line}")
 
     async def _alias_of(self, batch_id: str) -> str:
         alias = self._alias.get(batch_id)
@@ -312,12 +326,13 @@ class BatchExecutor:
         if done is not None:
             log.info("batch %s completed: %d lines, %d failed", rec.id, done.completed, done.failed)
         self._alias.pop(rec.id, None)
+        self._closing.discard(rec.id)
 
     # -- the batch lane ------------------------------------------------------------------------------
 
-    async def _lane_line(self, rec: store.BatchRecord, line: store.LeasedLine) -> None:
+    async def _lane_line(self, rec: store.BatchRecord, line: store.LeasedLine, lane: str = "batch-lane") -> None:
         try:
-            await self._run_lane_line(rec, line)
+            await self._run_lane_line(rec, line, lane)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -331,7 +346,8 @@ class BatchExecutor:
         finally:
             self._lane_running -= 1
 
-    async def _run_lane_line(self, rec: store.BatchRecord, line: store.LeasedLine) -> None:
+    async def _run_lane_line(self, rec: store.BatchRecord, line: store.LeasedLine, lane: str) -> None:
+        """One line on the request path: the batch lane (lowest priority), or ``interactive`` (full priority)."""
         handle = self.handlers.get(line.url)
         if handle is None:
             await self._fail(rec, line, 404, "invalid_url", f"The gateway does not serve {line.url}.")
@@ -343,7 +359,10 @@ class BatchExecutor:
         rid = f"batch_req_{digest}-{line.attempts}"
         fut: asyncio.Future[LedgerRow] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        headers = {"Content-Type": "application/json", "x-request-id": rid, "x-tailgate-class": "batch"}
+        headers = {"Content-Type": "application/json", "x-request-id": rid}
+        if lane == "batch-lane":
+            headers["x-tailgate-class"] = "batch"
+        began = time.monotonic()
         try:
             try:
                 reply = await handle(_LineExchange(rec.key_id, headers, json.dumps(body).encode()))
@@ -375,8 +394,10 @@ class BatchExecutor:
             )
             return
         if row is not None:
-            row = msgspec.structs.replace(row, lane="batch-lane")
+            row = msgspec.structs.replace(row, lane=lane)
         ok = 200 <= reply.status < 300
+        if ok:
+            self._line_s = 0.8 * self._line_s + 0.2 * (time.monotonic() - began)
         await self._store(
             lambda c: line_store.complete_line(
                 c,
@@ -451,43 +472,64 @@ class BatchExecutor:
         base = provider.config.base_url.rstrip("/")
         auth = {"Authorization": f"Bearer {provider.config.api_keys[0]}"}
         http = self._http()
-        form = aiohttp.FormData()
-        form.add_field("purpose", "batch")
-        form.add_field("file", b"".join(payload), filename=f"{rec.id}.jsonl", content_type="application/jsonl")
-        uploaded = await _json_call(http.post(f"{base}/files", data=form, headers=auth))
-        created = await _json_call(
-            http.post(
-                f"{base}/batches",
-                json={"input_file_id": uploaded["id"], "endpoint": lines[0].url, "completion_window": "24h"},
-                headers=auth,
-            )
+        created, resumed = await open_job(
+            http,
+            base,
+            auth,
+            store=self._store,
+            owner=self.owner,
+            batch_id=rec.id,
+            provider=provider.name,
+            lines=[line for line in lines if f"l{line.line}" in by_job_id],
+            payload=b"".join(payload),
+            endpoint=lines[0].url,
         )
         job = str(created["id"])
-        log.info("batch %s: %d lines sent to %s as its job %s", rec.id, len(by_job_id), provider.name, job)
+        verb = "resumes polling" if resumed else "sent to"
+        log.info("batch %s: %d lines %s %s's job %s", rec.id, len(by_job_id), verb, provider.name, job)
         status = str(created.get("status"))
         state = created
         cancel_sent = False
+        closing_by: float | None = None  # the window closes: the job is cancelled and waited for until then
         while status not in TERMINAL_STATUSES:
-            await asyncio.sleep(self.config().provider_poll_interval)
+            cfg = self.config()
+            await asyncio.sleep(cfg.provider_poll_interval)
             mine = await self._store(lambda c: store.get_batch(c, rec.id, key_id=None, admin=True))
-            if mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed") and not cancel_sent:
+            stop = mine is not None and mine.status in ("cancelling", "cancelled", "expired", "failed")
+            left = (rec.expires_at or float("inf")) - time.time()
+            if closing_by is None and (
+                rec.id in self._closing or window_closing(left, len(by_job_id), cfg, self._line_s)
+            ):
+                self._closing.add(rec.id)
+                closing_by, stop = time.monotonic() + max(5.0, 3 * cfg.provider_poll_interval), True
+                log.info(
+                    "batch %s: %.0f s of its window left: job %s cancelled, its lines go interactive", rec.id, left, job
+                )
+            if stop and not cancel_sent:
                 cancel_sent = True
                 with contextlib.suppress(Exception):
-                    await _json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
-            state = await _json_call(http.get(f"{base}/batches/{job}", headers=auth))
+                    await json_call(http.post(f"{base}/batches/{job}/cancel", headers=auth))
+            state = await json_call(http.get(f"{base}/batches/{job}", headers=auth))
             status = str(state.get("status"))
+            if closing_by is not None and time.monotonic() > closing_by:
+                break  # a job that will not end: its lines run interactive anyway
         results: list[BatchRequestOutput] = []
-        for key in ("output_file_id", "error_file_id"):
+        for key in ("output_file_id", "error_file_id") if status in TERMINAL_STATUSES else ():
             if (fid := state.get(key)) is not None:
                 async with http.get(f"{base}/files/{fid}/content", headers=auth) as r:
                     r.raise_for_status()
                     results.extend(decode_output_file(await r.read()))
         elapsed_ms = (time.time() - started) * 1000.0
         for out in results:
-            if out.custom_id not in by_job_id:
-                continue
+            if out.custom_id not in by_job_id or (closing_by is not None and out.response is None):
+                continue  # not ours, or not run (the job cancelled as the window closes): interactive now
             line = by_job_id.pop(out.custom_id)
             await self._settle_provider_line(rec, route, provider, line, out, elapsed_ms)
+        if closing_by is not None and by_job_id:  # not answered in the job: back to the executor, interactive now
+            ids = [line.custom_id for line in by_job_id.values()]
+            await self._store(lambda c: line_store.forget_job(c, rec.id, ids))
+            await self._store(lambda c: line_store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids))
+            return
         for line in by_job_id.values():  # no answer from the provider
             await self._fail(
                 rec,
@@ -512,35 +554,8 @@ class BatchExecutor:
             msg = err.message if err is not None else "no answer"
             await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
             return
-        body = resp.body if isinstance(resp.body, dict) else {}
-        prompt, output, cached = _usage(body.get("usage"))
         ok = 200 <= resp.status_code < 300
-        quote = provider.config.price.quote(prompt, output, cached, lane="provider-batch") if ok else None
-        priced = quote is not None and bool(provider.config.price.input or provider.config.price.output)
-        row = LedgerRow(
-            ts=time.time(),
-            request_id=resp.request_id or f"{rec.id}-{line.line}",
-            key_id=rec.key_id,
-            alias=route.alias,
-            provider=provider.name,
-            upstream_model=route.model,
-            endpoint=_ENDPOINTS.get(line.url, line.url),
-            stream=False,
-            traffic_class="batch",
-            status=resp.status_code,
-            outcome="ok" if ok else "upstream_error",
-            attempts=1,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            tokens_estimated=False,
-            ttft_ms=None,
-            e2e_ms=elapsed_ms,
-            overhead_ms=None,
-            cost=quote.cost if priced and quote is not None else None,
-            cached_tokens=cached,
-            lane="provider-batch",
-            price_tier=quote.tier if priced and quote is not None else None,
-        )
+        row = provider_line_row(rec.id, rec.key_id, route, provider.name, provider.config.price, line, resp, elapsed_ms)
         await self._store(
             lambda c: line_store.complete_line(
                 c,
@@ -554,28 +569,3 @@ class BatchExecutor:
                 row=row,
             )
         )
-
-
-async def _json_call(request: Any) -> dict[str, Any]:
-    async with request as r:
-        data = await r.read()
-        if r.status >= 400:
-            raise RuntimeError(f"HTTP {r.status}: {data[:300].decode('utf-8', 'replace')}")
-        out = json.loads(data)
-        assert isinstance(out, dict)
-        return out
-
-
-def _usage(usage: Any) -> tuple[int | None, int | None, int | None]:
-    """(prompt, output, cached) tokens from a chat / completions / embeddings / responses ``usage``."""
-    if not isinstance(usage, dict):
-        return None, None, None
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    output = usage.get("completion_tokens", usage.get("output_tokens"))
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return (
-        int(prompt) if isinstance(prompt, int) else None,
-        int(output) if isinstance(output, int) else (0 if isinstance(prompt, int) else None),
-        int(cached) if isinstance(cached, int) else None,
-    )

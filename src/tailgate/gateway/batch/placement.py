@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -13,15 +14,25 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.core import Core
     from tailgate.routing import Route
 
-__all__ = ["Placement", "place"]
+__all__ = ["DEFAULT_LINE_S", "Placement", "place", "window_closing"]
 
 _NOMINAL_TOKENS = (1000, 300)
 """The (prompt, output) tokens placement prices a line at when it compares paths."""
+DEFAULT_LINE_S = 2.0
+"""The seconds a line is taken to need at interactive pace until the executor has measured some."""
+
+
+def window_closing(left_s: float, lines_left: int, cfg: BatchConfig, line_s: float = DEFAULT_LINE_S) -> bool:
+    """Is the window about to close: less of it left than ``lines_left`` need at interactive pace (``concurrency``
+    at once, ``line_s`` each) plus ``batch.close_margin``?"""
+    need = math.ceil(max(lines_left, 0) / cfg.concurrency) * line_s
+    return left_s < need + cfg.close_margin
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a batch's lines run: ``lane`` ``provider-batch`` (on ``route``) or ``batch-lane``, and why."""
+    """Where a batch's lines run: ``lane`` ``provider-batch`` (on ``route``), ``batch-lane`` or ``interactive`` (the
+    window is about to close), and why."""
 
     lane: str
     route: Route | None
@@ -29,10 +40,13 @@ class Placement:
     reason: str
 
 
-def place(core: Core, alias: str, left_s: float, cfg: BatchConfig, now: float | None = None) -> Placement:
+def place(
+    core: Core, alias: str, left_s: float, cfg: BatchConfig, now: float | None = None, *, closing: bool = False
+) -> Placement:
     """The cheapest path for a line of ``alias`` with ``left_s`` of its batch's window left: the lowest expected
     cost of a nominal line among the alias's routes, each priced at ``price.batch`` on a provider with a batch
-    API (when the window allows a provider job) and at its live price (or time window) on the batch lane."""
+    API (when the window allows a provider job) and at its live price (or time window) on the batch lane;
+    ``interactive`` when the window is ``closing`` (:func:`window_closing`)."""
     routes = core.routes.aliases.get(alias, ())
     at = time.time() if now is None else now
     best: Placement | None = None
@@ -48,6 +62,8 @@ def place(core: Core, alias: str, left_s: float, cfg: BatchConfig, now: float | 
             cost = price.quote(*_NOMINAL_TOKENS, lane="provider-batch", at=at).cost
             if best is None or (best.expected_cost is not None and cost < best.expected_cost):
                 best = Placement("provider-batch", route, cost, f"{route.provider}'s batch API")
+    if closing:
+        return Placement("interactive", None, lane_best, "the window is about to close")
     if best is not None and best.expected_cost is not None and (lane_best is None or best.expected_cost < lane_best):
         return best
     why = "no provider with a batch API is cheaper" if best is not None else "no route with a batch API in time"

@@ -302,13 +302,14 @@ class Fleet:
 
     # -- pacing demand ----------------------------------------------------------------------------------
 
-    def wanted(self, provider: str, lane: Lane = "interactive") -> None:
+    def wanted(self, provider: str, lane: Lane = "interactive", *, metered: bool = True) -> None:
         """A request wanted to go to ``provider`` (admitted or paced out): this replica's demand (the batch lane's
-        also counted apart: the split gives it only what the fleet's interactive demand leaves)."""
+        also counted apart: the split gives it only what the fleet's interactive demand leaves). ``metered``
+        False: an interactive attempt at a provider with no known limits, which needs no batch-lane reserve."""
         self._wanted[provider] = self._wanted.get(provider, 0) + 1
         if lane == "batch":
             self._wanted_batch[provider] = self._wanted_batch.get(provider, 0) + 1
-        else:  # every interactive attempt, paced here or on the fleet's bucket: the batch lane's reserve
+        elif metered:  # every interactive attempt, paced here or on the fleet's bucket: the batch lane's reserve
             self.lanes.meter(provider).add()
 
     # -- priority at the pacer (lane_pacing.py) -------------------------------------------------------------

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from tailgate.ledger import LedgerRow
     from tailgate.telemetry.export import Exporter
 
-__all__ = ["OtelBooks"]
+__all__ = ["UNKNOWN_MODEL", "OtelBooks"]
+
+UNKNOWN_MODEL = "_other"
+"""``gen_ai.request.model`` on a metric point of a request for an alias the gateway does not serve."""
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -124,7 +127,9 @@ class OtelBooks:
 
     def _metrics(self, ctx: Ctx, row: LedgerRow, operation: str, provider: str | None) -> None:
         ex = self.exporter
-        attrs: dict[str, AttrValue] = {sc.OPERATION: operation, sc.REQUEST_MODEL: row.alias}
+        # an alias the gateway does not serve is "_other": a client's made-up model names never grow the series
+        model = row.alias if row.alias in ctx.table.aliases else UNKNOWN_MODEL
+        attrs: dict[str, AttrValue] = {sc.OPERATION: operation, sc.REQUEST_MODEL: model}
         if provider is not None:
             attrs[sc.PROVIDER] = provider
             attrs[sc.PROVIDER_CONFIG] = row.provider or ""

@@ -240,13 +240,21 @@ class KeyAdmission:
     # -- admission ----------------------------------------------------------------------------------
 
     async def admit(
-        self, key_id: str | None, alias: str, prompt_estimate: float, output_estimate: float, price: tuple[float, float]
+        self,
+        key_id: str | None,
+        alias: str,
+        prompt_estimate: float,
+        output_estimate: float,
+        price: tuple[float, float],
+        limits: KeyLimits | None = None,
     ) -> Ticket | None:
         """Reserve for one request of ``key_id`` or raise the refusal (a ``WireError`` whose ``code`` is
-        the reason); None when the key has nothing to check. ``price`` is (input, output) per million."""
+        the reason); None when the key has nothing to check. ``price`` is (input, output) per million;
+        ``limits``: the key's, when the caller looked them up already."""
         if key_id is None:
             return None
-        limits = self.directory.limits(key_id)
+        if limits is None:
+            limits = self.directory.limits(key_id)
         if limits is None or not limits.limited:
             return None
         now = self._clock()
@@ -277,10 +285,11 @@ class KeyAdmission:
             raise
         return ticket
 
-    def check(self, key_id: str, alias: str) -> None:
+    def check(self, key_id: str, alias: str, limits: KeyLimits | None = None) -> None:
         """The key's standing, before anything is counted: expired (401 ``key_expired``) or not allowed this
         model (403 ``model_not_allowed``) raises the refusal; neither takes from any counter."""
-        limits = self.directory.limits(key_id)
+        if limits is None:
+            limits = self.directory.limits(key_id)
         if limits is not None and limits.limited:
             self._check(limits, alias, self._clock())
 
@@ -454,10 +463,16 @@ class KeyAdmission:
     # -- x-ratelimit-* ---------------------------------------------------------------------------------
 
     def headers(
-        self, key_id: str, rpm: float | None, rpm_adm: Admission | None, ticket: Ticket | None
+        self,
+        key_id: str,
+        rpm: float | None,
+        rpm_adm: Admission | None,
+        ticket: Ticket | None,
+        limits: KeyLimits | None = None,
     ) -> dict[str, str]:
         """``x-ratelimit-*`` of an admitted request of ``key_id`` (empty for a key without rpm or tpm)."""
-        limits = self.directory.limits(key_id)
+        if limits is None:
+            limits = self.directory.limits(key_id)
         tpm = limits.tpm if limits is not None else None
         return ratelimit_headers(rpm, rpm_adm, tpm, ticket.tpm if ticket is not None else None)
 

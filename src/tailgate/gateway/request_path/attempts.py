@@ -54,7 +54,10 @@ class Attempts:
         core = self.core
         provider = core.providers[route.provider]
         fleet = core.fleet
-        if not provider.pacer.limited or (lane == "interactive" and not fleet.fleet_paced(provider)):
+        if not provider.pacer.limited:  # no known limits (admit's first case): no reserve to keep, no wait
+            fleet.wanted(route.provider, lane, metered=False)
+            return core.breakers.get(route.provider).allow()
+        if lane == "interactive" and not fleet.fleet_paced(provider):
             return self.admit(route, tokens, paced, lane)
         fleet.wanted(route.provider, lane)
         breaker = core.breakers.get(route.provider)
@@ -73,9 +76,10 @@ class Attempts:
         may take a half-open trial slot, has said yes), then breaker, then the pacer's slot is taken."""
         core = self.core
         provider = core.providers[route.provider]
-        # this replica's demand, for its share of a fleet's pacing; an interactive one also the batch lane's reserve
-        core.fleet.wanted(route.provider, lane)
         pacer = provider.pacer
+        # this replica's demand, for its share of a fleet's pacing; an interactive one at a paced provider also
+        # the batch lane's reserve (an unpaced one keeps none: the lane never waits there)
+        core.fleet.wanted(route.provider, lane, metered=pacer.limited)
         if not pacer.limited:  # no known limits; a 429's pause already kept it out of the order
             return core.breakers.get(route.provider).allow()
         if pacer.available_in(tokens) > 0:

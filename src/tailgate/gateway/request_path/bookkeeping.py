@@ -165,8 +165,8 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
     """
     result, provider = ctx.result, ctx.provider
     served = ctx.status == 200 and result is not None
-    prompt, output, cost = _usage(ctx)
-    estimated = (result.tokens_estimated if result is not None else False) or _prompt_estimated(ctx)
+    prompt, output, cost, prompt_estimated = _usage(ctx)
+    estimated = (result.tokens_estimated if result is not None else False) or prompt_estimated
     ttft_ms = (ctx.first_token_at - ctx.t0) * 1000.0 if ctx.first_token_at is not None else None
     e2e_ms = (now - ctx.t0) * 1000.0
     answer_ms = _answer_ms(ttft_ms, result)
@@ -236,41 +236,36 @@ def settle(sinks: Sinks, ctx: Ctx) -> None:
         sinks.refund_rpm(ctx.key_id, ctx.rpm_taken)
         ctx.rpm_taken = None
     if ctx.ticket is not None:
-        sinks.admission.settle(ctx.ticket, *_usage(ctx))
+        prompt, output, cost, _ = _usage(ctx)
+        sinks.admission.settle(ctx.ticket, prompt, output, cost)
 
 
-def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None]:
-    """(prompt tokens, output tokens, cost) of an ended request; cost only for output that reached the client.
+def _usage(ctx: Ctx) -> tuple[int | None, int | None, float | None, bool]:
+    """(prompt tokens, output tokens, cost, prompt estimated) of an ended request; cost only for output that
+    reached the client. Worked out once (``ctx.usage``): the settlement and the ledger row read the same numbers.
 
     A request that produced output is charged its prompt plus what it produced (docs/keys.md): the prompt from
     the provider's ``usage`` when it came, else — a stream cut short or left by its client — the gateway's own
     count (``ctx.prompt_estimate``: the prompt bound, ``estimate.prompt_bound``; the row is flagged
     ``tokens_estimated``). The cost prices the prompt tokens the provider served from its cache at
     ``price.cached_input`` (``ProviderState.cost``)."""
+    if ctx.usage is not None:
+        return ctx.usage
     result, provider = ctx.result, ctx.provider
     if result is None:
-        return None, None, None
+        ctx.usage = (None, None, None, False)
+        return ctx.usage
     prompt, output = result.prompt_tokens, result.output_tokens
     produced = ctx.first_token_at is not None  # served, or a stream ended early
-    if _prompt_estimated(ctx):
+    # the prompt charged is the gateway's count when output reached the client and the provider never said
+    estimated = prompt is None and produced and ctx.prompt_estimate is not None
+    if estimated:
         prompt = round(ctx.prompt_estimate or 0.0)
-    cost = (
-        provider.cost(prompt, output, result.cached_tokens, at=ctx.wall)
-        if (produced and provider is not None)
-        else None
-    )
-    return prompt, output, cost
-
-
-def _prompt_estimated(ctx: Ctx) -> bool:
-    """Is the prompt charged the gateway's count (output reached the client, the provider never said)?"""
-    result = ctx.result
-    return (
-        result is not None
-        and result.prompt_tokens is None
-        and ctx.first_token_at is not None
-        and ctx.prompt_estimate is not None
-    )
+    cost = None
+    if produced and provider is not None:
+        cost = provider.cost(prompt, output, result.cached_tokens, at=ctx.wall)
+    ctx.usage = (prompt, output, cost, estimated)
+    return ctx.usage
 
 
 def _answer_ms(ttft_ms: float | None, result: CallResult | None) -> float | None:

@@ -56,4 +56,6 @@ def token_estimate(
         return prompt, 0.0
     out = output_budget(obj)
     per_answer = out if isinstance(out, int) and out > 0 else default_max_tokens
+    if "n" not in obj and "best_of" not in obj:  # one answer (most requests: no call)
+        return prompt, float(per_answer)
     return prompt, float(per_answer * output_multiplier(obj))

@@ -152,7 +152,7 @@ class Proxy:
         if ctx.table.shed.max_in_flight is not None:
             self._shed(ctx)
         if (key_id := ctx.key_id) is not None:  # the key's own limits (docs/keys.md)
-            if (rpm := core.keys.rpm(key_id)) is not None:
+            if (rpm := core.keys.rpm(key_id, ctx.limits)) is not None:
                 try:
                     ctx.rpm_taken = await core.fleet.admit_key(key_id, rpm)
                 except WireError:
@@ -160,7 +160,7 @@ class Proxy:
                     raise
             await self._reserve(ctx, routes, prompt, output)
             if rpm is not None or ctx.ticket is not None:
-                ctx.ratelimit = core.admission.headers(key_id, rpm, ctx.rpm_taken, ctx.ticket)
+                ctx.ratelimit = core.admission.headers(key_id, rpm, ctx.rpm_taken, ctx.ticket, ctx.limits)
         return req, routes, self._order(request, ctx, api, req, routes), prompt + output
 
     # -- the steps --------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ class Proxy:
         """The key's default traffic class, then its standing for ``ctx.alias`` (expired, model not allowed): the
         key gate decides (admission.py: nothing counted), the request records it (its outcome on a refusal)."""
         core, key_id = self.core, ctx.key_id
-        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        limits = ctx.limits = core.key_directory.limits(key_id) if key_id is not None else None
         if key_id is None or limits is None:
             return
         if ctx.traffic_class is None and limits.traffic_class is not None:
@@ -282,7 +282,7 @@ class Proxy:
         if not limits.limited:
             return
         try:
-            core.admission.check(key_id, ctx.alias)
+            core.admission.check(key_id, ctx.alias, limits)
         except KeyRefused as refused:
             ctx.outcome = refused.reason
             raise refused.error from None
@@ -291,8 +291,7 @@ class Proxy:
         """The key's own limits (docs/keys.md): the key gate reserves ``prompt`` + ``output`` tokens and their cost
         at the dearest route's price and answers a ticket (``ctx.ticket``), or the refusal (its reason is the
         request's outcome). ``prompt`` and ``output``: the request's estimate (``Api.estimate``)."""
-        core, key_id = self.core, ctx.key_id
-        limits = core.key_directory.limits(key_id) if key_id is not None else None
+        core, key_id, limits = self.core, ctx.key_id, ctx.limits  # looked up by _check_key
         if key_id is None or limits is None or not limits.limited:
             return
         if (cap := _never_admitted(limits, prompt + output)) is not None:  # a 400: retrying would never help
@@ -307,7 +306,7 @@ class Proxy:
         prices = [core.providers[r.provider].config.price for r in routes if r.provider in core.providers]
         price = (max((p.input for p in prices), default=0.0), max((p.output for p in prices), default=0.0))
         try:
-            ctx.ticket = await core.admission.admit(key_id, ctx.alias, prompt, output, price)
+            ctx.ticket = await core.admission.admit(key_id, ctx.alias, prompt, output, price, limits)
         except KeyRefused as refused:
             ctx.outcome = refused.reason
             raise refused.error from None

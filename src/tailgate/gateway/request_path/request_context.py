@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tailgate.gateway.access.key_directory import KeyLimits
     from tailgate.gateway.request_path.admission import Ticket
     from tailgate.gateway.request_path.hedging import Race
     from tailgate.gateway.request_path.providers import ProviderState
@@ -37,6 +38,8 @@ class Ctx:
     t0: float = field(default_factory=time.perf_counter)
     wall: float = field(default_factory=time.time)
     key_id: str | None = None
+    limits: KeyLimits | None = None
+    """The caller's key's limits, looked up once when its standing is checked (proxy.py ``_check_key``)."""
     alias: str = "-"
     stream: bool = False
     traffic_class: str | None = None
@@ -69,6 +72,10 @@ class Ctx:
     self_call: bool = False
     """The gateway's own request (a batch line, ``access/auth.py`` ``SelfCall``): only such a request's ledger row
     may be taken by the books' divert hook (bookkeeping.py), never a client's whatever its ``x-request-id``."""
+
+    usage: tuple[int | None, int | None, float | None, bool] | None = None
+    """(prompt, output, cost, prompt estimated) once the request ended: worked out once by its books
+    (bookkeeping.py) for both the key's settlement and the ledger row."""
 
     protocol: str = "openai"
     """The client's protocol family (the API's ``protocol``): ``openai``, or ``anthropic`` (``/v1/messages``)."""
