@@ -39,9 +39,10 @@ def _load(tmp_path: Path, text: str) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
 def test_shipped_scenarios_load(name: str) -> None:
-    """Every scenario we ship is valid and runs in at most 3 minutes per policy."""
+    """Every scenario we ship is valid and runs in at most 3 minutes per policy — but quantized-primary, whose
+    question is a move within 5 minutes of a fault at 60 s (7 minutes per policy)."""
     cfg = load_scenario(SCENARIOS / name)
-    assert cfg.load.duration <= 180
+    assert cfg.load.duration <= (420 if name == "quantized-primary.yaml" else 180)
     assert len(cfg.policies) >= 2
 
 
