@@ -41,6 +41,7 @@ from tailgate.gateway.batch.batch_exec import BatchExecutor
 from tailgate.gateway.fleet.fleet_sync import Fleet
 from tailgate.gateway.health.active_probes import Prober
 from tailgate.gateway.health.priors import seed_priors
+from tailgate.gateway.health.quality_sync import QualitySync
 from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
 from tailgate.gateway.http.listener import body_limits, use_lean_front
 from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
@@ -53,6 +54,7 @@ from tailgate.gateway.metrics.store_metrics import (
 from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
 from tailgate.gateway.metrics.traffic_trace import TraceWriter
 from tailgate.gateway.request_path.admission import KeyAdmission, key_store
+from tailgate.gateway.request_path.answer_quality import AnswerQuality
 from tailgate.gateway.request_path.bookkeeping import Books, Sinks, books_first
 from tailgate.gateway.request_path.core import Core
 from tailgate.gateway.request_path.hedging import Hedger
@@ -178,8 +180,15 @@ class Gateway:
         self.admission = KeyAdmission(self.key_directory, lambda: state, metrics.registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         self.breakers = BreakerRegistry(_breaker_config(config), clock=time.monotonic, on_transition=self._on_breaker)
+        # answer quality: one board for every adaptive policy (promise 8), the signals, the non-answer retry
+        self.quality = AnswerQuality.of(config, metrics.quality, metrics.quality_retries)
         routes = build_routes(
-            config, provider_states, health=self.health, breakers=self.breakers, hedges=metrics.hedges
+            config,
+            provider_states,
+            health=self.health,
+            breakers=self.breakers,
+            hedges=metrics.hedges,
+            quality=self.quality.board,
         )
         version = loaded_version(config_path, config)
         self.fleet = Fleet(  # docs/fleet.md: what replicas share, through the state layer
@@ -201,6 +210,7 @@ class Gateway:
                 ledger=self.ledger,
                 admission=self.admission,
                 refund_rpm=self.fleet.refund_key,
+                quality=self.quality,
                 divert=lambda row: self.batch_exec.divert(row),  # the batch lane's rows (batch_exec.py)
             )
         )
@@ -218,6 +228,7 @@ class Gateway:
             metrics=metrics,
             health=self.health,
             breakers=self.breakers,
+            quality=self.quality,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view
@@ -229,6 +240,12 @@ class Gateway:
             config=config.routing.probes,
             counter=metrics.probes,
             degraded=routes.degraded,  # a reload hands the new table's (prober.retarget)
+        )
+        self.quality_sync = QualitySync(  # the board shared through the store (health/quality_sync.py)
+            self.quality,
+            config.ledger.url or (self.ledger.path if self.ledger is not None else None),
+            interval_s=config.routing.quality.refresh,
+            window_s=config.routing.quality.window,
         )
         self.reloader = Reloader(  # SIGHUP, POST /admin/reload, GET /admin/config
             config_path, config, version=version, in_force=self.core, state=state, apply=self._apply
@@ -315,7 +332,9 @@ class Gateway:
             hedges=self.metrics.hedges,
             previous=core.routes,
             kept=unchanged_aliases(old, config),
+            quality=self.quality.board,
         )
+        self.quality.configure(config)
         self.fleet.install(core.routes, providers, self.reloader.version)
         self.metrics.show_providers(providers)
         for p in closing:
@@ -374,6 +393,7 @@ class Gateway:
             await self.maintenance.start()
         store = self.config.ledger.url or (self.ledger.path if self.ledger is not None else None)
         seed_priors(store, self.core.routes)  # promise 5: start from what the monitor measured (docs/routing.md)
+        self.quality_sync.start()  # promise 8's board: the fleet's counts and the monitor's canaries
         self.prober.start()
         await self.batch_exec.start()
 
@@ -416,6 +436,9 @@ class Gateway:
             steps.append(("ledger shipper (shipper.close)", self.shipper.close, CLOSE_STEP_S))
         if (trace := self.trace) is not None:
             steps.append(("trace (trace.close)", lambda: asyncio.to_thread(trace.close), CLOSE_STEP_S))
+        # the last answers' quality counts (bounded by their own CLOSE_FLUSH_S: a store that is not answering
+        # has had its say in the steps above)
+        steps.append(("answer-quality counts (quality_sync.close)", self.quality_sync.close, CLOSE_STEP_S))
         steps.append(("fleet state (fleet.close)", self.fleet.close, CLOSE_STEP_S))
         clean = True
         for what, step, limit in steps:
@@ -448,6 +471,7 @@ class Gateway:
             fleet=self.fleet,
             access=self.guard,
             prober=self.prober,
+            quality=self.quality.board,
         )
         add_key_routes(app, self.key_directory, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self.reloader, self.guard)

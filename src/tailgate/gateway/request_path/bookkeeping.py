@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
     from tailgate.gateway.metrics.traffic_trace import TraceWriter
     from tailgate.gateway.request_path.admission import KeyAdmission
+    from tailgate.gateway.request_path.answer_quality import AnswerQuality
     from tailgate.gateway.request_path.request_context import Ctx
     from tailgate.ledger import SQLiteLedger
     from tailgate.state import Admission
@@ -59,6 +60,8 @@ class Sinks:
     """The settlement: the key gate corrects a ticket to what the request used (admission.py)."""
     refund_rpm: Callable[[str, Admission], None]
     """Gives a key's rpm count back (``Fleet.refund_key``): a request that never went upstream keeps nothing."""
+    quality: AnswerQuality | None = None
+    """A served chat answer's quality signals (answer_quality.py)."""
     divert: Callable[[LedgerRow], bool] | None = None
     """Takes the rows of the batch lane's lines (gateway/batch/batch_exec.py: True when it took one): the batch store
     bills a line with its settlement, exactly once, so the ledger writer must not write it too."""
@@ -186,6 +189,8 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
         m.output_tokens.inc(output or 0)
         if cost is not None:
             m.cost.inc(cost)
+    if (obs := ctx.quality) is not None and served and sinks.quality is not None:
+        sinks.quality.judge(obs, result)
     sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms, stream=ctx.stream)  # per minute
     if sinks.trace is not None and ctx.alias in ctx.table.aliases:
         sinks.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tailgate.gateway.fleet.fleet_sync import Fleet
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
     from tailgate.gateway.request_path.admission import KeyAdmission
+    from tailgate.gateway.request_path.answer_quality import AnswerQuality
     from tailgate.gateway.request_path.bookkeeping import Books
     from tailgate.gateway.request_path.providers import Providers
     from tailgate.gateway.request_path.routes import RouteTable
@@ -59,3 +60,5 @@ class Core:
     ``count_tokens``, the served series; metrics/gateway_metrics.py)."""
     health: HealthRegistry
     breakers: BreakerRegistry
+    quality: AnswerQuality | None = None
+    """Chat answers' quality signals and the non-answer retry (answer_quality.py); None: not judged."""

@@ -249,15 +249,23 @@ class Proxy:
             if hedger is not None and ctx.attempts == 0 and queue:
                 resp, result = await attempts.race(request, ctx, api, req, route, queue, hedger, tokens, paced)
             else:
+                # a non-answer may be held for another route (answer_quality.py) while one is left
+                ctx.may_retry = bool(queue) and ctx.attempts + 1 < table.retry.max_attempts
                 resp, result = await attempts.attempt(request, ctx, api, req, route)
             last = ctx.result = result
             if resp is not None:
                 return resp
+            if ctx.held is not None and result.ok:  # a non-answer held before its first byte: the next route
+                if ctx.held.result is None:
+                    ctx.held.result = result
+                continue
             if revoke_refused_key(core.providers[route.provider], result, core.metrics.provider_keys_revoked):
                 queue.appendleft(route)  # the same route again, with its next key (revocation.py)
                 continue
             if result.error_class not in RETRYABLE:
                 break
+        if ctx.held is not None:  # no other route answered: the non-answer as it came
+            return await attempts.release(request, ctx)
         if last is None and paced:
             raise refusals.paced_out(paced, tokens, ctx)
         if last is None and time.perf_counter() < deadline:  # every breaker refused at the door: say so

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tailgate.gateway.request_path.admission import Ticket
+    from tailgate.gateway.request_path.answer_quality import Observed
     from tailgate.gateway.request_path.hedging import Race
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.gateway.request_path.routes import RouteTable
@@ -21,7 +22,23 @@ if TYPE_CHECKING:
     from tailgate.state import Admission
     from tailgate.upstream import CallResult
 
-__all__ = ["Ctx"]
+__all__ = ["Ctx", "Held"]
+
+
+@dataclass(slots=True, eq=False)
+class Held:
+    """A non-answer held back (see ``Ctx.held``): what ``Attempts.release`` sends if no other route answers."""
+
+    obs: Observed
+    provider: ProviderState
+    upstream: Any
+    """The attempt's plan (``api_handler.Attempt``): its headers."""
+    body: bytes
+    """The whole answer, or a stream's frames up to its end joined."""
+    stream: bool
+    done: bytes = b""
+    """A stream's end frame."""
+    result: CallResult | None = None
 
 
 @dataclass(slots=True)
@@ -71,6 +88,16 @@ class Ctx:
 
     protocol: str = "openai"
     """The client's protocol family (the API's ``protocol``): ``openai``, or ``anthropic`` (``/v1/messages``)."""
+
+    may_retry: bool = False
+    """Another route is left for this attempt's request: a non-answer may be held (answer_quality.py)."""
+    quality: Observed | None = None
+    """The served chat attempt, for its quality signals (judged by the books: answer_quality.py)."""
+    held: Held | None = None
+    """A non-answer (content-filtered or empty) held before its first byte while another route is tried; sent
+    as it is if none answers (``Attempts.release``)."""
+    retried: str | None = None
+    """Why an answer was held and the request retried (``x-tailgate-retried``)."""
 
     @property
     def api(self) -> str:
