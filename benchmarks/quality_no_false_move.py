@@ -19,7 +19,7 @@ and over each tenth of it (a move that came and went shows there), the canaries 
 calls checked at the client.
 
 Target: |served − configured| ≤ 2 points over the run, per interval. Exits 1 otherwise.
-Usage: ``.venv/bin/python benchmarks/quality_no_false_move.py [--minutes 60] [--time-scale 0.02] [--rate 20]
+Usage: ``.venv/bin/python benchmarks/quality_no_false_move.py [--minutes 60] [--time-scale 0.02] [--rate 40]
 [--interval 60 --interval 6] [--out no-false-move.json]``.
 """
 
@@ -122,7 +122,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=60.0, help="simulated minutes (default 60)")
     ap.add_argument("--time-scale", type=float, default=0.02, help="every time × this (default 0.02: 72 s a run)")
-    ap.add_argument("--rate", type=float, default=20.0, help="requests per real second (default 20)")
+    ap.add_argument("--rate", type=float, default=40.0, help="requests per real second (default 40)")
     ap.add_argument(
         "--interval", type=float, action="append", help="the monitor's interval at scale 1 (repeat; default 60 and 6)"
     )

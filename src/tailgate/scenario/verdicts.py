@@ -132,7 +132,7 @@ def _moves(runs: Sequence[ScenarioRun]) -> list[str]:
             if before is not None and after is not None:
                 trend = "more" if after > before else ("less" if after < before else "the same")
             share = f"{_pct(before)} → {_pct(after)}" + (f": {trend}" if trend else "")
-            when = "never moved" if moved is None else f"moved at {ev.at_s + moved:g} s ({moved:.1f} s after)"
+            when = "never moved" if moved is None else f"moved at {ev.at_s + moved:.0f} s ({moved:.1f} s after)"
             ranked.append((float("inf") if moved is None else moved, run.name, f"{when}, share {share}"))
         if ranked:
             ranked.sort()
