@@ -112,6 +112,7 @@ async def one(minutes: float, scale: float, rate: float, interval_s: float, seed
         "primary_share_by_tenth": tenths,
         "worst_tenth_deviation_points": round(100.0 * max(abs(t - CONFIGURED) for t in tenths), 2) if tenths else None,
         "canaries": {p: {"graded": c.graded, "right": c.right} for p, c in graded.items()},
+        "degraded_served": {} if isinstance(run.overall.degraded_served, UnsetType) else run.overall.degraded_served,
         "tool_calls_checked": run.overall.tool_calls_checked,
         "tool_calls_broken": run.overall.tool_calls_broken,
         "ok": abs(primary - CONFIGURED) <= TOLERANCE and run.overall.errors == 0,
