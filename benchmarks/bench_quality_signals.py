@@ -94,17 +94,20 @@ def hook_cases(
         obs = hook.begin("m", route, req, True)
         obs.unary(body)
         hook.judge(obs, result)
+        hook.flush()  # a batch of one: the books flush after each batch
 
     def gate(body: bytes) -> None:  # what runs before the first byte: the rest waits for the books
         hook.begin("m", route, plain, True).unary(body)
 
     def stream_plain() -> None:
         hook.judge(hook.begin("m", route, plain, True), result)
+        hook.flush()
 
     def stream_tools() -> None:
         obs = hook.begin("m", route, with_tools, True)
         obs.frames = frames
         hook.judge(obs, result)
+        hook.flush()
 
     one = chunks[0]
     return {

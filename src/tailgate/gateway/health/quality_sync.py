@@ -108,6 +108,7 @@ class QualitySync:
         store = self.store
         if store is None or (not isinstance(store, str) and not Path(store).parent.exists()):
             return
+        self.quality.flush()
         counts = self.quality.tally.drain()
         wall = self.wall()
         try:

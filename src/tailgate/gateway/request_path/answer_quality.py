@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BOARD_SIGNAL", "AnswerQuality", "Observed", "board_for"]
 
+_NONE: frozenset[str] = frozenset()
 CONTENT_FILTERED = "content_filtered"
 EMPTY_ANSWER = "empty_answer"
 
@@ -54,6 +55,8 @@ BOARD_SIGNAL: dict[str, str] = {
 """A signal's name (``tailgate.quality.signals``: the store's, the metrics') → the board's (promise 8's,
 ``routing.quality.signals``). The three tool-call signals are one on the board: a tool call that is broken
 in any way."""
+_TOOL_SIGNALS = frozenset({sig.TOOL_ARGS_INVALID_JSON, sig.TOOL_ARGS_SCHEMA_MISMATCH, sig.TOOL_UNKNOWN_NAME})
+_BOARD_TOOL = "board:tool_call"
 
 
 class _Message(msgspec.Struct):
@@ -73,6 +76,7 @@ class _Head(msgspec.Struct):
     choices: list[_Choice] | None = None
 
 
+_EMPTY = _Message()
 _decode_head = msgspec.json.Decoder(_Head).decode
 _decode_any = msgspec.json.Decoder().decode
 
@@ -97,14 +101,19 @@ def _fast(raw: bytes) -> _Fast | None:
     if not head.choices:
         return None
     choice = head.choices[0]
-    m = choice.message or _Message()
+    m = choice.message or _EMPTY
     content = m.content
-    text = content if isinstance(content, str) else _text(content)
-    output = bool(text.strip() or m.tool_calls or m.refusal)
+    if type(content) is str:
+        output = bool(content) and (not content[0].isspace() or bool(content.strip()))  # one call, usually
+    else:
+        output = bool(_text(content).strip())
+    output = output or bool(m.tool_calls or m.refusal)
     reasoning = bool(m.reasoning_content or m.reasoning)
     reason = choice.finish_reason
-    filtered = reason in sig.FILTER_REASONS and not output
-    empty = None if (reason == "length" or reason in sig.FILTER_REASONS) else not output
+    if output:  # the common answer
+        return _Fast(None, False, None if reason == "length" or reason in sig.FILTER_REASONS else False, reasoning)
+    filtered = reason in sig.FILTER_REASONS
+    empty = None if (reason == "length" or filtered) else True
     verdict = CONTENT_FILTERED if filtered else EMPTY_ANSWER if empty and not reasoning else None
     return _Fast(verdict, filtered, empty, reasoning)
 
@@ -115,12 +124,25 @@ def _text(value: Any) -> str:
     return ""
 
 
+_ASKS = frozenset(
+    {"tools", "response_format", "reasoning_effort", "thinking", "enable_thinking", "chat_template_kwargs"}
+)
+"""The request fields a judgement reads beyond the answer (most requests have none of them)."""
+
+
 def wants_whole(request: Mapping[str, Any]) -> bool:
     """Does judging this request's answer need the answer itself (tool calls to check, JSON asked for)?"""
     if request.get("tools"):
         return True
     fmt = request.get("response_format")
     return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
+
+
+def _asks(request: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(the answer is needed whole, thinking was asked): one set operation for the common request."""
+    if _ASKS.isdisjoint(request):
+        return False, False
+    return wants_whole(request), sig.thinking_requested(request)
 
 
 @dataclass(slots=True, eq=False)
@@ -133,6 +155,8 @@ class Observed:
     """The non-answers this attempt may hold (the alias's retry settings; empty when no route is left)."""
     whole: bool
     """The request declared tools or asked for JSON: the answer is kept for the books."""
+    thinking: bool = False
+    """The request asked for thinking (``reasoning_missing`` is checked)."""
     body: bytes | None = None
     fast: _Fast | None = None
     frames: list[bytes] | None = None
@@ -206,6 +230,9 @@ class AnswerQuality:
     clock: Callable[[], float] = time.monotonic
     tally: QualityTally = field(default_factory=QualityTally)
     retry: dict[str, frozenset[str]] = field(default_factory=dict)
+    _pending: dict[tuple[str, str], dict[str, list[int]]] = field(default_factory=dict)
+    """(provider, model) → signal → [checked, hits] judged since the last :meth:`flush` (board signals as
+    ``board:<name>``)."""
 
     @classmethod
     def of(cls, config: GatewayConfig, metrics: QualityMetrics, retries: CounterFamily) -> AnswerQuality:
@@ -222,8 +249,9 @@ class AnswerQuality:
 
     def begin(self, alias: str, route: Route, request: Mapping[str, Any], may_retry: bool) -> Observed:
         """One chat attempt at ``route``: ``may_retry`` when another route is left to try."""
-        retry = self.retry.get(alias, frozenset()) if may_retry else frozenset()
-        return Observed(route, request, retry, wants_whole(request))
+        retry = self.retry.get(alias, _NONE) if may_retry else _NONE
+        whole, thinking = _asks(request)
+        return Observed(route, request, retry, whole, thinking)
 
     def held(self, alias: str, obs: Observed) -> None:
         """``obs`` was held as a non-answer (not sent): it is judged now, and the retry counted."""
@@ -232,15 +260,61 @@ class AnswerQuality:
         self.judge(obs, None)
 
     def judge(self, obs: Observed, result: CallResult | None) -> None:
-        """The signals of an answered attempt, counted (bookkeeping.py; once per ``obs``)."""
+        """The signals of an answered attempt (bookkeeping.py; once per ``obs``), counted at the next
+        :meth:`flush` — the books call it after each batch, so a busy gateway counts a batch of answers at once."""
         if obs.judged:
             return
         obs.judged = True
-        observations = self._observations(obs, result)
-        if observations:
-            self.count(obs.route.provider, obs.route.model, observations)
+        seen = self._observations(obs, result)
+        if not seen:
+            return
+        route = obs.route
+        key = (route.provider, route.model)
+        cells = self._pending.get(key)
+        if cells is None:
+            cells = self._pending[key] = {}
+        tool_hit: bool | None = None
+        for signal, hit in seen:
+            cell = cells.get(signal)
+            if cell is None:
+                cell = cells[signal] = [0, 0]
+            cell[0] += 1
+            if hit:
+                cell[1] += 1
+            if signal in _TOOL_SIGNALS:
+                tool_hit = bool(tool_hit) or hit
+        if tool_hit is not None:  # the board's one tool-call signal: a call broken in any way
+            cell = cells.get(_BOARD_TOOL)
+            if cell is None:
+                cell = cells[_BOARD_TOOL] = [0, 0]
+            cell[0] += 1
+            cell[1] += tool_hit
+
+    def flush(self) -> None:
+        """What :meth:`judge` gathered, onto the counters, the store's tally and the board (at once, now)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = {}
+        now = self.clock()
+        metrics, tally, board = self.metrics, self.tally, self.board
+        for (provider, model), cells in pending.items():
+            key = (provider, model)
+            for signal, (checked, hits) in cells.items():
+                if signal == _BOARD_TOOL:
+                    board.add(key, "tool_call", checked - hits, checked, now)
+                    continue
+                if checked > hits:
+                    metrics.count(provider, model, signal, False, checked - hits)
+                    tally.add(provider, model, signal, False, checked - hits)
+                if hits:
+                    metrics.count(provider, model, signal, True, hits)
+                    tally.add(provider, model, signal, True, hits)
+                if (name := BOARD_SIGNAL.get(signal, signal)) != "tool_call":
+                    board.add(key, name, checked - hits, checked, now)
 
     def count(self, provider: str, model: str, observations: Iterable[sig.Observation]) -> None:
+        """Observations of one answer, counted now (the monitor's way; tests)."""
         now = self.clock()
         board_ok: dict[str, bool] = {}
         for o in observations:
@@ -252,7 +326,7 @@ class AnswerQuality:
         for name, ok in board_ok.items():
             self.board.record(key, name, ok, now)
 
-    def _observations(self, obs: Observed, result: CallResult | None) -> list[sig.Observation]:
+    def _observations(self, obs: Observed, result: CallResult | None) -> list[tuple[str, bool]]:
         request = obs.request
         if obs.body is not None:  # a whole answer
             if obs.whole:
@@ -260,31 +334,35 @@ class AnswerQuality:
                     answer = _decode_any(obs.body)
                 except msgspec.DecodeError:
                     return []
-                return sig.check_chat(request, answer) if isinstance(answer, dict) else []
+                return _pairs(sig.check_chat(request, answer)) if isinstance(answer, dict) else []
             fast = obs.fast
             if fast is None:
                 return []
-            out = [sig.Observation(sig.CONTENT_FILTERED, fast.filtered)]
-            if fast.empty is not None:
-                out.append(sig.Observation(sig.EMPTY_ANSWER, fast.empty))
-            if sig.thinking_requested(request):
+            if fast.empty is None:
+                out = [(sig.CONTENT_FILTERED, fast.filtered)]
+            else:
+                out = [(sig.CONTENT_FILTERED, fast.filtered), (sig.EMPTY_ANSWER, fast.empty)]
+            if obs.thinking:
                 shown = fast.reasoning or bool(result is not None and result.reasoning_tokens)
-                out.append(sig.Observation(sig.REASONING_MISSING, not shown))
+                out.append((sig.REASONING_MISSING, not shown))
             return out
         if obs.frames is not None and obs.verdict is None:  # a stream kept whole
-            return sig.check_chat(request, sig.assemble_chat_stream(_chunks(obs.frames)))
+            return _pairs(sig.check_chat(request, sig.assemble_chat_stream(_chunks(obs.frames))))
         # a stream: the gate's verdict when it ended without a token, else it carried tokens
         if obs.verdict is not None:
-            filtered = obs.verdict == CONTENT_FILTERED
-            out = [sig.Observation(sig.CONTENT_FILTERED, filtered)]
-            if not filtered:
-                out.append(sig.Observation(sig.EMPTY_ANSWER, True))
-            return out
-        if result is None or not result.ok:
+            if obs.verdict == CONTENT_FILTERED:
+                return [(sig.CONTENT_FILTERED, True)]
+            return [(sig.CONTENT_FILTERED, False), (sig.EMPTY_ANSWER, True)]
+        if result is None or result.error_class is not None:
             return []
-        out = [sig.Observation(sig.CONTENT_FILTERED, False)]
         if result.ttft_answer_ms is not None:  # an answer token came (reasoning alone is not judged here)
-            out.append(sig.Observation(sig.EMPTY_ANSWER, False))
-        if sig.thinking_requested(request):
-            out.append(sig.Observation(sig.REASONING_MISSING, not result.reasoning_tokens))
+            out = [(sig.CONTENT_FILTERED, False), (sig.EMPTY_ANSWER, False)]
+        else:
+            out = [(sig.CONTENT_FILTERED, False)]
+        if obs.thinking:
+            out.append((sig.REASONING_MISSING, not result.reasoning_tokens))
         return out
+
+
+def _pairs(observations: Iterable[sig.Observation]) -> list[tuple[str, bool]]:
+    return [(o.signal, o.hit) for o in observations]

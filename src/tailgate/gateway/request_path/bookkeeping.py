@@ -135,6 +135,8 @@ class Books:
                     record(self._sinks, ctx, now)
                 except Exception:
                     log.exception("bookkeeping of request %s failed", ctx.request_id)
+        if (quality := self._sinks.quality) is not None:
+            quality.flush()  # the batch's quality signals at once (answer_quality.py)
 
     async def drain(self) -> None:
         """Every request answered so far booked: the waiting tails finish first (within ``_DRAIN_S``)."""
