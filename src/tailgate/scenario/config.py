@@ -315,8 +315,9 @@ class ScenarioConfig(_Strict):
         """The same scenario with every time multiplied by ``x`` (rates and limits unchanged).
 
         Timeline, load duration, the simulators' engine times, fault durations, the SLO, a fixed
-        hedge delay and the monitor's interval scale; request rates, rate limits and concurrency do not. The gateway's own time
-        constants (health window, smoothing, breaker cool-down) are not configurable and do not scale.
+        hedge delay and the monitor's interval scale; request rates, rate limits and concurrency do not.
+        The gateway's own time constants (health window, smoothing, breaker cool-down, the quality window)
+        do not scale.
         """
         if x == 1.0:
             return self

@@ -81,7 +81,8 @@ class PolicyRecord:
     stopped: bool = False
     """Ctrl-C stopped this run before its end."""
     counters: dict[str, float] = field(default_factory=dict)
-    """The gateway's own counters at the end (hedges, pacing, probes, breaker transitions, attempts)."""
+    """The gateway's own counters at the end (hedges, pacing, probes, breaker transitions, attempts, quality
+    retries)."""
     probes: list[ProbeSample] = field(default_factory=list)
     """The monitor's samples when the scenario has ``monitor:`` (canaries graded in ``accuracy_ok``)."""
 
@@ -182,6 +183,7 @@ _COUNTERS = frozenset(
         "tailgate_probes",
         "tailgate_breaker_transitions",
         "tailgate_upstream_attempts",
+        "tailgate_quality_retries",
     }
 )
 
