@@ -138,6 +138,8 @@ class Prepared:
     """The response's ``x-ratelimit-*`` / ``retry-after`` headers, when it had any (set by :func:`execute`)."""
     headers: dict[str, str] | None = None
     """The request's own headers, read when it is sent: a traced run adds its span's ``traceparent`` here."""
+    spec: RequestSpec | None = None
+    """The spec, kept only when it has a ``check`` (its body and check grade the answer)."""
 
 
 def prepare(target: Target, spec: RequestSpec, idx: int = 0, *, traced: bool = False) -> Prepared:
@@ -159,7 +161,9 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0, *, traced: bool = F
         headers=headers,
         dialect=target.dialect,
     )
-    return Prepared(idx, c, spec.task, spec.intended_tokens, headers=headers)
+    return Prepared(
+        idx, c, spec.task, spec.intended_tokens, headers=headers, spec=spec if spec.check is not None else None
+    )
 
 
 async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
@@ -169,6 +173,7 @@ async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
     pool, which is also where its TTFT and E2E start (the call's start when it failed before that).
     """
     text: list[str] = []
+    frames: list[bytes] | None = [] if p.spec is not None else None
     sent_at = time.perf_counter()
     async with p.call as c:
         async for event in c:
@@ -178,9 +183,13 @@ async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
                 p.ratelimit = {k: v for k, v in event.headers.items() if k.lower().startswith("x-ratelimit-")}
             elif p.task is not None and isinstance(event, Chunk | Body):
                 text.append(content_text(event.raw))
+            elif frames is not None and isinstance(event, Chunk | Body):
+                frames.append(event.raw)
     result = c.result
     assert result is not None
     right = grade(p.task, "".join(text)) if p.task is not None and result.ok else None
+    if frames is not None and p.spec is not None and p.spec.check is not None and result.ok:
+        right = p.spec.check(p.spec.body, frames)
     return result, right, sent_at
 
 

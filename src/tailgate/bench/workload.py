@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,10 @@ class RequestSpec:
     traffic_class: str | None = None
     intended_tokens: int | None = None
     """The prompt length this request was built to have (exact with --tokenizer, else an estimate)."""
+    check: Callable[[RequestBody, list[bytes]], bool] | None = None
+    """Grades a successful answer that is not a task's: called with the body sent and the answer's raw frames
+    (SSE frames, or the whole body); what it returns is the request's ``accuracy`` (True: a good answer).
+    The scenario runner checks tool-call answers this way (``load.tool_calls``)."""
 
 
 @dataclass

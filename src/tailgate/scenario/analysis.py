@@ -20,6 +20,13 @@ Definitions (docs/scenarios.md):
   every route meets its SLO (``tailgate.routing.promises.configured_split``).
 - Upstream counts come from the simulators' ground truth (``/sim/truth``): every request they received,
   the gateway's retries, hedges and probes included.
+- Moved (``moved_s``) after a fault on F at T: the first request sent at or after T from which F served less
+  than half its ``share_before`` (its share of the requests sent since its previous step) of the next
+  :data:`WINDOW` requests; ``share_after`` is its share from T to its next step.
+- Answer quality (with ``load.tool_calls`` or ``monitor:``): ``tool_calls_checked`` / ``tool_calls_broken``, the
+  tool-call answers checked at the client and the broken ones among them, by intended send time;
+  ``degraded_served``, the simulators' truth rows' ``degraded`` per provider, by arrival; ``canaries``, the
+  monitor's graded canaries per provider, by send time.
 """
 
 from __future__ import annotations
@@ -34,11 +41,21 @@ from typing import TypeVar
 from msgspec import UNSET
 
 from tailgate.ledger import LedgerRow
+from tailgate.ledger.samples import Sample as ProbeSample
 from tailgate.routing import Route
 from tailgate.routing.promises import configured_split
 from tailgate.scenario.config import ScenarioConfig
 from tailgate.scenario.runner import UNTAGGED, PolicyRecord, Sample, UpstreamRecord
-from tailgate.scenario.schema import Event, Hedge, OverTime, ScenarioRun, Section, Stats, UpstreamCounts
+from tailgate.scenario.schema import (
+    CanaryCounts,
+    Event,
+    Hedge,
+    OverTime,
+    ScenarioRun,
+    Section,
+    Stats,
+    UpstreamCounts,
+)
 from tailgate.stats import LatencyHistogram
 
 __all__ = ["WINDOW", "PhaseSpan", "analyze_run", "phases_of"]
@@ -222,6 +239,38 @@ def _first_window(
     return None
 
 
+def _share(times: Sequence[float], flags: Sequence[bool], start: float, end: float) -> float | None:
+    """The share of requests sent in [start, end) whose flag is set; None without requests."""
+    lo, hi = bisect.bisect_left(times, start), bisect.bisect_left(times, end)
+    return round(sum(flags[lo:hi]) / (hi - lo), 4) if hi > lo else None
+
+
+def _quality(
+    section: Section,
+    samples: Sequence[Sample],
+    upstream: Sequence[UpstreamRecord],
+    probes: Sequence[ProbeSample],
+    providers: Sequence[str],
+    tool_calls: bool,
+) -> None:
+    if tool_calls:
+        checked = [s.tool_ok for s in samples if s.tool_ok is not None]
+        section.tool_calls_checked, section.tool_calls_broken = len(checked), checked.count(False)
+    degraded: dict[str, dict[str, int]] = {p: {} for p in providers}
+    for u in upstream:
+        if u.degraded is not None:
+            slot = degraded.setdefault(u.provider, {})
+            slot[u.degraded] = slot.get(u.degraded, 0) + 1
+    section.degraded_served = {p: dict(sorted(c.items())) for p, c in degraded.items()}
+    canaries = {p: CanaryCounts() for p in providers}
+    for probe in probes:
+        if probe.accuracy_ok is not None:
+            c = canaries.setdefault(probe.provider, CanaryCounts())
+            c.graded += 1
+            c.right += probe.accuracy_ok
+    section.canaries = canaries
+
+
 def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float | None]) -> list[Event]:
     rows = sorted(record.ledger, key=lambda r: r.ts)
     times = [record.ledger_t(r) for r in rows]
@@ -236,6 +285,15 @@ def _events(cfg: ScenarioConfig, record: PolicyRecord, baseline: dict[str, float
         if step.phase is not None:
             event.phase = step.phase
         if step.kind == "fault":
+            prev = max((s.at for s in steps[:k] if s.provider == provider), default=0.0)
+            served = [r.provider == provider for r in rows]
+            before = _share(times, served, prev, step.at)
+            event.share_before, event.share_after = before, _share(times, served, step.at, nxt)
+            if before:
+                t = _first_window(times, served, step.at, nxt, functools.partial(operator.gt, before / 2))
+                event.moved_s = None if t is None else round(max(0.0, t - step.at), 3)
+            else:
+                event.moved_s = None
             flags = [_went_to(r, provider) for r in rows]
             t = _first_window(times, flags, step.at, nxt, lambda share: share < CUTOVER_SHARE)
             event.cutover_s = None if t is None else round(max(0.0, t - step.at), 3)
@@ -322,19 +380,24 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> ScenarioRun:
     r_times = [record.ledger_t(r) for r in rows]
     u_times = [u.t for u in record.upstream]
     end = spans[-1].end if spans else record.duration_s
+    probes = sorted(record.probes, key=lambda p: p.ts)
+    p_times = [p.ts - record.wall0 for p in probes]
+    quality = cfg.load.tool_calls > 0 or cfg.monitor is not None
     phases = []
     for span in spans:
         stop = end + 3600.0 if span is spans[-1] else span.end  # late arrivals belong to the last phase
-        phases.append(
-            _section(
-                _between(record.samples, s_times, span.start, stop),
-                _between(rows, r_times, span.start, stop),
-                _between(record.upstream, u_times, span.start, stop),
-                providers,
-                span,
-            )
-        )
-    overall = _section(record.samples, rows, [u for u in record.upstream if u.t >= 0.0], providers)
+        samples = _between(record.samples, s_times, span.start, stop)
+        upstream = _between(record.upstream, u_times, span.start, stop)
+        section = _section(samples, _between(rows, r_times, span.start, stop), upstream, providers, span)
+        if quality:
+            in_span = _between(probes, p_times, span.start, stop)
+            _quality(section, samples, upstream, in_span, providers, cfg.load.tool_calls > 0)
+        phases.append(section)
+    upstream = [u for u in record.upstream if u.t >= 0.0]
+    overall = _section(record.samples, rows, upstream, providers)
+    if quality:
+        in_run = [p for p, t in zip(probes, p_times, strict=True) if t >= 0.0]
+        _quality(overall, record.samples, upstream, in_run, providers, cfg.load.tool_calls > 0)
     baseline = phases[0].share if phases else {}
     bucket = max(0.5, round(record.duration_s / 60.0, 1))
     alias = cfg.gateway.models[cfg.alias]

@@ -36,7 +36,7 @@ from tailgate.config.units import Fraction, Seconds
 from tailgate.sim.config import SimProviderConfig
 from tailgate.sim.faults import Faults
 
-__all__ = ["POLICIES", "LoadConfig", "PolicyRun", "ScenarioConfig", "ScenarioStep", "load_scenario"]
+__all__ = ["POLICIES", "LoadConfig", "MonitorSection", "PolicyRun", "ScenarioConfig", "ScenarioStep", "load_scenario"]
 
 PolicyName = Literal["weighted", "adaptive", "least-latency", "cost"]
 POLICIES: tuple[str, ...] = ("weighted", "adaptive", "least-latency", "cost")
@@ -105,6 +105,10 @@ class LoadConfig(_Strict):
     """``multi-turn``: conversations of ``turns`` turns that grow (bench's ``multi-turn`` shape: each turn resends
     the conversation so far; ``input_tokens`` per user turn, ``max_tokens`` per answer), sent in order."""
     turns: Annotated[int, Field(ge=1, le=1000)] = 6
+    tool_calls: Fraction = 0.0
+    """Share of the requests that declare a tool (``get_forecast``) with ``tool_choice: required``; the client
+    checks each answer's tool call (valid JSON, the declared tool, its schema) and the results count the broken
+    ones that reached it (``tool_calls_broken``). OpenAI chat only."""
 
     @model_validator(mode="after")
     def _one_mode(self) -> LoadConfig:
@@ -112,7 +116,24 @@ class LoadConfig(_Strict):
             raise ValueError("give exactly one of 'rate' (open loop) or 'concurrency' (closed loop)")
         if self.classes and sum(self.classes.values()) <= 0:
             raise ValueError("'classes' shares must add up to more than 0")
+        if self.tool_calls and self.api != "openai":
+            raise ValueError("'tool_calls' needs api: openai (the tool-call check reads chat answers)")
         return self
+
+
+MonitorWorkload = Literal["short", "long", "accuracy"]
+_MONITOR_WORKLOADS: tuple[MonitorWorkload, ...] = ("short", "long", "accuracy")
+
+
+class MonitorSection(_Strict):
+    """``tailgate monitor`` beside the gateway: probe rounds against the simulators into the gateway's store."""
+
+    interval: PositiveSeconds = 60.0
+    """Seconds between rounds (``tailgate monitor --interval``'s default); scaled by ``--time-scale``."""
+    jitter: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """A random delay of up to this share of the interval in each slot (``--jitter``)."""
+    workloads: list[MonitorWorkload] = Field(default_factory=lambda: list(_MONITOR_WORKLOADS), min_length=1)
+    """The probes of each round (``--workload``); ``accuracy`` asks one canary of the canary set per round."""
 
 
 class PolicyRun(_Strict):
@@ -128,6 +149,8 @@ class PolicyRun(_Strict):
     """``routing.pacing.enabled`` for this run (``false``: no pacing below known limits, only pauses on 429s)."""
     affinity: bool | None = None
     """``routing.affinity.enabled`` for this run (conversation affinity, docs/routing.md promise 7)."""
+    quality: bool | None = None
+    """``routing.quality.enabled`` for this run (routing on answer quality, docs/routing.md promise 8)."""
 
     @property
     def label(self) -> str:
@@ -153,6 +176,8 @@ class ScenarioConfig(_Strict):
     initial_phase: Name = "healthy"
     timeline: list[ScenarioStep] = Field(default_factory=list)
     load: LoadConfig
+    monitor: MonitorSection | None = None
+    """``tailgate monitor``'s rounds beside each run (none unless given)."""
     policies: list[PolicyRun] = Field(
         default_factory=lambda: [
             PolicyRun(policy="weighted"),
@@ -289,9 +314,10 @@ class ScenarioConfig(_Strict):
     def scaled(self, x: float) -> ScenarioConfig:
         """The same scenario with every time multiplied by ``x`` (rates and limits unchanged).
 
-        Timeline, load duration, the simulators' engine times, fault durations, the SLO and a fixed
-        hedge delay scale; request rates, rate limits and concurrency do not. The gateway's own time
-        constants (health window, smoothing, breaker cool-down) are not configurable and do not scale.
+        Timeline, load duration, the simulators' engine times, fault durations, the SLO, a fixed
+        hedge delay and the monitor's interval scale; request rates, rate limits and concurrency do not.
+        The gateway's own time constants (health window, smoothing, breaker cool-down, the quality window)
+        do not scale.
         """
         if x == 1.0:
             return self
@@ -323,6 +349,9 @@ class ScenarioConfig(_Strict):
                 "providers": providers,
                 "gateway": self.gateway.model_copy(update={"routing": routing, "models": models}),
                 "load": self.load.model_copy(update={"duration": self.load.duration * x}),
+                "monitor": None
+                if self.monitor is None
+                else self.monitor.model_copy(update={"interval": self.monitor.interval * x}),
                 "policies": policies,
             }
         )

@@ -88,7 +88,7 @@ def comparison_rows(doc: Doc) -> list[list[str]]:
 
 
 def event_rows(doc: Doc) -> list[list[str]]:
-    """One row per policy × timeline event: cut-over after a fault, re-admission after a recovery."""
+    """One row per policy × timeline event: moved and cut-over after a fault, re-admission after a recovery."""
     rows = []
     for run in doc.runs:
         for ev in run.events:
@@ -96,6 +96,8 @@ def event_rows(doc: Doc) -> list[list[str]]:
                 pairs = [("fault → cut-over (<1% of new traffic)", ev.cutover_s)]
                 if not isinstance(ev.below_10pct_s, UnsetType):
                     pairs.insert(0, ("fault → <10% of new traffic", ev.below_10pct_s))
+                if isinstance(ev.share_before, float) and not isinstance(ev.moved_s, UnsetType):
+                    pairs.insert(0, ("fault → moved (<½ its share before)", ev.moved_s))
             else:
                 pairs = [("recovery → re-admission (≥½ first-phase share)", ev.readmit_s)]
                 if not isinstance(ev.configured_s, UnsetType):

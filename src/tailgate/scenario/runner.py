@@ -33,7 +33,9 @@ from tailgate.config.schema import GatewayConfig, LedgerConfig
 from tailgate.gateway.app import Gateway
 from tailgate.gateway.process.replicas import LocalFleet
 from tailgate.ledger import LedgerRow, read_rows
+from tailgate.ledger.samples import Sample as ProbeSample
 from tailgate.scenario.config import PolicyRun, ScenarioConfig, ScenarioStep
+from tailgate.scenario.quality import MonitorBeside, ToolCallMix
 from tailgate.sim.cluster import SimCluster
 from tailgate.sim.config import SimConfig
 from tailgate.upstream import CallResult, Endpoint, Timeouts, UpstreamClient
@@ -50,6 +52,9 @@ class Sample:
     t: float
     result: CallResult
     lag_ms: float
+    tool_ok: bool | None = None
+    """A tool-call request's answer as the client got it: True intact, False broken (``load.tool_calls``);
+    None for any other request, or one that failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,8 @@ class UpstreamRecord:
     t: float
     provider: str
     status: int
+    degraded: str | None = None
+    """The answer-quality degradation the simulator served (its truth row's ``degraded``), if any."""
 
 
 @dataclass
@@ -74,7 +81,10 @@ class PolicyRecord:
     stopped: bool = False
     """Ctrl-C stopped this run before its end."""
     counters: dict[str, float] = field(default_factory=dict)
-    """The gateway's own counters at the end (hedges, pacing, probes, breaker transitions, attempts)."""
+    """The gateway's own counters at the end (hedges, pacing, probes, breaker transitions, attempts, quality
+    retries)."""
+    probes: list[ProbeSample] = field(default_factory=list)
+    """The monitor's samples when the scenario has ``monitor:`` (canaries graded in ``accuracy_ok``)."""
 
     def ledger_t(self, row: LedgerRow) -> float:
         return row.ts - self.wall0
@@ -122,31 +132,33 @@ def _shares(classes: dict[str, float]) -> list[tuple[str, float]]:
 class _ClassMixWorkload(Workload):
     """The bench workload, with each request's traffic class drawn from the scenario's mix."""
 
-    def __init__(self, classes: dict[str, float], **kwargs: Any) -> None:
+    def __init__(self, classes: dict[str, float], tool_calls: float = 0.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._classes = _shares(classes)
         self._class_rng = random.Random(self.seed + 1)
+        self._tools = ToolCallMix(tool_calls, self.seed)
 
     def next(self) -> RequestSpec:
-        return _draw_class(self._classes, self._class_rng, super().next())
+        return self._tools.apply(_draw_class(self._classes, self._class_rng, super().next()))
 
 
 class _ClassMixShaped(ShapedWorkload):
     """A bench shape (``multi-turn``), with each request's traffic class drawn from the scenario's mix."""
 
-    def __init__(self, classes: dict[str, float], **kwargs: Any) -> None:
+    def __init__(self, classes: dict[str, float], tool_calls: float = 0.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._classes = _shares(classes)
         self._class_rng = random.Random(self.seed + 1)
+        self._tools = ToolCallMix(tool_calls, self.seed)
 
     def next(self) -> RequestSpec:
-        return _draw_class(self._classes, self._class_rng, super().next())
+        return self._tools.apply(_draw_class(self._classes, self._class_rng, super().next()))
 
 
 class _Capture(RunRecorder):
     """A bench run recorder that also keeps every result (the scenario splits them by phase)."""
 
-    def __init__(self, base: RunRecorder, sink: list[tuple[CallResult, float]]) -> None:
+    def __init__(self, base: RunRecorder, sink: list[tuple[CallResult, float, bool | None]]) -> None:
         super().__init__(base.target, base.load)
         self._sink = sink
 
@@ -161,7 +173,7 @@ class _Capture(RunRecorder):
     ) -> None:
         super().add(result, lag_ms=lag_ms, t_done=t_done, accuracy=accuracy, sent_at=sent_at)
         if result.error_class != "cancelled":
-            self._sink.append((result, lag_ms))
+            self._sink.append((result, lag_ms, accuracy))
 
 
 _COUNTERS = frozenset(
@@ -171,6 +183,7 @@ _COUNTERS = frozenset(
         "tailgate_probes",
         "tailgate_breaker_transitions",
         "tailgate_upstream_attempts",
+        "tailgate_quality_retries",
     }
 )
 
@@ -210,6 +223,8 @@ def _gateway_config(cfg: ScenarioConfig, run: PolicyRun, cluster: SimCluster, le
     if run.affinity is not None:
         affinity = routing.affinity.model_copy(update={"enabled": run.affinity})
         routing = routing.model_copy(update={"affinity": affinity})
+    if run.quality is not None:
+        routing = routing.model_copy(update={"quality": routing.quality.model_copy(update={"enabled": run.quality})})
     return gw.model_copy(
         update={
             "providers": providers,
@@ -250,7 +265,7 @@ async def run_policy(
     status = status or LiveStatus()
     sim_cfg = SimConfig(seed=cfg.seed, time_scale=cfg.time_scale, truth_size=1_000_000, providers=cfg.providers)
     record = PolicyRecord(run=run, duration_s=cfg.load.duration)
-    captured: list[tuple[CallResult, float]] = []
+    captured: list[tuple[CallResult, float, bool | None]] = []
     load = cfg.load
     with tempfile.TemporaryDirectory(prefix="tailgate-scenario-") as tmp:
         ledger_path = Path(tmp) / "ledger.db"
@@ -261,6 +276,7 @@ async def run_policy(
             )
             await fleet.start()
             client: UpstreamClient | None = None
+            beside: MonitorBeside | None = None
             try:
                 url = fleet.url
                 # The client waits as long as users would; the gateway's own timeouts decide failures.
@@ -283,6 +299,7 @@ async def run_policy(
                         seed=cfg.seed,
                         shape="multi-turn",
                         turns=load.turns,
+                        tool_calls=load.tool_calls,
                     )
                 else:
                     workload = _ClassMixWorkload(
@@ -291,6 +308,7 @@ async def run_policy(
                         max_tokens=load.max_tokens,
                         stream=load.stream,
                         seed=cfg.seed,
+                        tool_calls=load.tool_calls,
                     )
                 gen = LoadGenerator([Target(run.label, client, cfg.alias, load.api)], workload, stop=stop)
 
@@ -302,6 +320,16 @@ async def run_policy(
                 status.policy, status.duration_s, status.phase_name = run.label, load.duration, cfg.initial_phase
                 status.events = []
                 record.wall0 = time.time()
+                if cfg.monitor is not None:  # its first round at once, beside the load's first requests
+                    beside = await MonitorBeside.start(
+                        gw_cfg,
+                        resolve_providers(gw_cfg, "scenario monitor"),
+                        ledger_path,
+                        interval_s=cfg.monitor.interval,
+                        jitter=cfg.monitor.jitter,
+                        workloads=tuple(cfg.monitor.workloads),
+                        seed=cfg.seed,
+                    )
                 t0 = status.started = time.perf_counter()
                 timeline = asyncio.create_task(_timeline(cluster, cfg.steps, t0, status))
                 try:
@@ -315,13 +343,17 @@ async def run_policy(
                         await gen.closed(load.concurrency, bounds)
                 finally:
                     await stop_task(timeline, reraise=True)
+                    if beside is not None:
+                        await beside.close()
+                        record.probes = beside.samples
                 record.stopped = stop.is_set()
                 for gateway in fleet.gateways:  # a fleet's counters add up
                     for k, v in _counters(gateway).items():
                         record.counters[k] = record.counters.get(k, 0.0) + v
                 for p in cluster.providers.values():
                     record.upstream += [
-                        UpstreamRecord(r.received_at - record.wall0, p.name, r.status) for r in p.truth.records()
+                        UpstreamRecord(r.received_at - record.wall0, p.name, r.status, r.degraded)
+                        for r in p.truth.records()
                     ]
             finally:
                 if client is not None:
@@ -330,9 +362,9 @@ async def run_policy(
         if ledger_path.exists():
             record.ledger = read_rows(ledger_path)
     record.upstream.sort(key=lambda u: u.t)
-    for result, lag_ms in captured:
+    for result, lag_ms, tool_ok in captured:
         intended = result.started_at - lag_ms / 1000.0 - record.wall0
-        record.samples.append(Sample(intended, result, lag_ms))
+        record.samples.append(Sample(intended, result, lag_ms, tool_ok))
     record.samples.sort(key=lambda s: s.t)
     return record
 

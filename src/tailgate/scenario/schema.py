@@ -10,6 +10,7 @@ from __future__ import annotations
 from msgspec import UNSET, Struct, UnsetType
 
 __all__ = [
+    "CanaryCounts",
     "ConfigEcho",
     "Event",
     "Hedge",
@@ -46,6 +47,13 @@ class UpstreamCounts(Struct, kw_only=True):
     errors: int = 0
 
 
+class CanaryCounts(Struct, kw_only=True):
+    """The monitor's canaries (its ``accuracy`` probes) to one provider: graded answers and the right ones."""
+
+    graded: int = 0
+    right: int = 0
+
+
 class Section(Struct, kw_only=True):
     """One phase of a run (``name``, ``start_s``, ``end_s`` set) or the whole run (``overall``: those unset)."""
 
@@ -76,6 +84,17 @@ class Section(Struct, kw_only=True):
     upstream_rate_limited: int
     upstream_rate_limited_ratio: float | None
     extra_upstream_ratio: float | None
+    # answer quality (set when the load sends tool calls or a monitor runs beside)
+    tool_calls_checked: int | UnsetType = UNSET
+    """Tool-call requests (``load.tool_calls``) answered with a success, each answer checked at the client."""
+    tool_calls_broken: int | UnsetType = UNSET
+    """Of those, the answers that reached the client broken (no tool call, arguments not JSON, an undeclared
+    tool, or arguments not matching the schema: the tool signals)."""
+    degraded_served: dict[str, dict[str, int]] | UnsetType = UNSET
+    """Per provider, the degraded answers the simulator served (its truth rows' ``degraded``: ``canary_wrong``,
+    ``tool_args_invalid_json`` …), to the gateway and the monitor alike."""
+    canaries: dict[str, CanaryCounts] | UnsetType = UNSET
+    """Per provider, the monitor's canaries sent in the span and graded (``monitor:``)."""
 
 
 class Event(Struct, kw_only=True):
@@ -89,6 +108,13 @@ class Event(Struct, kw_only=True):
     below_10pct_s: float | UnsetType | None = UNSET
     readmit_s: float | UnsetType | None = UNSET
     configured_s: float | UnsetType | None = UNSET
+    share_before: float | UnsetType | None = UNSET
+    """A fault's provider's served share of the requests sent since its previous step (or the start)."""
+    share_after: float | UnsetType | None = UNSET
+    """Its served share of the requests sent from the fault to its next step (or the end)."""
+    moved_s: float | UnsetType | None = UNSET
+    """Seconds from the fault to the first request from which the provider served less than half its
+    ``share_before`` of the next requests (``window_requests``); null: never."""
 
     def seconds(self, key: str) -> float | None:
         """One of the timing fields by its name (None when unset, null or unknown)."""
@@ -97,6 +123,7 @@ class Event(Struct, kw_only=True):
             "below_10pct_s": self.below_10pct_s,
             "readmit_s": self.readmit_s,
             "configured_s": self.configured_s,
+            "moved_s": self.moved_s,
         }.get(key)
         return None if value is None or isinstance(value, UnsetType) else value
 

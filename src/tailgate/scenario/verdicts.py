@@ -3,7 +3,10 @@
 A scenario asks, for each step of its timeline: how much worse did the client's tail get while a provider
 was faulted (P99 TTFT against the first, healthy phase), how fast did new traffic leave the faulted
 provider, and how fast did a recovered one get its share back; and, for the whole run, how many requests
-failed; a scenario without faults asks whether the configured split held. Each sentence names every policy,
+failed; a scenario without faults asks whether the configured split held. A fault's provider's share: when each
+policy moved it away (below half its share before the fault) and whether it got more or less of the traffic
+after the fault; with tool-call traffic, how many broken tool calls reached the client; with a monitor beside,
+how the canaries went on each provider, phase by phase. Each sentence names every policy,
 best first, and withholds a P99 of fewer than 20 requests (``tailgate.stats.shown``) rather than guessing.
 Reads the results document only (``tailgate.scenario/v1``), so a saved run gives the same verdicts.
 """
@@ -101,6 +104,76 @@ def _events(runs: Sequence[ScenarioRun]) -> list[str]:
     return out
 
 
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100.0 * x:.0f} %"
+
+
+def _moves(runs: Sequence[ScenarioRun]) -> list[str]:
+    """Per fault: each policy's moment it moved the provider's share away, and its share before and after."""
+    if not runs:
+        return []
+    out = []
+    for k, ev in enumerate(runs[0].events):
+        if ev.kind != "fault":
+            continue
+        ranked: list[tuple[float, str, str]] = []
+        for run in runs:
+            if (
+                k >= len(run.events)
+                or run.events[k].share_before is None
+                or isinstance(run.events[k].share_before, UnsetType)
+            ):
+                continue
+            e = run.events[k]
+            before = None if isinstance(e.share_before, UnsetType) else e.share_before
+            after = None if isinstance(e.share_after, UnsetType) else e.share_after
+            moved = e.seconds("moved_s")
+            trend = ""
+            if before is not None and after is not None:
+                trend = "more" if after > before else ("less" if after < before else "the same")
+            share = f"{_pct(before)} → {_pct(after)}" + (f": {trend}" if trend else "")
+            when = "never moved" if moved is None else f"moved at {ev.at_s + moved:.0f} s ({moved:.1f} s after)"
+            ranked.append((float("inf") if moved is None else moved, run.name, f"{when}, share {share}"))
+        if ranked:
+            ranked.sort()
+            out.append(
+                f"share of {ev.provider} after its fault at {ev.at_s:g} s: {_listing([(n, w) for _, n, w in ranked])}."
+            )
+    return out
+
+
+def _tool_calls(runs: Sequence[ScenarioRun]) -> str | None:
+    ranked = []
+    for run in runs:
+        checked, broken = run.overall.tool_calls_checked, run.overall.tool_calls_broken
+        if isinstance(checked, UnsetType) or isinstance(broken, UnsetType) or not checked:
+            continue
+        ranked.append((broken / checked, run.name, f"{broken:,} of {checked:,} ({100.0 * broken / checked:.1f} %)"))
+    if not ranked:
+        return None
+    ranked.sort()
+    return f"broken tool calls that reached the client: {_listing([(n, w) for _, n, w in ranked])}."
+
+
+def _canaries(runs: Sequence[ScenarioRun]) -> list[str]:
+    """The monitor's canaries per provider and phase, all runs together (the same providers and faults)."""
+    totals: dict[str, dict[str, list[int]]] = {}
+    for run in runs:
+        for phase in run.phases:
+            if isinstance(phase.canaries, UnsetType):
+                continue
+            for provider, c in phase.canaries.items():
+                slot = totals.setdefault(provider, {}).setdefault(_name(phase), [0, 0])
+                slot[0] += c.right
+                slot[1] += c.graded
+    out = []
+    for provider, by_phase in totals.items():
+        parts = [f"{name} {right} of {graded} right" for name, (right, graded) in by_phase.items() if graded]
+        if parts:
+            out.append(f"monitor canaries on {provider} (all runs): {'; '.join(parts)}.")
+    return out
+
+
 def _errors(runs: Sequence[ScenarioRun]) -> str | None:
     ranked = []
     for run in runs:
@@ -146,6 +219,10 @@ def verdicts(doc: ScenarioDocument) -> list[str]:
         if sentence:
             out.append(sentence)
     out += _events(runs)
+    out += _moves(runs)
+    if (tools := _tool_calls(runs)) is not None:
+        out.append(tools)
+    out += _canaries(runs)
     if not has_faults and (split := _split(runs)):
         out.append(split)
     if (errors := _errors(runs)) is not None:
