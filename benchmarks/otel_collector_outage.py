@@ -213,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         collector = Collector(free_port(), workdir)
         stack.callback(collector.stop)
         collector.start()
-        telemetry = f'telemetry: {{endpoint: "{collector.url}", service_name: tailgate-collector-down}}\n'
+        # --quick: a queue and an export timeout small enough that a 5-second down phase on a slow machine still
+        # overflows it and times an export out (the default 2,048 spans and 10 s hold ~5 s of a loaded CI run)
+        small = ", max_queue_size: 256, export_timeout: 1s" if args.quick else ""
+        telemetry = f'telemetry: {{endpoint: "{collector.url}", service_name: tailgate-collector-down{small}}}\n'
         hop = stack.enter_context(gateway_hop(workdir, "tailgate", sim.url, extra_yaml=telemetry))
         script = wrk.script(_LUA.format(key=hop.bearer, body=_chat_body(stream=False)))
         warm = wrk.start(
