@@ -93,7 +93,7 @@ def tool_call_of(raw: bytes) -> tuple[str | None, str | None]:
     """The first tool call's (name, arguments JSON) in raw SSE frames or a whole body, in either protocol:
     OpenAI's ``tool_calls`` deltas (joined by index) or Anthropic's first ``tool_use`` block with its
     ``input_json_delta`` fragments (a whole message's ``input``). ``(None, None)`` without one."""
-    chunks: list[dict[str, Any]] = []
+    chunks: list[dict[str, Any]] = []  # reason: SSE frames of either protocol, any shape
     name: str | None = None
     block_index: object = None
     parts: list[str] = []

@@ -36,7 +36,7 @@ __all__ = ["LOAD_TOOL", "MonitorBeside", "ToolCallMix", "tool_call_ok"]
 
 log = logging.getLogger("tailgate.scenario")
 
-LOAD_TOOL: dict[str, Any] = {
+LOAD_TOOL: dict[str, Any] = {  # reason: a tool declaration as sent: free-form JSON (a JSON Schema inside)
     "type": "function",
     "function": {
         "name": "get_forecast",
@@ -56,8 +56,8 @@ LOAD_TOOL: dict[str, Any] = {
 """The tool the load's tool-call requests declare (``load.tool_calls``)."""
 
 
-def _objects(frames: list[bytes]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _objects(frames: list[bytes]) -> list[dict[str, Any]]:  # reason: a provider's answer frames, any shape
+    out: list[dict[str, Any]] = []  # reason: as above
     for frame in frames:
         lines = [frame] if frame.lstrip().startswith(b"{") else frame.split(b"\n")
         for line in lines:
