@@ -104,7 +104,7 @@ def _paths(gw: GatewayConfig, rows: Sequence[LedgerRow]) -> tuple[dict[str, Batc
         if row.provider is not None:
             path.providers[row.provider] = path.providers.get(row.provider, 0) + 1
         prov = gw.providers.get(row.provider or "")
-        if row.cost is None or prov is None:
+        if row.cost is None or prov is None or prov.price is None:
             continue
         live = prov.price.quote(row.prompt_tokens, row.output_tokens, row.cached_tokens, at=row.ts).cost
         path.cost += row.cost
@@ -124,7 +124,7 @@ def _spare(
     if rec.submitted_s is None:
         return []
     start = rec.submitted_s
-    out = []
+    out: list[SpareUse] = []
     headroom = cfg.gateway.routing.pacing.headroom
     interactive = _interactive_rows(record)
     for route in cfg.gateway.models[cfg.batch_alias].routes:
