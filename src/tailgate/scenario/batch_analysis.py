@@ -149,7 +149,7 @@ def _spare(
                 interactive=inter,
                 spare=round(spare, 2),
                 lane=max(0, got - inter),
-                share=round(max(0, got - inter) / spare, 4) if spare >= 1.0 else None,
+                share=round(max(0, got - inter) / spare, 4) if spare > 0 else None,
             )
         )
     return out
