@@ -109,6 +109,7 @@ async def test_batch_beside_users_scaled_down_runs_and_judges_from_data() -> Non
     assert f"{b['checks']['cost_ratio']['value']:.2f}×" in lines[-1]
     assert "200 of 200 custom_ids answered" in lines[2]
     assert "the batch beside the load" in pages.lower()
+    assert 'data-chart="batch-progress"' in pages  # the HTML charts its lines answered and waiting over time
 
 
 @pytest.mark.slow

@@ -255,6 +255,19 @@ def _charts(doc: Doc) -> list[str]:
         charts.append(
             line_chart(f"share-{p}", f"share served by {p}", share_lines, x_label="s", y_label="%", y_max=100.0)
         )
+    progress = []
+    for run in runs:
+        if isinstance(run.batch, UnsetType) or not run.batch.progress:
+            continue
+        points = run.batch.progress
+        progress.append(
+            Line(f"{run.name}: answered", [(t, done + failed) for t, done, failed, _ in points], colors[run.name])
+        )
+        progress.append(Line(f"{run.name}: waiting", [(t, pending) for t, _, _, pending in points], PALETTE[-1]))
+    if progress:
+        charts.append(
+            line_chart("batch-progress", "the batch's lines over time", progress, x_label="s", y_label="lines")
+        )
     return charts
 
 
