@@ -144,7 +144,10 @@ def test_batch_section_is_validated_and_scaled(tmp_path: Path) -> None:
     assert cfg.batch.window_s == 86400.0
     scaled = cfg.scaled(0.1)
     assert scaled.batch is not None
-    assert (scaled.batch.submit_at, scaled.batch.wait, scaled.batch.completion_window) == (0.0, 30.0, "24h")
+    assert (scaled.batch.submit_at, scaled.batch.wait, scaled.batch.completion_window) == (0.0, 300.0, "24h")
+    later = cfg.model_copy(update={"batch": cfg.batch.model_copy(update={"submit_at": 10.0})}).scaled(0.1)
+    assert later.batch is not None
+    assert later.batch.submit_at == pytest.approx(1.0)
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("submit_at: 0s", "submit_at: 200s").replace("24h", "25m"), encoding="utf-8")
     with pytest.raises(ConfigError) as err:

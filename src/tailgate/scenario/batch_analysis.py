@@ -126,7 +126,9 @@ def _spare(
     start = rec.submitted_s
     out: list[SpareUse] = []
     headroom = cfg.gateway.routing.pacing.headroom
-    interactive = _interactive_rows(record)
+    # what each upstream request was, by the x-request-id the gateway sent (probes and the like: neither)
+    kind = {r.request_id: "interactive" for r in _interactive_rows(record)}
+    kind.update((r.request_id, "batch-lane") for r in lane_rows)
     for route in cfg.gateway.models[cfg.batch_alias].routes:
         limits = cfg.gateway.providers[route.provider].limits
         if limits is None or limits.rpm is None or any(u.provider == route.provider for u in out):
@@ -136,8 +138,12 @@ def _spare(
         end = min(record.duration_s, max([rec.pending_until_s or start, *ends]))
         span = max(0.0, end - start)
         rate = limits.rpm * headroom / 60.0
-        inter = sum(1 for r in interactive if r.provider == p and start <= record.ledger_t(r) < end)
-        got = sum(1 for u in record.upstream if u.provider == p and u.status != 429 and start <= u.t < end)
+        took = Counter(
+            kind.get(u.request_id or "")
+            for u in record.upstream
+            if u.provider == p and u.status != 429 and start <= u.t < end
+        )
+        inter, lane = took["interactive"], took["batch-lane"]
         spare = rate * span - inter
         out.append(
             SpareUse(
@@ -148,8 +154,8 @@ def _spare(
                 target=round(rate * span, 2),
                 interactive=inter,
                 spare=round(spare, 2),
-                lane=max(0, got - inter),
-                share=round(max(0, got - inter) / spare, 4) if spare > 0 else None,
+                lane=lane,
+                share=round(lane / spare, 4) if spare > 0 else None,
             )
         )
     return out

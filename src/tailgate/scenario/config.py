@@ -148,7 +148,8 @@ class BatchLoad(_Strict):
     max_tokens: Annotated[int, Field(ge=1, le=100_000)] = 64
     wait: PositiveSeconds = 600.0
     """After the load ends, the run waits at most this long for the batch to end (then it is reported as not
-    done in time and cancelled)."""
+    done in time and cancelled). A bound, not a time of the scenario: ``--time-scale`` leaves it (the gateway's own
+    work per line does not shrink with it)."""
     baseline: bool = True
     """Also run every policy without the batch (same seed, same load), first: the verdicts compare the
     interactive latency and moves against it."""
@@ -376,8 +377,8 @@ class ScenarioConfig(_Strict):
         """The same scenario with every time multiplied by ``x`` (rates and limits unchanged).
 
         Timeline, load duration, the simulators' engine times, fault durations, the SLO, a fixed hedge delay
-        and a batch's ``submit_at`` and ``wait`` scale; request rates, rate limits, concurrency and a batch's
-        ``completion_window`` do not. The gateway's own time
+        and a batch's ``submit_at`` scale; request rates, rate limits, concurrency and a batch's
+        ``completion_window`` and ``wait`` (a bound, not a time of the scenario) do not. The gateway's own time
         constants (health window, smoothing, breaker cool-down) are not configurable and do not scale.
         """
         if x == 1.0:
@@ -405,7 +406,7 @@ class ScenarioConfig(_Strict):
         ]
         batch = self.batch
         if batch is not None:
-            batch = batch.model_copy(update={"submit_at": batch.submit_at * x, "wait": batch.wait * x})
+            batch = batch.model_copy(update={"submit_at": batch.submit_at * x})
         return self.model_copy(
             update={
                 "batch": batch,

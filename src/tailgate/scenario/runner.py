@@ -71,6 +71,8 @@ class UpstreamRecord:
     status: int
     batch: bool = False
     """A line of a batch job run on the provider's own batch capacity (its Batch API), not a live request."""
+    request_id: str | None = None
+    """The ``x-request-id`` the gateway sent (its ledger row's ``request_id``; probes ``probe-…``)."""
 
 
 @dataclass
@@ -390,7 +392,9 @@ async def run_policy(
                         record.counters[k] = record.counters.get(k, 0.0) + v
                 for p in cluster.providers.values():
                     record.upstream += [
-                        UpstreamRecord(r.received_at - record.wall0, p.name, r.status, r.batch_id is not None)
+                        UpstreamRecord(
+                            r.received_at - record.wall0, p.name, r.status, r.batch_id is not None, r.client_request_id
+                        )
                         for r in p.truth.records()
                     ]
             finally:

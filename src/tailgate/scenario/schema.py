@@ -139,12 +139,13 @@ class SpareUse(Struct, kw_only=True):
     target: float
     """Requests the target allows over the span."""
     interactive: int
-    """Interactive requests the provider served in the span (the ledger, by arrival)."""
+    """Interactive requests the provider received in the span (its truth, 429s left out; matched to the ledger's
+    interactive rows by the ``x-request-id`` the gateway sent)."""
     spare: float
     """``target`` − ``interactive``."""
     lane: int
-    """Every other request the provider received in the span (its truth, 429s left out): the lane's lines (and
-    the gateway's probes, one per ``routing.probes.interval``)."""
+    """The batch lane's requests the provider received in the span (the same way, matched to its ``batch-lane``
+    rows); the gateway's probes count as neither."""
     share: float | None
     """``lane`` ÷ ``spare``; null when there was no spare."""
 
