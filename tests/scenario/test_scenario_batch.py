@@ -83,8 +83,9 @@ def _checks_from_fields(b: dict[str, Any]) -> None:
 @pytest.mark.slow
 async def test_batch_beside_users_scaled_down_runs_and_judges_from_data() -> None:
     """The shipped file at 1/50 of its times with 200 lines: a baseline run without the batch, then the run with
-    it; every custom_id answered once (all on the secondary's Batch API at half price, so the cost check reads
-    0.5), the five checks computed from their fields, one verdict each with its number."""
+    it; every custom_id answered once (8 % on the batch lane at the live price, the rest on the secondary's Batch
+    API at half price, so the cost check reads 0.54), the five checks computed from their fields, one verdict each
+    with its number."""
     cfg = _short(200)
     data, said, pages = await _run(cfg)
     runs = {r["name"]: r for r in data["runs"]}
@@ -96,10 +97,15 @@ async def test_batch_beside_users_scaled_down_runs_and_judges_from_data() -> Non
     b = run["batch"]
     _answered_once(b, 200)
     assert b["baseline"] == "adaptive (no batch)"
-    assert set(b["paths"]) == {"provider-batch"}  # the primary has no Batch API; the secondary's is cheapest
-    assert b["paths"]["provider-batch"]["lines"] == 200
-    assert b["paths"]["provider-batch"]["providers"] == {"secondary": 200}
-    assert b["checks"]["cost_ratio"]["value"] == pytest.approx(0.5, abs=1e-3)  # price.batch ratio 0.5, same tokens
+    # the primary has no Batch API; the secondary's is cheapest: batch.lane_share 0.08 of the lines (the first
+    # 16) run on the batch lane on the primary's spare budget, the other 184 in the secondary's job
+    assert set(b["paths"]) == {"batch-lane", "provider-batch"}
+    lane, job = b["paths"]["batch-lane"], b["paths"]["provider-batch"]
+    assert (lane["lines"], lane["providers"]) == (16, {"primary": 16})
+    assert (job["lines"], job["providers"]) == (184, {"secondary": 184})
+    assert lane["cost"] == pytest.approx(lane["cost_as_interactive"], rel=1e-6)  # the lane pays the live price
+    assert job["cost"] == pytest.approx(0.5 * job["cost_as_interactive"], rel=1e-6)  # price.batch ratio 0.5
+    assert b["checks"]["cost_ratio"]["value"] == pytest.approx(0.54, abs=5e-3)  # 0.5 + 0.5 x 0.08
     _checks_from_fields(b)
     # the interactive load is the same in both runs (same seed), and the phases hold only the load's requests
     assert b["interactive"]["requests"] == b["interactive"]["baseline_requests"] == run["overall"]["requests"] > 0
