@@ -36,7 +36,8 @@ def settled(path: Any, batch_id: str) -> list[tuple[int, str, str, str, str, flo
             "WHERE l.batch_id = ? AND l.state = 'done' ORDER BY l.line",
             (batch_id,),
         ).fetchall()
-        assert conn.execute("SELECT COUNT(*) FROM requests WHERE lane != 'interactive'").fetchone()[0] == len(rows)
+        # the batch is all the traffic: one ledger row per line, none besides (no line billed twice)
+        assert conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == len(rows)
     return [tuple(r) for r in rows]
 
 
@@ -134,3 +135,27 @@ async def test_two_replicas_split_one_batch_by_line_not_each_its_own_share(
     jobs = [x for x in await truth(q.url) if x["batch_id"] is not None]
     assert len(jobs) == 54  # no line sent twice
     assert len(await truth(p.url)) == 6
+
+
+async def test_a_closing_window_runs_the_lanes_lines_interactive_too(sim: SimFactory, gateway: Any, oai: Oai) -> None:
+    """A split batch whose window is already closing (``close_margin`` 3,599 s of a ``1h`` window; a provider job
+    allowed with a minute left): no line on the batch lane nor in a job — all ten, the lane's share included, run
+    as live requests on lane ``interactive`` at the live price, and the secondary is sent no job."""
+    p = await sim("instant", engine={"batch_api": False})
+    q = await sim("instant", faults={"batch_turnaround_s": 0.3})
+    cfg = split_config(p.url, q.url, 0.5, provider_min_left=60.0, close_margin=3599.0)
+    gw: GatewayHandle = await gateway(cfg)
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(10))), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=f.id,
+        endpoint="/v1/chat/completions",
+        completion_window="1h",  # type: ignore[arg-type]  # the SDK types 24h only
+    )
+    done = await wait_done(client, batch.id)
+    assert done.status == "completed", done
+    assert gw.gateway.ledger is not None
+    rows = settled(gw.gateway.ledger.path, batch.id)
+    assert [r[0] for r in rows] == list(range(10))
+    assert {(r[2], r[3], r[4]) for r in rows} == {("interactive", "p", "standard")}
+    assert not [x for x in await truth(q.url) if x["batch_id"] is not None]
