@@ -11,8 +11,7 @@ each other's lines):
   provider job: uploaded as JSONL, created with a ``24h`` window, polled every ``batch.provider_poll_interval``,
   and its output and error files mapped back by ``custom_id``. Each line's ledger row (lane ``provider-batch``,
   tier ``batch``, priced at ``price.batch``) is written by :func:`~tailgate.ledger.batch_lines.complete_line` in
-  the transaction that settles the line. The batch's first ``batch.lane_share`` of lines (``placement.lane_lines``)
-  run on the batch lane instead, on the budget live traffic leaves at the alias's routes.
+  the transaction that settles the line. The first ``batch.lane_share`` of its lines run on the batch lane instead.
 - **batch-lane**: otherwise each line is one request through the gateway's own request path — the key's
   limits and models, routing, pacing, retries — marked ``x-tailgate-class: batch`` (the lowest priority), at
   most ``batch.concurrency`` at once per replica. The proxy's ledger row for it is taken from the books
@@ -47,7 +46,7 @@ from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
 from tailgate.gateway.batch.placement import DEFAULT_LINE_S, place, window_closing
-from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, provider_line_row
+from tailgate.gateway.batch.provider_jobs import job_groups, json_call, open_job, provider_line_row
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
@@ -279,14 +278,10 @@ class BatchExecutor:
             leasable = counts["pending"] + counts["leased"] - counts["leased_live"]
             if leasable <= 0 or self._hold.get(rec.id, 0.0) > time.time():
                 return
+            job_lines, span = cfg.provider_job_lines, (split, None) if split else None
             lines = await self._store(
                 lambda c: line_store.lease_lines(
-                    c,
-                    owner=self.owner,
-                    limit=cfg.provider_job_lines,
-                    lease_s=cfg.lease,
-                    batch_id=rec.id,
-                    lines=(split, None) if split else None,
+                    c, owner=self.owner, limit=job_lines, lease_s=cfg.lease, batch_id=rec.id, lines=span
                 )
             )
             self._leased = self._leased or bool(lines)
@@ -312,11 +307,8 @@ class BatchExecutor:
     def _send_jobs(self, rec: store.BatchRecord, alias: str, route: Route, lines: list[store.LeasedLine]) -> None:
         """Start provider jobs for leased ``lines``: a dead replica's job, recorded on its lines, is resumed (on
         its provider's route), not sent again; lines without one go to ``route`` as a new job."""
-        groups: dict[tuple[str | None, str | None, str | None], list[store.LeasedLine]] = {}
-        for line in lines:
-            groups.setdefault(job_key(line), []).append(line)
-        for (jp, _, _), group in groups.items():
-            routes = self.core.routes.aliases.get(alias, ())
+        routes = self.core.routes.aliases.get(alias, ())
+        for (jp, _, _), group in job_groups(lines).items():
             on = next((r for r in routes if r.provider == jp), route)
             self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
             self._spawn(self._provider_job(rec, on, group), f"tailgate-batch-job-{rec.id}")
