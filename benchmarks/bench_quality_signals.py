@@ -67,6 +67,58 @@ def stream_chunks() -> list[bytes]:
     return out
 
 
+def hook_cases(
+    text: bytes, tool: bytes, chunks: list[bytes], plain: dict[str, Any], with_tools: dict[str, Any], number: int
+) -> dict[str, tuple[Callable[[], object], Callable[[], object], int]]:
+    """The gateway's hook (gateway/request_path/answer_quality.py) per answer: ``begin`` + what the attempt does
+    (``Observed.unary``: the small decode of the gate) + the books' ``judge`` (signals, counters, tally, board).
+    Baseline: ``json.loads`` of the body, as above; for a stream without tools nothing is decoded at all (the
+    judgement reads the call's result), so its baseline is one ``json.loads`` of a single chunk."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    from tailgate.gateway.request_path.answer_quality import AnswerQuality
+    from tailgate.quality.metrics import QualityMetrics
+    from tailgate.routing import Route
+    from tailgate.routing.quality import QualityBoard
+    from tailgate.upstream import CallResult
+
+    registry = CollectorRegistry()
+    hook = AnswerQuality(
+        QualityBoard(), QualityMetrics(registry), Counter("r", "r", ["alias", "provider", "reason"], registry=registry)
+    )
+    route = Route("m", "p", "up", 1.0)
+    result = CallResult(200, None, 0.0, True, ttft_ms=1.0, ttft_answer_ms=1.0, output_tokens=100)
+    frames = [b"data: " + c + b"\n\n" for c in chunks]
+
+    def unary(req: dict[str, Any], body: bytes) -> None:
+        obs = hook.begin("m", route, req, True)
+        obs.unary(body)
+        hook.judge(obs, result)
+        hook.flush()  # a batch of one: the books flush after each batch
+
+    def gate(body: bytes) -> None:  # what runs before the first byte: the rest waits for the books
+        hook.begin("m", route, plain, True).unary(body)
+
+    def stream_plain() -> None:
+        hook.judge(hook.begin("m", route, plain, True), result)
+        hook.flush()
+
+    def stream_tools() -> None:
+        obs = hook.begin("m", route, with_tools, True)
+        obs.frames = frames
+        hook.judge(obs, result)
+        hook.flush()
+
+    one = chunks[0]
+    return {
+        "hook: text, inline": (lambda: json.loads(text), lambda: gate(text), number),
+        "hook: text": (lambda: json.loads(text), lambda: unary(plain, text), number),
+        "hook: tool": (lambda: json.loads(tool), lambda: unary(with_tools, tool), number),
+        "hook: stream": (lambda: json.loads(one), stream_plain, number),
+        "hook: stream+tools": (lambda: [json.loads(c) for c in chunks], stream_tools, max(1, number // 20)),
+    }
+
+
 def per_call_us(fn: Callable[[], object], number: int) -> float:
     return timeit.timeit(fn, number=number) / number * 1e6
 
@@ -102,6 +154,7 @@ def main() -> int:
             max(1, number // 20),
         ),
     }
+    cases.update(hook_cases(text, tool, chunks, plain, with_tools, number))
     results: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in cases}
     for _ in range(rounds):
         for name, (base, signals, n) in cases.items():
@@ -109,7 +162,7 @@ def main() -> int:
             results[name][1].append(per_call_us(signals, n))
     for name, (base_us, sig_us) in results.items():
         b, s = statistics.median(base_us), statistics.median(sig_us)
-        print(f"{name:<12} baseline {b:8.2f} µs  signals {s:8.2f} µs  ratio {s / b:.2f}")
+        print(f"{name:<19} baseline {b:8.2f} µs  signals {s:8.2f} µs  ratio {s / b:.2f}")
     return 0
 
 

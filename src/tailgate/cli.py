@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -261,14 +262,19 @@ def serve(config_path: Path, host: str | None, port: int | None, workers: int, d
     from tailgate.config.resolve import load_resolved
     from tailgate.gateway.app import BindRefused, Gateway
     from tailgate.gateway.process.serve import serve_forever
+    from tailgate.telemetry import SettingsError
+    from tailgate.telemetry import resolve as telemetry_settings
 
     try:  # validate in the parent so a bad config is one clear message, not one per worker
         config, _ = load_resolved(config_path)
         Gateway.check_bind_static(config, host or config.listen.host)
+        telemetry_settings(config.telemetry, os.environ)  # an unusable OTEL_* variable: one message, here
     except ConfigError as exc:
         _fail("invalid gateway config:\n" + "\n".join(f"  {p}" for p in exc.problems))
     except BindRefused as exc:
         _fail(str(exc))
+    except SettingsError as exc:
+        _fail(f"telemetry: {exc}")
     if workers > 1 and (port if port is not None else config.listen.port) == 0:
         _fail("--workers > 1 needs a fixed port (the workers share it)")
     from tailgate.gateway.process.serve import ListenError

@@ -180,3 +180,53 @@ async def test_lines_of_a_closing_window_skip_the_batch_lane_for_an_interactive_
     with open_store(calm.gateway.ledger.path) as conn:
         rows = conn.execute("SELECT lane, traffic_class FROM requests WHERE request_id LIKE 'batch_req_%'").fetchall()
     assert {(r[0], r[1]) for r in rows} == {("batch-lane", "batch")}
+
+
+async def test_lines_of_a_resumed_job_are_never_refused_by_the_budget(
+    sim: SimFactory, gateway: Any, oai: Oai, tmp_path: Any
+) -> None:
+    """Gateway 1 sends 4 lines as one provider job and stops while it runs (their reservations given back). Gateway
+    2, on the same store, has the key's daily token budget at 1 token — a new line would be refused (429
+    ``budget_exceeded``) — but these lines are in a job the provider runs anyway: each is answered in the output
+    file and billed once in the ledger, none in the error file, and the provider got one job."""
+    p = await sim("instant", faults={"batch_turnaround_s": 2.0})
+    cfg = config(p.url, batch_api=True, provider_job_lines=4)
+    cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
+    first: GatewayHandle = await gateway(cfg)
+    client = oai(first.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(4))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    db = tmp_path / "shared.db"
+    deadline = time.monotonic() + 10
+    while not all(job for *_, job in line_jobs(db, batch.id)):
+        assert time.monotonic() < deadline, line_jobs(db, batch.id)
+        await asyncio.sleep(0.02)
+    await first.stop()
+    jobs = {job for *_, job in line_jobs(db, batch.id)}
+    assert len(jobs) == 1
+
+    tight = config(p.url, batch_api=True, provider_job_lines=4)
+    tight["ledger"] = cfg["ledger"]
+    tight["keys"][0]["budget"] = {"tokens_per_day": 1}
+    second: GatewayHandle = await gateway(tight)
+    client2 = oai(second.url, key=KEY_A)
+    fresh = await client2.files.create(file=("in.jsonl", jsonl(chat_lines(1))), purpose="batch")
+    refused = await client2.batches.create(
+        input_file_id=fresh.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    done = await wait_done(client2, batch.id, within_s=15)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (4, 0)
+    out = await read_file(client2, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(4))
+    other = await wait_done(client2, refused.id, within_s=15)  # a line not yet sent is held to the budget
+    assert other.request_counts is not None
+    assert (other.request_counts.completed, other.request_counts.failed) == (0, 1)
+    errors = await read_file(client2, other.error_file_id)
+    assert errors[0]["response"]["status_code"] == 429
+    assert errors[0]["response"]["body"]["error"]["code"] == "budget_exceeded"
+    assert {j["id"] for j in await provider_jobs(p.url)} == jobs  # nothing sent again, the refused line not sent
+    with open_store(db) as conn:
+        billed = conn.execute("SELECT COUNT(*) FROM requests WHERE lane = 'provider-batch'").fetchone()[0]
+    assert billed == 4

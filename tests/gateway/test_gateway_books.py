@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -39,7 +40,7 @@ async def test_a_batch_is_booked_once_after_the_delay_and_one_failure_spares_the
         booked.append((ctx.request_id, now))
 
     monkeypatch.setattr(bookkeeping, "record", record)
-    books = bookkeeping.Books(object())  # type: ignore[arg-type]
+    books = bookkeeping.Books(SimpleNamespace(quality=None))  # type: ignore[arg-type]  # no quality to flush
     for i, rid in enumerate(("r1", "bad", "r2")):
         books.add(_Ended(rid), float(i))  # type: ignore[arg-type]
     await asyncio.sleep(0)

@@ -146,3 +146,29 @@ async def test_race_first_claim_wins_and_cancels_the_others() -> None:
     assert await fast is True
     await race.cancel_all()
     assert slow.cancelled()
+
+
+@pytest.mark.parametrize("marked", ["header", "flex"])
+async def test_a_batch_lane_request_is_never_hedged(sim: SimFactory, gateway: GwFactory, marked: str) -> None:
+    """A batch-lane request (``x-tailgate-class: batch`` or ``service_tier: "flex"``) on a hedged alias whose first
+    route stalls is not hedged: its only attempt is the primary's, the secondary receives nothing, no hedge is
+    counted. An interactive request in the same setup is hedged (the setup does hedge)."""
+    a = await sim("instant", models=("up-primary",), faults={"stall_first_token_s": 0.4})
+    b = await sim("instant", models=("up-secondary",))
+    gw = await gateway(_config(a.url, b.url, {"after": "50ms", "budget": "100%"}))
+    headers = {"x-tailgate-class": "batch"} if marked == "header" else {}
+    extra = {"service_tier": "flex"} if marked == "flex" else {}
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            body = {"model": "m", "messages": MSG, "max_tokens": 3} | extra
+            async with session.post(f"{gw.url}/chat/completions", json=body, headers=headers) as r:
+                await r.read()
+                assert r.status == 200
+                assert (r.headers["x-tailgate-provider"], r.headers["x-tailgate-attempts"]) == ("primary", "1")
+                assert "x-tailgate-hedged" not in r.headers
+        assert not b.truth.records()
+        async with session.get(f"{gw.root_url}/metrics") as r:
+            metrics = await r.text()
+        assert 'tailgate_hedges_total{alias="m",outcome="fired"}' not in metrics
+        provider, hedged, _ = await _one(session, gw, False)  # interactive: hedged to the secondary
+    assert (provider, hedged) == ("secondary", True)

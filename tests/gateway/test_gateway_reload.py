@@ -182,3 +182,37 @@ async def test_a_reload_never_changes_a_request_already_admitted(sim: SimFactory
     finally:
         await runner.cleanup()
         await gw.close()
+
+
+async def test_reload_turns_the_filtered_retry_on_and_keeps_the_quality_board(sim: SimFactory, tmp_path: Path) -> None:
+    """``routing.quality.retry_filtered`` follows the file: off, a's refusal reaches the client; reloaded on, the
+    next one is answered by b. The board's counts stay across the reload (one board per gateway)."""
+    a = await sim("instant", models=("up",), faults={"content_filter_rate": 1.0})
+    b = await sim("instant", models=("up",))
+    path = tmp_path / "gw.yaml"
+    routes = [{"provider": "a", "model": "up", "weight": 1}, {"provider": "b", "model": "up", "weight": 0}]
+    _write(path, a.url, b.url, models={"m": {"routes": routes}})
+    gw, runner, url = await _start(path)
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{url}/v1/chat/completions", json=BODY) as r:
+                first = await r.json()
+                assert r.headers["x-tailgate-provider"] == "a"
+            _write(
+                path,
+                a.url,
+                b.url,
+                models={"m": {"routes": routes, "quality": {"retry_filtered": True}}},
+            )
+            await gw.reloader.reload()
+            async with s.post(f"{url}/v1/chat/completions", json=BODY) as r:
+                second = await r.json()
+                assert (r.headers["x-tailgate-provider"], r.headers["x-tailgate-retried"]) == ("b", "content_filtered")
+        assert first["choices"][0]["finish_reason"] == "content_filter"
+        assert second["choices"][0]["message"]["content"]
+        gw.books.flush()
+        counts = gw.quality.board.view([("a", "up")], gw.quality.clock())[("a", "up")]["content_filter"]
+        assert (counts.successes, counts.trials) == (0, 2)  # both refusals: before the reload and after
+    finally:
+        await runner.cleanup()
+        await gw.close()

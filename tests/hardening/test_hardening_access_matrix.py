@@ -172,6 +172,7 @@ SURFACES: dict[tuple[str, str], Surface] = {
     ("GET", "/dashboard/api/auth"): Surface("GET", "/dashboard/api/auth", "dashboard data"),
     ("GET", "/dashboard/api/keys"): Surface("GET", "/dashboard/api/keys", "dashboard data"),
     ("GET", "/dashboard/api/usage"): Surface("GET", "/dashboard/api/usage", "dashboard data"),
+    ("GET", "/dashboard/api/batches"): Surface("GET", "/dashboard/api/batches", "dashboard data"),
     ("POST", "/dashboard/api/providers/{name}/drain"): Surface(
         "POST", "/dashboard/api/providers/nope/drain", "dashboard controls", 404
     ),

@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 from ledger_support import make_row
 
-from tailgate.ledger.batch_lines import complete_line, lease_lines, line_counts, read_lines, release_lines, renew_leases
+from tailgate.ledger.batch_lines import (
+    batch_summaries,
+    complete_line,
+    lease_lines,
+    line_counts,
+    read_lines,
+    release_lines,
+    renew_leases,
+)
 from tailgate.ledger.batches import (
     BatchLineInput,
     BatchStoreError,
@@ -264,6 +272,34 @@ def test_usage_by_lane_sums_the_batch_lines_billing(store: StoreConn) -> None:
     rollup(store)  # the same after the rows are rolled up by hour × key × alias × provider × lane
     got = {g["lane"]: (g["requests"], g["cost"]) for g in usage(store, since=time.time() - 3600, by="lane")}
     assert got == expect
+
+
+def test_batch_summaries_give_each_batchs_cost_and_tier_mix(store: StoreConn) -> None:
+    """The dashboard's batches: newest first, every key's, each with its counts, its cost so far and its settled
+    lines by lane and price tier (dearest first); a batch with nothing settled has no tiers."""
+    old = _batch(store, 3, now=T0)
+    new = _batch(store, 2, key="team-b", now=T0 + 1)
+    for cid, lane, tier, cost in (
+        ("req-0", "provider-batch", "batch", 0.25),
+        ("req-1", "provider-batch", "batch", 0.25),
+        ("req-2", "batch-lane", "standard", 1.0),
+    ):
+        row = make_row(ts=T0 + 2, request_id=f"r-{cid}", key_id="team-a", cost=cost, lane=lane, price_tier=tier)
+        complete_line(store, old, cid, by="r1", ok=True, response_status=200, result="{}", row=row)
+    got = batch_summaries(store)
+    assert [(b["id"], b["key_id"], b["status"]) for b in got] == [
+        (new, "team-b", "in_progress"),
+        (old, "team-a", "in_progress"),
+    ]
+    assert got[0]["request_counts"] == {"total": 2, "completed": 0, "failed": 0}
+    assert (got[0]["cost"], got[0]["tiers"]) == (0.0, [])
+    assert got[1]["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+    assert got[1]["cost"] == pytest.approx(1.5)
+    assert [(t["lane"], t["price_tier"], t["lines"], t["cost"]) for t in got[1]["tiers"]] == [
+        ("batch-lane", "standard", 1, pytest.approx(1.0)),
+        ("provider-batch", "batch", 2, pytest.approx(0.5)),
+    ]
+    assert [b["id"] for b in batch_summaries(store, limit=1)] == [new]
 
 
 def test_cancel_settles_pending_lines_and_refuses_late_ones(store: StoreConn) -> None:

@@ -55,6 +55,8 @@ class ProviderPreset:
     """Its chat API takes ``top_k`` (vLLM's and SGLang's sampling parameters): a translated ``/v1/messages``
     request keeps the client's ``top_k`` only for such providers; the rest never see it (OpenAI's chat API has
     no ``top_k``, and a strict upstream such as api.openai.com refuses it with a 400)."""
+    flex: bool = False
+    """It takes OpenAI's ``service_tier: "flex"`` (``providers.NAME.flex``' default; the source is in ``sources``)."""
     drop_fields: tuple[str, ...] = ()
     """Top-level request fields the provider refuses with a 400, left out of what goes to it
     (``providers.NAME.drop_fields``' default): a field a client sends for another route of the same alias must
@@ -258,6 +260,7 @@ PRESETS: dict[str, ProviderPreset] = {
             name="openai",
             thinking_switch="reasoning_effort",
             drop_fields=OPENAI_REFUSED_FIELDS,
+            flex=True,
             title="OpenAI",
             base_url="https://api.openai.com/v1",
             example_model=None,
@@ -276,6 +279,7 @@ PRESETS: dict[str, ProviderPreset] = {
             ),
             sources=(
                 "https://platform.openai.com/docs/guides/prompt-caching",
+                "https://platform.openai.com/docs/guides/flex-processing",
                 "https://developers.openai.com/docs/guides/error-codes",
                 "https://learn.microsoft.com/zh-cn/microsoft-cloud/dev/dev-proxy/concepts/openai-insufficient-quota",
                 "https://community.openai.com/t/how-to-get-rate-limit-reset-time-for-response-api/1268905",

@@ -16,9 +16,10 @@ from tailgate.config.base import StrictModel as _Strict
 
 __all__ = ["BatchPriceConfig", "Lane", "PriceConfig", "PriceWindow", "Quote"]
 
-Lane = Literal["interactive", "batch-lane", "provider-batch"]
-"""How a request was served (``LedgerRow.lane``): a live request, a batch line run through the gateway's own
-request path (the batch lane), or a line of a provider's own batch job."""
+Lane = Literal["interactive", "batch-live", "batch-lane", "provider-batch"]
+"""How a request was served (``LedgerRow.lane``): a live request, a live request in the batch lane
+(``x-tailgate-class: batch`` or ``service_tier: "flex"``), a batch line run through the gateway's own request path
+(the batch lane), or a line of a provider's own batch job."""
 
 _HHMM = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])$")
 

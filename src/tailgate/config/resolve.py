@@ -60,8 +60,13 @@ class ResolvedProvider:
     """The shortest prompt its prompt cache serves: the user's, else the preset's, else 64 (DeepSeek's unit)."""
     drop_fields: frozenset[str] = frozenset()
     """Top-level request fields left out of what goes to it (the user's ``drop_fields``, else the preset's)."""
+    flex: bool = False
+    """It takes ``service_tier: "flex"`` (``providers.NAME.flex``, else the preset's): otherwise that field is left
+    out of what goes to it (gateway/apis/openai_family.py)."""
     batch_api: bool = False
     """It serves OpenAI's Batch API (``providers.NAME.batch_api``): the batch executor may send it jobs."""
+    propagate_trace: bool = False
+    """Attempts to it carry a W3C ``traceparent`` (``providers.NAME.propagate_trace``; with telemetry on)."""
 
     def __repr__(self) -> str:
         keys = ", ".join(mask_key(k) for k in self.api_keys)
@@ -270,7 +275,9 @@ def _resolve_one(name: str, pc: ProviderConfig) -> tuple[ResolvedProvider | None
                 if pc.cache_min_tokens is not None
                 else (preset.cache_min_tokens if preset is not None and preset.cache_min_tokens is not None else 64)
             ),
+            flex=pc.flex if pc.flex is not None else (preset.flex if preset is not None else False),
             batch_api=pc.batch_api,
+            propagate_trace=pc.propagate_trace,
         ),
         [],
     )

@@ -210,6 +210,15 @@ class QualityConfig(_Strict):
     signals: list[Name] | None = None
     """The signals judged (``canary``, ``tool_call``, ``empty``, ``content_filter``, ``json``, ``reasoning``);
     unset: all."""
+    retry_empty: bool = True
+    """A chat answer that ended with no output (``finish_reason`` ``stop``, no content, no tool call, no
+    reasoning) is not sent: the request moves to the next route before the first byte (docs/routing.md)."""
+    retry_filtered: bool = False
+    """The same for a ``content_filter`` / ``sensitive`` refusal with no output. Off by default: a provider's
+    refusal may be the policy the operator wants; turn it on per alias where another provider may answer."""
+    refresh: PositiveSeconds = 5.0
+    """How often the gateway adds its counts to the store (``quality_counts``) and reads back the fleet's
+    and the monitor's canaries (``routing.quality`` only: one loop per gateway)."""
 
     @model_validator(mode="after")
     def _recent_within_window(self) -> QualityConfig:
@@ -241,6 +250,8 @@ class QualityOverride(_Strict):
     traffic_margin: Margin | None = None
     min_samples: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     signals: list[Name] | None = None
+    retry_empty: bool | None = None
+    retry_filtered: bool | None = None
 
     @model_validator(mode="after")
     def _recent_within_window(self) -> QualityOverride:

@@ -43,6 +43,8 @@ from tailgate.config.routing_config import QualityOverride as QualityOverride
 from tailgate.config.routing_config import RoutingConfig as RoutingConfig
 from tailgate.config.routing_config import ShedConfig as ShedConfig
 from tailgate.config.routing_config import SLOConfig as SLOConfig
+from tailgate.config.telemetry_config import ContentConfig as ContentConfig
+from tailgate.config.telemetry_config import TelemetryConfig as TelemetryConfig
 
 
 class TimeoutsConfig(_Strict):
@@ -95,10 +97,18 @@ class ProviderConfig(_Strict):
     """Top-level request fields left out of every OpenAI-shaped request (chat, completions, embeddings, responses,
     a translated ``/v1/messages``) before it goes to this provider, because the provider refuses them; every other
     field the client sent goes as sent. Unset: the preset's (``openai``: the vendor fields api.openai.com refuses)."""
+    flex: bool | None = None
+    """The provider takes OpenAI's ``service_tier: "flex"`` (flex processing: slower, cheaper; api.openai.com does).
+    A request that asks it is in the batch lane either way; to a provider without it the field is not sent (an
+    unknown tier is a 400 there). Unset: the preset's (``openai``: yes), else no."""
     batch_api: bool = False
     """The provider serves OpenAI's Batch API (``/v1/files`` + ``/v1/batches``, e.g. Bailian, Volcengine Ark,
     SiliconFlow, the simulator's presets): the gateway's batch executor may send batch lines routed here as one
     provider job, billed at ``price.batch`` (docs/batch.md, "Paths")."""
+    propagate_trace: bool = False
+    """With ``telemetry`` on, each attempt sent here carries a W3C ``traceparent`` naming its span, so a provider
+    that traces (a self-hosted vLLM / SGLang behind its own collector) joins the gateway's trace. Off by default:
+    a third party learns nothing of the caller's trace (docs/observability.md)."""
 
 
 class RouteConfig(_Strict):
@@ -351,6 +361,9 @@ class GatewayConfig(_Strict):
     trace: TraceConfig = Field(default_factory=TraceConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    telemetry: TelemetryConfig | None = None
+    """OpenTelemetry traces and GenAI metrics over OTLP (docs/observability.md); unset: off unless the ``OTEL_*``
+    environment variables ask for an export."""
 
     @model_validator(mode="after")
     def _routes_name_known_providers(self) -> GatewayConfig:

@@ -1,9 +1,11 @@
 """The dashboard's Keys & spend page (``/dashboard/keys``) and its read-only JSON (docs/keys.md).
 
 ``GET /dashboard/api/keys``: every key's state, limits and spend today and this month (never a secret or
-its digest); ``GET /dashboard/api/usage?by=key|alias|provider|day&since=7d``: the usage report of
-``tailgate usage``. Both read whichever store the host uses, the fleet's PostgreSQL included. Creating,
-changing and revoking go to the gateway's ``/admin/keys`` with the admin key the page asks for.
+its digest); ``GET /dashboard/api/usage?by=key|alias|provider|day|lane&since=7d``: the usage report of
+``tailgate usage``; ``GET /dashboard/api/batches?limit=50``: the newest batches of every key, each with its
+status, counts, cost so far and its lines' lanes and price tiers (docs/batch.md). Each reads whichever store the
+host uses, the fleet's PostgreSQL included. Creating, changing and revoking go to the gateway's ``/admin/keys``
+with the admin key the page asks for.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from tailgate.config.units import parse_duration
+from tailgate.ledger.batch_lines import batch_summaries
 from tailgate.ledger.keys import keys_with_spend
 from tailgate.ledger.store import StoreConn, has_table
 from tailgate.ledger.usage import DIMENSIONS, usage
@@ -38,6 +41,12 @@ def _usage(conn: Any, since: float, by: Any) -> list[dict[str, Any]]:
     if not isinstance(conn, StoreConn) or not has_table(conn, "usage_hourly"):
         return []
     return usage(conn, since=since, by=by)
+
+
+def _batches(conn: Any, limit: int) -> list[dict[str, Any]]:
+    if not isinstance(conn, StoreConn) or not has_table(conn, "batches"):
+        return []  # no store yet, or one from before the batch lane
+    return batch_summaries(conn, limit=limit)
 
 
 def add_keys_page(
@@ -74,6 +83,15 @@ def add_keys_page(
         cur = currency() if currency is not None else None
         return web.json_response({"by": by, "since": text, "now": now, "currency": cur, "groups": groups})
 
+    async def batches(request: web.Request) -> web.Response:
+        raw = request.query.get("limit") or "50"
+        if not raw.isdigit() or not 1 <= int(raw) <= 500:
+            raise wire_errors.invalid_request(f"limit must be 1 … 500, got {raw[:20]!r}", param="limit")
+        found = await query(lambda c: _batches(c, int(raw)))
+        cur = currency() if currency is not None else None
+        return web.json_response({"now": time.time(), "currency": cur, "batches": found})
+
     app.router.add_get("/dashboard/keys", page)
+    app.router.add_get("/dashboard/api/batches", wrap(batches))
     app.router.add_get("/dashboard/api/keys", wrap(keys))
     app.router.add_get("/dashboard/api/usage", wrap(usage_report))

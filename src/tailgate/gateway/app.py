@@ -12,10 +12,11 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -41,9 +42,11 @@ from tailgate.gateway.batch.batch_exec import BatchExecutor
 from tailgate.gateway.fleet.fleet_sync import Fleet
 from tailgate.gateway.health.active_probes import Prober
 from tailgate.gateway.health.priors import seed_priors
+from tailgate.gateway.health.quality_sync import QualitySync
 from tailgate.gateway.http.aiohttp_exchange import aiohttp_route, deadline_middleware
 from tailgate.gateway.http.listener import body_limits, use_lean_front
 from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+from tailgate.gateway.metrics.otel_books import OtelBooks
 from tailgate.gateway.metrics.store_metrics import (
     register_ledger_metrics,
     register_runtime_metrics,
@@ -53,12 +56,14 @@ from tailgate.gateway.metrics.store_metrics import (
 from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
 from tailgate.gateway.metrics.traffic_trace import TraceWriter
 from tailgate.gateway.request_path.admission import KeyAdmission, key_store
+from tailgate.gateway.request_path.answer_quality import AnswerQuality
 from tailgate.gateway.request_path.bookkeeping import Books, Sinks, books_first
 from tailgate.gateway.request_path.core import Core
 from tailgate.gateway.request_path.hedging import Hedger
 from tailgate.gateway.request_path.providers import Providers, provider_state
 from tailgate.gateway.request_path.proxy import Proxy
 from tailgate.gateway.request_path.routes import RouteTable, build_routes, unchanged_aliases
+from tailgate.gateway.request_path.tracing import Tracing
 from tailgate.ledger import SQLiteLedger, default_db_path
 from tailgate.ledger.maintenance import Maintenance
 from tailgate.ledger.spool import Shipper
@@ -72,7 +77,11 @@ from tailgate.routing import (
     Transition,
 )
 from tailgate.state import open_state
+from tailgate.telemetry import resolve as telemetry_settings
 from tailgate.wire.errors import WireError
+
+if TYPE_CHECKING:
+    from tailgate.telemetry.export import Exporter
 
 CLOSE_STEP_S = 5.0
 """The most one step of :meth:`Gateway.close` may take (docs/gateway.md, "Stopping"); past it, it is logged by name
@@ -130,6 +139,25 @@ def _breaker_config(config: GatewayConfig) -> BreakerConfig:
     )
 
 
+def _telemetry(
+    config: GatewayConfig, metrics: GatewayMetrics
+) -> tuple[Exporter | None, OtelBooks | None, Tracing | None]:
+    """The OpenTelemetry export the config section and the ``OTEL_*`` variables ask for (docs/observability.md):
+    the exporter, the books' sink and who is traced, or None for each when off. The SDK is imported only here."""
+    settings = telemetry_settings(config.telemetry, os.environ)
+    if settings is None:
+        return None, None, None
+    from tailgate.telemetry.export import Exporter
+
+    resource: dict[str, str] = {}
+    if config.state.replica:
+        resource["service.instance.id"] = config.state.replica
+    exporter = Exporter(settings, metrics.registry, scope="tailgate.gateway", resource=resource)
+    books = OtelBooks(exporter, content_patterns=settings.redact, content_chars=settings.content_max_chars)
+    tracing = Tracing(settings.sample_ratio, capture_content=settings.capture_content) if exporter.traces else None
+    return exporter, books, tracing
+
+
 class Gateway:
     """One gateway process. ``await start()`` before serving, ``await close()`` after."""
 
@@ -178,8 +206,15 @@ class Gateway:
         self.admission = KeyAdmission(self.key_directory, lambda: state, metrics.registry, store=keys_at)
         self.health = HealthRegistry(window_s=config.routing.window, clock=time.monotonic)
         self.breakers = BreakerRegistry(_breaker_config(config), clock=time.monotonic, on_transition=self._on_breaker)
+        # answer quality: one board for every adaptive policy (promise 8), the signals, the non-answer retry
+        self.quality = AnswerQuality.of(config, metrics.quality, metrics.quality_retries)
         routes = build_routes(
-            config, provider_states, health=self.health, breakers=self.breakers, hedges=metrics.hedges
+            config,
+            provider_states,
+            health=self.health,
+            breakers=self.breakers,
+            hedges=metrics.hedges,
+            quality=self.quality.board,
         )
         version = loaded_version(config_path, config)
         self.fleet = Fleet(  # docs/fleet.md: what replicas share, through the state layer
@@ -193,6 +228,7 @@ class Gateway:
             series=metrics.state,
             on_drained=metrics.show_providers,
         )
+        self.otel, otel_books, tracing = _telemetry(config, metrics)  # docs/observability.md; None: off
         self.books = Books(  # ended requests' bookkeeping, a moment after each ends (bookkeeping.py)
             Sinks(
                 metrics=metrics,
@@ -201,7 +237,9 @@ class Gateway:
                 ledger=self.ledger,
                 admission=self.admission,
                 refund_rpm=self.fleet.refund_key,
+                quality=self.quality,
                 divert=lambda row: self.batch_exec.divert(row),  # the batch lane's rows (batch_exec.py)
+                telemetry=otel_books,
             )
         )
         if self.ledger is not None:
@@ -218,6 +256,8 @@ class Gateway:
             metrics=metrics,
             health=self.health,
             breakers=self.breakers,
+            quality=self.quality,
+            tracing=tracing,
         )
         """What a request needs (core.py); a reload swaps its route table, providers and keys."""
         self.ops = Ops(self.core, self.guard)  # /v1/models, health checks, /metrics, the live view
@@ -229,6 +269,12 @@ class Gateway:
             config=config.routing.probes,
             counter=metrics.probes,
             degraded=routes.degraded,  # a reload hands the new table's (prober.retarget)
+        )
+        self.quality_sync = QualitySync(  # the board shared through the store (health/quality_sync.py)
+            self.quality,
+            config.ledger.url or (self.ledger.path if self.ledger is not None else None),
+            interval_s=config.routing.quality.refresh,
+            window_s=config.routing.quality.window,
         )
         self.reloader = Reloader(  # SIGHUP, POST /admin/reload, GET /admin/config
             config_path, config, version=version, in_force=self.core, state=state, apply=self._apply
@@ -315,7 +361,9 @@ class Gateway:
             hedges=self.metrics.hedges,
             previous=core.routes,
             kept=unchanged_aliases(old, config),
+            quality=self.quality.board,
         )
+        self.quality.configure(config)
         self.fleet.install(core.routes, providers, self.reloader.version)
         self.metrics.show_providers(providers)
         for p in closing:
@@ -374,6 +422,7 @@ class Gateway:
             await self.maintenance.start()
         store = self.config.ledger.url or (self.ledger.path if self.ledger is not None else None)
         seed_priors(store, self.core.routes)  # promise 5: start from what the monitor measured (docs/routing.md)
+        self.quality_sync.start()  # promise 8's board: the fleet's counts and the monitor's canaries
         self.prober.start()
         await self.batch_exec.start()
 
@@ -416,6 +465,12 @@ class Gateway:
             steps.append(("ledger shipper (shipper.close)", self.shipper.close, CLOSE_STEP_S))
         if (trace := self.trace) is not None:
             steps.append(("trace (trace.close)", lambda: asyncio.to_thread(trace.close), CLOSE_STEP_S))
+        # the last answers' quality counts (bounded by their own CLOSE_FLUSH_S: a store that is not answering
+        # has had its say in the steps above)
+        steps.append(("answer-quality counts (quality_sync.close)", self.quality_sync.close, CLOSE_STEP_S))
+        if (otel := self.otel) is not None:  # the last spans and points, bounded: a dead collector never holds the stop
+            limit = min(CLOSE_STEP_S, otel.settings.export_timeout_s + 1.0)
+            steps.append(("telemetry export (otel.shutdown)", lambda: asyncio.to_thread(otel.shutdown), limit))
         steps.append(("fleet state (fleet.close)", self.fleet.close, CLOSE_STEP_S))
         clean = True
         for what, step, limit in steps:
@@ -448,6 +503,7 @@ class Gateway:
             fleet=self.fleet,
             access=self.guard,
             prober=self.prober,
+            quality=self.quality.board,
         )
         add_key_routes(app, self.key_directory, self.core, self.state, access=self.guard)  # /admin/keys (docs/keys.md)
         add_config_routes(app, self.reloader, self.guard)

@@ -11,11 +11,21 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tailgate.ledger.batches import _LINE_COLS, LINE_STATES, BatchStoreError, Completion, LeasedLine, LineRecord, _now
+from tailgate.ledger.batches import (
+    _LINE_COLS,
+    LINE_STATES,
+    BatchStoreError,
+    Completion,
+    LeasedLine,
+    LineRecord,
+    _now,
+    list_batches,
+)
 from tailgate.ledger.row import COLUMNS, LedgerRow
 from tailgate.ledger.store import StoreConn
 
 __all__ = [
+    "batch_summaries",
     "complete_line",
     "forget_job",
     "lease_lines",
@@ -318,3 +328,35 @@ def line_counts(conn: StoreConn, batch_id: str, *, now: float | None = None) -> 
     ).fetchone()
     out["leased_live"] = int(live)
     return out
+
+
+def batch_summaries(conn: StoreConn, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest ``limit`` batches of every key with what each has cost so far and how (the dashboard's batches
+    panel): id, key, endpoint, status, created, ``request_counts``, ``cost`` (the settled lines' sum), and ``tiers``:
+    per lane and price tier the lines settled and their cost, dearest first."""
+    found = list_batches(conn, key_id=None, admin=True, limit=limit)
+    if not found:
+        return []
+    marks = ", ".join("?" * len(found))
+    tiers: dict[str, list[dict[str, Any]]] = {}
+    for batch_id, lane, tier, lines, cost in conn.execute(
+        "SELECT batch_id, lane, COALESCE(price_tier, ''), COUNT(*), SUM(cost) FROM batch_lines "  # noqa: S608
+        f"WHERE batch_id IN ({marks}) AND lane IS NOT NULL GROUP BY batch_id, lane, COALESCE(price_tier, '')",
+        tuple(b.id for b in found),
+    ).fetchall():
+        tiers.setdefault(batch_id, []).append(
+            {"lane": lane, "price_tier": tier or None, "lines": int(lines), "cost": float(cost or 0.0)}
+        )
+    return [
+        {
+            "id": b.id,
+            "key_id": b.key_id,
+            "endpoint": b.endpoint,
+            "status": b.status,
+            "created_at": b.created_at,
+            "request_counts": b.request_counts,
+            "cost": b.cost,
+            "tiers": sorted(tiers.get(b.id, []), key=lambda t: (-t["cost"], t["lane"], t["price_tier"] or "")),
+        }
+        for b in found
+    ]

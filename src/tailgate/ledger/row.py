@@ -55,9 +55,9 @@ class LedgerRow(msgspec.Struct, frozen=True):
     """The client's protocol: ``"openai"`` or ``"anthropic"`` (``/v1/messages``, passthrough or translated)."""
     lane: str = "interactive"
     """How the request was served: ``"interactive"`` (a live request, or a batch line moved to an interactive route
-    as its batch's window closed), ``"batch-lane"`` (a batch line run through
-    the gateway's own request path at the lowest priority) or ``"provider-batch"`` (a line of a provider's own
-    batch job)."""
+    as its batch's window closed), ``"batch-live"`` (a live request in the batch lane: ``x-tailgate-class: batch`` or
+    ``service_tier: "flex"``, at the lowest priority), ``"batch-lane"`` (a batch line run through the gateway's own
+    request path at the lowest priority) or ``"provider-batch"`` (a line of a provider's own batch job)."""
     price_tier: str | None = None
     """The price ``cost`` was computed at (``PriceConfig.quote``): ``"standard"``, a time window's name
     (``price.windows``) or ``"batch"`` (``price.batch``); None when the provider has no price."""

@@ -182,7 +182,7 @@ class UsageRow:
     reported_prompt_tokens: int = 0
     """The ``input_tokens`` of the requests whose provider said how many were cached."""
     lane: str = "interactive"
-    """``interactive``, ``batch-lane`` or ``provider-batch`` (``LedgerRow.lane``)."""
+    """``interactive``, ``batch-live``, ``batch-lane`` or ``provider-batch`` (``LedgerRow.lane``)."""
 
 
 def cells(conn: StoreConn, *, since: float, key: str | None = None) -> list[UsageRow]:

@@ -64,11 +64,12 @@ class QualityMetrics:
                 self._children[key] = pair
         return pair
 
-    def count(self, provider: str, model: str, signal: str, hit: bool) -> None:
+    def count(self, provider: str, model: str, signal: str, hit: bool, n: int = 1) -> None:
+        """``n`` answers checked on ``signal``, all of them hits or none (``hit``)."""
         checked, hits = self._pair(provider, model, signal)
-        checked.inc()
+        checked.inc(n)
         if hit:
-            hits.inc()
+            hits.inc(n)
 
     def observe(self, provider: str, model: str, observations: Iterable[Observation]) -> None:
         """Count every signal checked on one answer (``signals.check_chat``'s result)."""

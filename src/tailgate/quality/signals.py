@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+import msgspec
 from jsonschema import exceptions as jsonschema_exceptions
 
 __all__ = [
@@ -137,11 +138,17 @@ def declared_tools(request: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     tools = request.get("tools")
     for tool in tools if isinstance(tools, list) else ():
-        if not isinstance(tool, Mapping):
+        # dict first: a decoded request's objects are dicts, and an isinstance against the Mapping ABC costs
+        # ~5x more (16 tools: half the cost of checking a tool call)
+        if not (type(tool) is dict or isinstance(tool, Mapping)):
             continue
         fn = tool.get("function")
-        if tool.get("type", "function") == "function" and isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
-            out[fn["name"]] = fn.get("parameters")
+        if (
+            tool.get("type", "function") == "function"
+            and (type(fn) is dict or isinstance(fn, Mapping))
+            and isinstance(name := fn.get("name"), str)
+        ):
+            out[name] = fn.get("parameters")
     return out
 
 
@@ -295,7 +302,7 @@ def _items(item: Check) -> Check:
 
 
 @functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Check | None:
+def _validator(schema_json: str | bytes) -> Check | None:
     """The compiled check of one schema (``None`` when the schema itself is invalid): plain Python for the
     common subset (:func:`_fast`), else a ``jsonschema`` validator of the schema's draft."""
     schema = json.loads(schema_json)
@@ -321,7 +328,11 @@ def _validator(schema_json: str) -> Check | None:
 def _schema_error(schema: Any, value: Any) -> str | None:
     if not isinstance(schema, Mapping) or not schema:
         return None
-    check = _validator(json.dumps(schema))
+    try:
+        key = msgspec.json.encode(schema)  # the cache key: ~10x cheaper than json.dumps, same key order
+    except (TypeError, msgspec.EncodeError):
+        return None
+    check = _validator(key)
     if check is None:
         return None
     why = check(value, "(root)")
@@ -331,9 +342,10 @@ def _schema_error(schema: Any, value: Any) -> str | None:
 def tool_call_problems(request: Mapping[str, Any], response: Mapping[str, Any]) -> list[Observation]:
     """The three tool-call signals, checked once per answer that has tool calls (none otherwise).
 
-    Each hits when *any* call of the answer shows the problem; the detail names the first such call."""
+    Each hits when *any* call of the answer shows the problem; the detail names the first such call. An answer
+    cut by ``length`` is the client's budget: its calls are not judged (their arguments may be cut mid-way)."""
     calls = _tool_calls(_message(response))
-    if not calls:
+    if not calls or _choice(response).get("finish_reason") == "length":
         return []
     declared = declared_tools(request)
     unknown = bad_json = mismatch = ""

@@ -132,6 +132,10 @@ class QualityWindow:
         self._signals: dict[Key, set[str]] = {}
 
     def record(self, route: Route | Key, signal: str, ok: bool, now: float) -> None:
+        self.add(route, signal, int(ok), 1, now)
+
+    def add(self, route: Route | Key, signal: str, successes: int, trials: int, now: float) -> None:
+        """``trials`` outcomes at ``now``, ``successes`` of them good (counts read back from the store)."""
         key = _key(route)
         q = self._buckets.get((key, signal))
         if q is None:
@@ -139,10 +143,10 @@ class QualityWindow:
             self._signals.setdefault(key, set()).add(signal)
         index = math.floor(now / self.bucket_s)
         if q and q[-1][0] >= index:
-            q[-1][1] += ok
-            q[-1][2] += 1
+            q[-1][1] += successes
+            q[-1][2] += trials
         else:
-            q.append([index, int(ok), 1])
+            q.append([index, successes, trials])
         oldest = math.floor((now - self.horizon_s) / self.bucket_s)
         while q and q[0][0] <= oldest:
             q.popleft()
@@ -213,7 +217,20 @@ class QualityBoard:
 
     def record(self, route: Route | Key, signal: str, ok: bool, now: float) -> None:
         """One graded outcome on ``signal`` (``ok``: good). Cheap: a bucket increment."""
-        self.window.record(route, signal, ok, now)
+        self.window.add(route, signal, int(ok), 1, now)
+
+    def add(self, route: Route | Key, signal: str, successes: int, trials: int, now: float) -> None:
+        """``trials`` graded outcomes at once, ``successes`` of them good (another replica's counts, read back
+        from the store)."""
+        if trials > 0:
+            self.window.add(route, signal, successes, trials, now)
+
+    def configure(self, settings: QualitySettings, per_alias: Mapping[str, QualitySettings]) -> None:
+        """A reload's settings: the counts and holds stay (a longer window keeps what the old one kept)."""
+        self.settings, self.per_alias = settings, per_alias
+        windows = [settings.window_s, *(s.window_s for s in per_alias.values())]
+        self.window.horizon_s = max(self.window.horizon_s, *windows)
+        self._cache.clear()
 
     def view(
         self, routes: Iterable[Route | Key], now: float, window_s: float | None = None

@@ -1,4 +1,4 @@
-// Keys & spend: read-only tables from /dashboard/api/keys and /dashboard/api/usage. The key typed into the
+// Keys & spend: read-only tables from /dashboard/api/keys, /dashboard/api/usage and /dashboard/api/batches. The key typed into the
 // header (the admin key or the read-only dashboard key) is sent with every call and kept for this tab's
 // session only (sessionStorage: gone when the tab closes); with the admin key the page also creates and
 // revokes keys through the gateway's /admin/keys. Every value reaches the page through textContent.
@@ -164,8 +164,42 @@
     }
   }
 
+  // One batch's price tier mix: "provider-batch · batch: 12 lines, 0.0012" per lane and tier, dearest first.
+  function tierMix(b) {
+    const box = document.createElement("span");
+    if (!b.tiers.length) { box.textContent = dash; return box; }
+    b.tiers.forEach((t, i) => {
+      const span = document.createElement("span");
+      span.className = "tier";
+      span.dataset.lane = t.lane;
+      span.textContent = t.lane + (t.price_tier ? " · " + t.price_tier : "") + ": " + number(t.lines) + " lines, " + money(t.cost);
+      if (i) box.appendChild(document.createElement("br"));
+      box.appendChild(span);
+    });
+    return box;
+  }
+
+  async function loadBatches() {
+    const err = $("batches-error");
+    try {
+      const data = await call("api/batches");
+      err.hidden = true;
+      const cur = data.currency ? " (" + data.currency + ")" : "";
+      const columns = [{ title: "batch", cls: "text" }, { title: "key", cls: "text" }, { title: "status", cls: "text" },
+        { title: "done" }, { title: "failed" }, { title: "total" }, { title: "cost so far" + cur },
+        { title: "lanes and price tiers", cls: "text" }, { title: "created", cls: "text" }];
+      table($("batches"), columns, data.batches.map((b) => [b.id, b.key_id || dash, b.status,
+        number(b.request_counts.completed), number(b.request_counts.failed), number(b.request_counts.total),
+        money(b.cost), tierMix(b), new Date(b.created_at * 1000).toLocaleString()]));
+    } catch (e) {
+      $("batches").textContent = "";
+      err.textContent = "cannot load batches: " + explain(e);
+      err.hidden = false;
+    }
+  }
+
   async function refresh() {
-    await Promise.all([loadKeys(), loadUsage()]);
+    await Promise.all([loadKeys(), loadUsage(), loadBatches()]);
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
 

@@ -44,7 +44,8 @@ class KnownKeyRefused(WireError):
 class SelfCall:
     """A request the gateway makes to itself on behalf of a key (a batch line on the batch lane,
     gateway/batch/batch_exec.py): it carries the key's id instead of a bearer. Nothing that arrives from the network
-    is one, so :meth:`KeyRing.identify` trusts it."""
+    is one, so :meth:`KeyRing.identify` trusts its id — but not a key revoked (or removed) since: that is refused as
+    a revoked bearer is (``KeyDirectory.gone``)."""
 
     __slots__ = ()
     owner: str | None
@@ -99,7 +100,10 @@ class KeyRing:
     def identify(self, request: HasHeaders) -> str | None:
         """The key id of the caller; raises a 401 as a WireError."""
         if isinstance(request, SelfCall):
-            return request.owner
+            owner = request.owner
+            if owner is not None and self.directory is not None and (gone := self.directory.gone(owner)):
+                raise KnownKeyRefused(owner, "key_revoked", gone)  # revoked after its batch was submitted
+            return owner
         if self.open:
             return None
         # /v1 only: Anthropic's SDK sends its api_key (ANTHROPIC_API_KEY) as x-api-key (its auth_token is a bearer)

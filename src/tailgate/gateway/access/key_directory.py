@@ -150,6 +150,16 @@ class KeyDirectory:
         """Limits of a key by id: the YAML's entry wins over a store key of the same id."""
         return self._config.get(key_id) or self._by_id.get(key_id)
 
+    def gone(self, key_id: str) -> str | None:
+        """Why the key ``key_id`` may no longer be used — revoked, or no longer known (removed from the YAML) once the
+        store's keys are loaded — or None. For requests made in a key's name without its secret (a batch's lines)."""
+        limits = self.limits(key_id)
+        if limits is not None:
+            return "This API key has been revoked." if limits.revoked else None
+        if self.target is not None and self._version < 0:  # the store's keys not read yet: not known to be gone
+            return None
+        return "This API key has been revoked: the gateway no longer knows it."
+
     def store_keys(self) -> list[KeyLimits]:
         return list(self._by_id.values())
 

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tailgate._aiohttp import error_response
 from tailgate.routing import BreakerRegistry, HealthRegistry, Policy, Route
+from tailgate.routing.quality import QualityBoard
 from tailgate.wire import errors as wire_errors
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ def add_admin_routes(
     fleet: Fleet,
     access: AccessGuard,
     prober: Prober,
+    quality: QualityBoard | None = None,
 ) -> None:
     """The routes above over the route table and providers in force, the health windows, breakers and fleet, the
     access guard and the prober."""
@@ -79,6 +81,7 @@ def add_admin_routes(
                 m: {
                     "window": fleet.window_snapshot(windows[(p.name, m)], own=own) if (p.name, m) in windows else None,
                     "probes": prober.stats[(p.name, m)].as_dict() if (p.name, m) in prober.stats else None,
+                    "quality": quality_view(quality, p.name, m),
                 }
                 for m in models
             }
@@ -119,6 +122,22 @@ def add_admin_routes(
     app.router.add_get("/admin/providers", providers)
     app.router.add_post("/admin/providers/{name}/drain", drain)
     app.router.add_post("/admin/providers/{name}/enable", enable)
+
+
+def quality_view(board: QualityBoard | None, provider: str, model: str) -> dict[str, dict[str, Any]] | None:
+    """signal → good / trials over the board's window (promise 8) and the 95 % Wilson interval of the good share;
+    this replica's traffic, the fleet's read back from the store, the monitor's canaries (``canary``)."""
+    if board is None:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for signal, c in board.view([(provider, model)], board_now())[(provider, model)].items():
+        low, high = c.interval
+        out[signal] = {"ok": c.successes, "n": c.trials, "rate": c.rate, "low": low, "high": high, "shown": c.shown()}
+    return out
+
+
+def board_now() -> float:
+    return time.monotonic()  # the board's clock (AnswerQuality.clock, HealthRegistry's)
 
 
 def route_weights(policy: Policy, routes: Sequence[Route]) -> dict[str, dict[str, Any]]:

@@ -13,7 +13,7 @@ in one step on the event loop, between requests' awaits:
 
 A request in flight keeps the route table it read when it arrived (routes.py: a reload swaps the table
 whole, never a request's), and finishes on the providers it started with. What a reload does not change
-(a restart does): ``listen``, ``state``, ``ledger``, ``max_body_bytes``. docs/fleet.md.
+(a restart does): ``listen``, ``state``, ``ledger``, ``max_body_bytes``, ``telemetry``. docs/fleet.md.
 
 The version is the first 12 hex digits of the file's SHA-256: replicas showing the same version run the
 same file. Each replica publishes its version, so ``/admin/config`` on any replica lists the fleet's.
@@ -55,7 +55,7 @@ __all__ = [
 
 log = logging.getLogger("tailgate.gateway")
 
-_RESTART_ONLY = ("listen", "state", "ledger", "max_body_bytes")
+_RESTART_ONLY = ("listen", "state", "ledger", "max_body_bytes", "telemetry")
 
 
 def config_version(data: bytes) -> str:

@@ -30,6 +30,7 @@ __all__ = ["OpenAIApi", "OpenAIRequest"]
 
 _NONE: frozenset[str] = frozenset()
 _EMPTY: Mapping[str, Any] = {}
+_TIER = frozenset({"service_tier"})
 
 
 class OpenAIRequest(msgspec.Struct):
@@ -82,8 +83,11 @@ class OpenAIApi:
     def plan(self, req: OpenAIRequest, provider: ProviderState, route: Route) -> Attempt:
         # Fields the gateway does not know go as sent: they are the provider's business; those the provider is
         # known to refuse (``drop_fields``) stay here (docs/gateway.md, "Fields the gateway does not know").
-        drop = provider.config.drop_fields
+        cfg = provider.config
+        drop = cfg.drop_fields
         obj = req.obj
+        if obj.get("service_tier") == "flex" and not cfg.flex:  # the batch lane's mark, unknown to this provider
+            drop = drop | _TIER
         if drop:
             payload = {k: v for k, v in obj.items() if k not in drop}
             payload["model"] = route.model

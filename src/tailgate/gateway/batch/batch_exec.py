@@ -45,6 +45,7 @@ from multidict import CIMultiDict
 from tailgate._runtime import stop_task
 from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
+from tailgate.gateway.batch.line_admission import JobLines, budget_refused, job_lines
 from tailgate.gateway.batch.placement import DEFAULT_LINE_S, place, window_closing
 from tailgate.gateway.batch.provider_jobs import job_groups, json_call, open_job, provider_line_row
 from tailgate.gateway.batch.result_files import write_result_files
@@ -58,6 +59,7 @@ from tailgate.wire.batch import TERMINAL_STATUSES, BatchRequestOutput, decode_ou
 
 if TYPE_CHECKING:
     from tailgate.gateway.http.exchange import Exchange
+    from tailgate.gateway.request_path.admission import Ticket
     from tailgate.gateway.request_path.core import Core
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
@@ -392,14 +394,16 @@ class BatchExecutor:
             await self._fail(rec, line, 500, "stream", "The line was answered as a stream.")
             return
         left = (rec.expires_at or float("inf")) - time.time()
-        if reply.status in _RETRY_STATUSES and line.attempts < _MAX_TRIES and left > 60:
+        # its budget's 429: the error file now, no Retry-After would help
+        final = budget_refused(reply.status, reply.body, row.outcome if row is not None else None)
+        if reply.status in _RETRY_STATUSES and not final and line.attempts < _MAX_TRIES and left > 60:
             try:
                 wait = float(reply.headers.get("Retry-After", "1"))
             except ValueError:
                 wait = 1.0
             self._hold[rec.id] = max(self._hold.get(rec.id, 0.0), time.time() + min(max(wait, 0.5), 60.0))
             if row is not None and self.record is not None:
-                self.record(msgspec.structs.replace(row, lane="batch-lane"))  # a refused attempt: bills nothing
+                self.record(msgspec.structs.replace(row, lane=lane))  # a refused attempt: bills nothing
             await self._store(
                 lambda c: line_store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=[line.custom_id])
             )
@@ -423,8 +427,13 @@ class BatchExecutor:
             )
         )
 
-    async def _fail(self, rec: store.BatchRecord, line: store.LeasedLine, status: int, code: str, msg: str) -> None:
-        body = json.dumps({"error": {"message": msg, "type": "invalid_request_error", "param": None, "code": code}})
+    async def _fail(
+        self, rec: store.BatchRecord, line: store.LeasedLine, status: int, code: str, msg: str, body: str | None = None
+    ) -> None:
+        """Settle ``line`` failed with ``status`` and an OpenAI error body (``body``, else one made of ``code``)."""
+        if body is None:
+            err = {"message": msg, "type": "invalid_request_error", "param": None, "code": code}
+            body = json.dumps({"error": err})
         await self._store(
             lambda c: line_store.complete_line(
                 c, rec.id, line.custom_id, by=self.owner, ok=False, response_status=status, result=body
@@ -459,24 +468,22 @@ class BatchExecutor:
 
     async def _run_provider_job(self, rec: store.BatchRecord, route: Route, lines: list[store.LeasedLine]) -> None:
         provider = self.core.providers[route.provider]
-        limits = self.core.key_directory.limits(rec.key_id) if rec.key_id is not None else None
-        allowed = limits.models if limits is not None else None
-        by_job_id: dict[str, store.LeasedLine] = {}
-        payload: list[bytes] = []
-        for line in lines:
-            body = json.loads(line.body)
-            alias = str(body.get("model", ""))
-            if allowed is not None and alias not in allowed:
-                msg = f"This key may not use model {alias!r} (its models: {', '.join(sorted(allowed)) or 'none'})."
-                await self._fail(rec, line, 403, "model_not_allowed", msg)
-                continue
-            body["model"] = route.model
-            body.pop("stream", None)
-            job_id = f"l{line.line}"
-            by_job_id[job_id] = line
-            payload.append(
-                json.dumps({"custom_id": job_id, "method": "POST", "url": line.url, "body": body}).encode() + b"\n"
-            )
+        jobs = JobLines()  # each line's key checks and budget reservation, as a live request's (line_admission.py)
+        try:
+            await job_lines(self.core, rec.key_id, lines, route, provider, jobs)
+            for line, refused in jobs.refused:
+                err = refused.error
+                await self._fail(rec, line, err.status, refused.reason, err.message, err.body().decode())
+            await self._provider_job_lines(rec, route, provider, jobs)
+        finally:  # a line never answered (the job failed, the gateway stops) keeps nothing of its reservation
+            for ticket in jobs.tickets.values():
+                self.core.admission.settle(ticket, 0, 0, 0.0)
+
+    async def _provider_job_lines(
+        self, rec: store.BatchRecord, route: Route, provider: ProviderState, jobs: JobLines
+    ) -> None:
+        by_job_id, payload, tickets = jobs.by_job_id, jobs.payload, jobs.tickets
+        sent = list(by_job_id.values())  # the lines the key admitted
         if not by_job_id:
             return
         started = time.time()
@@ -491,9 +498,9 @@ class BatchExecutor:
             owner=self.owner,
             batch_id=rec.id,
             provider=provider.name,
-            lines=[line for line in lines if f"l{line.line}" in by_job_id],
+            lines=sent,
             payload=b"".join(payload),
-            endpoint=lines[0].url,
+            endpoint=sent[0].url,
         )
         job = str(created["id"])
         verb = "resumes polling" if resumed else "sent to"
@@ -535,12 +542,14 @@ class BatchExecutor:
             if out.custom_id not in by_job_id or (closing_by is not None and out.response is None):
                 continue  # not ours, or not run (the job cancelled as the window closes): interactive now
             line = by_job_id.pop(out.custom_id)
-            await self._settle_provider_line(rec, route, provider, line, out, elapsed_ms)
+            await self._settle_provider_line(
+                rec, route, provider, line, out, elapsed_ms, tickets.pop(out.custom_id, None)
+            )
         if closing_by is not None and by_job_id:  # not answered in the job: back to the executor, interactive now
             ids = [line.custom_id for line in by_job_id.values()]
             await self._store(lambda c: line_store.forget_job(c, rec.id, ids))
             await self._store(lambda c: line_store.release_lines(c, owner=self.owner, batch_id=rec.id, custom_ids=ids))
-            return
+            return  # their reservations are given back (``_run_provider_job``): the interactive path reserves anew
         for line in by_job_id.values():  # no answer from the provider
             await self._fail(
                 rec,
@@ -558,15 +567,20 @@ class BatchExecutor:
         line: store.LeasedLine,
         out: BatchRequestOutput,
         elapsed_ms: float,
+        ticket: Ticket | None,
     ) -> None:
         resp = out.response
         if resp is None:
+            if ticket is not None:
+                self.core.admission.settle(ticket, 0, 0, 0.0)
             err = out.error
             msg = err.message if err is not None else "no answer"
             await self._fail(rec, line, 502, err.code if err is not None else "provider_error", msg)
             return
-        ok = 200 <= resp.status_code < 300
         row = provider_line_row(rec.id, rec.key_id, route, provider.name, provider.config.price, line, resp, elapsed_ms)
+        if ticket is not None:  # the reservation → what the line used (nothing for a failed line: row.cost None)
+            self.core.admission.settle(ticket, row.prompt_tokens, row.output_tokens, row.cost)
+        ok = 200 <= resp.status_code < 300
         await self._store(
             lambda c: line_store.complete_line(
                 c,

@@ -9,6 +9,9 @@ job on them: it polls that job instead of sending the lines again (the provider 
 recorded with a file but no job (a death between the upload and the create) is looked up among the provider's
 batches by its input file; when none was made from it, the lines are uploaded afresh (the old file may hold lines
 another replica now holds: two jobs from one file would run those twice).
+
+A line goes to the job as :func:`provider_body` makes it, and its answer becomes the ledger row of
+:func:`provider_line_row`.
 """
 
 from __future__ import annotations
@@ -29,9 +32,19 @@ from tailgate.wire.batch import BatchResponse
 
 if TYPE_CHECKING:
     from tailgate.config.prices import PriceConfig
+    from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
 
-__all__ = ["JobLost", "job_groups", "job_key", "json_call", "open_job", "provider_line_row", "usage_of"]
+__all__ = [
+    "JobLost",
+    "job_groups",
+    "job_key",
+    "json_call",
+    "open_job",
+    "provider_body",
+    "provider_line_row",
+    "usage_of",
+]
 
 log = logging.getLogger("tailgate.batches")
 
@@ -43,6 +56,8 @@ _ENDPOINTS = {
     "/v1/responses": "responses",
 }
 Store = Callable[[Callable[[StoreConn], _T]], Awaitable[_T]]
+_STREAM_FIELDS = ("stream", "stream_options")
+"""A batch job's line is answered whole: OpenAI's Batch API (and those who copy it) refuse a streaming line."""
 
 
 class JobLost(RuntimeError):
@@ -154,6 +169,18 @@ async def _job_on_file(
         if isinstance(job, dict) and job.get("input_file_id") == file_id:
             return job
     return None
+
+
+def provider_body(body: dict[str, Any], route: Route, provider: ProviderState) -> dict[str, Any]:
+    """What goes to ``provider``'s batch job for a client's line ``body``: the route's model, no stream fields, and the
+    fields the provider is known to refuse left out as for a live request (``drop_fields``; ``service_tier: "flex"``
+    unless ``providers.NAME.flex``)."""
+    cfg = provider.config
+    out = {k: v for k, v in body.items() if k not in _STREAM_FIELDS and k not in cfg.drop_fields}
+    if out.get("service_tier") == "flex" and not cfg.flex:
+        del out["service_tier"]
+    out["model"] = route.model
+    return out
 
 
 def usage_of(usage: Any) -> tuple[int | None, int | None, int | None]:

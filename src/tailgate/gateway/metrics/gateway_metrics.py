@@ -23,6 +23,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.utils import floatToGoString
 
+from tailgate.quality.metrics import QualityMetrics
+
 # Label children are cached (``.labels()`` validates, locks and hashes on every call: eight look-ups
 # per served request cost more than the increments). Aliases in labels come from clients (an unknown
 # model is counted under its name), so the caches stop growing here and fall back to ``.labels()``.
@@ -138,6 +140,14 @@ class GatewayMetrics:
             registry=r,
         )
         self.hedges = hedge_counter(r)
+        # answer quality (tailgate.quality.metrics): checked / hit per provider x upstream model x signal
+        self.quality = QualityMetrics(counter=self._counter)
+        self.quality_retries = self._counter(
+            "tailgate_quality_retries",
+            "Answers that were not answers (reason: content_filtered, empty_answer) held before the first byte and "
+            "retried on another route, by alias and the provider that gave them.",
+            ("alias", "provider", "reason"),
+        )
         self.probes = Counter(
             "tailgate_probes",
             "Active probes by provider and outcome (ok, an error class, or paced = skipped by the pacer).",

@@ -44,14 +44,7 @@ from tailgate.state import Adjustment, Admission, Claim, Lease, LocalState, Rese
 from tailgate.state.allowance import Allowances
 from tailgate.wire.errors import WireError
 
-__all__ = [
-    "REASONS",
-    "KeyAdmission",
-    "KeyRefused",
-    "Ticket",
-    "key_store",
-    "ratelimit_headers",
-]
+__all__ = ["REASONS", "KeyAdmission", "KeyRefused", "Ticket", "key_store", "ratelimit_headers"]
 
 log = logging.getLogger("tailgate.gateway")
 
@@ -247,10 +240,14 @@ class KeyAdmission:
         output_estimate: float,
         price: tuple[float, float],
         limits: KeyLimits | None = None,
+        *,
+        budgets_only: bool = False,
     ) -> Ticket | None:
         """Reserve for one request of ``key_id`` or raise the refusal (a ``WireError`` whose ``code`` is
         the reason); None when the key has nothing to check. ``price`` is (input, output) per million;
-        ``limits``: the key's, when the caller looked them up already."""
+        ``limits``: the key's, when the caller looked them up already. ``budgets_only``: the key's token and money
+        budgets alone, no tpm window or concurrency slot (a line of a provider's batch job: it uses no live rate and
+        holds no connection, but it spends)."""
         if key_id is None:
             return None
         if limits is None:
@@ -269,17 +266,20 @@ class KeyAdmission:
             plan.seeded = True
         # The tpm, every budget and the concurrency slot at once (``SharedState.reserve``: one Redis round trip,
         # all or nothing; the local state answers at once, without a coroutine).
-        claims = [Claim(name, cost if kind == "cost" else tokens, limit, w) for name, kind, limit, w in plan.parts]
+        parts, slot = plan.parts, plan.slot
+        if budgets_only:
+            parts, slot = tuple(p for p in parts if p[3] is None), None  # windowless parts: the budgets
+        claims = [Claim(name, cost if kind == "cost" else tokens, limit, w) for name, kind, limit, w in parts]
         try:
             if isinstance(state, LocalState):
-                res = state.reserve_now(claims, plan.slot)
+                res = state.reserve_now(claims, slot)
             elif not self._allowances or state.backend == "local":  # no round trips to save
-                res = await state.reserve(claims, plan.slot)
+                res = await state.reserve(claims, slot)
             else:
                 allow = self.allowances(state)
-                now_res = allow.reserve_now(claims, plan.slot)
-                res = now_res if now_res is not None else await allow.reserve(claims, plan.slot)
-            self._book(limits, plan, ticket, claims, res)
+                now_res = allow.reserve_now(claims, slot)
+                res = now_res if now_res is not None else await allow.reserve(claims, slot)
+            self._book(limits, plan, ticket, claims, res, parts, slot)
         except BaseException:
             await self._undo(state, ticket)
             raise
@@ -332,18 +332,28 @@ class KeyAdmission:
         self.refusals.labels(key_id or "-", reason).inc()
         return reason
 
-    def _book(self, limits: KeyLimits, plan: _Plan, ticket: Ticket, claims: list[Claim], res: Reservation) -> None:
-        """Write what ``res`` took into ``ticket``, or raise the refusal of the first limit that said no."""
+    def _book(
+        self,
+        limits: KeyLimits,
+        plan: _Plan,
+        ticket: Ticket,
+        claims: list[Claim],
+        res: Reservation,
+        parts: tuple[tuple[str, Kind, float, float | None], ...],
+        slot: Slot | None,
+    ) -> None:
+        """Write what ``res`` took for ``parts`` (of ``plan``) and ``slot`` into ``ticket``, or raise the refusal of
+        the first limit that said no."""
         if not res.ok:
             raise self._refusal(limits, ticket, claims, plan.periods, res)
         ticket.takes = [
             _Take(c.name, c.window_s, part[1], c.amount, adm.bucket)
-            for c, part, adm in zip(claims, plan.parts, res.admissions, strict=True)
+            for c, part, adm in zip(claims, parts, res.admissions, strict=True)
         ]
-        if limits.tpm is not None and res.admissions:
+        if limits.tpm is not None and res.admissions and parts[0][3] is not None:
             ticket.tpm = res.admissions[0]  # the tpm is the plan's first part (``_plan``)
-        if res.lease is not None and plan.slot is not None:
-            ticket.lease = (plan.slot.name, res.lease.token)
+        if res.lease is not None and slot is not None:
+            ticket.lease = (slot.name, res.lease.token)
 
     def _plan(self, limits: KeyLimits, now: float) -> _Plan:
         """The key's plan for today (made on a key's first request of a UTC day, or after its limits changed)."""

@@ -24,7 +24,7 @@ from tailgate.gateway.http.exchange import Exchange, Reply, Stream
 from tailgate.gateway.request_path import client_headers
 from tailgate.gateway.request_path.hedging import Race
 from tailgate.gateway.request_path.providers import check_upstream_capacity, upstream_full
-from tailgate.gateway.request_path.request_context import Ctx
+from tailgate.gateway.request_path.request_context import Ctx, Held
 from tailgate.routing import Route
 from tailgate.state.priority import Lane
 from tailgate.upstream import Body, CallResult, Chunk, Done, Sent, Tap, UnsendableHeader, call
@@ -33,6 +33,7 @@ from tailgate.wire.sse import DONE_FRAME
 
 if TYPE_CHECKING:
     from tailgate.gateway.api_handler import Api, Attempt, Decoded
+    from tailgate.gateway.request_path.answer_quality import Observed
     from tailgate.gateway.request_path.core import Core
     from tailgate.gateway.request_path.hedging import Hedger
     from tailgate.gateway.request_path.providers import ProviderState
@@ -103,8 +104,14 @@ class Attempts:
         check_upstream_capacity(core.providers, ctx.table.max_upstream_in_flight)
         provider = core.providers[route.provider]
         plan = api.plan(req, provider, route)  # where, what, in which dialect (a 400 if it cannot be said)
+        span = None  # telemetry's notes of this attempt (tracing.py), when the request is traced
+        if ctx.trace is not None:
+            plan, span = ctx.trace.start(plan, provider, route, ctx.race is not None)
         health = core.health.get(route.provider, route.model)
         handle = health.begin(stream=ctx.stream)
+        # a chat answer's quality (answer_quality.py): its signals, a non-answer held for another route
+        quality = core.quality
+        obs = quality.begin(ctx.alias, route, req.obj, ctx.may_retry) if quality and api.name == "chat" else None
         ctx.attempts += 1
         if ctx.race is None:
             ctx.provider, ctx.route = provider, route
@@ -115,20 +122,25 @@ class Attempts:
                 # the upstream connection's callback (Call._pump) and no longer resumes this stack per read; a
                 # task of its own for the relay only cost a task and a loop turn before the upstream request
                 # went out (~85 µs at one connection; docs/benchmarks.md, "Run Q").
-                resp, result = await self._stream(
-                    request, ctx, api, provider, plan, req.wants_usage, functools.partial(health.first_token, handle)
-                )
+                on_first = functools.partial(health.first_token, handle)
+                resp, result = await self._stream(request, ctx, api, provider, plan, req.wants_usage, on_first, obs)
             else:
-                resp, result = await self._unary(request, ctx, api, provider, plan)
+                resp, result = await self._unary(request, ctx, api, provider, plan, obs)
         except BaseException as exc:  # cancelled (client gone, race lost), or a bug: the attempt must still end
             result = CallResult(None, "cancelled", time.time(), ctx.stream, request_id=ctx.request_id)
+            if span is not None:
+                span.end(result, None)
             health.observe(result, handle=handle)  # ends its in-flight count and its wait (no false stall)
             core.breakers.get(route.provider).record_result(result)
             if isinstance(exc, UnsendableHeader):  # never sent: the client's (or our) error, not the provider's
                 raise client_headers.unsendable(exc.name) from None
             raise
+        if span is not None:
+            span.end(result, resp)
         health.observe(result, handle=handle)
         core.breakers.get(route.provider).record_result(result)
+        if obs is not None and resp is not None:
+            ctx.quality = obs  # judged with the request's books
         # the provider's health, the attempt's metric, a 429's pause (inline: once per attempt)
         provider.observe(result, route.model)
         core.metrics.attempt(provider.name, result.error_class or "ok").inc()
@@ -215,7 +227,7 @@ class Attempts:
     # -- one attempt, unary or streamed ------------------------------------------------------------
 
     async def _unary(
-        self, request: Exchange, ctx: Ctx, api: Api, provider: ProviderState, upstream: Attempt
+        self, request: Exchange, ctx: Ctx, api: Api, provider: ProviderState, upstream: Attempt, obs: Observed | None
     ) -> tuple[Reply | None, CallResult]:
         """A non-streamed attempt. The answer leaves as soon as the measurement core has checked it (its
         ``Body`` event: a 200 whose JSON is an OpenAI answer); the call's end, the attempt's health,
@@ -252,6 +264,10 @@ class Attempts:
                             except WireError as err:
                                 ctx.status, ctx.outcome = err.status, "malformed"
                                 body = api.error_body(err, ctx.request_id)
+                        if obs is not None and ctx.status == 200 and obs.unary(body):
+                            # a non-answer another route may replace: not sent
+                            self._hold(ctx, Held(obs, provider, upstream, body, stream=False))
+                            continue
                         reply = Reply(ctx.status, self._headers(ctx, upstream, now), body)
                         request.send(reply)
                         if self.core.admission.free_slot_now(ctx.ticket) and (later := request.detach()) is not None:
@@ -275,12 +291,16 @@ class Attempts:
         upstream: Attempt,
         wants_usage: bool,
         on_first_token: Callable[[], None],
+        obs: Observed | None = None,
     ) -> tuple[Stream | None, CallResult]:
         translated = upstream.translated  # None: frames are relayed as they came
         held: list[bytes] = []
         resp: Stream | None = None
         tap: Tap | None = None
         first: float | None = None  # when the first token arrived
+        frames: list[bytes] | None = None
+        if obs is not None and obs.whole:  # kept for the quality signals (tools declared, JSON asked for)
+            frames = obs.frames = []
         sent = time.perf_counter()
         provider.in_flight += 1
         try:
@@ -299,6 +319,8 @@ class Attempts:
                     if isinstance(event, Chunk):
                         # Frames of one upstream read leave in one write (one syscall, not one each).
                         held.append(event.raw if translated is None else translated.chunk(event.raw))
+                        if frames is not None:
+                            frames.append(held[-1])
                         if resp is not None:
                             if event.last:
                                 await resp.write(b"".join(held))
@@ -319,10 +341,18 @@ class Attempts:
                             # door's stream takes it (an aiohttp response cannot: it stays pulled).
                             # A translated stream stays pulled: each frame is rewritten (gateway/api_handler.py).
                             tap = resp if isinstance(resp, Tap) and translated is None else None
+                            if tap is not None and frames is not None:
+                                tap = _Keeping(tap, frames)
                             c.tap = tap
                     elif isinstance(event, Sent):
                         sent = event.t
                     elif isinstance(event, Done):
+                        if resp is None and first is None and obs is not None and obs.stream_ended(held):
+                            # no token, and a non-answer another route may replace: nothing sent
+                            end = (event.raw or DONE_FRAME) if translated is None else translated.done()
+                            self._hold(ctx, Held(obs, provider, upstream, b"".join(held), stream=True, done=end))
+                            held.clear()
+                            continue
                         if resp is None:
                             if first is None and ctx.race is not None and not ctx.race.claim():
                                 raise asyncio.CancelledError  # another attempt won the race
@@ -371,6 +401,36 @@ class Attempts:
             await resp.write_eof()
         return resp, result
 
+    def _hold(self, ctx: Ctx, held: Held) -> None:
+        """A non-answer held (not sent) while the request tries the next route; the first one held is the one
+        :meth:`release` sends if none answers."""
+        quality = self.core.quality
+        assert quality is not None
+        quality.held(ctx.alias, held.obs)
+        ctx.retried = ctx.retried or (held.obs.fast.verdict if held.obs.fast is not None else held.obs.verdict)
+        if ctx.held is None:
+            ctx.held = held
+        ctx.quality = None
+        ctx.status, ctx.first_token_at = 0, None
+
+    async def release(self, request: Exchange, ctx: Ctx) -> Reply | Stream:
+        """No other route answered: the held non-answer goes to the client as it came (docs/routing.md)."""
+        held = ctx.held
+        assert held is not None
+        assert held.result is not None
+        ctx.held = None
+        ctx.provider, ctx.route, ctx.result = held.provider, held.obs.route, held.result
+        now = time.perf_counter()
+        ctx.status = 200
+        if held.stream:
+            resp = await self._commit(request, ctx, held.upstream, [held.body], now, now)
+            await resp.write_eof(held.done)
+            return resp
+        ctx.first_token_at = now
+        reply = Reply(200, self._headers(ctx, held.upstream, now), held.body)
+        request.send(reply)
+        return reply
+
     async def _commit(
         self, request: Exchange, ctx: Ctx, upstream: Attempt, held: list[bytes], at: float, sent: float
     ) -> Stream:
@@ -385,7 +445,10 @@ class Attempts:
         ctx.upstream_s += at - sent
         ctx.first_token_at = at
         ctx.status = 200
-        return await request.open_stream(self._headers(ctx, upstream, at), b"".join(held))
+        first = b"".join(held)
+        if ctx.trace is not None:
+            ctx.trace.head = first  # its response id and model, read after the request (tracing.py)
+        return await request.open_stream(self._headers(ctx, upstream, at), first)
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -398,11 +461,29 @@ class Attempts:
         }
         if ctx.hedged:
             headers["x-tailgate-hedged"] = "1"
+        if ctx.retried is not None:
+            headers["x-tailgate-retried"] = ctx.retried  # a non-answer was held and the next route tried
         if upstream.upstream_api is not None:
             headers["x-tailgate-upstream-api"] = upstream.upstream_api  # how this provider was spoken to
         if ctx.ratelimit:
             headers.update(ctx.ratelimit)  # a limited key's windows, as OpenAI sends them on every answer
         return headers
+
+
+class _Keeping:
+    """A tap that keeps what it pushes (the quality signals of a stream with tools or JSON: answer_quality.py)."""
+
+    __slots__ = ("_frames", "_tap")
+
+    def __init__(self, tap: Tap, frames: list[bytes]) -> None:
+        self._tap, self._frames = tap, frames
+
+    def push(self, data: bytes) -> bool:
+        self._frames.append(data)
+        return self._tap.push(data)
+
+    async def drain(self) -> None:
+        await self._tap.drain()
 
 
 def _drain(queue: deque[Route]) -> Iterator[Route]:

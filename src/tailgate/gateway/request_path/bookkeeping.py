@@ -20,9 +20,11 @@ from tailgate.upstream import CallResult
 
 if TYPE_CHECKING:
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
+    from tailgate.gateway.metrics.otel_books import OtelBooks
     from tailgate.gateway.metrics.traffic_minutes import TrafficAggregator
     from tailgate.gateway.metrics.traffic_trace import TraceWriter
     from tailgate.gateway.request_path.admission import KeyAdmission
+    from tailgate.gateway.request_path.answer_quality import AnswerQuality
     from tailgate.gateway.request_path.request_context import Ctx
     from tailgate.ledger import SQLiteLedger
     from tailgate.state import Admission
@@ -59,9 +61,13 @@ class Sinks:
     """The settlement: the key gate corrects a ticket to what the request used (admission.py)."""
     refund_rpm: Callable[[str, Admission], None]
     """Gives a key's rpm count back (``Fleet.refund_key``): a request that never went upstream keeps nothing."""
+    quality: AnswerQuality | None = None
+    """A served chat answer's quality signals (answer_quality.py)."""
     divert: Callable[[LedgerRow], bool] | None = None
     """Takes the rows of the batch lane's lines (gateway/batch/batch_exec.py: True when it took one): the batch store
     bills a line with its settlement, exactly once, so the ledger writer must not write it too."""
+    telemetry: OtelBooks | None = None
+    """OpenTelemetry spans and GenAI metric points from each request's ledger row (``telemetry:``), if on."""
 
 
 class Books:
@@ -132,6 +138,8 @@ class Books:
                     record(self._sinks, ctx, now)
                 except Exception:
                     log.exception("bookkeeping of request %s failed", ctx.request_id)
+        if (quality := self._sinks.quality) is not None:
+            quality.flush()  # the batch's quality signals at once (answer_quality.py)
 
     async def drain(self) -> None:
         """Every request answered so far booked: the waiting tails finish first (within ``_DRAIN_S``)."""
@@ -186,10 +194,12 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
         m.output_tokens.inc(output or 0)
         if cost is not None:
             m.cost.inc(cost)
+    if (obs := ctx.quality) is not None and served and sinks.quality is not None:
+        sinks.quality.judge(obs, result)
     sinks.traffic.observe_route(ctx.route, ctx.outcome, output, ttft_ms, e2e_ms, stream=ctx.stream)  # per minute
     if sinks.trace is not None and ctx.alias in ctx.table.aliases:
         sinks.trace.record(ctx.t0, ctx.alias, ctx.traffic_class, prompt, output, ctx.stream, ctx.status)
-    if sinks.ledger is not None or sinks.divert is not None:
+    if sinks.ledger is not None or sinks.divert is not None or sinks.telemetry is not None:
         row = LedgerRow(
             ts=ctx.wall,
             request_id=ctx.request_id,
@@ -214,12 +224,16 @@ def record(sinks: Sinks, ctx: Ctx, now: float) -> None:
             reasoning_tokens=result.reasoning_tokens if result is not None else None,
             cached_tokens=result.cached_tokens if result is not None else None,
             api=ctx.protocol,
+            # refused before its attempts (lane_of not asked yet): its class still says the batch lane
+            lane="batch-live" if ctx.traffic_class == "batch" else ctx.lane,
             price_tier=provider.price_tier(ctx.wall) if cost is not None and provider is not None else None,
         )
         # divert only the gateway's own requests: a client's x-request-id may equal a batch line's
         diverted = ctx.self_call and sinks.divert is not None and sinks.divert(row)
         if not diverted and sinks.ledger is not None:
             sinks.ledger.record(row)
+        if sinks.telemetry is not None:  # the spans and metric points say what the row says
+            sinks.telemetry.record(ctx, row, now)
 
 
 def settle(sinks: Sinks, ctx: Ctx) -> None:

@@ -18,9 +18,11 @@ if TYPE_CHECKING:
     from tailgate.gateway.fleet.fleet_sync import Fleet
     from tailgate.gateway.metrics.gateway_metrics import GatewayMetrics
     from tailgate.gateway.request_path.admission import KeyAdmission
+    from tailgate.gateway.request_path.answer_quality import AnswerQuality
     from tailgate.gateway.request_path.bookkeeping import Books
     from tailgate.gateway.request_path.providers import Providers
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.gateway.request_path.tracing import Tracing
     from tailgate.routing import BreakerRegistry, HealthRegistry
 
 __all__ = ["Core", "InForce"]
@@ -59,3 +61,7 @@ class Core:
     ``count_tokens``, the served series; metrics/gateway_metrics.py)."""
     health: HealthRegistry
     breakers: BreakerRegistry
+    quality: AnswerQuality | None = None
+    """Chat answers' quality signals and the non-answer retry (answer_quality.py); None: not judged."""
+    tracing: Tracing | None = None
+    """Who is traced (tracing.py), when telemetry exports traces; None: no request is."""

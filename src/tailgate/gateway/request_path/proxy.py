@@ -109,6 +109,8 @@ class Proxy:
             self_call=isinstance(request, SelfCall),  # nothing from the network is one (access/auth.py)
         )
         ctx.traffic_class = traffic_class
+        if (tracing := self.core.tracing) is not None:  # telemetry (tracing.py): None when off
+            ctx.trace = tracing.begin(request.headers, request.body)
         self.in_flight += 1
         try:
             # two phases, not one coroutine around both: a stream's every resumption walks one level fewer
@@ -216,6 +218,8 @@ class Proxy:
         order = table.policy_for(model).order(routes, ctx.traffic_class, exclude, sticky)
         if not order:
             raise refusals.no_route(core.providers, core.breakers, routes, now, ctx)
+        if ctx.trace is not None:
+            ctx.trace.ordered(order, req.obj)
         return order
 
     async def _attempts(
@@ -231,14 +235,18 @@ class Proxy:
         """Attempts in the routing order until one answers (attempts.py), within ``retry.max_attempts`` and
         ``retry.deadline``; the first of a hedged alias may race a second one (hedging.py)."""
         core, table, attempts = self.core, ctx.table, self.attempts
-        hedger = table.hedgers.get(req.model) if table.hedgers else None
+        lane = lane_of(ctx.traffic_class, req.obj)  # the batch lane waits for what interactive traffic leaves
+        if lane == "batch":
+            ctx.lane = "batch-live"  # its ledger row's lane (a Batch API line's row is the executor's: batch-lane)
+        # a batch-lane request is never hedged: a hedge is for latency, and its second attempt would take the
+        # pacer's budget as an interactive one (docs/routing.md, "Hedging")
+        hedger = table.hedgers.get(req.model) if table.hedgers and lane == "interactive" else None
         if hedger is not None:
             hedger.budget.record_request()
         deadline = ctx.t0 + table.retry.deadline
         queue = deque(order)
         paced: list[ProviderState] = []
         last: CallResult | None = None
-        lane = lane_of(ctx.traffic_class, req.obj)  # the batch lane waits for what interactive traffic leaves
         lane_until = min(deadline, ctx.t0 + table.pacing.batch_wait)
         while queue and ctx.attempts < table.retry.max_attempts:
             if time.perf_counter() >= deadline:
@@ -249,15 +257,23 @@ class Proxy:
             if hedger is not None and ctx.attempts == 0 and queue:
                 resp, result = await attempts.race(request, ctx, api, req, route, queue, hedger, tokens, paced)
             else:
+                # a non-answer may be held for another route (answer_quality.py) while one is left
+                ctx.may_retry = bool(queue) and ctx.attempts + 1 < table.retry.max_attempts
                 resp, result = await attempts.attempt(request, ctx, api, req, route)
             last = ctx.result = result
             if resp is not None:
                 return resp
+            if ctx.held is not None and result.ok:  # a non-answer held before its first byte: the next route
+                if ctx.held.result is None:
+                    ctx.held.result = result
+                continue
             if revoke_refused_key(core.providers[route.provider], result, core.metrics.provider_keys_revoked):
                 queue.appendleft(route)  # the same route again, with its next key (revocation.py)
                 continue
             if result.error_class not in RETRYABLE:
                 break
+        if ctx.held is not None:  # no other route answered: the non-answer as it came
+            return await attempts.release(request, ctx)
         if last is None and paced:
             raise refusals.paced_out(paced, tokens, ctx)
         if last is None and time.perf_counter() < deadline:  # every breaker refused at the door: say so

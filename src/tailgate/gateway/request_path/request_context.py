@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tailgate.gateway.access.key_directory import KeyLimits
     from tailgate.gateway.request_path.admission import Ticket
+    from tailgate.gateway.request_path.answer_quality import Observed
     from tailgate.gateway.request_path.hedging import Race
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.gateway.request_path.routes import RouteTable
+    from tailgate.gateway.request_path.tracing import RequestTrace
     from tailgate.routing import Route
     from tailgate.state import Admission
     from tailgate.upstream import CallResult
 
-__all__ = ["Ctx"]
+__all__ = ["Ctx", "Held"]
+
+
+@dataclass(slots=True, eq=False)
+class Held:
+    """A non-answer held back (see ``Ctx.held``): what ``Attempts.release`` sends if no other route answers."""
+
+    obs: Observed
+    provider: ProviderState
+    upstream: Any
+    """The attempt's plan (``api_handler.Attempt``): its headers."""
+    body: bytes
+    """The whole answer, or a stream's frames up to its end joined."""
+    stream: bool
+    done: bytes = b""
+    """A stream's end frame."""
+    result: CallResult | None = None
 
 
 @dataclass(slots=True)
@@ -68,6 +86,10 @@ class Ctx:
     """The gateway's own count of the prompt (its upper bound, ``estimate.prompt_bound``): what a cut stream is
     charged when the provider never said (bookkeeping.py)."""
 
+    lane: str = "interactive"
+    """How the request is served, as its ledger row says it (``LedgerRow.lane``): ``batch-live`` for a live request in
+    the batch lane (its class ``batch``, or ``service_tier: "flex"``; set by the proxy when it orders attempts)."""
+
     self_call: bool = False
     """The gateway's own request (a batch line, ``access/auth.py`` ``SelfCall``): only such a request's ledger row
     may be taken by the books' divert hook (bookkeeping.py), never a client's whatever its ``x-request-id``."""
@@ -78,6 +100,18 @@ class Ctx:
 
     protocol: str = "openai"
     """The client's protocol family (the API's ``protocol``): ``openai``, or ``anthropic`` (``/v1/messages``)."""
+
+    may_retry: bool = False
+    """Another route is left for this attempt's request: a non-answer may be held (answer_quality.py)."""
+    quality: Observed | None = None
+    """The served chat attempt, for its quality signals (judged by the books: answer_quality.py)."""
+    held: Held | None = None
+    """A non-answer (content-filtered or empty) held before its first byte while another route is tried; sent
+    as it is if none answers (``Attempts.release``)."""
+    retried: str | None = None
+    """Why an answer was held and the request retried (``x-tailgate-retried``)."""
+    trace: RequestTrace | None = None
+    """This request's trace notes (tracing.py), when telemetry traces it; None otherwise."""
 
     @property
     def api(self) -> str:

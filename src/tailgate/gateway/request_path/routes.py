@@ -38,6 +38,7 @@ from tailgate.routing import (
     Route,
     WeightedPolicy,
 )
+from tailgate.routing.quality import QualityBoard
 
 __all__ = ["RouteTable", "affinity_settings", "build_routes", "make_policy", "slo_for", "unchanged_aliases"]
 
@@ -121,6 +122,7 @@ def make_policy(
     *,
     health: HealthRegistry,
     breakers: BreakerRegistry,
+    quality: QualityBoard | None = None,
 ) -> Policy:
     """A new policy called ``name`` for an alias with ``slo`` (``routing.adaptive`` settings, prices)."""
     if name == "adaptive":
@@ -141,6 +143,7 @@ def make_policy(
             readmit_after=ac.readmit_after,
             slow_start_s=ac.slow_start,
             prior_idle_s=config.routing.window,
+            quality=quality,  # promise 8: one board per gateway (answer_quality.py)
             clock=time.monotonic,
         )
     if name == "least-latency":
@@ -160,6 +163,7 @@ def build_routes(
     hedges: Counter,
     previous: RouteTable | None = None,
     kept: Collection[str] = (),
+    quality: QualityBoard | None = None,
 ) -> RouteTable:
     """The route table of ``config``. Aliases in ``kept`` (unchanged since ``previous``) keep ``previous``'s
     policy and hedger objects, with what they learnt; every other alias gets new ones."""
@@ -178,7 +182,13 @@ def build_routes(
             policies[alias] = previous.policies[alias]
         else:
             policies[alias] = make_policy(
-                model.policy or config.routing.policy, slo, config, providers, health=health, breakers=breakers
+                model.policy or config.routing.policy,
+                slo,
+                config,
+                providers,
+                health=health,
+                breakers=breakers,
+                quality=quality,
             )
         if (hedge := model.hedge or config.routing.hedge) is not None:
             if keep and previous is not None and alias in previous.hedgers:
