@@ -159,3 +159,38 @@ async def test_a_closing_window_runs_the_lanes_lines_interactive_too(sim: SimFac
     assert [r[0] for r in rows] == list(range(10))
     assert {(r[2], r[3], r[4]) for r in rows} == {("interactive", "p", "standard")}
     assert not [x for x in await truth(q.url) if x["batch_id"] is not None]
+
+
+async def test_a_lane_line_already_sent_in_a_provider_job_stays_with_the_job(
+    sim: SimFactory, gateway: Any, oai: Oai
+) -> None:
+    """A line in the lane's range that carries a recorded provider job (sent while ``lane_share`` was lower, by a
+    replica that died) goes back to the provider's path, never onto the lane: here its file is recorded without a
+    job, none was made from it, so it is uploaded afresh to the secondary; the rest of the lane's range runs on the
+    lane."""
+    p = await sim("instant", engine={"batch_api": False})
+    q = await sim("instant", faults={"batch_turnaround_s": 0.2})
+    gw: GatewayHandle = await gateway(split_config(p.url, q.url, 0.1, poll_interval=3600.0))
+    await asyncio.sleep(0.2)  # the loop's first round (no batch yet) is behind it: the test runs the rounds
+    client = oai(gw.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(40))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert gw.gateway.ledger is not None
+    db = gw.gateway.ledger.path
+    with open_store(db) as conn:  # line 1: sent by a replica that died after the upload, its lease expired
+        conn.execute(
+            "UPDATE batch_lines SET state = 'leased', lease_owner = 'dead-replica', lease_expires = 1, "
+            "job_provider = 'q', job_file = 'file-gone' WHERE batch_id = ? AND line = 1",
+            (batch.id,),
+        )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15.0
+    while (now := await client.batches.retrieve(batch.id)).status == "in_progress":
+        assert loop.time() < deadline, now.request_counts
+        await gw.gateway.batch_exec.tick()
+        await asyncio.sleep(0.05)
+    assert (await wait_done(client, batch.id, within_s=5.0)).status == "completed"
+    rows = settled(db, batch.id)
+    assert [r[0] for r in rows if r[2] == "batch-lane"] == [0, 2, 3]
+    assert [r[0] for r in rows if r[2] == "provider-batch"] == [1, *range(4, 40)]
+    assert len(await truth(p.url)) == 3
