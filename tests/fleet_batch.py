@@ -65,6 +65,7 @@ def batch_config(
     }
     if batch_api:
         data["providers"]["p"]["batch_api"] = True
+        data["batch"]["lane_share"] = 0.0  # every line in the provider's jobs (the split: test_gateway_batch_split)
         data["providers"]["p"]["price"]["batch"] = {"ratio": 0.5}
     path.write_text(yaml.safe_dump(data))
     return path

@@ -45,7 +45,7 @@ async def test_a_gateway_taking_over_resumes_the_provider_jobs_instead_of_sendin
     each ledger row is one line of those jobs (the simulator's truth, by request id). One group's job id is wiped
     first (a replica dying between the upload and the create): it is found by its input file, not sent again."""
     p = await sim("instant", faults={"batch_turnaround_s": 3.0})  # long enough to send all three on a busy machine
-    cfg = config(p.url, batch_api=True, provider_job_lines=4)
+    cfg = config(p.url, batch_api=True, provider_job_lines=4, lane_share=0.0)  # every line in a job
     cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
     first: GatewayHandle = await gateway(cfg)
     client = oai(first.url, key=KEY_A)

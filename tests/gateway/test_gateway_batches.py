@@ -94,7 +94,8 @@ async def test_sdk_runs_a_batch_through_the_gateway(sim: SimFactory, gateway: An
     """Every custom_id answered once in the output file; the path chosen by config; the ledger rows carry the
     lane and the price tier; the batch's cost (the ``tailgate`` field) is the sum of its lines' rows."""
     p = await sim("instant", faults={"batch_turnaround_s": 0.2})
-    gw: GatewayHandle = await gateway(config(p.url, batch_api=batch_api))
+    # lane_share 0: the whole batch on one path (the split between the two: test_gateway_batch_split.py)
+    gw: GatewayHandle = await gateway(config(p.url, batch_api=batch_api, lane_share=0.0))
     client = oai(gw.url, key=KEY_A)
     uploaded = await client.files.create(file=("in.jsonl", jsonl(chat_lines(12))), purpose="batch")
     assert (uploaded.purpose, uploaded.filename) == ("batch", "in.jsonl")

@@ -174,6 +174,23 @@ def test_leases_expire_and_a_dead_replicas_lines_are_taken_again(store: StoreCon
     assert [x.line for x in lease_lines(store, owner="r4", limit=100, lease_s=30, now=T0 + 32)] == [4, 5, 6, 7, 8, 9]
 
 
+def test_a_lease_can_take_only_a_range_of_lines(store: StoreConn) -> None:
+    """The split (``batch.lane_share``): the lane leases lines ``[0, n)``, the provider job ``[n, end)``; an expired
+    lease is taken again within its range only."""
+    bid = _batch(store, 10)
+    lane = lease_lines(store, owner="r1", limit=2, lease_s=30, now=T0, batch_id=bid, lines=(0, 3))
+    assert [x.line for x in lane] == [0, 1]
+    job = lease_lines(store, owner="r2", limit=100, lease_s=30, now=T0, batch_id=bid, lines=(3, None))
+    assert [x.line for x in job] == [3, 4, 5, 6, 7, 8, 9]
+    assert [x.line for x in lease_lines(store, owner="r2", limit=100, lease_s=30, now=T0, lines=(0, 3))] == [2]
+    assert lease_lines(store, owner="r3", limit=100, lease_s=30, now=T0 + 1, lines=(0, 3)) == []
+    # r1 dies, r2 renews: r1's two lane lines are leased again by the lane's range, never by the job's
+    assert renew_leases(store, owner="r2", lease_s=30, now=T0 + 29) == 8
+    assert lease_lines(store, owner="r3", limit=100, lease_s=30, now=T0 + 30.5, lines=(3, None)) == []
+    again = lease_lines(store, owner="r3", limit=100, lease_s=30, now=T0 + 30.5, lines=(0, 3))
+    assert [(x.line, x.attempts) for x in again] == [(0, 2), (1, 2)]
+
+
 def test_a_line_is_completed_and_billed_exactly_once(store: StoreConn) -> None:
     bid = _batch(store, 3)
     (first,) = lease_lines(store, owner="r1", limit=1, lease_s=10, now=T0)

@@ -39,11 +39,13 @@ def _load(tmp_path: Path, text: str) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
 def test_shipped_scenarios_load(name: str) -> None:
-    """Every scenario we ship is valid and runs in at most 3 minutes per policy — but quantized-primary, whose
-    question is a move within 5 minutes of a fault at 60 s (7 minutes per policy)."""
+    """Every scenario we ship is valid, runs in at most 3 minutes per policy — but quantized-primary, whose
+    question is a move within 5 minutes of a fault at 60 s (7 minutes per policy) — and compares at least two runs
+    (two policies, or a policy with and without the scenario's batch)."""
     cfg = load_scenario(SCENARIOS / name)
     assert cfg.load.duration <= (420 if name == "quantized-primary.yaml" else 180)
-    assert len(cfg.policies) >= 2
+    with_baseline = cfg.batch is not None and cfg.batch.baseline
+    assert len(cfg.policies) * (2 if with_baseline else 1) >= 2
 
 
 def test_a_good_file_loads_with_defaults(tmp_path: Path) -> None:

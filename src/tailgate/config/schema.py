@@ -328,6 +328,11 @@ class BatchConfig(_Strict):
     provider_min_left: PositiveSeconds = 43200.0
     """A provider job is created with a ``24h`` window; only a batch with at least this much of its own window
     left (12 h) is sent to a provider's batch API, a batch with less runs on the batch lane."""
+    lane_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    """The most of a batch (a fraction of its lines) placed on the gateway's batch lane when a cheaper provider
+    Batch API path exists: lines ``0 … floor(lane_share × total) - 1`` run on the lane, on the pacing budget live
+    traffic leaves, the rest in provider jobs. It bounds the extra cost at ``lane_share`` × (live − batch price);
+    0: the whole batch in provider jobs. Without a provider batch path the whole batch is on the lane anyway."""
     close_margin: PositiveSeconds = 900.0
     """When a batch's window has less left than its lines not done need at interactive pace (lines left ÷
     ``concurrency`` × the seconds a line takes, 2 s until measured) plus this margin, those lines move to an

@@ -51,16 +51,22 @@ def lease_lines(
     lease_s: float,
     batch_id: str | None = None,
     now: float | None = None,
+    lines: tuple[int, int | None] | None = None,
 ) -> list[LeasedLine]:
     """Lease up to ``limit`` lines of in-progress batches (of ``batch_id`` only, when given) to ``owner`` until
     ``now + lease_s``: pending lines, and leased ones whose lease expired (a dead replica's). Oldest batch first,
-    in line order. One statement: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``UPDATE … RETURNING`` on SQLite."""
+    in line order; ``lines`` = ``(first, end)`` takes only lines ``first <= line < end`` (``end`` None: to the
+    last). One statement: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, ``UPDATE … RETURNING`` on SQLite."""
     if limit < 1:
         return []
     at = _now(now)
     until = at + lease_s
     only = " AND l.batch_id = ?" if batch_id is not None else ""
-    pick_args: tuple[Any, ...] = (at, *((batch_id,) if batch_id is not None else ()), limit)
+    pick_args: tuple[Any, ...] = (at, *((batch_id,) if batch_id is not None else ()))
+    if lines is not None:
+        only += " AND l.line >= ?" + (" AND l.line < ?" if lines[1] is not None else "")
+        pick_args = (*pick_args, *(x for x in lines if x is not None))
+    pick_args = (*pick_args, limit)
     pick = (
         "SELECT {cols} FROM batch_lines l JOIN batches b ON b.id = l.batch_id "  # noqa: S608
         f"WHERE b.status = 'in_progress' AND {_LEASABLE}{only} ORDER BY b.created_at, l.batch_id, l.line LIMIT ?"

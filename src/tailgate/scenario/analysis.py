@@ -35,7 +35,7 @@ import bisect
 import functools
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from msgspec import UNSET
@@ -372,10 +372,15 @@ def _buckets(record: PolicyRecord, providers: Sequence[str], size: float) -> Ove
 
 
 def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> ScenarioRun:
-    """The run object of the results document (schema in docs/scenarios.md)."""
+    """The run object of the results document (schema in docs/scenarios.md). The phases are the load's: a
+    batch's lines (ledger lanes ``batch-lane`` / ``provider-batch``, the providers' batch jobs) are left out of
+    them and judged apart (``tailgate.scenario.batch_analysis``)."""
     providers = list(cfg.providers)
     spans = phases_of(cfg)
     s_times = [s.t for s in record.samples]
+    live = [r for r in record.ledger if r.lane == "interactive"]
+    if len(live) < len(record.ledger) or any(u.batch for u in record.upstream):
+        record = replace(record, ledger=live, upstream=[u for u in record.upstream if not u.batch])
     rows = sorted(record.ledger, key=lambda r: r.ts)
     r_times = [record.ledger_t(r) for r in rows]
     u_times = [u.t for u in record.upstream]

@@ -18,7 +18,7 @@ from tailgate._runtime import stop_task
 from tailgate.scenario.config import ScenarioConfig, load_scenario
 from tailgate.scenario.document import build_document, write_json
 from tailgate.scenario.report import render_html, render_markdown, rich_tables
-from tailgate.scenario.runner import LiveStatus, PolicyRecord, run_scenario
+from tailgate.scenario.runner import LiveStatus, PolicyRecord, planned_runs, run_scenario
 from tailgate.scenario.schema import ScenarioDocument
 from tailgate.scenario.verdicts import time_scale_note, verdicts
 from tailgate.tables import console as tables_console
@@ -105,6 +105,7 @@ async def run_command(
     """Run the scenario; print the comparison; write the files asked for. Returns the exit code."""
     console = console or tables_console(stderr=True)
     runs = cfg.select(list(policies))
+    planned = len(planned_runs(cfg, runs))
     started = dt.datetime.now(dt.UTC)
     status = LiveStatus()
     name = cfg.name or Path(source).stem
@@ -113,6 +114,14 @@ async def run_command(
         f"{cfg.load.duration:g} s ({', '.join(r.label for r in runs)}); Ctrl-C stops cleanly"
         + (f"; a fleet of {replicas} gateway replicas on a private redis-server" if replicas > 1 else "")
     )
+    if cfg.batch is not None:
+        console.print(
+            f"batch: {cfg.batch.lines:,} lines to {cfg.batch.endpoint} at {cfg.batch.submit_at:g} s through the "
+            f"gateway's Batch API (window {cfg.batch.completion_window}); "
+            + ("each policy runs first without it (its baseline)" if cfg.batch.baseline else "no baseline run"),
+            markup=False,
+            highlight=False,
+        )
     if time_scale != 1.0:
         console.print(
             f"time scale {time_scale:g}: every time of the scenario is multiplied by {time_scale:g} (phases, faults, "
@@ -138,7 +147,7 @@ async def run_command(
         time_scale=time_scale,
         command=["tailgate", *sys.argv[1:]],
         started_at=started,
-        planned=len(runs),
+        planned=planned,
     )
     stdout = tables_console()
     for grid in rich_tables(doc):

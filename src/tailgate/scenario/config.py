@@ -35,8 +35,19 @@ from tailgate.config.schema import GatewayConfig, HedgeConfig, SLOConfig
 from tailgate.config.units import Fraction, Seconds
 from tailgate.sim.config import SimProviderConfig
 from tailgate.sim.faults import Faults
+from tailgate.wire.batch import parse_completion_window
 
-__all__ = ["POLICIES", "LoadConfig", "MonitorSection", "PolicyRun", "ScenarioConfig", "ScenarioStep", "load_scenario"]
+__all__ = [
+    "BATCH_ENDPOINTS",
+    "POLICIES",
+    "BatchLoad",
+    "LoadConfig",
+    "MonitorSection",
+    "PolicyRun",
+    "ScenarioConfig",
+    "ScenarioStep",
+    "load_scenario",
+]
 
 PolicyName = Literal["weighted", "adaptive", "least-latency", "cost"]
 POLICIES: tuple[str, ...] = ("weighted", "adaptive", "least-latency", "cost")
@@ -136,6 +147,48 @@ class MonitorSection(_Strict):
     """The probes of each round (``--workload``); ``accuracy`` asks one canary of the canary set per round."""
 
 
+BATCH_ENDPOINTS: tuple[str, ...] = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+"""The endpoints a scenario's batch may target (its lines are built for the endpoint's body)."""
+
+
+class BatchLoad(_Strict):
+    """A batch job the scenario submits through the gateway's OpenAI Batch API (``/v1/files`` + ``/v1/batches``),
+    as a client would, beside the load (docs/scenarios.md, "A batch beside the load")."""
+
+    lines: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    """Requests in the input file (``custom_id`` ``line-1`` … ``line-N``)."""
+    model: Name | None = None
+    """The alias every line names (default: the scenario's ``model``)."""
+    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"] = "/v1/chat/completions"
+    submit_at: Seconds = 0.0
+    """Seconds after the load starts: the upload and ``POST /v1/batches`` then."""
+    completion_window: str = "24h"
+    """The batch's ``completion_window`` (``1h`` … ``14d``); not scaled by ``--time-scale`` (the gateway's API
+    takes hours or days)."""
+    input_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 128
+    """Prompt length of each line (a synthetic prompt, as the load's)."""
+    max_tokens: Annotated[int, Field(ge=1, le=100_000)] = 64
+    wait: PositiveSeconds = 600.0
+    """After the load ends, the run waits at most this long for the batch to end (then it is reported as not
+    done in time and cancelled). A bound, not a time of the scenario: ``--time-scale`` leaves it (the gateway's own
+    work per line does not shrink with it)."""
+    baseline: bool = True
+    """Also run every policy without the batch (same seed, same load), first: the verdicts compare the
+    interactive latency and moves against it."""
+
+    @property
+    def window_s(self) -> float:
+        return parse_completion_window(self.completion_window)
+
+    @model_validator(mode="after")
+    def _window(self) -> BatchLoad:
+        try:
+            parse_completion_window(self.completion_window)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
 class PolicyRun(_Strict):
     """One gateway to compare: a routing policy, optionally with hedging on."""
 
@@ -178,6 +231,8 @@ class ScenarioConfig(_Strict):
     load: LoadConfig
     monitor: MonitorSection | None = None
     """``tailgate monitor``'s rounds beside each run (none unless given)."""
+    batch: BatchLoad | None = None
+    """A batch submitted through the gateway's Batch API during the load (none by default)."""
     policies: list[PolicyRun] = Field(
         default_factory=lambda: [
             PolicyRun(policy="weighted"),
@@ -258,6 +313,34 @@ class ScenarioConfig(_Strict):
                         step.at,
                     )
                 )
+        if self.batch is not None:
+            if self.batch.model is not None and self.batch.model not in self.gateway.models:
+                problems.append(
+                    _problem(
+                        ("batch", "model"),
+                        "unknown_alias",
+                        "no alias of this name under 'gateway.models'",
+                        self.batch.model,
+                    )
+                )
+            if self.batch.submit_at >= self.load.duration:
+                problems.append(
+                    _problem(
+                        ("batch", "submit_at"),
+                        "after_end",
+                        f"after the end of the load (load.duration is {self.load.duration:g}s)",
+                        self.batch.submit_at,
+                    )
+                )
+            if not self.gateway.batch.enabled:
+                problems.append(
+                    _problem(
+                        ("gateway", "batch", "enabled"),
+                        "batch_disabled",
+                        "the scenario submits a batch: leave the gateway's Batch API on",
+                        False,
+                    )
+                )
         if self.model is not None and self.model not in self.gateway.models:
             problems.append(
                 _problem(("model",), "unknown_alias", "no alias of this name under 'gateway.models'", self.model)
@@ -291,6 +374,11 @@ class ScenarioConfig(_Strict):
         return self.model if self.model is not None else next(iter(self.gateway.models))
 
     @property
+    def batch_alias(self) -> str:
+        """The alias a batch's lines name (``batch.model``, else the scenario's)."""
+        return self.batch.model if self.batch is not None and self.batch.model is not None else self.alias
+
+    @property
     def steps(self) -> list[ScenarioStep]:
         """The timeline in time order (stable for equal times)."""
         return sorted(self.timeline, key=lambda s: s.at)
@@ -314,10 +402,10 @@ class ScenarioConfig(_Strict):
     def scaled(self, x: float) -> ScenarioConfig:
         """The same scenario with every time multiplied by ``x`` (rates and limits unchanged).
 
-        Timeline, load duration, the simulators' engine times, fault durations, the SLO, a fixed
-        hedge delay and the monitor's interval scale; request rates, rate limits and concurrency do not.
-        The gateway's own time constants (health window, smoothing, breaker cool-down, the quality window)
-        do not scale.
+        Timeline, load duration, the simulators' engine times, fault durations, the SLO, a fixed hedge delay,
+        the monitor's interval and a batch's ``submit_at`` scale; request rates, rate limits, concurrency and a
+        batch's ``completion_window`` and ``wait`` (a bound, not a time of the scenario) do not. The gateway's own
+        time constants (health window, smoothing, breaker cool-down, the quality window) do not scale.
         """
         if x == 1.0:
             return self
@@ -342,8 +430,12 @@ class ScenarioConfig(_Strict):
             p.model_copy(update={"hedge": p.hedge if p.hedge is False else _scaled_hedge(p.hedge, x)})
             for p in self.policies
         ]
+        batch = self.batch
+        if batch is not None:
+            batch = batch.model_copy(update={"submit_at": batch.submit_at * x})
         return self.model_copy(
             update={
+                "batch": batch,
                 "time_scale": self.time_scale * x,
                 "timeline": timeline,
                 "providers": providers,

@@ -13,6 +13,7 @@ from msgspec import UNSET
 
 from tailgate import __version__
 from tailgate.scenario.analysis import WINDOW, analyze_run, phases_of
+from tailgate.scenario.batch_analysis import analyze_batch
 from tailgate.scenario.config import ScenarioConfig, ScenarioStep
 from tailgate.scenario.runner import PolicyRecord
 from tailgate.scenario.schema import ConfigEcho, PhaseSpan, ScenarioDocument, ScenarioInfo, Step
@@ -36,6 +37,13 @@ def build_document(
     """The whole document: what was run (scenario, load, timeline, phases) and one run object per policy."""
     started = started_at or dt.datetime.now(dt.UTC)
     runs = [analyze_run(cfg, record) for record in records]
+    by_label = {record.run.label: record for record in records}
+    for run, record in zip(runs, records, strict=True):
+        if record.without_batch:
+            run.without_batch = True
+        if record.batch is not None:
+            baseline = by_label.get(record.baseline) if record.baseline is not None else None
+            run.batch = analyze_batch(cfg, record, baseline)
     alias = cfg.alias
     routes: list[ConfigEcho] = [r.model_dump(mode="json") for r in cfg.gateway.models[alias].routes]
     partial = any(r.stopped for r in records) or (planned is not None and len(records) < planned)
@@ -60,6 +68,7 @@ def build_document(
             timeline=[_step(s) for s in cfg.steps],
             phases=[PhaseSpan(name=p.name, start_s=p.start, end_s=p.end) for p in phases_of(cfg)],
             window_requests=WINDOW,
+            batch=UNSET if cfg.batch is None else cfg.batch.model_dump(mode="json"),
         ),
         runs=runs,
     )

@@ -13,6 +13,7 @@ import msgspec
 from msgspec import UnsetType
 
 from tailgate.bench._svg import PALETTE, REPORT_CSS, Bars, Line, bar_chart, line_chart
+from tailgate.scenario.batch_report import BATCH_HEAD, batch_rows
 from tailgate.scenario.schema import ScenarioDocument, ScenarioRun, Section, Stats, Step
 from tailgate.scenario.verdicts import time_scale_note, verdicts
 from tailgate.stats.shown import percentile_minimum
@@ -180,6 +181,8 @@ def rich_tables(doc: Doc) -> list[Grid]:
                 title="split per traffic class (configured: the weights while every route meets its SLO)",
             )
         )
+    if batches := batch_rows(doc):
+        out.append(Grid(_cols(BATCH_HEAD, 3), tuple(tuple(r) for r in batches), title="the batch beside the load"))
     return out
 
 
@@ -198,6 +201,8 @@ def render_markdown(doc: Doc) -> str:
     classes = class_rows(doc)
     if classes:
         parts.append(_md(CLASS_HEAD, classes))
+    if batches := batch_rows(doc):
+        parts.append(_md(BATCH_HEAD, batches))
     if said := verdicts(doc):
         parts.append("\n".join(f"- {line}" for line in said))
     if note := time_scale_note(doc):
@@ -252,6 +257,19 @@ def _charts(doc: Doc) -> list[str]:
         charts.append(
             line_chart(f"share-{p}", f"share served by {p}", share_lines, x_label="s", y_label="%", y_max=100.0)
         )
+    progress = []
+    for run in runs:
+        if isinstance(run.batch, UnsetType) or not run.batch.progress:
+            continue
+        points = run.batch.progress
+        progress.append(
+            Line(f"{run.name}: answered", [(t, done + failed) for t, done, failed, _ in points], colors[run.name])
+        )
+        progress.append(Line(f"{run.name}: waiting", [(t, pending) for t, _, _, pending in points], PALETTE[-1]))
+    if progress:
+        charts.append(
+            line_chart("batch-progress", "the batch's lines over time", progress, x_label="s", y_label="lines")
+        )
     return charts
 
 
@@ -278,6 +296,8 @@ def render_html(doc: Doc) -> str:
         parts.append("<h2>Cut-over and re-admission</h2>" + _html_table(EVENT_HEAD, events, left=4))
     if classes := class_rows(doc):
         parts.append("<h2>Split per traffic class</h2>" + _html_table(CLASS_HEAD, classes, left=3))
+    if batches := batch_rows(doc):
+        parts.append("<h2>The batch beside the load</h2>" + _html_table(BATCH_HEAD, batches, left=3))
     if said := verdicts(doc):
         parts.append("<h2>Verdicts</h2><ul>" + "".join(f"<li>{escape(v)}</li>" for v in said) + "</ul>")
     parts.append('<h2>Charts</h2><div class="charts">' + "\n".join(_charts(doc)) + "</div>")

@@ -34,13 +34,23 @@ from tailgate.gateway.app import Gateway
 from tailgate.gateway.process.replicas import LocalFleet
 from tailgate.ledger import LedgerRow, read_rows
 from tailgate.ledger.samples import Sample as ProbeSample
+from tailgate.scenario.batch_client import BatchRecord, build_input, drive_batch
 from tailgate.scenario.config import PolicyRun, ScenarioConfig, ScenarioStep
 from tailgate.scenario.quality import MonitorBeside, ToolCallMix
 from tailgate.sim.cluster import SimCluster
 from tailgate.sim.config import SimConfig
 from tailgate.upstream import CallResult, Endpoint, Timeouts, UpstreamClient
 
-__all__ = ["LiveStatus", "PolicyRecord", "Sample", "UpstreamRecord", "run_policy", "run_scenario"]
+__all__ = [
+    "NO_BATCH",
+    "LiveStatus",
+    "PolicyRecord",
+    "Sample",
+    "UpstreamRecord",
+    "planned_runs",
+    "run_policy",
+    "run_scenario",
+]
 
 log = logging.getLogger("tailgate.scenario")
 
@@ -66,6 +76,10 @@ class UpstreamRecord:
     status: int
     degraded: str | None = None
     """The answer-quality degradation the simulator served (its truth row's ``degraded``), if any."""
+    batch: bool = False
+    """A line of a batch job run on the provider's own batch capacity (its Batch API), not a live request."""
+    request_id: str | None = None
+    """The ``x-request-id`` the gateway sent (its ledger row's ``request_id``; probes ``probe-…``)."""
 
 
 @dataclass
@@ -85,6 +99,13 @@ class PolicyRecord:
     retries)."""
     probes: list[ProbeSample] = field(default_factory=list)
     """The monitor's samples when the scenario has ``monitor:`` (canaries graded in ``accuracy_ok``)."""
+    """The gateway's own counters at the end (hedges, pacing, probes, breaker transitions, attempts)."""
+    batch: BatchRecord | None = None
+    """The scenario's batch, when this run submitted it."""
+    baseline: str | None = None
+    """A run with the batch: the label of its run without it (same policy, seed and load), if one ran."""
+    without_batch: bool = False
+    """This run is the baseline of a run with the batch (the scenario has one; this run did not submit it)."""
 
     def ledger_t(self, row: LedgerRow) -> float:
         return row.ts - self.wall0
@@ -257,14 +278,45 @@ async def _timeline(cluster: SimCluster, steps: list[ScenarioStep], t0: float, s
             status.events.append(f"{step.at:6.1f}s {step.provider}: {what}")
 
 
+async def _batch_end(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Wait for the batch's client to finish (it bounds its own wait), or for Ctrl-C."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not task.done():
+        await stop_task(task)
+    elif task.exception() is not None:
+        log.warning("scenario batch: its client failed: %r", task.exception())
+
+
 async def run_policy(
-    cfg: ScenarioConfig, run: PolicyRun, stop: asyncio.Event, status: LiveStatus | None = None, *, replicas: int = 1
+    cfg: ScenarioConfig,
+    run: PolicyRun,
+    stop: asyncio.Event,
+    status: LiveStatus | None = None,
+    *,
+    replicas: int = 1,
+    with_batch: bool = False,
 ) -> PolicyRecord:
     """One policy: start fresh simulators and a gateway (``replicas`` > 1: a fleet on a private Redis, one
-    port; gateway/process/replicas.py), drive the load and the timeline, collect records."""
+    port; gateway/process/replicas.py), drive the load and the timeline (and, ``with_batch``, submit the
+    scenario's batch through the gateway's Batch API and wait for it), collect records."""
     status = status or LiveStatus()
     sim_cfg = SimConfig(seed=cfg.seed, time_scale=cfg.time_scale, truth_size=1_000_000, providers=cfg.providers)
     record = PolicyRecord(run=run, duration_s=cfg.load.duration)
+    batch = cfg.batch if with_batch else None
+    payload = b""
+    if batch is not None:
+        record.batch = BatchRecord(
+            lines=batch.lines,
+            endpoint=batch.endpoint,
+            alias=cfg.batch_alias,
+            completion_window=batch.completion_window,
+            window_s=batch.window_s,
+        )
+        payload = build_input(batch, cfg.batch_alias, cfg.seed)
     captured: list[tuple[CallResult, float, bool | None]] = []
     load = cfg.load
     with tempfile.TemporaryDirectory(prefix="tailgate-scenario-") as tmp:
@@ -332,6 +384,22 @@ async def run_policy(
                     )
                 t0 = status.started = time.perf_counter()
                 timeline = asyncio.create_task(_timeline(cluster, cfg.steps, t0, status))
+                load_done = asyncio.Event()
+                batch_task = None
+                if batch is not None and record.batch is not None:
+                    batch_task = asyncio.create_task(
+                        drive_batch(
+                            record.batch,
+                            payload,
+                            base_url=url,
+                            api_key="sk-scenario-client",
+                            store=ledger_path,
+                            submit_at=batch.submit_at,
+                            t0=t0,
+                            load_done=load_done,
+                            wait_s=batch.wait,
+                        )
+                    )
                 try:
                     bounds = Bounds(duration=load.duration, warmup=0.0)
                     if load.rate is not None:
@@ -346,13 +414,24 @@ async def run_policy(
                     if beside is not None:
                         await beside.close()
                         record.probes = beside.samples
+                    load_done.set()
+                    if batch_task is not None:
+                        status.phase_name = "batch (after the load)"
+                        await _batch_end(batch_task, stop)
                 record.stopped = stop.is_set()
                 for gateway in fleet.gateways:  # a fleet's counters add up
                     for k, v in _counters(gateway).items():
                         record.counters[k] = record.counters.get(k, 0.0) + v
                 for p in cluster.providers.values():
                     record.upstream += [
-                        UpstreamRecord(r.received_at - record.wall0, p.name, r.status, r.degraded)
+                        UpstreamRecord(
+                            r.received_at - record.wall0,
+                            p.name,
+                            r.status,
+                            r.degraded,
+                            r.batch_id is not None,
+                            r.client_request_id,
+                        )
                         for r in p.truth.records()
                     ]
             finally:
@@ -381,13 +460,36 @@ async def run_scenario(
     """Every policy in turn (stops early on ``stop``); returns the records of the runs that started."""
     status = status or LiveStatus()
     out = []
-    status.total = len(runs)
-    for i, run in enumerate(runs):
+    plan = planned_runs(cfg, runs)
+    status.total = len(plan)
+    for i, (run, with_batch, baseline) in enumerate(plan):
         if stop.is_set():
             break
         status.index = i + 1
-        record = await run_policy(cfg, run, stop, status, replicas=replicas)
+        record = await run_policy(cfg, run, stop, status, replicas=replicas, with_batch=with_batch)
+        record.baseline = baseline
+        record.without_batch = cfg.batch is not None and not with_batch
         out.append(record)
         if on_done is not None:
             on_done(record)
+    return out
+
+
+NO_BATCH = " (no batch)"
+"""Appended to a policy's label for its run without the scenario's batch (its baseline)."""
+
+
+def planned_runs(cfg: ScenarioConfig, runs: list[PolicyRun]) -> list[tuple[PolicyRun, bool, str | None]]:
+    """The runs to do, in order: ``(run, with the batch, the label of its baseline run)``. A scenario with a batch
+    and ``batch.baseline`` runs each policy first without the batch (labelled ``<label> (no batch)``)."""
+    if cfg.batch is None:
+        return [(run, False, None) for run in runs]
+    out: list[tuple[PolicyRun, bool, str | None]] = []
+    for run in runs:
+        if cfg.batch.baseline:
+            base = run.model_copy(update={"name": run.label + NO_BATCH})
+            out.append((base, False, None))
+            out.append((run, True, base.label))
+        else:
+            out.append((run, True, None))
     return out

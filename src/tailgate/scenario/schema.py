@@ -10,16 +10,21 @@ from __future__ import annotations
 from msgspec import UNSET, Struct, UnsetType
 
 __all__ = [
+    "BatchOutcome",
+    "BatchPath",
     "CanaryCounts",
+    "Check",
     "ConfigEcho",
     "Event",
     "Hedge",
+    "InteractiveSide",
     "OverTime",
     "PhaseSpan",
     "ScenarioDocument",
     "ScenarioInfo",
     "ScenarioRun",
     "Section",
+    "SpareUse",
     "Stats",
     "Step",
     "UpstreamCounts",
@@ -140,6 +145,103 @@ class Hedge(Struct, kw_only=True):
     budget: float
 
 
+class Check(Struct, kw_only=True):
+    """One thing a batch scenario promises, judged from the run's numbers: ``value`` against ``limit`` by ``op``
+    (``<=`` or ``>=``); ``ok`` null when there was nothing to judge it by (``value`` null)."""
+
+    value: float | None
+    op: str
+    limit: float
+    ok: bool | None
+
+
+class SpareUse(Struct, kw_only=True):
+    """How much of one provider's spare pacing budget the batch lane used while the batch had lines waiting."""
+
+    provider: str
+    target_rps: float
+    """The pacing target: ``limits.rpm`` × ``routing.pacing.headroom`` ÷ 60."""
+    from_s: float
+    to_s: float
+    target: float
+    """Requests the target allows over the span."""
+    interactive: int
+    """Interactive requests the provider received in the span (its truth, 429s left out; matched to the ledger's
+    interactive rows by the ``x-request-id`` the gateway sent)."""
+    spare: float
+    """``target`` − ``interactive``."""
+    lane: int
+    """The batch lane's requests the provider received in the span (the same way, matched to its ``batch-lane``
+    rows); the gateway's probes count as neither."""
+    share: float | None
+    """``lane`` ÷ ``spare``; null when there was no spare."""
+
+
+class BatchPath(Struct, kw_only=True):
+    """The lines one path (``batch-lane``, ``provider-batch``) served: how many, by provider, at what cost."""
+
+    lines: int
+    providers: dict[str, int]
+    cost: float
+    cost_as_interactive: float
+
+
+class InteractiveSide(Struct, kw_only=True):
+    """The interactive load with the batch and in the baseline run without it (``baseline_*``)."""
+
+    requests: int
+    ttft_p90_ms: float | None
+    refused: int
+    """Interactive requests that failed for the client."""
+    moved: int
+    """Interactive requests served after more than one attempt, or by a provider the configured split gives
+    none of their class (a pure fallback: a weight-0 route)."""
+    baseline_requests: int | None = None
+    baseline_ttft_p90_ms: float | None = None
+    baseline_refused: int | None = None
+    baseline_moved: int | None = None
+
+
+class BatchOutcome(Struct, kw_only=True):
+    """The scenario's batch in one run: what the client saw, what the ledger billed, and the checks."""
+
+    id: str | None
+    lines: int
+    endpoint: str
+    completion_window: str
+    window_s: float
+    submitted_s: float | None
+    status: str | None
+    took_s: float | None
+    """Its batch object's end (``completed_at`` …) − ``created_at``."""
+    request_counts: dict[str, int]
+    answered: int
+    """Distinct ``custom_id`` values in the output and error files."""
+    answered_twice: int
+    missing: int
+    failed: int
+    """Lines in the error file."""
+    error: str | None
+    paths: dict[str, BatchPath]
+    cost: float | None
+    """The ledger rows of its lines, summed."""
+    cost_as_interactive: float | None
+    """The same rows' tokens priced as interactive requests (the serving provider's live price, at that time)."""
+    reported_cost: float | None
+    """The batch object's ``tailgate.cost``."""
+    pending_until_s: float | None
+    """When its last line left the queue (taken by a path), as the runner saw the store."""
+    spare: list[SpareUse]
+    baseline: str | None
+    """The run without the batch the interactive numbers compare against."""
+    interactive: InteractiveSide
+    checks: dict[str, Check]
+    """``ttft_p90_ratio``, ``interactive_disturbed``, ``completed_in_window``, ``lane_spare_share``,
+    ``cost_ratio``: docs/scenarios.md."""
+    progress: list[list[float]]
+    """``[t, completed, failed, pending]`` samples (at most 200)."""
+
+
 class ScenarioRun(Struct, kw_only=True):
     """One policy's run."""
 
@@ -155,6 +257,10 @@ class ScenarioRun(Struct, kw_only=True):
     events: list[Event]
     over_time: OverTime
     gateway_counters: dict[str, float]
+    without_batch: bool | UnsetType = UNSET
+    """True on a run that is the baseline of a run with the scenario's batch."""
+    batch: BatchOutcome | UnsetType = UNSET
+    """The scenario's batch, on a run that submitted it."""
 
 
 class Step(Struct, kw_only=True):
@@ -191,6 +297,8 @@ class ScenarioInfo(Struct, kw_only=True):
     timeline: list[Step]
     phases: list[PhaseSpan]
     window_requests: int
+    batch: ConfigEcho | UnsetType = UNSET
+    """The scenario's ``batch:`` section, when it has one."""
 
 
 class ScenarioDocument(Struct, kw_only=True):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from msgspec import UnsetType
 
+from tailgate.scenario.batch_report import batch_verdicts
 from tailgate.scenario.schema import ScenarioDocument, ScenarioRun, Section
 from tailgate.stats.shown import MINIMUMS
 
@@ -227,7 +228,7 @@ def verdicts(doc: ScenarioDocument) -> list[str]:
         out.append(split)
     if (errors := _errors(runs)) is not None:
         out.append(errors)
-    return out
+    return out + batch_verdicts(doc)
 
 
 def time_scale_note(doc: ScenarioDocument) -> str | None:

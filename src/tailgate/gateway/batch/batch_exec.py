@@ -11,7 +11,7 @@ each other's lines):
   provider job: uploaded as JSONL, created with a ``24h`` window, polled every ``batch.provider_poll_interval``,
   and its output and error files mapped back by ``custom_id``. Each line's ledger row (lane ``provider-batch``,
   tier ``batch``, priced at ``price.batch``) is written by :func:`~tailgate.ledger.batch_lines.complete_line` in
-  the transaction that settles the line.
+  the transaction that settles the line. The first ``batch.lane_share`` of its lines run on the batch lane instead.
 - **batch-lane**: otherwise each line is one request through the gateway's own request path — the key's
   limits and models, routing, pacing, retries — marked ``x-tailgate-class: batch`` (the lowest priority), at
   most ``batch.concurrency`` at once per replica. The proxy's ledger row for it is taken from the books
@@ -47,7 +47,7 @@ from tailgate.config.schema import BatchConfig
 from tailgate.gateway.access.auth import SelfCall
 from tailgate.gateway.batch.line_admission import JobLines, budget_refused, job_lines
 from tailgate.gateway.batch.placement import DEFAULT_LINE_S, place, window_closing
-from tailgate.gateway.batch.provider_jobs import job_key, json_call, open_job, provider_line_row
+from tailgate.gateway.batch.provider_jobs import job_groups, json_call, open_job, provider_line_row
 from tailgate.gateway.batch.result_files import write_result_files
 from tailgate.gateway.http.exchange import Reply, Stream
 from tailgate.ledger import batch_lines as line_store
@@ -272,37 +272,48 @@ class BatchExecutor:
         left = (rec.expires_at or float("inf")) - time.time()
         if window_closing(left, counts["pending"] + counts["leased"], cfg, self._line_s):
             self._closing.add(rec.id)  # for good: lines done faster than assumed must not send the rest back
-        placement = place(self.core, alias, left, cfg, closing=rec.id in self._closing)
+        placement = place(self.core, alias, left, cfg, closing=rec.id in self._closing, total=rec.total)
+        split = placement.lane_lines  # a provider job's batch: lines below this run on the batch lane
+        lane = "batch-lane" if split else placement.lane
         if placement.lane == "provider-batch" and placement.route is not None:
             # leasable: pending lines and those whose lease expired (a dead replica's), as lease_lines takes them
             leasable = counts["pending"] + counts["leased"] - counts["leased_live"]
             if leasable <= 0 or self._hold.get(rec.id, 0.0) > time.time():
                 return
+            job_lines, span = cfg.provider_job_lines, (split, None) if split else None
             lines = await self._store(
                 lambda c: line_store.lease_lines(
-                    c, owner=self.owner, limit=cfg.provider_job_lines, lease_s=cfg.lease, batch_id=rec.id
+                    c, owner=self.owner, limit=job_lines, lease_s=cfg.lease, batch_id=rec.id, lines=span
                 )
             )
             self._leased = self._leased or bool(lines)
-            groups: dict[tuple[str | None, str | None, str | None], list[store.LeasedLine]] = {}
-            for line in lines:  # a dead replica's job, recorded on its lines, is resumed, not sent again
-                groups.setdefault(job_key(line), []).append(line)
-            for (jp, _, _), group in groups.items():
-                routes = self.core.routes.aliases.get(alias, ())
-                route = next((r for r in routes if r.provider == jp), placement.route)
-                self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
-                self._spawn(self._provider_job(rec, route, group), f"tailgate-batch-job-{rec.id}")
-            return
+            self._send_jobs(rec, alias, placement.route, lines)
+            if not split:
+                return
         free = cfg.concurrency - self._lane_running
         if free <= 0 or self._hold.get(rec.id, 0.0) > time.time():
             return
         lines = await self._store(
-            lambda c: line_store.lease_lines(c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id)
+            lambda c: line_store.lease_lines(
+                c, owner=self.owner, limit=free, lease_s=cfg.lease, batch_id=rec.id, lines=(0, split) if split else None
+            )
         )
         self._leased = self._leased or bool(lines)
+        if split and placement.route is not None:  # a lane line already sent in a provider job is resumed there
+            self._send_jobs(rec, alias, placement.route, [x for x in lines if x.job_provider is not None])
+            lines = [x for x in lines if x.job_provider is None]
         for line in lines:
             self._lane_running += 1
-            self._spawn(self._lane_line(rec, line, placement.lane), f"tailgate-batch-line-{rec.id}-{line.line}")
+            self._spawn(self._lane_line(rec, line, lane), f"tailgate-batch-line-{rec.id}-{line.line}")
+
+    def _send_jobs(self, rec: store.BatchRecord, alias: str, route: Route, lines: list[store.LeasedLine]) -> None:
+        """Start provider jobs for leased ``lines``: a dead replica's job, recorded on its lines, is resumed (on
+        its provider's route), not sent again; lines without one go to ``route`` as a new job."""
+        routes = self.core.routes.aliases.get(alias, ())
+        for (jp, _, _), group in job_groups(lines).items():
+            on = next((r for r in routes if r.provider == jp), route)
+            self._jobs[rec.id] = self._jobs.get(rec.id, 0) + 1
+            self._spawn(self._provider_job(rec, on, group), f"tailgate-batch-job-{rec.id}")
 
     async def _alias_of(self, batch_id: str) -> str:
         alias = self._alias.get(batch_id)

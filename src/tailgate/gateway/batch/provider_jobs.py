@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     from tailgate.gateway.request_path.providers import ProviderState
     from tailgate.routing import Route
 
-__all__ = ["JobLost", "job_key", "json_call", "open_job", "provider_body", "provider_line_row", "usage_of"]
+__all__ = [
+    "JobLost",
+    "job_groups",
+    "job_key",
+    "json_call",
+    "open_job",
+    "provider_body",
+    "provider_line_row",
+    "usage_of",
+]
 
 log = logging.getLogger("tailgate.batches")
 
@@ -58,6 +67,14 @@ class JobLost(RuntimeError):
 def job_key(line: LeasedLine) -> tuple[str | None, str | None, str | None]:
     """The recorded job a leased line belongs to — lines with the same key are resumed together."""
     return line.job_provider, line.job_file, line.job_id
+
+
+def job_groups(lines: Sequence[LeasedLine]) -> dict[tuple[str | None, str | None, str | None], list[LeasedLine]]:
+    """Leased lines by their recorded job (:func:`job_key`): each group is resumed, or sent, as one job."""
+    groups: dict[tuple[str | None, str | None, str | None], list[LeasedLine]] = {}
+    for line in lines:
+        groups.setdefault(job_key(line), []).append(line)
+    return groups
 
 
 async def json_call(request: Any) -> dict[str, Any]:
