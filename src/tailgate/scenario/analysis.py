@@ -371,6 +371,10 @@ def _buckets(record: PolicyRecord, providers: Sequence[str], size: float) -> Ove
     return OverTime(bucket_s=size, share=share, p99_e2e_ms=p99)
 
 
+_BATCH_JOB_LANES = frozenset({"batch-lane", "provider-batch"})
+"""The ledger lanes of a batch job's lines (docs/batch.md); every other row is a live request of the load."""
+
+
 def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> ScenarioRun:
     """The run object of the results document (schema in docs/scenarios.md). The phases are the load's: a
     batch's lines (ledger lanes ``batch-lane`` / ``provider-batch``, the providers' batch jobs) are left out of
@@ -378,7 +382,7 @@ def analyze_run(cfg: ScenarioConfig, record: PolicyRecord) -> ScenarioRun:
     providers = list(cfg.providers)
     spans = phases_of(cfg)
     s_times = [s.t for s in record.samples]
-    live = [r for r in record.ledger if r.lane == "interactive"]
+    live = [r for r in record.ledger if r.lane not in _BATCH_JOB_LANES]  # live requests: batch-live ones too
     if len(live) < len(record.ledger) or any(u.batch for u in record.upstream):
         record = replace(record, ledger=live, upstream=[u for u in record.upstream if not u.batch])
     rows = sorted(record.ledger, key=lambda r: r.ts)
