@@ -17,7 +17,7 @@ TARGET_ADDED_P99_MS = 2.0
 TARGET_RSS_GROWTH = 0.05
 HOPS = ("direct", "floor", "tailgate")
 """The hops every run has: the claims compare tailgate with the floor and both with direct."""
-EXTRA_HOPS = ("litellm", "workers2", "redis", "aiohttp-front", "baseline")
+EXTRA_HOPS = ("litellm", "workers2", "redis", "aiohttp-front", "baseline", "otel")
 MODES: dict[str, tuple[bool, int]] = {
     "nonstream-c1": (False, 1),
     "nonstream-c50": (False, 50),
@@ -29,8 +29,11 @@ HOP_MODES: dict[str, tuple[str, ...]] = {
     "litellm": ("nonstream-c1", "nonstream-c50"),
     "workers2": ("nonstream-c50", "stream-c50"),  # at one connection one worker serves it all
     "redis": tuple(MODES),
+    "otel": ("nonstream-c50", "stream-c50"),  # the claim is at c=50
 }
 """The modes an extra hop runs in (direct, floor and tailgate run in every mode)."""
+TARGET_OTEL_CPU_RATIO = 1.05
+"""Issue 43: with OpenTelemetry export on (to a sink collector), CPU per request <= 1.05 x export off, c=50."""
 TARGET_VS_LITELLM = 45.0
 """Issue 15: tailgate serves >= 45x the requests per second of LiteLLM's proxy (non-stream, c=50)."""
 ONLY = (*MODES, "rss")
@@ -103,6 +106,10 @@ def print_mode(mode: str, sc: dict[str, Any], enforced: bool) -> None:
                 ok = t["vs_litellm"]["passed"]
                 verdict = "PASS" if ok else "FAIL" if enforced else "miss (not enforced)"
                 line += f" (target >= {TARGET_VS_LITELLM:g}x: {verdict})"
+        if name == "otel" and "otel_cpu" in t:
+            ok = t["otel_cpu"]["passed"]
+            verdict = "PASS" if ok else "FAIL" if enforced else "miss (not enforced)"
+            line += f" (export on / off, target <= {TARGET_OTEL_CPU_RATIO:g}x: {verdict})"
         console.print(line, markup=False)
     if sc["gateway_self_overhead_mean_ms"] is not None:
         console.print(

@@ -19,7 +19,10 @@ and, besides (``--hops``; issue 15):
   aiohttp's server, not the gateway's front door): the A/B of gateway/http/lean_connection.py;
 - ``baseline`` (``--baseline SRC``): the tailgate config served by another tailgate tree (``SRC``, its ``src``
   directory, on ``PYTHONPATH``: e.g. a worktree of an older commit), interleaved like the others: a before /
-  after of a change in one run (issue 27).
+  after of a change in one run (issue 27);
+- ``otel`` (``--otel``; issue 43): the tailgate config with OpenTelemetry export on (``telemetry:``: a span per
+  request and per attempt, the GenAI metrics) to a sink collector (``_otlp_sink.py``: an OTLP/HTTP receiver in a
+  process of its own that accepts and discards), c=50 only: export on ÷ off (the ``tailgate`` hop).
 
 Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
 
@@ -28,10 +31,12 @@ Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 conne
 3. at c=1, tailgate's added P99 (hop P99 - direct P99, paired per round) <= 2 ms;
 4. the gateway's RSS stays within +-5 % over ``--rss-requests`` (default 200,000) more requests
    after a warm-up;
-5. with the LiteLLM hop: tailgate req/s >= 45 x LiteLLM's, non-stream at c=50.
+5. with the LiteLLM hop: tailgate req/s >= 45 x LiteLLM's, non-stream at c=50;
+6. with the otel hop: its CPU per request <= 1.05 x tailgate's (export off), non-stream and stream at c=50.
 
 The workers2, redis, aiohttp-front and baseline hops are reported (req/s and CPU per request against
-tailgate's), not judged.
+tailgate's), not judged; with ``--baseline`` at the commit before telemetry, tailgate ÷ baseline is the cost of
+export off.
 
 Correctness: every wrk run (warm-ups included) has zero non-2xx and zero socket errors; one request
 through each hop is well-formed; each gateway's ledger holds a row for every request it answered.
@@ -39,7 +44,7 @@ Exit status: 0 when all checks pass and every target is met; 1 otherwise (``--qu
 not enforced); 2 when wrk is missing.
 
 Usage: ``.venv/bin/python benchmarks/gateway_overhead.py [--duration S] [--rounds N] [--quick] [--json F]
-[--hops litellm,workers2,redis|none] [--litellm] [--baseline SRC]``.
+[--hops litellm,workers2,redis|none] [--litellm] [--baseline SRC] [--otel]``.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ from _overhead_report import (
     ONLY,
     TARGET_ADDED_P50_RATIO,
     TARGET_ADDED_P99_MS,
+    TARGET_OTEL_CPU_RATIO,
     TARGET_RPS_RATIO,
     TARGET_RSS_GROWTH,
     TARGET_VS_LITELLM,
@@ -391,6 +397,13 @@ def summarize(mode: str, runs: dict[str, list[dict[str, Any]]], self_overhead: l
             "value": out["added_p99_ms"]["tailgate"],
             "passed": out["added_p99_ms"]["tailgate"] <= TARGET_ADDED_P99_MS,
         }
+    if "otel" in runs:
+        ratio = out["vs_tailgate"]["otel"]["cpu_per_request_ratio"]
+        targets["otel_cpu"] = {
+            "what": f"CPU per request with export on <= {TARGET_OTEL_CPU_RATIO:g} x export off",
+            "value": ratio,
+            "passed": ratio is not None and ratio <= TARGET_OTEL_CPU_RATIO,
+        }
     if "litellm" in runs and conns == 50 and not stream:
         over = out["vs_tailgate"]["litellm"]["tailgate_over_hop"]
         targets["vs_litellm"] = {
@@ -446,6 +459,31 @@ def redis_usage(hop: Hop, port: int, before: dict[str, int] | None, answered0: i
         f"{out['commands_per_request']} Redis commands per request; shared-limit takes from a leased slice "
         f"{out['limit_takes_local']:,.0f}, via Redis {out['limit_takes_backend']:,.0f}; decisions by the local "
         f"fallback {out['fallback_decisions']:,.0f}; Redis marked down {out['marked_down']} time(s)",
+        markup=False,
+    )
+    return out
+
+
+def sink_usage(checks: Checks, sink: Server, hop: Hop) -> dict[str, Any]:
+    """What the otel hop exported to the sink collector, and what it could not (its dropped-span counter)."""
+    stats = json.loads(request(sink.url, "/sink/stats", bearer="")[2])
+    text = request(hop.server.url, "/metrics", bearer=hop.bearer)[2].decode()
+    out = {
+        "answered": ANSWERED[hop.server.pid],
+        "trace_exports": stats["requests"].get("/v1/traces", 0),
+        "trace_bytes": stats["bytes"].get("/v1/traces", 0),
+        "metric_exports": stats["requests"].get("/v1/metrics", 0),
+        "spans_dropped": metric_sum(text, "tailgate_otel_spans_dropped_total"),
+    }
+    checks.add(
+        "otel hop: spans reached the sink collector",
+        out["trace_exports"] > 0,
+        f"{out['trace_exports']} trace exports ({out['trace_bytes']:,} bytes) for {out['answered']:,} requests; "
+        f"{out['spans_dropped']:,.0f} spans dropped",
+    )
+    console.print(
+        f"  otel hop: {out['trace_exports']} trace exports, {out['trace_bytes'] / max(1, out['answered']):.0f} "
+        f"bytes per request, {out['metric_exports']} metric exports, {out['spans_dropped']:,.0f} spans dropped",
         markup=False,
     )
     return out
@@ -619,10 +657,18 @@ def main(argv: list[str] | None = None) -> int:
         help="add a 'baseline' hop: the tailgate config served by the tailgate package in SRC (a src directory, "
         "e.g. of a worktree at an older commit), interleaved with the others (before / after in one run)",
     )
+    ap.add_argument(
+        "--otel",
+        action="store_true",
+        help="add an 'otel' hop: the tailgate config with OpenTelemetry export on to a sink collector "
+        "(_otlp_sink.py), c=50 non-stream and stream; judged: CPU per request <= 1.05 x the tailgate hop's",
+    )
     args = ap.parse_args(argv)
     only = args.only or list(ONLY)
     modes = [m for m in MODES if m in only]
     extras = pick_hops(args.hops, litellm=args.litellm, quick=args.quick) if modes else []
+    if modes and args.otel and "otel" not in extras:
+        extras.append("otel")
     if modes and args.baseline is not None:
         if not (args.baseline / "tailgate" / "__init__.py").is_file():
             raise SystemExit(f"--baseline {args.baseline}: no tailgate package there (give a src directory)")
@@ -706,6 +752,11 @@ def main(argv: list[str] | None = None) -> int:
                 hops["baseline"] = stack.enter_context(
                     gateway_hop(workdir, "baseline", sim.url, pythonpath=args.baseline.resolve())
                 )
+            if "otel" in extras:
+                sink_argv = [sys.executable, str(HERE / "_otlp_sink.py"), "0"]
+                sink = stack.enter_context(server("otlp sink", sink_argv, workdir / "sink.log", pin=False))
+                telemetry = f'telemetry: {{endpoint: "{sink.url}", service_name: tailgate-bench-otel}}\n'
+                hops["otel"] = stack.enter_context(gateway_hop(workdir, "otel", sim.url, extra_yaml=telemetry))
             if "redis" in extras:
                 redis = stack.enter_context(RedisServer())  # stops after the gateway that uses it
                 hop = stack.enter_context(gateway_hop(workdir, "redis", sim.url, redis_url=redis.url))
@@ -723,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
                     print_mode(mode, sc, not st.quick)
                 if redis0 is not None:
                     result["redis_state"] = redis_usage(hops["redis"], redis.port, *redis0)
+                if "otel" in hops:
+                    result["otel_sink"] = sink_usage(checks, sink, hops["otel"])
             if "rss" in only:
                 result["rss"] = rss_phase(wrk, st, gateway, sim, checks)
                 print_rss(result["rss"], not st.quick)

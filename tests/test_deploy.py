@@ -137,3 +137,53 @@ def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
     mounts = compose["services"]["grafana"]["volumes"]
     assert any(m.endswith(folder["providers"][0]["options"]["path"] + "/tailgate-dashboard.json:ro") for m in mounts)
+
+
+def _components(section: dict[str, Any]) -> set[str]:
+    """A collector config section's component ids (``otlp``, ``otlp/traces``: type and optional name)."""
+    return set(section or {})
+
+
+def test_otel_collector_config_wires_every_pipeline_and_matches_compose_and_systemd() -> None:
+    """deploy/otel-collector.yaml (no collector binary on the build machine: checked for structure): every
+    pipeline names only components the file defines, of types the contrib image ships; the OTLP receiver
+    listens where the replicas are told to export (.env.example, the Compose service's exposed ports, the
+    systemd unit's comment), and Compose and systemd run it with the file at the path their command reads."""
+    cfg = yaml.safe_load((DEPLOY / "otel-collector.yaml").read_text(encoding="utf-8"))
+    assert set(cfg) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
+    shipped = {
+        "receivers": {"otlp"},
+        "processors": {"batch", "memory_limiter"},
+        "exporters": {"otlp", "otlphttp", "prometheus", "debug"},
+        "extensions": {"health_check"},
+    }
+    for kind, types in shipped.items():
+        for component in _components(cfg.get(kind, {})):
+            assert component.split("/", 1)[0] in types, f"{kind}: unknown component type {component!r}"
+    assert set(cfg["service"]["extensions"]) <= _components(cfg["extensions"])
+    pipelines = cfg["service"]["pipelines"]
+    assert set(pipelines) == {"traces", "metrics"}
+    for name, pipe in pipelines.items():
+        for kind in ("receivers", "processors", "exporters"):
+            used = set(pipe.get(kind, []))
+            assert used, f"pipeline {name} has no {kind}"
+            assert used <= _components(cfg[kind]), f"pipeline {name}: {kind} {sorted(used - set(cfg[kind]))} undefined"
+        assert pipe["processors"][0] == "memory_limiter"  # first, as the collector's docs require
+    otlp = cfg["receivers"]["otlp"]["protocols"]
+    assert otlp["grpc"]["endpoint"].endswith(":4317")
+    assert otlp["http"]["endpoint"].endswith(":4318")
+    assert cfg["exporters"]["otlp/traces"]["endpoint"] == "${env:TRACES_ENDPOINT:-jaeger:4317}"
+
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    service = compose["services"]["otel-collector"]
+    assert service["profiles"] == ["otel"]
+    assert compose["services"]["jaeger"]["profiles"] == ["otel"]
+    config_arg = next(a for a in service["command"] if a.startswith("--config="))
+    assert f"./otel-collector.yaml:{config_arg.removeprefix('--config=')}:ro" in service["volumes"]
+    assert {"4317", "4318"} <= set(service["expose"])
+    example = (DEPLOY / ".env.example").read_text(encoding="utf-8")
+    assert re.search(r"^# OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318$", example, flags=re.MULTILINE)
+    unit = (DEPLOY / "systemd" / "tailgate-otelcol.service").read_text(encoding="utf-8")
+    assert "--config=/etc/tailgate/otel-collector.yaml" in unit
+    assert "install -m 0644 deploy/otel-collector.yaml /etc/tailgate/otel-collector.yaml" in unit
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318" in unit

@@ -80,8 +80,14 @@ def test_systemd_units_verify_clean(tmp_path: Path) -> None:
     analyze = _need("systemd-analyze", shutil.which("systemd-analyze"), "systemd")
     tailgate = str(Path(sys.executable).with_name("tailgate"))
     units = []
-    for src, name in (("tailgate@.service", "tailgate@8081.service"), ("tailgate-monitor.service", None)):
+    for src, name in (
+        ("tailgate@.service", "tailgate@8081.service"),
+        ("tailgate-monitor.service", None),
+        ("tailgate-otelcol.service", None),
+    ):
         text = (DEPLOY / "systemd" / src).read_text(encoding="utf-8").replace("/opt/tailgate/bin/tailgate", tailgate)
+        # The collector's binary (its own Debian package, not installable here): any executable stands in.
+        text = text.replace("/usr/bin/otelcol-contrib", tailgate)
         unit = tmp_path / (name or src)
         unit.write_text(text, encoding="utf-8")
         units.append(str(unit))

@@ -454,6 +454,11 @@ def report(results: Path, html_out: Path, csv_out: Path | None) -> None:
     "--price",
     help="input=2,cached_input=0.2[,currency=CNY] per 1M tokens: report the input cost per 1k requests.",
 )
+@click.option(
+    "--otlp-endpoint",
+    help="Export the run as one OpenTelemetry trace (a span per request) to this OTLP collector, e.g. "
+    "http://localhost:4318 (OTEL_EXPORTER_OTLP_* also turn it on; docs/observability.md).",
+)
 def bench(**kw: Any) -> None:
     """Load-test OpenAI-compatible (or, with --api anthropic, Anthropic Messages API) endpoints: TTFT/ITL/TPOT/E2E
     percentiles, decay ratio, thresholds."""

@@ -33,8 +33,9 @@ def _run(tmp_path: Path, *args: str) -> dict[str, Any]:
 @pytest.mark.timeout(270)
 def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
     """Every mode and the RSS phase produce numbers for direct, floor and tailgate, with no error; in the same
-    run ``--workers 2`` (both workers serving, CPU summed over both) and Redis state run as hops of their own."""
-    result = _run(tmp_path, "--hops", "workers2,redis")
+    run ``--workers 2`` (both workers serving, CPU summed over both), Redis state and OpenTelemetry export on
+    (``--otel``: spans reach the sink collector) run as hops of their own."""
+    result = _run(tmp_path, "--hops", "workers2,redis", "--otel")
     assert result["correct"] is True
     failed = [c for c in result["checks"] if not c["ok"]]
     assert not failed, failed
@@ -64,6 +65,23 @@ def test_gateway_overhead_quick_run_is_correct(tmp_path: Path) -> None:
     assert ledger["ok_rows"] >= ledger["answered"] > 0
 
     _check_workers_and_redis(result)
+    _check_otel(result)
+
+
+def _check_otel(result: dict[str, Any]) -> None:
+    """The otel hop at c=50: every request served, its spans at the sink, export on ÷ off CPU reported as a target."""
+    for mode in ("nonstream-c50", "stream-c50"):
+        sc = result["modes"][mode]
+        assert sc["hops"]["otel"]["requests"] > 0, mode
+        assert sc["hops"]["otel"]["errors"] == 0, mode
+        assert sc["vs_tailgate"]["otel"]["cpu_per_request_ratio"] > 0, mode
+        assert "otel_cpu" in sc["targets"], mode
+    assert "otel" not in result["modes"]["nonstream-c1"]["hops"]
+    sink = result["otel_sink"]
+    assert sink["trace_exports"] > 0
+    assert sink["trace_bytes"] > 0
+    ledger = result["ledgers"]["otel"]
+    assert ledger["ok_rows"] >= ledger["answered"] > 0
 
 
 def _check_workers_and_redis(result: dict[str, Any]) -> None:
@@ -71,10 +89,10 @@ def _check_workers_and_redis(result: dict[str, Any]) -> None:
     every mode, each with requests, no error, its CPU and its own ledger."""
     if "redis" in result["skipped_hops"]:
         require_redis_server()  # skips here (the rest is checked above), fails under CI=true
-    assert result["hops"] == [*HOPS, "workers2", "redis"]
+    assert result["hops"] == [*HOPS, "workers2", "redis", "otel"]
     for mode, hops in (("nonstream-c50", {"workers2", "redis"}), ("stream-c50", {"workers2", "redis"})):
         sc = result["modes"][mode]
-        assert set(sc["hops"]) == {*HOPS, *hops}, mode
+        assert set(sc["hops"]) == {*HOPS, *hops, "otel"}, mode
         for hop in hops:
             h = sc["hops"][hop]
             assert h["requests"] > 0, (mode, hop)

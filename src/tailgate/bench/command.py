@@ -11,12 +11,14 @@ from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
 from rich.console import Console
 
 from tailgate._runtime import run, stop_task
 from tailgate.bench import document as doc_mod
 from tailgate.bench.cache import input_cost
+from tailgate.bench.flags import UsageError as UsageError
+from tailgate.bench.flags import parse_price as parse_price
+from tailgate.bench.flags import seconds
 from tailgate.bench.loadgen import Bounds
 from tailgate.bench.runner import (
     Plan,
@@ -32,16 +34,12 @@ from tailgate.bench.runner import (
 from tailgate.bench.schema import UNSET, BenchDocument, Capacity, LimitEntry, Run, UnsetType
 from tailgate.bench.summary import print_summary
 from tailgate.bench.thresholds import ThresholdError, breached, evaluate, parse_threshold
+from tailgate.bench.tracing import RunTrace, open_run_trace
 from tailgate.bench.workload import LengthDist, Workload, WorkloadError, load_prompts, load_trace
 from tailgate.config.schema import PriceConfig
-from tailgate.config.units import DURATION_FORMS, parse_duration
 from tailgate.tables import console as tables_console
 
 EXIT_OK, EXIT_USAGE, EXIT_BREACHED = 0, 2, 99
-
-
-class UsageError(ValueError):
-    """Bad command-line input; the CLI prints it and exits 2."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +126,8 @@ class OutputOptions:
     csv: Path | None = None
     html: Path | None = None
     command: list[str] = field(default_factory=lambda: list(sys.argv))
+    otlp_endpoint: str | None = None
+    """``--otlp-endpoint``: the run as one trace to this OTLP collector (bench/tracing.py; ``OTEL_*`` also do)."""
 
 
 @dataclass(frozen=True)
@@ -259,37 +259,6 @@ def _cache_price(t: TargetOptions, price: PriceConfig | None) -> tuple[float, st
     return CACHE_HIT_PRICE, "default"
 
 
-_PRICE_FIELDS = ("input", "cached_input", "output", "currency")
-
-
-def parse_price(text: str) -> PriceConfig:
-    """``--price input=2,cached_input=0.2[,output=3][,currency=CNY]`` (per million tokens, as in the config)."""
-    fields: dict[str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.strip().partition("=")
-        if not sep or key not in _PRICE_FIELDS:
-            raise UsageError(
-                f"--price: cannot read {part!r}; use input=2,cached_input=0.2 (fields: input, "
-                "cached_input, output, currency)"
-            )
-        fields[key] = value.strip()
-    if "input" not in fields:
-        raise UsageError("--price: give input=… (the price of a million uncached prompt tokens)")
-    try:
-        return PriceConfig.model_validate(fields)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in first["loc"]) or "price"
-        raise UsageError(f"--price: {where}: {first['msg']}") from None
-
-
-def _seconds(flag: str, text: str | None) -> float:
-    try:
-        return float(parse_duration(text))
-    except (ValueError, TypeError):
-        raise UsageError(f"{flag} {text!r}: not a duration; use {DURATION_FORMS}") from None
-
-
 def _refuse_inapplicable(load: LoadShape, search: SearchOptions) -> None:
     """Options that do not apply to the chosen mode are refused, naming both (never silently ignored)."""
     given = {
@@ -361,8 +330,8 @@ def _plan(load: LoadShape, search: SearchOptions) -> Plan:
     if len(chosen) > 1:
         raise UsageError("choose one load model: --concurrency, --rate, --stages or --replay")
     _refuse_inapplicable(load, search)
-    duration = _seconds("--duration", load.duration) if load.duration not in (None, "", "0") else None
-    warmup = _seconds("--warmup", load.warmup)
+    duration = seconds("--duration", load.duration) if load.duration not in (None, "", "0") else None
+    warmup = seconds("--warmup", load.warmup)
     if load.replay is not None:
         if load.time_scale <= 0:
             raise UsageError(f"--time-scale must be positive, got {load.time_scale:g}")
@@ -455,25 +424,34 @@ def run_bench(opts: BenchOptions, console: Console | None = None) -> int:
     progress = Progress(console)
     found = _Found()
     runs: list[Run]
-    if opts.search.searching:
-        try:
-            runs, found = _search(opts, specs, workload, plan, progress)
-        except UsageError as exc:
-            console.print(f"error: {exc}", markup=False, highlight=False)
-            return EXIT_USAGE
-    elif opts.load.workers > 1:
-        runs = run_workers(specs, workload, plan, opts.load.workers)
-    else:
-
-        async def main(stop: asyncio.Event) -> list[Run]:
-            ticker = asyncio.create_task(progress.lines())
+    try:
+        trace = open_run_trace(opts.output.otlp_endpoint, opts.target.config, specs, opts.output.command)
+    except ValueError as exc:  # an OTEL_* variable or --otlp-endpoint that cannot be used
+        console.print(f"error: {exc}", markup=False, highlight=False)
+        return EXIT_USAGE
+    try:
+        if opts.search.searching:
             try:
-                with progress.live:
-                    return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase)
-            finally:
-                await stop_task(ticker, reraise=True)
+                runs, found = _search(opts, specs, workload, plan, progress, trace)
+            except UsageError as exc:
+                console.print(f"error: {exc}", markup=False, highlight=False)
+                return EXIT_USAGE
+        elif opts.load.workers > 1:
+            runs = run_workers(specs, workload, plan, opts.load.workers, trace)
+        else:
 
-        runs = run(main)
+            async def main(stop: asyncio.Event) -> list[Run]:
+                ticker = asyncio.create_task(progress.lines())
+                try:
+                    with progress.live:
+                        return await run_plan(specs, workload, plan, stop, on_phase=progress.on_phase, trace=trace)
+                finally:
+                    await stop_task(ticker, reraise=True)
+
+            runs = run(main)
+    finally:
+        if trace is not None:
+            console.print(trace.close().line(), markup=False, highlight=False)
     if price is not None:
         for run_ in runs:
             run_.input_cost = input_cost(run_, price)
@@ -507,7 +485,12 @@ def run_bench(opts: BenchOptions, console: Console | None = None) -> int:
 
 
 def _search(
-    opts: BenchOptions, specs: list[TargetSpec], workload: Workload, plan: Plan, progress: Progress
+    opts: BenchOptions,
+    specs: list[TargetSpec],
+    workload: Workload,
+    plan: Plan,
+    progress: Progress,
+    trace: RunTrace | None = None,
 ) -> tuple[list[Run], _Found]:
     """``--find-max`` / ``--find-limit``: (the runs made, the document's sections they found)."""
     from tailgate.bench.finder import BY, FindSpec
@@ -546,7 +529,7 @@ def _search(
                     warmup_s=bounds.warmup,
                 )
                 made, found.limits = await run_find_limit(
-                    specs, workload, lspec, stop, slo=slo, on_phase=progress.on_phase
+                    specs, workload, lspec, stop, slo=slo, on_phase=progress.on_phase, trace=trace
                 )
                 runs += made
             if thresholds:
@@ -554,7 +537,15 @@ def _search(
                     thresholds, opts.search.by, start, ceiling, opts.search.find_precision, opts.search.find_repeats
                 )
                 made, cap = await run_find_max(
-                    specs, workload, bounds, fspec, stop, slo=slo, arrival=plan.arrival, on_phase=progress.on_phase
+                    specs,
+                    workload,
+                    bounds,
+                    fspec,
+                    stop,
+                    slo=slo,
+                    arrival=plan.arrival,
+                    on_phase=progress.on_phase,
+                    trace=trace,
                 )
                 offset = len(runs)
                 for entry in cap:

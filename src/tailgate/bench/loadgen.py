@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tailgate.accuracy import Task, grade
 from tailgate.bench.alarm import Alarm
@@ -53,6 +53,10 @@ from tailgate.upstream import (
 )
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
 from tailgate.wire.sse import content_text
+
+if TYPE_CHECKING:
+    from tailgate.bench.tracing import Pending, RunTrace
+    from tailgate.telemetry.spans import AttrValue
 
 anthropic_body = from_chat_body
 """The workload body in Anthropic's Messages API (:func:`tailgate.wire.anthropic.from_chat_body`, shared with
@@ -132,15 +136,20 @@ class Prepared:
     intended: int | None = None
     ratelimit: dict[str, str] | None = None
     """The response's ``x-ratelimit-*`` / ``retry-after`` headers, when it had any (set by :func:`execute`)."""
+    headers: dict[str, str] | None = None
+    """The request's own headers, read when it is sent: a traced run adds its span's ``traceparent`` here."""
 
 
-def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
-    """Build one request of ``spec`` for ``target`` without sending it (nothing is sent until executed)."""
+def prepare(target: Target, spec: RequestSpec, idx: int = 0, *, traced: bool = False) -> Prepared:
+    """Build one request of ``spec`` for ``target`` without sending it (nothing is sent until executed).
+    ``traced``: its headers are a dict of its own, for the ``traceparent`` added when it is sent."""
     body = {**spec.body, "model": target.model}
     headers = {"x-tailgate-class": spec.traffic_class} if spec.traffic_class else None
     if target.api == "anthropic":
         body = anthropic_body(body)
         headers = {**(headers or {}), "anthropic-version": API_VERSION}
+    if traced and headers is None:
+        headers = {}
     c = call(
         target.client,
         target.path,
@@ -150,7 +159,7 @@ def prepare(target: Target, spec: RequestSpec, idx: int = 0) -> Prepared:
         headers=headers,
         dialect=target.dialect,
     )
-    return Prepared(idx, c, spec.task, spec.intended_tokens)
+    return Prepared(idx, c, spec.task, spec.intended_tokens, headers=headers)
 
 
 async def execute(p: Prepared) -> tuple[CallResult, bool | None, float]:
@@ -195,6 +204,8 @@ class LoadGenerator:
         self.on_phase: Callable[[Phase], None] | None = None
         self.slo: SLO | None = None
         """Per-request SLO for goodput (``--goodput``); every recorder of a phase counts good requests."""
+        self.trace: RunTrace | None = None
+        """A traced run (``--otlp-endpoint``, ``OTEL_*``): a span per phase and per request (bench/tracing.py)."""
 
     def _next_target(self) -> int:
         return next(self._turn) % len(self.targets)
@@ -205,6 +216,8 @@ class LoadGenerator:
             rec.slo = self.slo
         phase = Phase(label, recorders, bounds.requests)
         self.phase = phase
+        if self.trace is not None:
+            self.trace.phase(label, {"tailgate.phase": label, "tailgate.load_mode": load.mode})
         if self.on_phase is not None:
             self.on_phase(phase)
         return phase
@@ -227,12 +240,16 @@ class LoadGenerator:
         phase.sent += 1
         phase.sent_by[idx] = phase.sent_by.get(idx, 0) + 1
         phase.in_flight += 1
-        p = prepare(self.targets[idx], self.workload.next(), idx)
+        p = prepare(self.targets[idx], self.workload.next(), idx, traced=self.trace is not None)
+        span = self._span(p)
         try:
             result, right, _ = await execute(p)
         finally:
             phase.in_flight -= 1
-        if counting() and result.error_class != "cancelled":
+        counted = counting()
+        if span is not None:
+            self._end_span(span, p, result, right, counted=counted)
+        if counted and result.error_class != "cancelled":
             phase.recorders[idx].add(result, t_done=time.perf_counter(), accuracy=right)
             if p.intended is not None:
                 phase.recorders[idx].note_prompt(p.intended, result)
@@ -242,12 +259,15 @@ class LoadGenerator:
     async def _scheduled(self, phase: Phase, p: Prepared, intended: float, counted: bool) -> None:
         """Open loop: send a prepared request; its lag is (sent − intended) and its latency counts from intended."""
         phase.in_flight += 1
+        span = self._span(p)
         try:
             result, right, sent_at = await execute(p)
         finally:
             phase.in_flight -= 1
+        lag_ms = max(0.0, (sent_at - intended) * 1000.0)
+        if span is not None:
+            self._end_span(span, p, result, right, counted=counted, lag_ms=lag_ms)
         if counted and result.error_class != "cancelled":
-            lag_ms = max(0.0, (sent_at - intended) * 1000.0)
             phase.recorders[p.idx].add(
                 result, lag_ms=lag_ms, t_done=time.perf_counter(), accuracy=right, sent_at=sent_at
             )
@@ -290,7 +310,7 @@ class LoadGenerator:
             if item is not None and ready is None:
                 try:
                     idx = self._next_target()
-                    ready = prepare(self.targets[idx], item[1](), idx)
+                    ready = prepare(self.targets[idx], item[1](), idx, traced=self.trace is not None)
                 except BaseException as exc:  # e.g. a workload error: end the run with it
                     if not finished.done():
                         finished.set_exception(exc)
@@ -335,7 +355,7 @@ class LoadGenerator:
                         return
                     if ready is None:  # behind schedule (or no turn in between): build it now
                         idx = self._next_target()
-                        ready = prepare(self.targets[idx], make(), idx)
+                        ready = prepare(self.targets[idx], make(), idx, traced=self.trace is not None)
                     phase.sent += 1
                     phase.sent_by[ready.idx] = phase.sent_by.get(ready.idx, 0) + 1
                     task = loop.create_task(self._scheduled(phase, ready, intended, intended >= measure_from))
@@ -367,6 +387,36 @@ class LoadGenerator:
             finished.result()
         if tasks:
             await self._drain(tasks, phase)
+
+    # -- tracing ----------------------------------------------------------------------------------
+
+    def _span(self, p: Prepared) -> Pending | None:
+        """A traced run: the request's span starts as it is sent (its ``traceparent`` in its headers)."""
+        if self.trace is None or p.headers is None:
+            return None
+        return self.trace.start(p.headers)
+
+    def _end_span(
+        self, span: Pending, p: Prepared, result: CallResult, right: bool | None, *, counted: bool, lag_ms: float = 0.0
+    ) -> None:
+        assert self.trace is not None
+        target = self.targets[p.idx]
+        extra: dict[str, AttrValue] = {"tailgate.counted": counted}
+        if self.phase is not None:
+            extra["tailgate.phase"] = self.phase.label
+        if lag_ms:
+            extra["tailgate.schedule_lag_ms"] = lag_ms
+        if right is not None:
+            extra["tailgate.accuracy_ok"] = right
+        self.trace.finish(
+            span,
+            result,
+            target=target.name,
+            base_url=target.client.endpoint.base_url,
+            model=target.model,
+            api=target.api,
+            extra=extra,
+        )
 
     # -- closed loop -----------------------------------------------------------------------------
 

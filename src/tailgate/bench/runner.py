@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import msgspec
 from rich.console import Console
@@ -19,10 +20,14 @@ from tailgate.bench.goodput import SLO
 from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase, Target, anthropic_body
 from tailgate.bench.results import RunRecorder
 from tailgate.bench.schema import Load, Run
+from tailgate.bench.tracing import RunTrace
 from tailgate.bench.workload import RequestBody, TraceEntry, Workload
 from tailgate.config.units import DURATION_FORMS, parse_duration
 from tailgate.upstream import Endpoint, Timeouts, UpstreamClient, call
 from tailgate.wire.anthropic import API_VERSION
+
+if TYPE_CHECKING:
+    from tailgate.telemetry.settings import Settings
 
 
 class PlanError(ValueError):
@@ -201,8 +206,10 @@ async def run_plan(
     plan: Plan,
     stop: asyncio.Event,
     on_phase: Callable[[Phase], None] | None = None,
+    trace: RunTrace | None = None,
 ) -> list[Run]:
-    """Run the whole plan in this process; return the run objects in order."""
+    """Run the whole plan in this process; return the run objects in order. ``trace``: a span per phase and
+    per request (bench/tracing.py)."""
     # Closed loop never has more requests in flight than workers; an open loop has as many as the
     # server holds, so its pool must not cap them (a capped pool would queue requests inside the
     # generator, where neither the schedule lag nor the server sees it).
@@ -211,6 +218,7 @@ async def run_plan(
     gen = LoadGenerator(targets, workload, stop=stop)
     gen.on_phase = on_phase
     gen.slo = plan.slo
+    gen.trace = trace
     runs: list[RunRecorder] = []
     try:
         if plan.mode == "closed":
@@ -244,18 +252,34 @@ def _empty(targets: list[Target], load: Load) -> list[RunRecorder]:
     return recs
 
 
-def _worker_entry(specs: list[TargetSpec], workload: Workload, plan: Plan) -> list[Run]:
+def _worker_entry(
+    specs: list[TargetSpec], workload: Workload, plan: Plan, traced: tuple[Settings, str] | None
+) -> tuple[list[Run], tuple[int, int, int]]:
+    """One worker's share; with ``traced`` (the settings, the run's root as a ``traceparent``) its spans go under
+    the parent's root. Returns its runs and its spans (made, exported, dropped)."""
     from tailgate._runtime import run
 
-    return run(lambda stop: run_plan(specs, workload, plan, stop))
+    trace = RunTrace(traced[0], parent=traced[1]) if traced is not None else None
+    try:
+        runs = run(lambda stop: run_plan(specs, workload, plan, stop, trace=trace))
+    finally:
+        report = trace.close() if trace is not None else None
+    return runs, (report.spans, report.exported, report.dropped) if report is not None else (0, 0, 0)
 
 
-def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers: int) -> list[Run]:
-    """Run the plan in ``workers`` processes (each with its share) and merge their runs exactly."""
+def run_workers(
+    specs: list[TargetSpec], workload: Workload, plan: Plan, workers: int, trace: RunTrace | None = None
+) -> list[Run]:
+    """Run the plan in ``workers`` processes (each with its share) and merge their runs exactly; with ``trace``
+    every worker exports its spans under its root (their counts are added to ``trace``'s)."""
     ctx = multiprocessing.get_context("spawn")
+    traced = (trace.settings, trace.traceparent()) if trace is not None else None
     with ctx.Pool(workers) as pool:
-        shares = [(specs, replace(workload, seed=workload.seed + i), plan.share(workers, i)) for i in range(workers)]
-        results = pool.starmap(_worker_entry, shares)
+        shares = [
+            (specs, replace(workload, seed=workload.seed + i), plan.share(workers, i), traced) for i in range(workers)
+        ]
+        outcomes = pool.starmap(_worker_entry, shares)
+        results = [runs for runs, _ in outcomes]
         # Let the workers exit by themselves: leaving the block without this terminates them with
         # SIGTERM, which a worker ignores once its event loop has installed (and left) its own SIGTERM
         # handler, and then the pool's join waits forever (seen in benchmarks/loadgen_capacity.py).
@@ -272,6 +296,9 @@ def run_workers(specs: list[TargetSpec], workload: Workload, plan: Plan, workers
         for other in parts[1:]:
             acc.merge(RunRecorder.from_run(other))
         merged.append(acc.to_run())
+    if trace is not None:
+        for _, counts in outcomes:
+            trace.add_worker_spans(*counts)
     return merged
 
 

@@ -18,6 +18,7 @@ from tailgate.bench.loadgen import Bounds, LoadGenerator, Phase
 from tailgate.bench.ratelimit import LimitSpec, find_limit
 from tailgate.bench.runner import TargetSpec
 from tailgate.bench.schema import Capacity, LimitEntry, Run
+from tailgate.bench.tracing import RunTrace
 from tailgate.bench.workload import Workload
 
 
@@ -31,6 +32,7 @@ async def run_find_max(
     slo: SLO | None = None,
     arrival: str = "constant",
     on_phase: Callable[[Phase], None] | None = None,
+    trace: RunTrace | None = None,
 ) -> tuple[list[Run], list[Capacity]]:
     """(all runs, one capacity entry per target)."""
     runs: list[Run] = []
@@ -41,6 +43,7 @@ async def run_find_max(
         gen = LoadGenerator([target], workload, stop=stop)
         gen.slo = slo
         gen.on_phase = on_phase
+        gen.trace = trace
 
         async def level(x: float, gen: LoadGenerator = gen) -> Run:
             if spec.by == "concurrency":
@@ -68,6 +71,7 @@ async def run_find_limit(
     *,
     slo: SLO | None = None,
     on_phase: Callable[[Phase], None] | None = None,
+    trace: RunTrace | None = None,
 ) -> tuple[list[Run], list[LimitEntry]]:
     """(all runs, one limit entry per target)."""
     runs: list[Run] = []
@@ -77,6 +81,7 @@ async def run_find_limit(
         gen = LoadGenerator([target], workload, stop=stop)
         gen.slo = slo
         gen.on_phase = on_phase
+        gen.trace = trace
 
         async def at(rate: float, seconds: float, gen: LoadGenerator = gen) -> Run:
             bounds = replace(Bounds(), duration=seconds, warmup=spec.warmup_s)

@@ -27,6 +27,7 @@ from tailgate.ledger.schema import SchemaError
 from tailgate.ledger.store import redact_url
 from tailgate.monitor.runner import Monitor, RoundReport, Target, targets_from_config
 from tailgate.monitor.schedule import Schedule
+from tailgate.monitor.tracing import round_tracer
 from tailgate.monitor.workloads import WORKLOADS
 
 __all__ = ["MonitorOptions", "load_targets", "monitor_main", "round_table", "store_path"]
@@ -196,6 +197,12 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
             await store.close()
             echo(f"error: {exc}")
             return 2
+    try:
+        tracer = round_tracer(config.telemetry)
+    except ValueError as exc:  # an OTEL_* variable that cannot be used
+        await store.close()
+        echo(f"error: telemetry: {exc}")
+        return 2
     monitor = Monitor(
         providers,
         targets,
@@ -204,6 +211,7 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
         concurrency=options.concurrency,
         max_pacing_wait_s=options.interval_s,
         retention_s=options.retention_s,
+        tracer=tracer,
     )
     runner = None
     try:
@@ -231,6 +239,8 @@ async def monitor_main(stop: asyncio.Event, options: MonitorOptions, echo: Echo 
                 await stop_task(peak, reraise=True)
     finally:
         await monitor.close()
+        if tracer is not None:  # exports what is left, off the loop (bounded by the export timeout)
+            await asyncio.to_thread(tracer.close)
         await store.close()
         if shipper is not None:
             await shipper.close()

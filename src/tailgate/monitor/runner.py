@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tailgate.accuracy import grade, grade_call
 from tailgate.config.resolve import ResolvedProvider, display_url
@@ -27,6 +28,9 @@ from tailgate.monitor.workloads import WORKLOADS, Probe, build_probe, content_te
 from tailgate.routing import Pacer
 from tailgate.upstream import ANTHROPIC, OPENAI, Body, Chunk, UpstreamClient, call, endpoint_for
 from tailgate.wire.anthropic import API_VERSION, from_chat_body
+
+if TYPE_CHECKING:
+    from tailgate.monitor.tracing import RoundSpan, RoundTracer
 
 __all__ = ["APIS", "Monitor", "RoundReport", "Skipped", "Target", "endpoint_for", "targets_from_config"]
 
@@ -150,6 +154,7 @@ class Monitor:
         probe_timeout_s: float = 120.0,
         retention_s: float | None = None,
         wall: Callable[[], float] = time.time,
+        tracer: RoundTracer | None = None,
     ) -> None:
         unknown = [t.provider for t in targets if t.provider not in providers]
         if unknown:
@@ -188,6 +193,9 @@ class Monitor:
         self.max_pacing_wait_s = max_pacing_wait_s
         self.retention_s = retention_s
         self._wall = wall
+        self.tracer = tracer
+        """With telemetry on: each round a trace, each probe a span in it (monitor/tracing.py)."""
+        self._propagate = {name: p.propagate_trace for name, p in providers.items()}
         self._providers: dict[str, _Provider] = {}
         self._anthropic: dict[str, UpstreamClient] = {}
         """Provider → a pool to its ``anthropic_base_url`` (only for providers with anthropic targets)."""
@@ -216,7 +224,8 @@ class Monitor:
         report = RoundReport(index=index, started_at=self._wall())
         t0 = time.perf_counter()
         jobs = [(target, workload) for workload in self.workloads for target in self.targets]
-        outcomes = await asyncio.gather(*(self._probe(t, w, index, report.started_at) for t, w in jobs))
+        traced = self.tracer.round(index) if self.tracer is not None else None
+        outcomes = await asyncio.gather(*(self._probe(t, w, index, report.started_at, traced) for t, w in jobs))
         for (target, workload), outcome in zip(jobs, outcomes, strict=True):
             if isinstance(outcome, tuple):
                 sample, detail = outcome
@@ -225,6 +234,10 @@ class Monitor:
                 self.store.add(sample)
             else:
                 report.skipped.append(Skipped(target, workload, outcome))
+        if traced is not None and self.tracer is not None:
+            failed = sum(1 for o in outcomes if isinstance(o, tuple) and not o[0].ok)
+            skipped = sum(1 for o in outcomes if not isinstance(o, tuple))
+            self.tracer.end_round(traced, probes=len(outcomes) - skipped, failed=failed, skipped=skipped)
         report.stored = await self.store.flush()
         if self.retention_s is not None:
             try:
@@ -246,7 +259,7 @@ class Monitor:
         return sorted(((k, w, now - t) for k, (w, t) in by.items()), key=lambda x: -x[2])
 
     async def _probe(
-        self, target: Target, workload: str, index: int, round_wall: float
+        self, target: Target, workload: str, index: int, round_wall: float, trace: RoundSpan | None = None
     ) -> tuple[Sample, str | None] | str:
         state = self._providers[target.provider]
         probe = build_probe(workload, index, round_wall)
@@ -283,6 +296,11 @@ class Monitor:
             label = target.provider if target.api == "openai" else f"{target.provider} ({target.api})"
             ticket = id(text)  # unique while this probe runs
             self.waiting[ticket] = (label, workload, time.perf_counter())
+            span = None
+            if trace is not None and self.tracer is not None:
+                carrier = dict(headers or {}) if self._propagate.get(target.provider) else None  # propagate_trace
+                span = self.tracer.probe(carrier, trace)
+                headers = carrier if carrier is not None else headers
             try:
                 async with call(
                     client,
@@ -307,6 +325,19 @@ class Monitor:
         if result.status == 429 and result.retry_after_s:
             state.pacer.pause_for(min(result.retry_after_s, MAX_PAUSE_S))
         ok = result.error_class is None
+        graded = _graded(probe, text, raws) if ok else None
+        if span is not None and trace is not None and self.tracer is not None:
+            self.tracer.end_probe(
+                trace,
+                span,
+                result,
+                provider=target.provider,
+                model=target.model,
+                api=target.api,
+                base_url=self.urls.get(label, ""),
+                workload=workload,
+                accuracy_ok=graded,
+            )
         sample = Sample(
             ts=result.started_at,
             provider=target.provider,
@@ -318,7 +349,7 @@ class Monitor:
             e2e_ms=result.e2e_ms,
             output_tokens=result.output_tokens if result.status is not None else None,
             tok_s=tok_s(result.output_tokens, result.ttft_ms, result.e2e_ms) if ok else None,
-            accuracy_ok=_graded(probe, text, raws) if ok else None,
+            accuracy_ok=graded,
             ttft_answer_ms=result.ttft_answer_ms,
             reasoning_tokens=result.reasoning_tokens,
             api=target.api,
