@@ -15,8 +15,9 @@ gRPC) when it is built, never before, so a process with telemetry off never load
   the SDK counts it, its processor-metrics hook), ``export_failed`` (an export the collector refused or never
   answered within ``export_timeout``, retries included), ``shutdown`` (emitted after the stop). Exported ones:
   ``tailgate_otel_spans_exported_total``.
-- **Metrics**: the GenAI conventions' histograms (semconv.py) with their recommended buckets, exported every
-  ``metric_interval`` by the SDK's periodic reader (its own thread).
+- **Metrics**: the GenAI conventions' histograms (semconv.py) with their recommended buckets, aggregated in place
+  (aggregates.py: a bisect and a few increments a point) and handed to the SDK's OTLP metric exporter every
+  ``metric_interval`` (its own thread).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from tailgate.telemetry.spans import AttrValue, SpanRecord
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from tailgate.telemetry.aggregates import Histogram, MetricPump
 
 __all__ = ["Exporter"]
 
@@ -179,14 +182,14 @@ class Exporter:
         self._status = Status
         self._error = StatusCode.ERROR
         self._processor: Any = None
-        self._meters: Any = None
+        self._meters: MetricPump | None = None
         self.queue_size: Callable[[], int] = lambda: 0
         if settings.traces_endpoint is not None:
             self._start_spans(settings, settings.traces_endpoint)
-        self.duration: Any = None
-        self.tokens: Any = None
-        self.ttft: Any = None
-        self.tpot: Any = None
+        self.duration: Histogram | None = None
+        self.tokens: Histogram | None = None
+        self.ttft: Histogram | None = None
+        self.tpot: Histogram | None = None
         if settings.metrics_endpoint is not None:
             self._start_metrics(settings, settings.metrics_endpoint)
 
@@ -224,41 +227,29 @@ class Exporter:
         self._processor = processor
 
     def _start_metrics(self, settings: Settings, endpoint: str) -> None:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+        from tailgate.telemetry.aggregates import Aggregates, MetricPump
 
-        reader = PeriodicExportingMetricReader(
-            _metric_exporter(settings, endpoint),
-            export_interval_millis=settings.metric_interval_s * 1000.0,
-            export_timeout_millis=settings.export_timeout_s * 1000.0,
+        # Aggregated here (a bisect and a few increments a point), exported by the SDK's OTLP metric exporter:
+        # aggregates.py. The names, units, buckets and attributes are the conventions'.
+        agg = Aggregates(self._resource, self._scope)
+        self.duration = agg.histogram(
+            semconv.OPERATION_DURATION, "s", "GenAI operation duration.", semconv.DURATION_BUCKETS
         )
-        views = [
-            View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(list(buckets)))
-            for name, buckets in (
-                (semconv.OPERATION_DURATION, semconv.DURATION_BUCKETS),
-                (semconv.TOKEN_USAGE, semconv.TOKEN_BUCKETS),
-                (semconv.SERVER_TTFT, semconv.TTFT_BUCKETS),
-                (semconv.SERVER_TPOT, semconv.TPOT_BUCKETS),
-            )
-        ]
-        provider = MeterProvider(resource=self._resource, metric_readers=[reader], views=views)
-        meter = provider.get_meter(self._scope.name, self._scope.version)
-        self.duration = meter.create_histogram(
-            semconv.OPERATION_DURATION, unit="s", description="GenAI operation duration."
+        self.tokens = agg.histogram(
+            semconv.TOKEN_USAGE, "{token}", "Number of input and output tokens used.", semconv.TOKEN_BUCKETS
         )
-        self.tokens = meter.create_histogram(
-            semconv.TOKEN_USAGE, unit="{token}", description="Number of input and output tokens used."
+        self.ttft = agg.histogram(
+            semconv.SERVER_TTFT, "s", "Time to generate first token for successful responses.", semconv.TTFT_BUCKETS
         )
-        self.ttft = meter.create_histogram(
-            semconv.SERVER_TTFT, unit="s", description="Time to generate first token for successful responses."
-        )
-        self.tpot = meter.create_histogram(
+        self.tpot = agg.histogram(
             semconv.SERVER_TPOT,
-            unit="s",
-            description="Time per output token generated after the first token for successful responses.",
+            "s",
+            "Time per output token generated after the first token for successful responses.",
+            semconv.TPOT_BUCKETS,
         )
-        self._meters = provider
+        self._meters = MetricPump(
+            agg, _metric_exporter(settings, endpoint), settings.metric_interval_s, settings.export_timeout_s
+        )
 
     # -- spans ----------------------------------------------------------------------------------------------------
 
@@ -292,7 +283,7 @@ class Exporter:
 
     # -- metrics --------------------------------------------------------------------------------------------------
 
-    def record(self, histogram: Any, value: float, attributes: Mapping[str, AttrValue]) -> None:
+    def record(self, histogram: Histogram | None, value: float, attributes: Mapping[str, AttrValue]) -> None:
         """One point on one of the GenAI histograms (``duration``, ``tokens``, ``ttft``, ``tpot``)."""
         if histogram is not None:
             histogram.record(value, attributes)
@@ -304,7 +295,7 @@ class Exporter:
         if self._processor is not None:
             self._processor.force_flush(int(timeout_s * 1000))
         if self._meters is not None:
-            self._meters.force_flush(int(timeout_s * 1000))
+            self._meters.export()
 
     def shutdown(self) -> None:
         """Export what waits and stop the export threads (blocking, bounded by ``export_timeout`` per signal: call
@@ -312,4 +303,4 @@ class Exporter:
         if self._processor is not None:
             self._processor.shutdown()
         if self._meters is not None:
-            self._meters.shutdown(timeout_millis=self.settings.export_timeout_s * 1000.0)
+            self._meters.shutdown(self.settings.export_timeout_s)
