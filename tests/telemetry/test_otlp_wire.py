@@ -112,11 +112,13 @@ def test_the_request_equals_the_sdks(seed: int) -> None:
         scope.version,
         resource_schema_url=resource.schema_url,
         trace_state=lambda h: ",".join(f"{k}={v}" for k, v in trace_api.TraceState.from_header([h]).items()),
+        unique_keys=("gen_ai.k3.é",),
     )
     spans = _random_spans(rng, rng.randint(1, 40))
-    ours = ExportTraceServiceRequest.FromString(encoder.request(spans))
     sdk = ExportTraceServiceRequest.FromString(
         encode_spans([_readable(s, resource, scope) for s in spans]).SerializeToString()
     )
-    assert len(ours.resource_spans[0].scope_spans[0].spans) == len(spans)
-    assert ours == sdk
+    for _ in range(2):  # the second time from the encoder's cache of fields (True and 1 are not one field)
+        ours = ExportTraceServiceRequest.FromString(encoder.request(spans))
+        assert len(ours.resource_spans[0].scope_spans[0].spans) == len(spans)
+        assert ours == sdk

@@ -244,6 +244,7 @@ class Exporter:
             resource_schema_url=self._resource.schema_url or "",
             scope_schema_url=self._scope.schema_url or "",
             trace_state=trace_state,
+            unique_keys=(semconv.REQUEST_ID, semconv.RESPONSE_ID, semconv.INPUT_MESSAGES, semconv.OUTPUT_MESSAGES),
         )
         processor = BatchSpanProcessor(
             _counted(_span_exporter(settings, endpoint, encoder), self.counts),

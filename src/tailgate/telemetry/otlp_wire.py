@@ -91,12 +91,19 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> list[bytes]:
     """Each attribute as a ``KeyValue`` (key 1, value 2) in the field ``tag``."""
     out: list[bytes] = []
     for k, v in attributes.items():
-        value = _any_value(v)
-        kv = _key(k) + b"\x12" + _varint(len(value)) + value
-        out.append(tag)
-        out.append(_varint(len(kv)))
-        out.append(kv)
+        out.append(_field(tag, k, v))
     return out
+
+
+def _field(tag: bytes, key: str, value: Any) -> bytes:
+    encoded = _any_value(value)
+    kv = _key(key) + b"\x12" + _varint(len(encoded)) + encoded
+    return tag + _varint(len(kv)) + kv
+
+
+_CACHE_MAX: Final = 4096
+_CACHED: Final = frozenset({str, int, bool, tuple})
+"""Value types whose fields are cached (hashable; a float seldom repeats)."""
 
 
 class SpanEncoder:
@@ -111,8 +118,10 @@ class SpanEncoder:
         resource_schema_url: str = "",
         scope_schema_url: str = "",
         trace_state: Callable[[str], str] = lambda header: header,
+        unique_keys: Iterable[str] = (),
     ) -> None:
-        """``trace_state``: a ``tracestate`` header as the span's ``trace_state`` field (the SDK's parse)."""
+        """``trace_state``: a ``tracestate`` header as the span's ``trace_state`` field (the SDK's parse).
+        ``unique_keys``: attributes whose values seldom repeat (ids), never cached."""
         # Resource: attributes 1 (KeyValue). InstrumentationScope: name 1, version 2.
         res = b"".join(_attributes(b"\x0a", resource))
         scope = _len(b"\x0a", scope_name.encode()) if scope_name else b""
@@ -124,6 +133,30 @@ class SpanEncoder:
         self._scope = _len(b"\x0a", scope)
         self._scope_tail = _len(b"\x1a", scope_schema_url.encode()) if scope_schema_url else b""
         self._trace_state = lru_cache(maxsize=64)(trace_state)
+        self._unique = frozenset(unique_keys)
+        self._fields: dict[tuple[str, Any, type], bytes] = {}
+        """A span attribute's whole field (tag, length, ``KeyValue``) by key, value and the value's type (True and
+        1 are equal keys of a dict, not equal values on the wire): most repeat from span to span (the operation,
+        model, provider, route, outcome, token counts). Floats, other types and ``unique_keys`` are encoded each
+        time; the cache is emptied when it reaches its bound."""
+
+    def _span_attributes(self, attributes: Mapping[str, Any]) -> list[bytes]:
+        fields, unique = self._fields, self._unique
+        out: list[bytes] = []
+        for k, v in attributes.items():
+            t = type(v)
+            if t not in _CACHED or k in unique:
+                out.append(_field(b"\x4a", k, v))
+                continue
+            ck = (k, v, t)
+            got = fields.get(ck)
+            if got is None:
+                got = _field(b"\x4a", k, v)
+                if len(fields) >= _CACHE_MAX:
+                    fields.clear()
+                fields[ck] = got
+            out.append(got)
+        return out
 
     def span(self, s: SpanRecord) -> bytes:
         """One ``Span`` message: trace_id 1, span_id 2, trace_state 3, parent_span_id 4, name 5, kind 6, start 7,
@@ -152,7 +185,7 @@ class SpanEncoder:
             b"\x41",
             _FIXED64(s.end_ns),
         )
-        parts += _attributes(b"\x4a", s.attributes)
+        parts += self._span_attributes(s.attributes)
         if s.error is None:
             parts.append(_STATUS_UNSET)
         else:  # Status: message 2, code 3 (STATUS_CODE_ERROR 2)
