@@ -17,7 +17,7 @@ TARGET_ADDED_P99_MS = 2.0
 TARGET_RSS_GROWTH = 0.05
 HOPS = ("direct", "floor", "tailgate")
 """The hops every run has: the claims compare tailgate with the floor and both with direct."""
-EXTRA_HOPS = ("litellm", "workers2", "redis", "aiohttp-front", "baseline", "otel")
+EXTRA_HOPS = ("litellm", "workers2", "redis", "aiohttp-front", "baseline", "otel", "baseline-otel")
 MODES: dict[str, tuple[bool, int]] = {
     "nonstream-c1": (False, 1),
     "nonstream-c50": (False, 50),
@@ -30,6 +30,7 @@ HOP_MODES: dict[str, tuple[str, ...]] = {
     "workers2": ("nonstream-c50", "stream-c50"),  # at one connection one worker serves it all
     "redis": tuple(MODES),
     "otel": ("nonstream-c50", "stream-c50"),  # the claim is at c=50
+    "baseline-otel": ("nonstream-c50", "stream-c50"),
 }
 """The modes an extra hop runs in (direct, floor and tailgate run in every mode)."""
 TARGET_OTEL_CPU_RATIO = 1.05

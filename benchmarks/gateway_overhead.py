@@ -22,7 +22,9 @@ and, besides (``--hops``; issue 15):
   after of a change in one run (issue 27);
 - ``otel`` (``--otel``; issue 43): the tailgate config with OpenTelemetry export on (``telemetry:``: a span per
   request and per attempt, the GenAI metrics) to a sink collector (``_otlp_sink.py``: an OTLP/HTTP receiver in a
-  process of its own that accepts and discards), c=50 only: export on ÷ off (the ``tailgate`` hop).
+  process of its own that accepts and discards), c=50 only: export on ÷ off (the ``tailgate`` hop);
+- ``baseline-otel`` (``--otel`` with ``--baseline SRC``): the otel hop's config served by the baseline tree, to the
+  same sink: a change to the export's cost, before / after in one run.
 
 Modes: non-stream (max_tokens 20) and stream (20 token chunks) at 1 and 50 connections. Targets:
 
@@ -618,6 +620,7 @@ def pick_hops(hops: str | None, *, litellm: bool, quick: bool) -> list[str]:
     if litellm:
         names.add("litellm")
     names.discard("baseline")  # only with --baseline (it needs a tree)
+    names.discard("baseline-otel")  # only with --baseline and --otel
     return [h for h in EXTRA_HOPS if h in names]
 
 
@@ -673,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.baseline / "tailgate" / "__init__.py").is_file():
             raise SystemExit(f"--baseline {args.baseline}: no tailgate package there (give a src directory)")
         extras.append("baseline")
+        if "otel" in extras:
+            extras.append("baseline-otel")
 
     wrk_binary = shutil.which("wrk")
     if wrk_binary is None:
@@ -757,6 +762,12 @@ def main(argv: list[str] | None = None) -> int:
                 sink = stack.enter_context(server("otlp sink", sink_argv, workdir / "sink.log", pin=False))
                 telemetry = f'telemetry: {{endpoint: "{sink.url}", service_name: tailgate-bench-otel}}\n'
                 hops["otel"] = stack.enter_context(gateway_hop(workdir, "otel", sim.url, extra_yaml=telemetry))
+                if "baseline-otel" in extras:
+                    hops["baseline-otel"] = stack.enter_context(
+                        gateway_hop(
+                            workdir, "baseline-otel", sim.url, extra_yaml=telemetry, pythonpath=args.baseline.resolve()
+                        )
+                    )
             if "redis" in extras:
                 redis = stack.enter_context(RedisServer())  # stops after the gateway that uses it
                 hop = stack.enter_context(gateway_hop(workdir, "redis", sim.url, redis_url=redis.url))

@@ -7,16 +7,18 @@ gRPC) when it is built, never before, so a process with telemetry off never load
 - **Spans** (:meth:`Exporter.emit`) go to the SDK's ``BatchSpanProcessor``: a bounded queue
   (``max_queue_size``) drained by its own thread every ``schedule_delay`` or once a batch is waiting. ``emit``
   only appends to that queue: a slow or dead collector never slows or fails the caller; when the queue is full
-  the oldest span is dropped. Spans are handed over finished (``ReadableSpan``, the type the SDK's exporters
-  take), built from what the caller recorded: the caller's ids and times, no live ``Span`` objects, locks or
-  context switches per request.
+  the oldest span is dropped. Spans are queued finished, as the caller's plain records (no live ``Span``, no
+  ``ReadableSpan``, locks or context switches per request), and the official OTLP exporter sends each batch
+  encoded by otlp_wire.py from those records: the request the SDK's encoder would build, at a fraction of its
+  cost on the export thread (which holds the GIL the event loop needs).
 - **Dropped spans are counted** in Prometheus (``tailgate_otel_spans_dropped_total{reason}``), not logged one
   by one (the SDK's warning per dropped span is silenced): ``queue_full`` (the processor dropped one: counted where
   the SDK counts it, its processor-metrics hook), ``export_failed`` (an export the collector refused or never
   answered within ``export_timeout``, retries included), ``shutdown`` (emitted after the stop). Exported ones:
   ``tailgate_otel_spans_exported_total``.
-- **Metrics**: the GenAI conventions' histograms (semconv.py) with their recommended buckets, exported every
-  ``metric_interval`` by the SDK's periodic reader (its own thread).
+- **Metrics**: the GenAI conventions' histograms (semconv.py) with their recommended buckets, aggregated in place
+  (aggregates.py: a bisect and a few increments a point) and handed to the SDK's OTLP metric exporter every
+  ``metric_interval`` (its own thread).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter
 
 from tailgate.telemetry import semconv
+from tailgate.telemetry.otlp_wire import SpanEncoder
 from tailgate.telemetry.settings import Settings
 from tailgate.telemetry.spans import AttrValue, SpanRecord
 
@@ -35,12 +38,29 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+    from tailgate.telemetry.aggregates import Histogram, MetricPump
+
 __all__ = ["Exporter"]
 
 log = logging.getLogger("tailgate.telemetry")
 
 _QUEUE_LOGGER = "opentelemetry.sdk._shared_internal"
 """The SDK's batching processor's logger (its "Queue full, dropping Span." warning)."""
+
+
+class _Queued:
+    """A finished span as the SDK's batching processor queues it: the processor reads only ``context`` (sampled:
+    ours are, the sampling was decided when the request began); the exporter (``_span_exporter``) encodes
+    ``record``. No ``ReadableSpan``, ``SpanContext`` or ``Status`` is built per span."""
+
+    __slots__ = ("record",)
+
+    class context:  # the attribute the processor reads
+        class trace_flags:
+            sampled = True
+
+    def __init__(self, record: SpanRecord) -> None:
+        self.record = record
 
 
 class _Counts:
@@ -108,12 +128,27 @@ def _counted(inner: SpanExporter, counts: _Counts) -> SpanExporter:
     return Counted()
 
 
-def _span_exporter(settings: Settings, endpoint: str) -> SpanExporter:
+def _span_exporter(settings: Settings, endpoint: str, encoder: SpanEncoder) -> SpanExporter:
+    """The official OTLP span exporter the settings name, the batch encoded by ``encoder`` (otlp_wire.py) from the
+    queued records instead of the SDK's encoder: the same request (tests/telemetry/test_otlp_wire.py), the
+    exporter's own transport, retries and timeouts. What this relies on (the HTTP exporter's ``_client`` and
+    ``_shutdown``, the gRPC one's ``_translate_data``) is exercised by test_otel_export.py and test_otel_grpc.py:
+    they fail if an SDK upgrade moves it."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
     headers = dict(settings.headers) or None
     if settings.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-        return GrpcSpans(
+        parse = ExportTraceServiceRequest.FromString
+
+        class Grpc(GrpcSpans):
+            def _translate_data(self, data: Sequence[Any]) -> ExportTraceServiceRequest:
+                request: ExportTraceServiceRequest = parse(encoder.request(q.record for q in data))
+                return request  # parsed in C (upb): the message the stub serialises and sends
+
+        return Grpc(
             endpoint=endpoint,
             insecure=endpoint.startswith("http://"),
             headers=headers,
@@ -121,7 +156,19 @@ def _span_exporter(settings: Settings, endpoint: str) -> SpanExporter:
         )
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
-    return HttpSpans(endpoint=endpoint, headers=headers, timeout=settings.export_timeout_s)
+    class Http(HttpSpans):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            if self._shutdown:
+                return SpanExportResult.FAILURE
+            data = encoder.request(q.record for q in spans)
+            limit = getattr(self, "_max_request_size", None)
+            if limit is not None and len(data) > limit:
+                log.warning("OTLP span batch of %d bytes over the exporter's limit (%d): dropped", len(data), limit)
+                return SpanExportResult.FAILURE
+            ok = self._client.export(data).success
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    return Http(endpoint=endpoint, headers=headers, timeout=settings.export_timeout_s)
 
 
 def _metric_exporter(settings: Settings, endpoint: str) -> Any:
@@ -152,11 +199,8 @@ class Exporter:
         version: str | None = None,
         resource: Mapping[str, str] | None = None,
     ) -> None:
-        from opentelemetry import trace as trace_api
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-        from opentelemetry.trace.status import Status, StatusCode
 
         from tailgate import __version__
 
@@ -166,27 +210,15 @@ class Exporter:
             {"service.name": settings.service_name, "service.version": __version__, **(resource or {})}
         )
         self._scope = InstrumentationScope(scope, version or __version__)
-        self._readable = ReadableSpan
-        self._context = trace_api.SpanContext
-        self._flags = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
-        self._state = trace_api.TraceState
-        self._kinds = {
-            "server": trace_api.SpanKind.SERVER,
-            "client": trace_api.SpanKind.CLIENT,
-            "internal": trace_api.SpanKind.INTERNAL,
-        }
-        self._ok = Status(StatusCode.UNSET)
-        self._status = Status
-        self._error = StatusCode.ERROR
         self._processor: Any = None
-        self._meters: Any = None
+        self._meters: MetricPump | None = None
         self.queue_size: Callable[[], int] = lambda: 0
         if settings.traces_endpoint is not None:
             self._start_spans(settings, settings.traces_endpoint)
-        self.duration: Any = None
-        self.tokens: Any = None
-        self.ttft: Any = None
-        self.tpot: Any = None
+        self.duration: Histogram | None = None
+        self.tokens: Histogram | None = None
+        self.ttft: Histogram | None = None
+        self.tpot: Histogram | None = None
         if settings.metrics_endpoint is not None:
             self._start_metrics(settings, settings.metrics_endpoint)
 
@@ -200,9 +232,22 @@ class Exporter:
 
     def _start_spans(self, settings: Settings, endpoint: str) -> None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.trace import TraceState
 
+        def trace_state(header: str) -> str:  # as the SDK's encoder writes a span's parsed TraceState
+            return ",".join(f"{k}={v}" for k, v in TraceState.from_header([header]).items())
+
+        encoder = SpanEncoder(
+            dict(self._resource.attributes),
+            self._scope.name,
+            self._scope.version,
+            resource_schema_url=self._resource.schema_url or "",
+            scope_schema_url=self._scope.schema_url or "",
+            trace_state=trace_state,
+            unique_keys=(semconv.REQUEST_ID, semconv.RESPONSE_ID, semconv.INPUT_MESSAGES, semconv.OUTPUT_MESSAGES),
+        )
         processor = BatchSpanProcessor(
-            _counted(_span_exporter(settings, endpoint), self.counts),
+            _counted(_span_exporter(settings, endpoint, encoder), self.counts),
             max_queue_size=settings.max_queue_size,
             schedule_delay_millis=settings.schedule_delay_s * 1000.0,
             max_export_batch_size=settings.max_export_batch_size,
@@ -224,41 +269,29 @@ class Exporter:
         self._processor = processor
 
     def _start_metrics(self, settings: Settings, endpoint: str) -> None:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+        from tailgate.telemetry.aggregates import Aggregates, MetricPump
 
-        reader = PeriodicExportingMetricReader(
-            _metric_exporter(settings, endpoint),
-            export_interval_millis=settings.metric_interval_s * 1000.0,
-            export_timeout_millis=settings.export_timeout_s * 1000.0,
+        # Aggregated here (a bisect and a few increments a point), exported by the SDK's OTLP metric exporter:
+        # aggregates.py. The names, units, buckets and attributes are the conventions'.
+        agg = Aggregates(self._resource, self._scope)
+        self.duration = agg.histogram(
+            semconv.OPERATION_DURATION, "s", "GenAI operation duration.", semconv.DURATION_BUCKETS
         )
-        views = [
-            View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(list(buckets)))
-            for name, buckets in (
-                (semconv.OPERATION_DURATION, semconv.DURATION_BUCKETS),
-                (semconv.TOKEN_USAGE, semconv.TOKEN_BUCKETS),
-                (semconv.SERVER_TTFT, semconv.TTFT_BUCKETS),
-                (semconv.SERVER_TPOT, semconv.TPOT_BUCKETS),
-            )
-        ]
-        provider = MeterProvider(resource=self._resource, metric_readers=[reader], views=views)
-        meter = provider.get_meter(self._scope.name, self._scope.version)
-        self.duration = meter.create_histogram(
-            semconv.OPERATION_DURATION, unit="s", description="GenAI operation duration."
+        self.tokens = agg.histogram(
+            semconv.TOKEN_USAGE, "{token}", "Number of input and output tokens used.", semconv.TOKEN_BUCKETS
         )
-        self.tokens = meter.create_histogram(
-            semconv.TOKEN_USAGE, unit="{token}", description="Number of input and output tokens used."
+        self.ttft = agg.histogram(
+            semconv.SERVER_TTFT, "s", "Time to generate first token for successful responses.", semconv.TTFT_BUCKETS
         )
-        self.ttft = meter.create_histogram(
-            semconv.SERVER_TTFT, unit="s", description="Time to generate first token for successful responses."
-        )
-        self.tpot = meter.create_histogram(
+        self.tpot = agg.histogram(
             semconv.SERVER_TPOT,
-            unit="s",
-            description="Time per output token generated after the first token for successful responses.",
+            "s",
+            "Time per output token generated after the first token for successful responses.",
+            semconv.TPOT_BUCKETS,
         )
-        self._meters = provider
+        self._meters = MetricPump(
+            agg, _metric_exporter(settings, endpoint), settings.metric_interval_s, settings.export_timeout_s
+        )
 
     # -- spans ----------------------------------------------------------------------------------------------------
 
@@ -267,32 +300,12 @@ class Exporter:
         processor = self._processor
         if processor is None:
             return
-        context, flags, scope, resource = self._context, self._flags, self._scope, self._resource
         for s in spans:
-            state = self._state.from_header([s.tracestate]) if s.tracestate else None
-            parent = (
-                context(s.trace_id, s.parent_id, is_remote=s.remote_parent, trace_flags=flags, trace_state=state)
-                if s.parent_id is not None
-                else None
-            )
-            processor.on_end(
-                self._readable(
-                    s.name,
-                    context=context(s.trace_id, s.span_id, is_remote=False, trace_flags=flags, trace_state=state),
-                    parent=parent,
-                    resource=resource,
-                    attributes=s.attributes,
-                    kind=self._kinds[s.kind],
-                    status=self._ok if s.error is None else self._status(self._error, s.error),
-                    start_time=s.start_ns,
-                    end_time=s.end_ns,
-                    instrumentation_scope=scope,
-                )
-            )
+            processor.on_end(_Queued(s))
 
     # -- metrics --------------------------------------------------------------------------------------------------
 
-    def record(self, histogram: Any, value: float, attributes: Mapping[str, AttrValue]) -> None:
+    def record(self, histogram: Histogram | None, value: float, attributes: Mapping[str, AttrValue]) -> None:
         """One point on one of the GenAI histograms (``duration``, ``tokens``, ``ttft``, ``tpot``)."""
         if histogram is not None:
             histogram.record(value, attributes)
@@ -304,7 +317,7 @@ class Exporter:
         if self._processor is not None:
             self._processor.force_flush(int(timeout_s * 1000))
         if self._meters is not None:
-            self._meters.force_flush(int(timeout_s * 1000))
+            self._meters.export()
 
     def shutdown(self) -> None:
         """Export what waits and stop the export threads (blocking, bounded by ``export_timeout`` per signal: call
@@ -312,4 +325,4 @@ class Exporter:
         if self._processor is not None:
             self._processor.shutdown()
         if self._meters is not None:
-            self._meters.shutdown(timeout_millis=self.settings.export_timeout_s * 1000.0)
+            self._meters.shutdown(self.settings.export_timeout_s)
