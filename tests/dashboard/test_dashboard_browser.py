@@ -84,7 +84,9 @@ async def test_dashboard_renders_in_headless_chromium(
             # the worst answer-quality signal with its 95 % Wilson interval, as the CLI's `quality` column shows it
             every = await page.locator("#leaderboard tbody td").all_text_contents()
             assert "tool JSON 10.0% [7.4–13.3] n=400" in every, every
-            assert "ok n=120" in every, every
+            # the 120 stored, plus what the gateway judged of the live requests above if its board reached the
+            # store first (answer quality counts every chat answer: docs/quality.md)
+            assert any((m := re.fullmatch(r"ok n=(\d+)", c)) and 120 <= int(m[1]) <= 128 for c in every), every
             assert await page.locator("#compare tbody tr").count() == 2
             assert await page.locator("#heatmap td.cell").count() >= 24
             assert await page.locator("#live tbody tr").count() == 2
