@@ -37,6 +37,22 @@ def line_jobs(path: Any, batch_id: str) -> list[tuple[str, str | None, str | Non
     return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
+async def jobs_sent_then_stopped(gateway: Any, oai: Oai, cfg: dict[str, Any], lines: int) -> Any:
+    """A first gateway on ``cfg`` takes a batch of ``lines`` chat lines, records every line's provider job in
+    the store, then stops (its leases go back; the jobs keep running at the provider). Answers the batch."""
+    first: GatewayHandle = await gateway(cfg)
+    client = oai(first.url, key=KEY_A)
+    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(lines))), purpose="batch")
+    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    db = cfg["ledger"]["path"]
+    deadline = time.monotonic() + 10
+    while not all(job for *_, job in line_jobs(db, batch.id)):
+        assert time.monotonic() < deadline, line_jobs(db, batch.id)
+        await asyncio.sleep(0.02)
+    await first.stop()
+    return batch
+
+
 async def test_a_gateway_taking_over_resumes_the_provider_jobs_instead_of_sending_again(
     sim: SimFactory, gateway: Any, oai: Oai, tmp_path: Any
 ) -> None:
@@ -47,16 +63,8 @@ async def test_a_gateway_taking_over_resumes_the_provider_jobs_instead_of_sendin
     p = await sim("instant", faults={"batch_turnaround_s": 3.0})  # long enough to send all three on a busy machine
     cfg = config(p.url, batch_api=True, provider_job_lines=4, lane_share=0.0)  # every line in a job
     cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
-    first: GatewayHandle = await gateway(cfg)
-    client = oai(first.url, key=KEY_A)
-    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(10))), purpose="batch")
-    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    batch = await jobs_sent_then_stopped(gateway, oai, cfg, 10)
     db = tmp_path / "shared.db"
-    deadline = time.monotonic() + 10
-    while not all(job for *_, job in line_jobs(db, batch.id)):
-        assert time.monotonic() < deadline, line_jobs(db, batch.id)
-        await asyncio.sleep(0.02)
-    await first.stop()  # its leases go back; the jobs keep running at the provider
     recorded = line_jobs(db, batch.id)
     jobs = {job for *_, job in recorded}
     assert len(jobs) == 3
@@ -192,16 +200,8 @@ async def test_lines_of_a_resumed_job_are_never_refused_by_the_budget(
     p = await sim("instant", faults={"batch_turnaround_s": 2.0})
     cfg = config(p.url, batch_api=True, provider_job_lines=4)
     cfg["ledger"] = {"enabled": True, "path": str(tmp_path / "shared.db")}
-    first: GatewayHandle = await gateway(cfg)
-    client = oai(first.url, key=KEY_A)
-    f = await client.files.create(file=("in.jsonl", jsonl(chat_lines(4))), purpose="batch")
-    batch = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    batch = await jobs_sent_then_stopped(gateway, oai, cfg, 4)
     db = tmp_path / "shared.db"
-    deadline = time.monotonic() + 10
-    while not all(job for *_, job in line_jobs(db, batch.id)):
-        assert time.monotonic() < deadline, line_jobs(db, batch.id)
-        await asyncio.sleep(0.02)
-    await first.stop()
     jobs = {job for *_, job in line_jobs(db, batch.id)}
     assert len(jobs) == 1
 
