@@ -58,6 +58,7 @@ class ToyApi:
     path = "/toy/say"
     protocol = "openai"
     affinity = False
+    judged = False
 
     def decode(self, body: bytes, headers: Mapping[str, str]) -> ToyRequest:
         obj = parse_json(body)

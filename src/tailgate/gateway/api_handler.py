@@ -91,6 +91,8 @@ class Api(Protocol):
     """The client's protocol family: ``openai`` or ``anthropic`` (the ledger's ``api``)."""
     affinity: bool
     """Routing affinity applies (a prompt cache to keep warm; embeddings have none)."""
+    judged: bool
+    """Its answers' quality is judged (gateway/request_path/answer_quality.py: the signals read chat answers)."""
 
     def decode(self, body: bytes, headers: Mapping[str, str]) -> Decoded: ...
 

@@ -221,6 +221,7 @@ class MessagesApi:
     path = PATH
     protocol = "anthropic"
     affinity = True
+    judged = False
 
     def decode(self, body: bytes, headers: Mapping[str, str]) -> Messages:
         obj = parse_json(body)

@@ -50,7 +50,14 @@ class OpenAIApi:
     protocol = "openai"
 
     def __init__(
-        self, name: str, path: str, kind: RequestKind, *, dialect: Dialect = OPENAI, generates: bool = True
+        self,
+        name: str,
+        path: str,
+        kind: RequestKind,
+        *,
+        dialect: Dialect = OPENAI,
+        generates: bool = True,
+        judged: bool = False,
     ) -> None:
         self.name = name
         self.path = path
@@ -59,6 +66,7 @@ class OpenAIApi:
         self.dialect = dialect
         self.generates = generates
         self.affinity = generates  # a prompt cache to keep warm: not for embeddings
+        self.judged = judged
 
     def decode(self, body: bytes, headers: Mapping[str, str]) -> OpenAIRequest:
         req = self._decode(body, strict=False)

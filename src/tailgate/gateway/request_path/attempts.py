@@ -111,7 +111,7 @@ class Attempts:
         handle = health.begin(stream=ctx.stream)
         # a chat answer's quality (answer_quality.py): its signals, a non-answer held for another route
         quality = core.quality
-        obs = quality.begin(ctx.alias, route, req.obj, ctx.may_retry) if quality and api.name == "chat" else None
+        obs = quality.begin(ctx.alias, route, req.obj, ctx.may_retry) if quality and api.judged else None
         ctx.attempts += 1
         if ctx.race is None:
             ctx.provider, ctx.route = provider, route
